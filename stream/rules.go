@@ -1,0 +1,332 @@
+package stream
+
+import "fmt"
+
+// Head is the per-stream state the rules need.
+type Head struct {
+	NextOffset int64 // the offset the next record gets
+	Closed     bool
+}
+
+// Status is where a writer stands on one stream.
+type Status uint8
+
+// Writer statuses.
+const (
+	WriterOpen      Status = 0 // writing; its live records wait for a commit or abort
+	WriterCommitted Status = 1 // its attempt committed: finished
+	WriterAborted   Status = 2 // aborted for good: finished
+)
+
+// String returns the status's lower-case name.
+func (s Status) String() string {
+	switch s {
+	case WriterOpen:
+		return "open"
+	case WriterCommitted:
+		return "committed"
+	case WriterAborted:
+		return "aborted"
+	}
+	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+// Entry locates one live data record of a writer.
+type Entry struct {
+	Offset int64
+	Digest Digest
+}
+
+// Writer is the dedupe state of one writer on one stream.
+//
+// Attempt, Next, Diverged and Status are what a store must persist: adopted
+// chunks leave no record, so Next cannot be derived from the log. Live can:
+// [Writer.Replay] rebuilds it from the writer's data and abort records, so a
+// store may keep it in a cache and rebuild it on a miss.
+type Writer struct {
+	ID       string
+	Attempt  int64 // the current attempt A
+	Next     int64 // next(A): the seq the current attempt writes next
+	Diverged bool  // the current attempt wrote other bytes than an earlier one
+	Status   Status
+	// Live[q] is the writer's live data record with seq q. It is always a
+	// prefix: len(Live) >= Next.
+	Live []Entry
+}
+
+// Outcome says what an append did with one chunk.
+type Outcome uint8
+
+// Append outcomes.
+const (
+	Appended   Outcome = 1 // a new data record
+	Adopted    Outcome = 2 // an earlier attempt's identical record stands for it
+	Retransmit Outcome = 3 // the same attempt sent it before
+)
+
+// String returns the outcome's lower-case name.
+func (o Outcome) String() string {
+	switch o {
+	case Appended:
+		return "appended"
+	case Adopted:
+		return "adopted"
+	case Retransmit:
+		return "retransmit"
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// Ack is the reply for one chunk.
+type Ack struct {
+	Offset  int64
+	Outcome Outcome
+}
+
+// AppendRequest is one all-or-nothing append by one writer.
+type AppendRequest struct {
+	Attempt  int64    // 0: committed at append (no commit record needed)
+	FirstSeq int64    // seq of Chunks[0]
+	Chunks   [][]byte // the chunks; records reference them, nothing is copied
+	// Fence is the lowest attempt the engine still lets write: the engine raises
+	// it when a step's next attempt begins, so a zombie is fenced even before
+	// the new attempt wrote anything here. 0 means no fence.
+	Fence int64
+}
+
+// Append applies one append request of writer w to the stream h and returns
+// one ack per chunk and the records to write, in offset order. w nil is an
+// anonymous append: every chunk is appended and committed at once.
+//
+// On error nothing is changed. Errors: ErrClosed, *FencedError,
+// ErrWriterFinished, ErrMode, *GapError, *ConflictError.
+func Append(h *Head, w *Writer, req *AppendRequest) ([]Ack, []Record, error) {
+	n := len(req.Chunks)
+	acks := make([]Ack, n)
+	if w == nil {
+		if h.Closed {
+			return nil, nil, ErrClosed
+		}
+		recs := make([]Record, n)
+		for i, c := range req.Chunks {
+			recs[i] = Record{Offset: h.NextOffset, Kind: KindData, Digest: Sum(c), Data: c}
+			acks[i] = Ack{Offset: h.NextOffset, Outcome: Appended}
+			h.NextOffset++
+		}
+		return acks, recs, nil
+	}
+
+	digests := make([]Digest, n)
+	for i, c := range req.Chunks {
+		digests[i] = Sum(c)
+	}
+	a, s := req.Attempt, req.FirstSeq
+
+	// 1. Closed: only an exact retransmit is acknowledged.
+	if h.Closed {
+		for i, d := range digests {
+			q := s + int64(i)
+			if q < 0 || q >= w.Next || w.Live[q].Digest != d {
+				return nil, nil, ErrClosed
+			}
+			acks[i] = Ack{Offset: w.Live[q].Offset, Outcome: Retransmit}
+		}
+		return acks, nil, nil
+	}
+	// 2. Zombies.
+	if cur := max(w.Attempt, req.Fence); a < cur {
+		return nil, nil, &FencedError{Attempt: a, Current: cur}
+	}
+	if a > 0 && w.Attempt == 0 && len(w.Live) > 0 {
+		return nil, nil, fmt.Errorf("%w: writer %q wrote with attempt %d, got attempt %d", ErrMode, w.ID, w.Attempt, a)
+	}
+	if s < 0 {
+		return nil, nil, &GapError{Expected: w.Next, Got: s}
+	}
+	// Finished writers acknowledge exact retransmits and nothing else.
+	if w.Status != WriterOpen {
+		if w.Status == WriterAborted || a > w.Attempt {
+			return nil, nil, fmt.Errorf("%w: writer %q is %s at attempt %d", ErrWriterFinished, w.ID, w.Status, w.Attempt)
+		}
+		for i, d := range digests {
+			q := s + int64(i)
+			if q >= w.Next {
+				return nil, nil, fmt.Errorf("%w: writer %q committed %d chunks, got seq %d", ErrWriterFinished, w.ID, w.Next, q)
+			}
+			if e := w.Live[q]; e.Digest != d {
+				return nil, nil, &ConflictError{Seq: q, Offset: e.Offset, Want: e.Digest, Got: d}
+			}
+			acks[i] = Ack{Offset: w.Live[q].Offset, Outcome: Retransmit}
+		}
+		return acks, nil, nil
+	}
+
+	// 3. A higher attempt begins (applied below, once nothing can fail).
+	next := w.Next
+	begins := a > w.Attempt
+	if begins {
+		next = 0
+	}
+	// 4. q > next anywhere means q > next at the first chunk: the seqs of one
+	// request are consecutive and next only moves with them.
+	if s > next {
+		return nil, nil, &GapError{Expected: next, Got: s}
+	}
+	// q < next: retransmits inside this attempt; they come first.
+	i := 0
+	for ; i < n && s+int64(i) < next; i++ {
+		q := s + int64(i)
+		e := w.Live[q]
+		if e.Digest != digests[i] {
+			return nil, nil, &ConflictError{Seq: q, Offset: e.Offset, Want: e.Digest, Got: digests[i]}
+		}
+		acks[i] = Ack{Offset: e.Offset, Outcome: Retransmit}
+	}
+
+	// Nothing can fail from here on: mutate.
+	if begins {
+		w.Attempt, w.Next, w.Diverged = a, 0, false
+	}
+	var recs []Record
+	for ; i < n; i++ {
+		q := w.Next
+		if q < int64(len(w.Live)) {
+			if e := w.Live[q]; e.Digest == digests[i] && !w.Diverged {
+				acks[i] = Ack{Offset: e.Offset, Outcome: Adopted}
+				w.Next++
+				continue
+			}
+			// First divergence: void the earlier attempts' suffix.
+			if recs == nil {
+				recs = make([]Record, 0, n-i+1)
+			}
+			recs = append(recs, Record{Offset: h.NextOffset, Kind: KindAbort, Writer: w.ID, Attempt: a, Seq: q})
+			h.NextOffset++
+			w.Live = w.Live[:q]
+			w.Diverged = true
+		}
+		if recs == nil {
+			recs = make([]Record, 0, n-i)
+		}
+		off := h.NextOffset
+		h.NextOffset++
+		recs = append(recs, Record{Offset: off, Kind: KindData, Writer: w.ID, Attempt: a, Seq: q, Digest: digests[i], Data: req.Chunks[i]})
+		w.Live = append(w.Live, Entry{Offset: off, Digest: digests[i]})
+		w.Next++
+		acks[i] = Ack{Offset: off, Outcome: Appended}
+	}
+	return acks, recs, nil
+}
+
+// Result is what a commit or abort did.
+type Result uint8
+
+// Commit and abort results.
+const (
+	Done    Result = 1 // the record(s) were written
+	Already Result = 2 // the same attempt already committed (or aborted): nothing written
+)
+
+// Commit commits attempt a of writer w: its live records with seq < next(a)
+// join the committed view. If an earlier attempt wrote more than a did, the
+// surplus is aborted first. If a is newer than the writer's attempt, a wrote
+// nothing here and everything earlier attempts wrote is aborted.
+//
+// Errors: ErrUnknownWriter (w nil or never wrote), ErrClosed, *FencedError,
+// ErrWriterFinished, ErrMode.
+func Commit(h *Head, w *Writer, a int64) (Result, []Record, error) {
+	if w == nil {
+		return 0, nil, ErrUnknownWriter
+	}
+	if w.Status == WriterCommitted && a == w.Attempt {
+		return Already, nil, nil
+	}
+	if err := finishable(h, w, a); err != nil {
+		return 0, nil, err
+	}
+	if a > w.Attempt {
+		w.Attempt, w.Next, w.Diverged = a, 0, false
+	}
+	var recs []Record
+	if int64(len(w.Live)) > w.Next {
+		recs = append(recs, Record{Offset: h.NextOffset, Kind: KindAbort, Writer: w.ID, Attempt: a, Seq: w.Next})
+		h.NextOffset++
+		w.Live = w.Live[:w.Next]
+	}
+	recs = append(recs, Record{Offset: h.NextOffset, Kind: KindCommit, Writer: w.ID, Attempt: a, Seq: w.Next})
+	h.NextOffset++
+	w.Status = WriterCommitted
+	return Done, recs, nil
+}
+
+// Abort aborts writer w for good at attempt a: every live record it has is
+// void and it is finished.
+//
+// Errors: as Commit.
+func Abort(h *Head, w *Writer, a int64) (Result, []Record, error) {
+	if w == nil {
+		return 0, nil, ErrUnknownWriter
+	}
+	if w.Status == WriterAborted && a == w.Attempt {
+		return Already, nil, nil
+	}
+	if err := finishable(h, w, a); err != nil {
+		return 0, nil, err
+	}
+	if a > w.Attempt {
+		w.Attempt, w.Diverged = a, false
+	}
+	rec := Record{Offset: h.NextOffset, Kind: KindAbort, Writer: w.ID, Attempt: a, Seq: 0}
+	h.NextOffset++
+	w.Live, w.Next, w.Status = nil, 0, WriterAborted
+	return Done, []Record{rec}, nil
+}
+
+func finishable(h *Head, w *Writer, a int64) error {
+	if w.Attempt == 0 && len(w.Live) > 0 {
+		return fmt.Errorf("%w: writer %q commits at append (attempt 0)", ErrMode, w.ID)
+	}
+	if w.Status == WriterOpen && w.Attempt == 0 && len(w.Live) == 0 && w.Next == 0 {
+		return fmt.Errorf("%w: writer %q never wrote on this stream", ErrUnknownWriter, w.ID)
+	}
+	if a < w.Attempt {
+		return &FencedError{Attempt: a, Current: w.Attempt}
+	}
+	if w.Status != WriterOpen {
+		return fmt.Errorf("%w: writer %q is %s at attempt %d", ErrWriterFinished, w.ID, w.Status, w.Attempt)
+	}
+	if h.Closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Close closes the stream. Closing finishes every writer still open: data not
+// committed before the close never joins the committed view. A second close
+// writes nothing and returns Already.
+func Close(h *Head) (Result, []Record) {
+	if h.Closed {
+		return Already, nil
+	}
+	rec := Record{Offset: h.NextOffset, Kind: KindClose}
+	h.NextOffset++
+	h.Closed = true
+	return Done, []Record{rec}
+}
+
+// Replay applies one of w's own records, read back from the log in offset
+// order, to w.Live. A store calls it for every data and abort record of the
+// writer to rebuild Live after a cache miss; the persisted Attempt, Next,
+// Diverged and Status are not touched.
+func (w *Writer) Replay(r *Record) {
+	switch r.Kind {
+	case KindData:
+		if r.Seq <= int64(len(w.Live)) {
+			w.Live = append(w.Live[:r.Seq], Entry{Offset: r.Offset, Digest: r.Digest})
+		}
+	case KindAbort:
+		if r.Seq < int64(len(w.Live)) {
+			w.Live = w.Live[:r.Seq]
+		}
+	}
+}
