@@ -1,0 +1,356 @@
+// Package store defines what weir needs from a database: the Store interface,
+// its parameter and result types, and the sentinel errors every backend
+// returns. It holds no implementation; backends live in sub-packages
+// (sqlitestore, and later pgstore) and all pass the suite in storetest.
+//
+// # Basics
+//
+// A store keeps runs, each run's event log, and streams. Every operation takes
+// a context and, where it has more than one argument, a *XxxParams struct, so
+// fields can be added without breaking callers.
+//
+// The exactly-once rules are not here: a backend loads a stream's head and a
+// writer's state, calls the pure functions of package stream inside its
+// transaction, writes the records they return and saves the state.
+//
+// # Transactions
+//
+// Record is the engine's one write: it appends events to a run's log, changes
+// the run, and commits or aborts a step's writer on every stream of the run,
+// atomically, fenced by the run's lease. That is how a step's outcome and its
+// stream commit can never disagree.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/weirhq/weir/stream"
+)
+
+// Sentinel errors. Backends translate their driver's errors into these, and
+// the stream rules' errors (stream.ErrFenced, stream.ErrGap, …) pass through
+// unchanged. Test with errors.Is.
+var (
+	// ErrNotFound is returned for an unknown run or stream.
+	ErrNotFound = errors.New("not found")
+	// ErrLeaseLost is returned when a run's lease epoch is no longer the one
+	// given: another worker took the run over. The caller must stop running it.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrTooLarge is returned for a chunk over MaxChunkSize or an append over
+	// MaxAppendBytes.
+	ErrTooLarge = errors.New("too large")
+	// ErrInvalid is returned for parameters that can never succeed (an empty
+	// stream name, a negative offset, no chunks).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrRunConflict is returned when a run id is reused for another workflow.
+	ErrRunConflict = errors.New("run id exists for another workflow")
+	// ErrClosedStore is returned after Close.
+	ErrClosedStore = errors.New("store closed")
+)
+
+// Limits every backend enforces.
+const (
+	// MaxChunkSize is the largest chunk: 4 MiB.
+	MaxChunkSize = 4 << 20
+	// MaxAppendBytes is the largest append request: 16 MiB of chunks.
+	MaxAppendBytes = 16 << 20
+	// MaxAppendChunks is the most chunks in one append request.
+	MaxAppendChunks = 10_000
+)
+
+// Store is weir's storage. Implementations are safe for concurrent use.
+type Store interface {
+	// CreateRun creates a run, or returns the existing run with the same ID and
+	// created false. Returns ErrRunConflict if that run is of another workflow.
+	CreateRun(ctx context.Context, p *CreateRunParams) (run *Run, created bool, err error)
+	// GetRun returns a run. Returns ErrNotFound if there is none.
+	GetRun(ctx context.Context, id string) (*Run, error)
+	// ListRuns lists runs, newest first.
+	ListRuns(ctx context.Context, p *ListRunsParams) ([]*Run, error)
+	// ClaimRuns leases up to p.Limit runnable runs to p.Owner: runs not
+	// finished, whose WakeAt has passed and whose lease is free or expired.
+	// Each claim increments the run's LeaseEpoch.
+	ClaimRuns(ctx context.Context, p *ClaimRunsParams) ([]*Run, error)
+	// RenewLease extends a lease. Returns ErrLeaseLost if the epoch is not the
+	// run's current one or the run has finished; cancel reports a requested
+	// cancellation.
+	RenewLease(ctx context.Context, p *RenewLeaseParams) (cancel bool, err error)
+	// RequestCancel asks for a run to be cancelled and makes it claimable at
+	// once. Returns ErrNotFound for an unknown run; a finished run is left alone.
+	RequestCancel(ctx context.Context, id string) error
+	// ListEvents returns a run's events with Seq > afterSeq, in order.
+	// Returns ErrNotFound for an unknown run.
+	ListEvents(ctx context.Context, runID string, afterSeq int64) ([]Event, error)
+	// Record applies one engine transaction (see RecordParams). Returns
+	// ErrLeaseLost if p.LeaseEpoch is not the run's current epoch; the stream
+	// rules' errors if a writer cannot be committed or aborted. On error
+	// nothing is written.
+	Record(ctx context.Context, p *RecordParams) error
+
+	// OpenStream returns the stream at p.Path, creating it if p.Create.
+	// Returns ErrNotFound if it does not exist and p.Create is false, or if
+	// p.RunID names an unknown run.
+	OpenStream(ctx context.Context, p *OpenStreamParams) (*StreamInfo, error)
+	// GetStream returns a stream by ID. Returns ErrNotFound.
+	GetStream(ctx context.Context, id int64) (*StreamInfo, error)
+	// ListStreams returns the streams of a run, by name.
+	ListStreams(ctx context.Context, runID string) ([]*StreamInfo, error)
+	// Append applies one all-or-nothing append (stream.Append). Returns
+	// ErrNotFound, ErrTooLarge, ErrInvalid, or the rules' errors:
+	// stream.ErrClosed, *stream.FencedError, *stream.GapError,
+	// *stream.ConflictError, stream.ErrWriterFinished, stream.ErrMode. The
+	// fence of a run stream's step writer (RecordParams.Fence) is applied.
+	Append(ctx context.Context, p *AppendParams) (*AppendResult, error)
+	// FinishWriter commits or aborts one writer on one stream (stream.Commit,
+	// stream.Abort), for writers outside the engine. Returns ErrNotFound and
+	// the rules' errors.
+	FinishWriter(ctx context.Context, p *FinishWriterParams) (stream.Result, error)
+	// CloseStream closes a stream; closing twice writes one close record.
+	// Returns ErrNotFound.
+	CloseStream(ctx context.Context, id int64) (stream.Result, error)
+	// Read returns the live view's records from p.From on. Returns ErrNotFound,
+	// and ErrInvalid for a From past the stream's next offset.
+	Read(ctx context.Context, p *ReadParams) (*ReadResult, error)
+	// Wait blocks until stream id has a record at offset >= next or is closed,
+	// and returns nil; or returns ctx.Err(). Returns ErrNotFound.
+	Wait(ctx context.Context, id int64, next int64) error
+
+	// Close releases the store. Operations after it return ErrClosedStore.
+	Close() error
+}
+
+// RunStatus is a run's state.
+type RunStatus string
+
+// Run statuses. A run is pending until first claimed, running until it ends.
+// A running run may be parked (sleeping or waiting to retry): see Run.WakeAt.
+const (
+	RunPending   RunStatus = "pending"
+	RunRunning   RunStatus = "running"
+	RunCompleted RunStatus = "completed"
+	RunFailed    RunStatus = "failed"
+	RunCancelled RunStatus = "cancelled"
+)
+
+// Terminal reports whether s is a final status.
+func (s RunStatus) Terminal() bool {
+	return s == RunCompleted || s == RunFailed || s == RunCancelled
+}
+
+// Valid reports whether s is one of the statuses above.
+func (s RunStatus) Valid() bool {
+	return s == RunPending || s == RunRunning || s.Terminal()
+}
+
+// Run is one execution of a workflow.
+type Run struct {
+	ID              string
+	Workflow        string
+	Status          RunStatus
+	Input           []byte
+	Output          []byte // set when completed
+	Error           string // set when failed or cancelled
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	WakeAt          time.Time // not runnable before
+	LeaseOwner      string
+	LeaseExpires    time.Time
+	LeaseEpoch      int64 // incremented by every claim
+	CancelRequested bool
+}
+
+// CreateRunParams creates a run.
+type CreateRunParams struct {
+	ID       string // required; the caller's idempotency key
+	Workflow string // required
+	Input    []byte
+	WakeAt   time.Time // zero: runnable now
+}
+
+// ListRunsParams filters ListRuns.
+type ListRunsParams struct {
+	Workflow string    // empty: any
+	Status   RunStatus // empty: any
+	// Before is a cursor: only runs created before this run (by creation
+	// order). Empty: from the newest.
+	Before string
+	Limit  int // 0: 100
+}
+
+// ClaimRunsParams claims runs.
+type ClaimRunsParams struct {
+	Owner    string        // required: the worker's id
+	Limit    int           // at least 1
+	LeaseTTL time.Duration // required
+	Now      time.Time     // zero: the store's clock
+}
+
+// RenewLeaseParams extends a lease.
+type RenewLeaseParams struct {
+	RunID      string
+	LeaseEpoch int64
+	LeaseTTL   time.Duration
+}
+
+// EventType names an event of a run's log.
+type EventType string
+
+// Event types.
+const (
+	EventRunStarted     EventType = "run_started"
+	EventStepStarted    EventType = "step_started"
+	EventStepCompleted  EventType = "step_completed"
+	EventStepFailed     EventType = "step_failed"
+	EventSleepScheduled EventType = "sleep_scheduled"
+	EventSleepFired     EventType = "sleep_fired"
+	EventRunCompleted   EventType = "run_completed"
+	EventRunFailed      EventType = "run_failed"
+	EventRunCancelled   EventType = "run_cancelled"
+)
+
+// Event is one entry of a run's log.
+type Event struct {
+	Seq     int64 // dense per run from 1, assigned by the store
+	Type    EventType
+	Op      int64  // the durable operation's position in the run (steps, sleeps)
+	Name    string // step name
+	Attempt int64
+	Data    []byte    // step output, encoded
+	Error   string    // step or run error
+	Final   bool      // step_failed: no more attempts
+	At      time.Time // when it was recorded; set by the store if zero
+	WakeAt  time.Time // sleep_scheduled: fire time; step_failed: retry time
+}
+
+// RecordParams is one engine transaction on a run.
+type RecordParams struct {
+	RunID      string
+	LeaseEpoch int64 // required: fences a worker that lost the run
+	// Events are appended to the run's log in order.
+	Events []Event
+	// Fence raises the lowest attempt Writer may append with on the run's
+	// streams: a step attempt begins.
+	Fence *Fence
+	// Finish commits or aborts Writer at Attempt on every stream of the run it
+	// wrote on.
+	Finish *Finish
+	// Status, if set, changes the run's status; Output and Error go with a
+	// terminal status.
+	Status RunStatus
+	Output []byte
+	Error  string
+	// CloseStreams closes every stream of the run (with a terminal status).
+	CloseStreams bool
+	// Release gives the lease up, making the run claimable at WakeAt (zero:
+	// at once). A terminal status releases it too.
+	Release bool
+	WakeAt  time.Time
+}
+
+// Fence is the lowest attempt a writer of a run may still append with.
+type Fence struct {
+	Writer  string
+	Attempt int64
+}
+
+// Finish is a step writer's outcome.
+type Finish struct {
+	Writer  string
+	Attempt int64
+	Commit  bool // true: commit; false: abort for good
+}
+
+// StreamInfo describes a stream.
+type StreamInfo struct {
+	ID          int64
+	Path        string // unique; a run's stream is at RunStreamPath(run, name)
+	RunID       string // empty for a standalone stream
+	Name        string // the name within its run
+	ContentType string
+	NextOffset  int64
+	Closed      bool
+	CreatedAt   time.Time
+}
+
+// RunStreamPath is the path of a run's stream.
+func RunStreamPath(runID, name string) string { return "runs/" + runID + "/" + name }
+
+// OpenStreamParams opens or creates a stream. Either Path, or RunID and Name.
+type OpenStreamParams struct {
+	Path        string
+	RunID       string
+	Name        string
+	Create      bool
+	ContentType string // on create; empty: application/octet-stream
+}
+
+// AppendParams is one append request.
+type AppendParams struct {
+	StreamID int64
+	Writer   string // empty: anonymous, committed at once
+	Attempt  int64  // 0: committed at append
+	FirstSeq int64
+	Chunks   [][]byte
+}
+
+// AppendResult is the reply to an append.
+type AppendResult struct {
+	Acks       []stream.Ack // one per chunk
+	NextOffset int64        // the stream's next offset after the append
+}
+
+// FinishWriterParams commits or aborts one writer on one stream.
+type FinishWriterParams struct {
+	StreamID int64
+	Writer   string
+	Attempt  int64
+	Commit   bool
+}
+
+// ReadParams reads a stream's live view.
+type ReadParams struct {
+	StreamID int64
+	From     int64 // first offset
+	Limit    int   // most records; 0: 1000
+	MaxBytes int   // stop after this many data bytes (at least one record); 0: 4 MiB
+}
+
+// ReadResult is a page of the live view.
+type ReadResult struct {
+	Records    []stream.Record
+	NextOffset int64 // the stream's next offset when read
+	Closed     bool
+}
+
+// CheckAppend validates an append's shape; every backend calls it first.
+func CheckAppend(p *AppendParams) error {
+	if len(p.Chunks) == 0 {
+		return fmt.Errorf("%w: append has no chunks", ErrInvalid)
+	}
+	if len(p.Chunks) > MaxAppendChunks {
+		return fmt.Errorf("%w: append has %d chunks, the limit is %d", ErrTooLarge, len(p.Chunks), MaxAppendChunks)
+	}
+	if p.Attempt < 0 || p.FirstSeq < 0 {
+		return fmt.Errorf("%w: attempt %d and seq %d must not be negative", ErrInvalid, p.Attempt, p.FirstSeq)
+	}
+	if p.Writer == "" && (p.Attempt != 0 || p.FirstSeq != 0) {
+		return fmt.Errorf("%w: attempt and seq need a writer", ErrInvalid)
+	}
+	if len(p.Writer) > stream.MaxWriterLen {
+		return fmt.Errorf("%w: writer id of %d bytes, the limit is %d", ErrInvalid, len(p.Writer), stream.MaxWriterLen)
+	}
+	total := 0
+	for i, c := range p.Chunks {
+		if len(c) > MaxChunkSize {
+			return fmt.Errorf("%w: chunk %d has %d bytes, the limit is %d", ErrTooLarge, i, len(c), MaxChunkSize)
+		}
+		total += len(c)
+	}
+	if total > MaxAppendBytes {
+		return fmt.Errorf("%w: append has %d bytes, the limit is %d", ErrTooLarge, total, MaxAppendBytes)
+	}
+	return nil
+}
