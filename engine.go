@@ -1,0 +1,343 @@
+package weir
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/weirhq/weir/store"
+)
+
+// Config configures an Engine. The zero value is valid: every field has a
+// default, applied by WithDefaults without changing the caller's struct.
+type Config struct {
+	// WorkerID names this engine in leases. Defaults to host-pid-random.
+	WorkerID string
+	// Concurrency is how many runs this engine executes at once. Defaults to
+	// 64.
+	Concurrency int
+	// LeaseTTL is how long a claimed run stays this engine's without a
+	// heartbeat; heartbeats come every LeaseTTL/3. A dead worker's runs are
+	// taken over this long after its last heartbeat. Defaults to 15s.
+	LeaseTTL time.Duration
+	// PollInterval is how often an idle engine looks for runnable runs (runs
+	// started in this process wake it at once). Defaults to 200ms.
+	PollInterval time.Duration
+	// ParkAfter is the longest wait (a sleep, a retry backoff) held in
+	// process; a longer one parks the run, freeing its goroutine and lease,
+	// and any worker resumes it when due. Defaults to 2s.
+	ParkAfter time.Duration
+	// Retry is the retry policy of steps given none. Defaults to
+	// DefaultRetryPolicy.
+	Retry RetryPolicy
+	// Writer configures step stream writers.
+	Writer WriterConfig
+	// Logger receives the engine's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// NoWorker makes this engine start and read runs but never execute them
+	// (a client of a database other processes work on). Defaults to false.
+	NoWorker bool
+}
+
+// WriterConfig configures the batching of step stream writers.
+type WriterConfig struct {
+	// Linger is how long a writer waits for more chunks before it sends a
+	// batch. Defaults to 2ms.
+	Linger time.Duration
+	// MaxBatchChunks sends a batch once it has this many chunks. Defaults to
+	// 1000.
+	MaxBatchChunks int
+	// MaxBatchBytes sends a batch once it has this many bytes. Defaults to
+	// 1 MiB.
+	MaxBatchBytes int
+	// MaxBufferedBytes bounds the bytes a writer holds unacknowledged; Write
+	// blocks beyond it. Defaults to 8 MiB.
+	MaxBufferedBytes int
+	// RetryFor is how long a writer retries a batch after store errors that
+	// may be transient, resending the same (writer, attempt, seq): always
+	// safe. Defaults to 30s.
+	RetryFor time.Duration
+}
+
+// WithDefaults returns a copy of c with defaults applied.
+func (c Config) WithDefaults() Config {
+	if c.WorkerID == "" {
+		h, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		c.WorkerID = fmt.Sprintf("%s-%d-%s", h, os.Getpid(), hex.EncodeToString(b))
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 64
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 15 * time.Second
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 200 * time.Millisecond
+	}
+	if c.ParkAfter == 0 {
+		c.ParkAfter = 2 * time.Second
+	}
+	c.Retry = c.Retry.WithDefaults()
+	w := &c.Writer
+	if w.Linger == 0 {
+		w.Linger = 2 * time.Millisecond
+	}
+	if w.MaxBatchChunks == 0 {
+		w.MaxBatchChunks = 1000
+	}
+	if w.MaxBatchBytes == 0 {
+		w.MaxBatchBytes = 1 << 20
+	}
+	if w.MaxBufferedBytes == 0 {
+		w.MaxBufferedBytes = 8 << 20
+	}
+	if w.RetryFor == 0 {
+		w.RetryFor = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Concurrency < 1:
+		return fmt.Errorf("config: Concurrency %d, want >= 1", c.Concurrency)
+	case c.LeaseTTL < 100*time.Millisecond:
+		return fmt.Errorf("config: LeaseTTL %v, want >= 100ms", c.LeaseTTL)
+	case c.PollInterval <= 0 || c.ParkAfter < 0:
+		return fmt.Errorf("config: PollInterval and ParkAfter must be positive")
+	case c.Writer.MaxBatchChunks < 1 || c.Writer.MaxBatchChunks > store.MaxAppendChunks:
+		return fmt.Errorf("config: Writer.MaxBatchChunks %d, want 1..%d", c.Writer.MaxBatchChunks, store.MaxAppendChunks)
+	case c.Writer.MaxBatchBytes < 1 || c.Writer.MaxBatchBytes > store.MaxAppendBytes:
+		return fmt.Errorf("config: Writer.MaxBatchBytes %d, want 1..%d", c.Writer.MaxBatchBytes, store.MaxAppendBytes)
+	}
+	return c.Retry.validate()
+}
+
+// Engine runs workflows on a store. Register workflows, then call Start to
+// begin executing runs; any number of engines may share a store that allows
+// it (PostgreSQL), each claiming runs with leases.
+type Engine struct {
+	store store.Store
+	cfg   Config
+	log   *slog.Logger
+
+	mu        sync.Mutex
+	workflows map[string]workflowFunc
+	started   bool
+	closed    bool
+	running   map[string]*execution    // run id -> its execution here
+	inflight  int                      // runs launched and not yet ended
+	done      map[string]chan struct{} // run id -> closed when this engine ends it
+
+	wake   chan struct{} // nudges the claim loop
+	stop   context.CancelFunc
+	loopWG sync.WaitGroup
+	runWG  sync.WaitGroup
+}
+
+// workflowFunc runs a registered workflow: decode input, call, encode output.
+type workflowFunc func(ctx *wfContext, input []byte) ([]byte, error)
+
+// New returns an engine on s. It executes nothing until Start.
+func New(s store.Store, cfg *Config) (*Engine, error) {
+	if s == nil {
+		return nil, errors.New("weir: nil store")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c = c.WithDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Engine{
+		store:     s,
+		cfg:       c,
+		log:       c.Logger,
+		workflows: make(map[string]workflowFunc),
+		running:   make(map[string]*execution),
+		done:      make(map[string]chan struct{}),
+		wake:      make(chan struct{}, 1),
+	}, nil
+}
+
+// Store returns the engine's store.
+func (e *Engine) Store() store.Store { return e.store }
+
+// Config returns the engine's configuration, defaults applied.
+func (e *Engine) Config() Config { return e.cfg }
+
+func (e *Engine) register(name string, f workflowFunc) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, dup := e.workflows[name]; dup {
+		panic(fmt.Sprintf("weir: workflow %q registered twice", name))
+	}
+	e.workflows[name] = f
+}
+
+// Start begins claiming and executing runs until Close. It returns at once.
+func (e *Engine) Start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return ErrEngineClosed
+	}
+	if e.started || e.cfg.NoWorker {
+		return nil
+	}
+	e.started = true
+	ctx, e.stop = context.WithCancel(context.WithoutCancel(ctx))
+	e.loopWG.Add(1)
+	go e.claimLoop(ctx)
+	return nil
+}
+
+// Close stops claiming, interrupts the runs this engine executes (their
+// leases are released so another engine resumes them at once) and waits for
+// them to stop, or for ctx.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	stop := e.stop
+	for _, x := range e.running {
+		x.cancel(errEngineStopping)
+	}
+	e.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	done := make(chan struct{})
+	go func() { e.loopWG.Wait(); e.runWG.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (e *Engine) nudge() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) claimLoop(ctx context.Context) {
+	defer e.loopWG.Done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-e.wake:
+		}
+		e.mu.Lock()
+		free := e.cfg.Concurrency - e.inflight
+		e.mu.Unlock()
+		claimed := 0
+		if free > 0 {
+			runs, err := e.store.ClaimRuns(ctx, &store.ClaimRunsParams{Owner: e.cfg.WorkerID, Limit: min(free, 32), LeaseTTL: e.cfg.LeaseTTL})
+			if err != nil && ctx.Err() == nil {
+				e.log.Warn("weir: claim runs", "err", err)
+			}
+			for _, r := range runs {
+				e.launch(ctx, r)
+			}
+			claimed = len(runs)
+		}
+		if claimed > 0 && claimed == min(free, 32) {
+			// There may be more: look again at once.
+			t.Reset(0)
+			continue
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(e.cfg.PollInterval)
+	}
+}
+
+func (e *Engine) launch(ctx context.Context, r *store.Run) {
+	rctx, cancel := context.WithCancelCause(ctx)
+	e.mu.Lock()
+	e.inflight++
+	e.mu.Unlock()
+	e.runWG.Add(1)
+	go func() {
+		defer e.runWG.Done()
+		defer func() {
+			e.mu.Lock()
+			e.inflight--
+			e.mu.Unlock()
+			cancel(nil)
+			e.nudge()
+		}()
+		e.execute(rctx, cancel, r)
+	}()
+}
+
+var (
+	errEngineStopping = errors.New("engine stopping")
+	errLeaseLost      = fmt.Errorf("weir: %w", store.ErrLeaseLost)
+)
+
+// notifyDone wakes the local waiters of a run that ended here.
+// interrupt cancels the execution of run id here, if any, with cause.
+func (e *Engine) interrupt(id string, cause error) {
+	e.mu.Lock()
+	x := e.running[id]
+	e.mu.Unlock()
+	if x != nil {
+		x.cancel(cause)
+	}
+}
+
+func (e *Engine) notifyDone(id string) {
+	e.mu.Lock()
+	ch := e.done[id]
+	delete(e.done, id)
+	e.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+func (e *Engine) doneChan(id string) chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ch := e.done[id]
+	if ch == nil {
+		ch = make(chan struct{})
+		e.done[id] = ch
+	}
+	return ch
+}
+
+func newRunID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "run_" + hex.EncodeToString(b)
+}

@@ -1,0 +1,88 @@
+package weir
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
+)
+
+// Errors a caller of weir can test with errors.Is. The stream and store
+// packages' sentinels are re-exported so SDK users need only this package.
+var (
+	// ErrNonDeterminism fails a run whose replay reached a different durable
+	// operation at a position than the one recorded. See NonDeterminismError.
+	ErrNonDeterminism = errors.New("non-determinism")
+	// ErrCancelled is the error of a cancelled run, and the cause of the
+	// contexts of its workflow and steps.
+	ErrCancelled = errors.New("run cancelled")
+	// ErrUnknownWorkflow is returned to start a run of a workflow that is not
+	// registered, and fails a claimed run whose workflow this engine lacks.
+	ErrUnknownWorkflow = errors.New("unknown workflow")
+	// ErrRunFailed wraps the error of a run that failed, as Result returns it.
+	ErrRunFailed = errors.New("run failed")
+	// ErrEngineClosed is returned after Engine.Close.
+	ErrEngineClosed = errors.New("engine closed")
+
+	ErrNotFound       = store.ErrNotFound        // unknown run or stream
+	ErrClosed         = stream.ErrClosed         // append to a closed stream
+	ErrFenced         = stream.ErrFenced         // a zombie attempt; its step must stop
+	ErrGap            = stream.ErrGap            // a seq was skipped
+	ErrConflict       = stream.ErrConflict       // other bytes at an acknowledged seq
+	ErrWriterFinished = stream.ErrWriterFinished // the writer already committed or aborted
+	ErrTooLarge       = store.ErrTooLarge        // a chunk or batch over the limits
+)
+
+// NonDeterminismError says what replay expected and found. It matches
+// ErrNonDeterminism.
+type NonDeterminismError struct {
+	Op       int64  // the operation's position in the run, from 1
+	Recorded string // what the log holds there, e.g. `step "fetch"`
+	Replayed string // what the code did there
+}
+
+func (e *NonDeterminismError) Error() string {
+	return fmt.Sprintf("non-determinism at operation %d: the run's log has %s, the code did %s", e.Op, e.Recorded, e.Replayed)
+}
+
+// Is makes errors.Is(err, ErrNonDeterminism) true.
+func (e *NonDeterminismError) Is(t error) bool { return t == ErrNonDeterminism }
+
+// nonRetryable marks an error that must not be retried.
+type nonRetryable struct{ err error }
+
+func (e *nonRetryable) Error() string { return e.err.Error() }
+func (e *nonRetryable) Unwrap() error { return e.err }
+
+// NonRetryable marks err so that the step that returns it fails at once,
+// whatever its retry policy.
+func NonRetryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &nonRetryable{err}
+}
+
+// IsNonRetryable reports whether err was marked by NonRetryable.
+func IsNonRetryable(err error) bool {
+	var n *nonRetryable
+	return errors.As(err, &n)
+}
+
+// StepError is what a step that failed for good returns to its workflow:
+// the step's name, its last attempt and that attempt's error message. After a
+// replay only the message survives, so Err is nil then.
+type StepError struct {
+	Name    string
+	Attempt int64
+	Message string
+	Err     error // the live error, when the step failed in this execution
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("step %q failed after attempt %d: %s", e.Name, e.Attempt, e.Message)
+}
+
+// Unwrap returns the live error, if any.
+func (e *StepError) Unwrap() error { return e.Err }

@@ -1,0 +1,170 @@
+package weir
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
+)
+
+// View selects what a reader sees; see stream.View.
+type View = stream.View
+
+// The two views of a stream.
+const (
+	// LiveView is every record as written, at once: data of attempts still
+	// running, data later voided, and the abort, commit and close records.
+	LiveView = stream.Live
+	// CommittedView is the output of successful attempts only, each chunk
+	// once. It waits for a writer's commit before passing its data.
+	CommittedView = stream.CommittedView
+)
+
+// FromTail starts a read at the stream's end: only what comes next.
+const FromTail = -1
+
+// ReadOptions configures a read.
+type ReadOptions struct {
+	// From is the first offset to read, or FromTail. Defaults to 0. A
+	// committed reader resumes from the NextOffset of its last record.
+	From int64
+	// View is LiveView (the default) or CommittedView.
+	View View
+	// Follow keeps reading as records arrive until the stream closes or the
+	// context ends; without it the read stops at the stream's current end.
+	Follow bool
+	// ApplyAborts, on the live view, reports with each abort (and close)
+	// record which data records this reader already yielded are now void, in
+	// Record.Voided.
+	ApplyAborts bool
+	// PageSize is how many records each store read fetches. Defaults to 1000.
+	PageSize int
+}
+
+// Record is one record yielded by a reader.
+type Record struct {
+	stream.Record
+	// NextOffset is where a reader that stops after this record resumes with
+	// the same view: for the committed view, the last stable offset.
+	NextOffset int64
+	// Voided lists, with ReadOptions.ApplyAborts, the offsets of data records
+	// this reader yielded that this abort or close record voids.
+	Voided []int64
+}
+
+// Read reads stream name of run runID. For a run whose stream does not exist
+// yet, a following read waits for it to appear (or for the run to end). The
+// iterator yields each record, or one error and stops: ErrNotFound for an
+// unknown run, or the context's error.
+func (e *Engine) Read(ctx context.Context, runID, name string, opts *ReadOptions) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
+		var o ReadOptions
+		if opts != nil {
+			o = *opts
+		}
+		delay := 2 * time.Millisecond
+		for {
+			info, err := e.store.OpenStream(ctx, &store.OpenStreamParams{RunID: runID, Name: name})
+			if err == nil {
+				readStream(ctx, e.store, info.ID, &o, yield)
+				return
+			}
+			if !errors.Is(err, store.ErrNotFound) {
+				yield(Record{}, err)
+				return
+			}
+			run, err := e.store.GetRun(ctx, runID)
+			if err != nil {
+				yield(Record{}, fmt.Errorf("read stream %q: %w", name, err))
+				return
+			}
+			if !o.Follow || run.Status.Terminal() {
+				return // nothing was ever written
+			}
+			select {
+			case <-ctx.Done():
+				yield(Record{}, ctx.Err())
+				return
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, 100*time.Millisecond)
+		}
+	}
+}
+
+// ReadStream reads a stream by id; see Read.
+func ReadStream(ctx context.Context, s store.Store, id int64, opts *ReadOptions) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
+		var o ReadOptions
+		if opts != nil {
+			o = *opts
+		}
+		readStream(ctx, s, id, &o, yield)
+	}
+}
+
+func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yield func(Record, error) bool) {
+	from := o.From
+	if from < 0 {
+		info, err := s.GetStream(ctx, id)
+		if err != nil {
+			yield(Record{}, err)
+			return
+		}
+		from = info.NextOffset
+	}
+	page := o.PageSize
+	if page <= 0 {
+		page = 1000
+	}
+	var filter *stream.Committed
+	if o.View == stream.CommittedView {
+		filter = stream.NewCommitted(from)
+	}
+	var voids stream.Voids
+	next := from
+	stop := false
+	for !stop {
+		res, err := s.Read(ctx, &store.ReadParams{StreamID: id, From: next, Limit: page})
+		if err != nil {
+			yield(Record{}, err)
+			return
+		}
+		for i := range res.Records {
+			r := &res.Records[i]
+			next = r.Offset + 1
+			if filter != nil {
+				filter.Push(r, func(c *stream.Record) {
+					if !stop && !yield(Record{Record: *c, NextOffset: c.Offset + 1}, nil) {
+						stop = true
+					}
+				})
+			} else {
+				out := Record{Record: *r, NextOffset: next}
+				if o.ApplyAborts {
+					out.Voided = voids.Push(r)
+				}
+				if !yield(out, nil) {
+					return
+				}
+			}
+			if stop {
+				return
+			}
+		}
+		if len(res.Records) > 0 {
+			continue
+		}
+		if res.Closed || !o.Follow {
+			return
+		}
+		if err := s.Wait(ctx, id, next); err != nil {
+			yield(Record{}, err)
+			return
+		}
+	}
+}

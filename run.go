@@ -1,0 +1,385 @@
+package weir
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/weirhq/weir/store"
+)
+
+// exitReason says why a workflow goroutine stopped before its function
+// returned. The engine unwinds workflow code with runtime.Goexit, which runs
+// its deferred calls and cannot be recovered, so user code cannot swallow a
+// park or a lost lease.
+type exitReason int
+
+const (
+	exitNone           exitReason = iota
+	exitPark                      // waiting past ParkAfter: lease released, WakeAt set
+	exitLost                      // lease lost or fenced: another worker owns the run
+	exitStopping                  // the engine is closing: release the lease
+	exitCancelled                 // the run was cancelled
+	exitNonDeterminism            // replay diverged from the log
+	exitStoreError                // the store failed: leave the run to be resumed
+)
+
+// opKind is the kind of a durable operation.
+type opKind string
+
+const (
+	opStep  opKind = "step"
+	opSleep opKind = "sleep"
+)
+
+// opState is what the event log says of one durable operation.
+type opState struct {
+	kind        opKind
+	name        string
+	lastAttempt int64
+	open        bool // lastAttempt started and has no outcome (it crashed, or runs now)
+	completed   bool
+	output      []byte
+	failedFinal bool
+	errMsg      string
+	retryAt     time.Time
+	wakeAt      time.Time
+	fired       bool
+}
+
+func (s *opState) describe() string {
+	if s.kind == opSleep {
+		return "sleep"
+	}
+	return fmt.Sprintf("step %q", s.name)
+}
+
+// execution is one execution of a run by this engine, from a claim to the
+// moment the run ends, parks or is lost.
+type execution struct {
+	e      *Engine
+	run    *store.Run
+	epoch  int64
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	ops    map[int64]*opState
+	maxOp  int64 // highest op in the log
+	opSeq  int64 // ops reached by this replay
+	events int   // events in the log
+
+	streamsMu sync.Mutex
+	streams   map[string]int64 // stream name -> id, opened by this execution
+	wfSeq     map[string]int64 // workflow writer: next seq per stream
+
+	exit    exitReason
+	exitErr error
+	parkAt  time.Time
+}
+
+func (x *execution) load(events []store.Event) {
+	x.ops = make(map[int64]*opState)
+	for i := range events {
+		ev := &events[i]
+		x.events++
+		if ev.Op == 0 {
+			continue
+		}
+		st := x.ops[ev.Op]
+		if st == nil {
+			st = &opState{}
+			x.ops[ev.Op] = st
+			x.maxOp = max(x.maxOp, ev.Op)
+		}
+		switch ev.Type {
+		case store.EventStepStarted:
+			st.kind, st.name = opStep, ev.Name
+			st.lastAttempt, st.open, st.retryAt = ev.Attempt, true, time.Time{}
+		case store.EventStepCompleted:
+			st.open, st.completed, st.output = false, true, ev.Data
+		case store.EventStepFailed:
+			st.kind, st.name = opStep, ev.Name
+			st.lastAttempt = max(st.lastAttempt, ev.Attempt)
+			st.open, st.errMsg = false, ev.Error
+			if ev.Final {
+				st.failedFinal = true
+			} else {
+				st.retryAt = ev.WakeAt
+			}
+		case store.EventSleepScheduled:
+			st.kind, st.wakeAt = opSleep, ev.WakeAt
+		case store.EventSleepFired:
+			st.fired = true
+		}
+	}
+}
+
+// leave unwinds the workflow goroutine. Call it only from workflow code.
+func (x *execution) leave(r exitReason, err error) {
+	x.exit, x.exitErr = r, err
+	runtime.Goexit()
+}
+
+// interrupted maps a cancelled run context to the reason to leave.
+func (x *execution) interrupted() (exitReason, bool) {
+	if x.ctx.Err() == nil {
+		return exitNone, false
+	}
+	switch cause := context.Cause(x.ctx); {
+	case errors.Is(cause, ErrCancelled):
+		return exitCancelled, true
+	case errors.Is(cause, errEngineStopping):
+		return exitStopping, true
+	default:
+		return exitLost, true
+	}
+}
+
+// record writes one engine transaction, fenced by this execution's lease.
+// From workflow code, a failure unwinds the goroutine.
+func (x *execution) record(p *store.RecordParams) {
+	if err := x.recordErr(p); err != nil {
+		if errors.Is(err, store.ErrLeaseLost) {
+			x.leave(exitLost, err)
+		}
+		if r, ok := x.interrupted(); ok {
+			x.leave(r, err)
+		}
+		x.leave(exitStoreError, err)
+	}
+}
+
+func (x *execution) recordErr(p *store.RecordParams) error {
+	p.RunID, p.LeaseEpoch = x.run.ID, x.epoch
+	// The run's own context may be cancelled (a cancel, a stop) while the
+	// outcome still has to be written.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
+	defer cancel()
+	err := x.e.store.Record(ctx, p)
+	if err == nil {
+		x.events += len(p.Events)
+	}
+	return err
+}
+
+func stepWriter(op int64) string { return "step/" + strconv.FormatInt(op, 10) }
+
+func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r *store.Run) {
+	x := &execution{e: e, run: r, epoch: r.LeaseEpoch, ctx: ctx, cancel: cancel}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		x.release()
+		return
+	}
+	e.running[r.ID] = x
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.running, r.ID)
+		e.mu.Unlock()
+	}()
+
+	events, err := e.store.ListEvents(ctx, r.ID, 0)
+	if err != nil {
+		e.log.Warn("weir: load run", "run", r.ID, "err", err)
+		x.release()
+		return
+	}
+	x.load(events)
+
+	hbDone := make(chan struct{})
+	defer close(hbDone)
+	go x.heartbeat(hbDone)
+
+	if r.CancelRequested {
+		x.finishCancelled()
+		return
+	}
+	e.mu.Lock()
+	wf := e.workflows[r.Workflow]
+	e.mu.Unlock()
+	if wf == nil {
+		x.finish(store.RunFailed, nil, fmt.Errorf("%w: %q is not registered on worker %s", ErrUnknownWorkflow, r.Workflow, e.cfg.WorkerID))
+		return
+	}
+	if x.events == 0 {
+		if err := x.recordErr(&store.RecordParams{Events: []store.Event{{Type: store.EventRunStarted}}, Status: store.RunRunning}); err != nil {
+			e.log.Warn("weir: start run", "run", r.ID, "err", err)
+			return
+		}
+	}
+
+	var (
+		out      []byte
+		runErr   error
+		returned bool
+		panicked any
+		stack    []byte
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			if x.exit == exitNone && !returned {
+				if p := recover(); p != nil {
+					panicked, stack = p, debug.Stack()
+				}
+			}
+		}()
+		out, runErr = wf(&wfContext{Context: ctx, x: x}, r.Input)
+		returned = true
+	}()
+	<-done
+
+	switch {
+	case x.exit == exitPark:
+		// The park was recorded with the sleep or retry.
+	case x.exit == exitLost:
+		e.log.Info("weir: run lost to another worker", "run", r.ID, "err", x.exitErr)
+	case x.exit == exitStopping:
+		x.release()
+	case x.exit == exitStoreError:
+		e.log.Warn("weir: store error; run left for resume", "run", r.ID, "err", x.exitErr)
+		x.release()
+	case x.exit == exitCancelled:
+		x.finishCancelled()
+	case x.exit == exitNonDeterminism:
+		x.finish(store.RunFailed, nil, x.exitErr)
+	case panicked != nil:
+		x.finish(store.RunFailed, nil, fmt.Errorf("workflow panicked: %v\n%s", panicked, stack))
+	case returned:
+		if reason, ok := x.interrupted(); ok && reason != exitCancelled {
+			x.release()
+			return
+		} else if ok || errors.Is(runErr, ErrCancelled) {
+			x.finishCancelled()
+			return
+		}
+		if runErr == nil && x.opSeq < x.maxOp {
+			st := x.ops[x.opSeq+1]
+			runErr = &NonDeterminismError{Op: x.opSeq + 1, Recorded: st.describe(), Replayed: "return from the workflow"}
+		}
+		if runErr != nil {
+			x.finish(store.RunFailed, nil, runErr)
+		} else {
+			x.finish(store.RunCompleted, out, nil)
+		}
+	}
+}
+
+// release gives the lease up so any worker resumes the run at once.
+func (x *execution) release() {
+	if err := x.recordErr(&store.RecordParams{Release: true}); err != nil && !errors.Is(err, store.ErrLeaseLost) {
+		x.e.log.Warn("weir: release run", "run", x.run.ID, "err", err)
+	}
+}
+
+// finish ends the run with status: a terminal event, the status, and every
+// stream of the run closed, in one transaction.
+func (x *execution) finish(status store.RunStatus, out []byte, runErr error) {
+	p := &store.RecordParams{Status: status, Output: out, CloseStreams: true}
+	switch status {
+	case store.RunCompleted:
+		p.Events = []store.Event{{Type: store.EventRunCompleted, Data: out}}
+	case store.RunFailed:
+		p.Error = runErr.Error()
+		p.Events = []store.Event{{Type: store.EventRunFailed, Error: p.Error}}
+	case store.RunCancelled:
+		p.Error = ErrCancelled.Error()
+		p.Events = []store.Event{{Type: store.EventRunCancelled, Error: p.Error}}
+	}
+	if err := x.recordErr(p); err != nil {
+		x.e.log.Warn("weir: finish run", "run", x.run.ID, "status", status, "err", err)
+		return
+	}
+	x.e.notifyDone(x.run.ID)
+}
+
+// finishCancelled aborts the output of a step attempt left open, then ends
+// the run as cancelled.
+func (x *execution) finishCancelled() {
+	for op, st := range x.ops {
+		if st.kind == opStep && st.open {
+			p := &store.RecordParams{
+				Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: st.name, Attempt: st.lastAttempt, Error: ErrCancelled.Error(), Final: true}},
+				Finish: &store.Finish{Writer: stepWriter(op), Attempt: st.lastAttempt},
+			}
+			if err := x.recordErr(p); err != nil {
+				x.e.log.Warn("weir: abort step of cancelled run", "run", x.run.ID, "err", err)
+				return
+			}
+			st.open, st.failedFinal = false, true
+		}
+	}
+	x.finish(store.RunCancelled, nil, nil)
+}
+
+// heartbeat renews the lease until done; it cancels the run's context when
+// the lease is lost or a cancel is requested.
+func (x *execution) heartbeat(done chan struct{}) {
+	ttl := x.e.cfg.LeaseTTL
+	t := time.NewTicker(ttl / 3)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), ttl/3)
+		cancelled, err := x.e.store.RenewLease(ctx, &store.RenewLeaseParams{RunID: x.run.ID, LeaseEpoch: x.epoch, LeaseTTL: ttl})
+		cancel()
+		switch {
+		case err == nil:
+			last = time.Now()
+			if cancelled {
+				x.cancel(ErrCancelled)
+			}
+		case errors.Is(err, store.ErrLeaseLost):
+			x.cancel(errLeaseLost)
+			return
+		default:
+			x.e.log.Warn("weir: renew lease", "run", x.run.ID, "err", err)
+			if time.Since(last) > ttl {
+				// Someone else may own the run by now.
+				x.cancel(errLeaseLost)
+				return
+			}
+		}
+	}
+}
+
+// nextOp returns the position of the next durable operation and what the log
+// says of it (nil if nothing).
+func (x *execution) nextOp() (int64, *opState) {
+	x.opSeq++
+	return x.opSeq, x.ops[x.opSeq]
+}
+
+// waitUntil waits in process until t, or parks the run if t is further than
+// ParkAfter. It returns only when t has passed.
+func (x *execution) waitUntil(t time.Time) {
+	d := time.Until(t)
+	if d <= 0 {
+		return
+	}
+	if d > x.e.cfg.ParkAfter {
+		x.record(&store.RecordParams{Release: true, WakeAt: t})
+		x.leave(exitPark, nil)
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-x.ctx.Done():
+		r, _ := x.interrupted()
+		x.leave(r, context.Cause(x.ctx))
+	}
+}

@@ -1,0 +1,176 @@
+package weir
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/weirhq/weir/store"
+)
+
+// Workflow is a registered workflow function. Its runs replay from the top
+// after a crash, so the function must be deterministic: everything that
+// reads the outside world (clocks, randomness, I/O) belongs in a Step.
+type Workflow[In, Out any] struct {
+	e    *Engine
+	name string
+}
+
+// Register registers fn under name on e and returns a handle to start runs
+// of it. It panics if name is taken. Input and output are encoded as JSON.
+func Register[In, Out any](e *Engine, name string, fn func(Context, In) (Out, error)) *Workflow[In, Out] {
+	if name == "" {
+		panic("weir: empty workflow name")
+	}
+	e.register(name, func(ctx *wfContext, input []byte) ([]byte, error) {
+		var in In
+		if len(input) > 0 {
+			if err := json.Unmarshal(input, &in); err != nil {
+				return nil, NonRetryable(fmt.Errorf("decode input of %q: %w", name, err))
+			}
+		}
+		out, err := fn(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			return nil, NonRetryable(fmt.Errorf("encode output of %q: %w", name, err))
+		}
+		return b, nil
+	})
+	return &Workflow[In, Out]{e: e, name: name}
+}
+
+// Name returns the workflow's registered name.
+func (w *Workflow[In, Out]) Name() string { return w.name }
+
+// StartOptions are optional settings of a new run.
+type StartOptions struct {
+	// ID is the run's id, chosen by the caller: starting a run with an id that
+	// exists returns that run instead of a new one. Defaults to a random id.
+	ID string
+	// Delay postpones the run's start.
+	Delay time.Duration
+}
+
+// Start starts a run of w with input in (or returns the run opts.ID names).
+func (w *Workflow[In, Out]) Start(ctx context.Context, in In, opts *StartOptions) (*Handle[Out], error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("encode input: %w", err)
+	}
+	r, _, err := w.e.StartRun(ctx, w.name, b, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Handle[Out]{e: w.e, ID: r.ID}, nil
+}
+
+// StartRun starts a run of the workflow registered as name, with input
+// already encoded as JSON. created is false if opts.ID named an existing
+// run. Returns ErrUnknownWorkflow if this engine has no such workflow.
+func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *StartOptions) (run *store.Run, created bool, err error) {
+	e.mu.Lock()
+	_, ok := e.workflows[name]
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return nil, false, ErrEngineClosed
+	}
+	if !ok {
+		return nil, false, fmt.Errorf("%w: %q", ErrUnknownWorkflow, name)
+	}
+	p := &store.CreateRunParams{Workflow: name, Input: input}
+	if opts != nil {
+		p.ID = opts.ID
+		if opts.Delay > 0 {
+			p.WakeAt = time.Now().Add(opts.Delay)
+		}
+	}
+	if p.ID == "" {
+		p.ID = newRunID()
+	}
+	r, created, err := e.store.CreateRun(ctx, p)
+	if err != nil {
+		return nil, false, fmt.Errorf("start run: %w", err)
+	}
+	e.nudge()
+	return r, created, nil
+}
+
+// Handle refers to one run of a workflow.
+type Handle[Out any] struct {
+	e  *Engine
+	ID string
+}
+
+// Result waits for the run to end and returns its output, or its error:
+// ErrCancelled for a cancelled run, an error matching ErrRunFailed for a
+// failed one.
+func (h *Handle[Out]) Result(ctx context.Context) (Out, error) {
+	var out Out
+	r, err := h.e.Wait(ctx, h.ID)
+	if err != nil {
+		return out, err
+	}
+	switch r.Status {
+	case store.RunCompleted:
+		if err := json.Unmarshal(r.Output, &out); err != nil {
+			return out, fmt.Errorf("decode output: %w", err)
+		}
+		return out, nil
+	case store.RunCancelled:
+		return out, ErrCancelled
+	default:
+		return out, fmt.Errorf("%w: %s", ErrRunFailed, r.Error)
+	}
+}
+
+// Wait waits for a run to end and returns it.
+func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
+	ch := e.doneChan(id)
+	delay := 5 * time.Millisecond
+	for {
+		r, err := e.store.GetRun(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if r.Status.Terminal() {
+			return r, nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-ch:
+			ch = e.doneChan(id)
+		case <-t.C:
+		}
+		t.Stop()
+		// Runs executed elsewhere are polled, more slowly as time passes.
+		delay = min(delay*2, 250*time.Millisecond)
+	}
+}
+
+// Cancel asks for a run to be cancelled. The step running now sees its
+// context cancelled, fails for good (its stream output is aborted), and the
+// run ends as cancelled with its streams closed. Cancelling a finished run
+// does nothing. Returns ErrNotFound for an unknown run.
+func (e *Engine) Cancel(ctx context.Context, id string) error {
+	if err := e.store.RequestCancel(ctx, id); err != nil {
+		return fmt.Errorf("cancel run: %w", err)
+	}
+	// Executing here: the heartbeat would notice within LeaseTTL/3; don't
+	// wait for it.
+	e.interrupt(id, ErrCancelled)
+	e.nudge()
+	return nil
+}
+
+// GetRun returns a run. Returns ErrNotFound.
+func (e *Engine) GetRun(ctx context.Context, id string) (*store.Run, error) {
+	return e.store.GetRun(ctx, id)
+}

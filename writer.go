@@ -1,0 +1,335 @@
+package weir
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
+)
+
+// WorkflowWriterID is the writer of writes from workflow code (outside any
+// step). Its chunks are committed as they are appended and numbered in replay
+// order, so a replay re-sends the same (writer, seq) and is recognised.
+const WorkflowWriterID = "workflow"
+
+// errWriterClosed is returned by a write after the step ended.
+var errWriterClosed = errors.New("weir: stream writer closed: its step has ended")
+
+// Writer writes chunks to one stream of a run. Each Write is one chunk.
+//
+// From a step, writes are batched and sent in the background (see
+// WriterConfig); Write returns once the chunk is buffered, and blocks only
+// when MaxBufferedBytes are unacknowledged. The step's outcome waits for
+// every chunk to be acknowledged, then commits (or aborts) them together
+// with the step's event. If a newer attempt of the step exists, Write
+// returns an error matching ErrFenced and the step's context is cancelled.
+//
+// From workflow code, Write appends and commits the chunk before it returns.
+type Writer struct {
+	x       *execution
+	name    string
+	writer  string
+	attempt int64
+	cfg     WriterConfig
+	ctx     context.Context
+	onFence context.CancelCauseFunc // cancels the step
+
+	mu       sync.Mutex
+	acked    *sync.Cond // signalled when a batch is acknowledged or fails
+	kick     chan struct{}
+	done     chan struct{}
+	buf      []byte // pending chunks' bytes, back to back
+	lens     []int  // pending chunks' lengths
+	firstAt  time.Time
+	sent     int64 // chunks handed to the sender (seq of the first pending chunk)
+	written  int64 // chunks written
+	ackedN   int64 // chunks acknowledged
+	inflight int   // bytes handed to the sender and not acknowledged
+	flushReq bool
+	closing  bool
+	started  bool
+	err      error
+	streamID int64
+}
+
+func newStepWriter(sc *stepContext, name string) *Writer {
+	w := &Writer{
+		x: sc.x, name: name, writer: stepWriter(sc.op), attempt: sc.attempt,
+		cfg: sc.x.e.cfg.Writer, ctx: sc.Context, onFence: sc.cancel,
+		kick: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	w.acked = sync.NewCond(&w.mu)
+	return w
+}
+
+func newWorkflowWriter(x *execution, name string) *Writer {
+	return &Writer{x: x, name: name, writer: WorkflowWriterID, ctx: x.ctx}
+}
+
+// Name returns the stream's name.
+func (w *Writer) Name() string { return w.name }
+
+// Write writes p as one chunk. p may be reused once Write returns. It never
+// returns a short count without an error.
+func (w *Writer) Write(p []byte) (int, error) {
+	if len(p) > store.MaxChunkSize {
+		return 0, fmt.Errorf("weir: write to %q: %w: chunk of %d bytes, the limit is %d", w.name, ErrTooLarge, len(p), store.MaxChunkSize)
+	}
+	if w.writer == WorkflowWriterID {
+		return w.writeWorkflow(p)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.err == nil && !w.closing && len(w.lens) > 0 && len(w.buf)+w.inflight+len(p) > w.cfg.MaxBufferedBytes {
+		w.acked.Wait()
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.closing {
+		return 0, errWriterClosed
+	}
+	if len(w.lens) == 0 {
+		w.firstAt = time.Now()
+	}
+	w.buf = append(w.buf, p...)
+	w.lens = append(w.lens, len(p))
+	w.written++
+	if !w.started {
+		w.started = true
+		go w.sendLoop()
+	}
+	if len(w.lens) == 1 || len(w.lens) >= w.cfg.MaxBatchChunks || len(w.buf) >= w.cfg.MaxBatchBytes {
+		w.poke()
+	}
+	return len(p), nil
+}
+
+// WriteString writes s as one chunk.
+func (w *Writer) WriteString(s string) (int, error) { return w.Write([]byte(s)) }
+
+func (w *Writer) poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Flush waits until every chunk written so far is acknowledged.
+func (w *Writer) Flush() error {
+	if w.writer == WorkflowWriterID {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.flushReq = true
+	w.poke()
+	for w.err == nil && w.ackedN < w.written {
+		w.acked.Wait()
+	}
+	w.flushReq = false
+	return w.err
+}
+
+// Close flushes and stops the writer; the engine calls it when the step's
+// function returns. Writes after it fail.
+func (w *Writer) Close() error {
+	if w.writer == WorkflowWriterID {
+		return nil
+	}
+	w.mu.Lock()
+	w.closing = true
+	started := w.started
+	w.poke()
+	w.mu.Unlock()
+	if started {
+		<-w.done
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.acked.Broadcast()
+	return w.err
+}
+
+// sendLoop sends batches, one at a time and in seq order, until closed.
+func (w *Writer) sendLoop() {
+	defer close(w.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		w.mu.Lock()
+		for {
+			n := len(w.lens)
+			if w.err != nil || (n == 0 && w.closing) {
+				w.mu.Unlock()
+				return
+			}
+			wait := w.cfg.Linger - time.Since(w.firstAt)
+			if n > 0 && (w.flushReq || w.closing || n >= w.cfg.MaxBatchChunks || len(w.buf) >= w.cfg.MaxBatchBytes || wait <= 0) {
+				break
+			}
+			w.mu.Unlock()
+			if n > 0 {
+				timer.Reset(wait)
+			}
+			select {
+			case <-w.kick:
+			case <-timer.C:
+			}
+			timer.Stop()
+			w.mu.Lock()
+		}
+		// Take one batch; what is left starts a new buffer.
+		k, size := 0, 0
+		for k < len(w.lens) && k < w.cfg.MaxBatchChunks && (k == 0 || size+w.lens[k] <= w.cfg.MaxBatchBytes) {
+			size += w.lens[k]
+			k++
+		}
+		batch := w.buf[:size:size]
+		chunks := make([][]byte, k)
+		pos := 0
+		for i := 0; i < k; i++ {
+			chunks[i] = batch[pos : pos+w.lens[i] : pos+w.lens[i]]
+			pos += w.lens[i]
+		}
+		rest := len(w.buf) - size
+		nb := make([]byte, rest, max(rest, min(2*size, w.cfg.MaxBatchBytes)))
+		copy(nb, w.buf[size:])
+		w.buf = nb
+		w.lens = append(w.lens[:0], w.lens[k:]...)
+		w.firstAt = time.Now()
+		first := w.sent
+		w.sent += int64(k)
+		w.inflight += size
+		w.mu.Unlock()
+
+		err := w.send(first, chunks)
+
+		w.mu.Lock()
+		w.inflight -= size
+		if err != nil {
+			w.err = fmt.Errorf("weir: write to %q: %w", w.name, err)
+		} else {
+			w.ackedN += int64(k)
+		}
+		w.acked.Broadcast()
+		w.mu.Unlock()
+		if errors.Is(err, ErrFenced) {
+			w.onFence(err)
+		}
+	}
+}
+
+// permanent reports whether a store error will not go away by resending.
+func permanent(err error) bool {
+	for _, t := range []error{
+		stream.ErrClosed, stream.ErrFenced, stream.ErrGap, stream.ErrConflict, stream.ErrWriterFinished,
+		stream.ErrMode, stream.ErrUnknownWriter, store.ErrNotFound, store.ErrTooLarge, store.ErrInvalid,
+		store.ErrClosedStore, context.Canceled, context.DeadlineExceeded,
+	} {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// send appends one batch, resending the same (writer, attempt, seq) after
+// errors that may be transient: a resend of a batch that did land is
+// acknowledged as a retransmit, so this is always safe.
+func (w *Writer) send(first int64, chunks [][]byte) error {
+	deadline := time.Now().Add(w.cfg.RetryFor)
+	backoff := 5 * time.Millisecond
+	for {
+		err := w.open()
+		if err == nil {
+			_, err = w.x.e.store.Append(w.ctx, &store.AppendParams{
+				StreamID: w.streamID, Writer: w.writer, Attempt: w.attempt, FirstSeq: first, Chunks: chunks,
+			})
+		}
+		if err == nil || permanent(err) || time.Now().After(deadline) {
+			return err
+		}
+		w.x.e.log.Warn("weir: stream append failed; resending", "run", w.x.run.ID, "stream", w.name, "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-w.ctx.Done():
+			return context.Cause(w.ctx)
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func (w *Writer) open() error {
+	if w.streamID != 0 {
+		return nil
+	}
+	id, err := w.x.streamID(w.ctx, w.name)
+	if err != nil {
+		return err
+	}
+	w.streamID = id
+	return nil
+}
+
+// streamID opens (creating) the run's stream name and caches its id.
+func (x *execution) streamID(ctx context.Context, name string) (int64, error) {
+	x.streamsMu.Lock()
+	defer x.streamsMu.Unlock()
+	if id, ok := x.streams[name]; ok {
+		return id, nil
+	}
+	info, err := x.e.store.OpenStream(ctx, &store.OpenStreamParams{RunID: x.run.ID, Name: name, Create: true})
+	if err != nil {
+		return 0, fmt.Errorf("open stream %q: %w", name, err)
+	}
+	if x.streams == nil {
+		x.streams = make(map[string]int64)
+	}
+	x.streams[name] = info.ID
+	return info.ID, nil
+}
+
+// writeWorkflow appends one chunk from workflow code, committed at append.
+// On replay the same (writer, seq) comes back and is acknowledged as a
+// retransmit; other bytes there mean the workflow is not deterministic.
+func (w *Writer) writeWorkflow(p []byte) (int, error) {
+	x := w.x
+	if x.wfSeq == nil {
+		x.wfSeq = make(map[string]int64)
+	}
+	seq := x.wfSeq[w.name]
+	chunk := append([]byte(nil), p...)
+	backoff := 5 * time.Millisecond
+	deadline := time.Now().Add(x.e.cfg.Writer.RetryFor)
+	for {
+		err := w.open()
+		if err == nil {
+			_, err = x.e.store.Append(x.ctx, &store.AppendParams{
+				StreamID: w.streamID, Writer: WorkflowWriterID, FirstSeq: seq, Chunks: [][]byte{chunk},
+			})
+		}
+		if err == nil {
+			x.wfSeq[w.name] = seq + 1
+			return len(p), nil
+		}
+		if errors.Is(err, stream.ErrConflict) {
+			x.leave(exitNonDeterminism, &NonDeterminismError{
+				Op: x.opSeq, Recorded: fmt.Sprintf("chunk %d of stream %q with other bytes", seq, w.name),
+				Replayed: "a write of different bytes",
+			})
+		}
+		if r, ok := x.interrupted(); ok {
+			x.leave(r, context.Cause(x.ctx))
+		}
+		if permanent(err) || time.Now().After(deadline) {
+			return 0, fmt.Errorf("weir: write to %q: %w", w.name, err)
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, time.Second)
+	}
+}
