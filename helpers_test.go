@@ -1,0 +1,170 @@
+package weir_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/sqlitestore"
+	"github.com/weirhq/weir/stream"
+)
+
+// openStore opens a real SQLite store in a fresh file.
+func openStore(t testing.TB) (*sqlitestore.Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "weir.db")
+	s, err := sqlitestore.Open(context.Background(), path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, path
+}
+
+// fastConfig keeps tests quick: short polls, leases and backoffs.
+func fastConfig() *weir.Config {
+	return &weir.Config{
+		PollInterval: 10 * time.Millisecond,
+		LeaseTTL:     500 * time.Millisecond,
+		Retry:        weir.RetryPolicy{InitialInterval: 5 * time.Millisecond, MaxInterval: 20 * time.Millisecond},
+		Logger:       slog.New(slog.DiscardHandler),
+	}
+}
+
+func newEngine(t testing.TB, s store.Store, cfg *weir.Config) *weir.Engine {
+	t.Helper()
+	if cfg == nil {
+		cfg = fastConfig()
+	}
+	e, err := weir.New(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Errorf("close engine: %v", err)
+		}
+	})
+	return e
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// readAll reads a whole stream in one view, without following.
+func readAll(t testing.TB, e *weir.Engine, run, name string, view weir.View) []weir.Record {
+	t.Helper()
+	var out []weir.Record
+	for r, err := range e.Read(testCtx(t), run, name, &weir.ReadOptions{View: view}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func dataOf(recs []weir.Record) []string {
+	var out []string
+	for _, r := range recs {
+		if r.Kind == stream.KindData {
+			out = append(out, string(r.Data))
+		}
+	}
+	return out
+}
+
+func kinds(recs []weir.Record, k stream.Kind) []weir.Record {
+	var out []weir.Record
+	for _, r := range recs {
+		if r.Kind == k {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// checkDense asserts invariant 3 on a full live read: offsets 0, 1, 2 ….
+func checkDense(t testing.TB, recs []weir.Record) {
+	t.Helper()
+	for i, r := range recs {
+		if r.Offset != int64(i) {
+			t.Fatalf("record %d has offset %d: offsets are not dense", i, r.Offset)
+		}
+	}
+}
+
+// checkNoDuplicates asserts invariant 1 on a committed read: each (writer,
+// seq) once.
+func checkNoDuplicates(t testing.TB, recs []weir.Record) {
+	t.Helper()
+	type key struct {
+		w string
+		s int64
+	}
+	seen := map[key]int64{}
+	for _, r := range recs {
+		if r.Kind != stream.KindData || r.Writer == "" {
+			continue
+		}
+		k := key{r.Writer, r.Seq}
+		if o, dup := seen[k]; dup {
+			t.Fatalf("committed view has %s seq %d twice (offsets %d and %d)", r.Writer, r.Seq, o, r.Offset)
+		}
+		seen[k] = r.Offset
+	}
+}
+
+// faultStore is the real store with failures injected around it: it is how
+// the tests cut a connection after the database committed but before the
+// caller heard, or before the request reached it.
+type faultStore struct {
+	store.Store
+	mu sync.Mutex
+	// appendFault, if set, is asked before and after every Append.
+	appendFault func(call int, committed bool) error
+	appends     int
+	renewFault  atomic.Bool
+}
+
+var errInjected = errors.New("injected fault: connection reset")
+
+func (f *faultStore) Append(ctx context.Context, p *store.AppendParams) (*store.AppendResult, error) {
+	f.mu.Lock()
+	f.appends++
+	call, fault := f.appends, f.appendFault
+	f.mu.Unlock()
+	if fault != nil {
+		if err := fault(call, false); err != nil {
+			return nil, err
+		}
+	}
+	res, err := f.Store.Append(ctx, p)
+	if err == nil && fault != nil {
+		if ferr := fault(call, true); ferr != nil {
+			return nil, ferr
+		}
+	}
+	return res, err
+}
+
+func (f *faultStore) RenewLease(ctx context.Context, p *store.RenewLeaseParams) (bool, error) {
+	if f.renewFault.Load() {
+		// The worker believes it renewed; the database never heard. This is a
+		// zombie: a paused process or a partition, not a crash.
+		return false, nil
+	}
+	return f.Store.RenewLease(ctx, p)
+}

@@ -1,0 +1,101 @@
+// Package demo holds weir's own demo workflows: the ones `weir demo` runs
+// and `weir server` registers, so a newcomer can watch a retried step stream
+// without writing code.
+package demo
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/weirhq/weir"
+)
+
+// TokensWorkflow is the name of the token-streaming workflow.
+const TokensWorkflow = "demo.tokens"
+
+// TokensStream is the stream the tokens go to.
+const TokensStream = "tokens"
+
+// StatusStream is the stream workflow code writes its status lines to.
+const StatusStream = "status"
+
+// TokensInput configures a run of the token workflow: a step that streams
+// Text word by word, like an LLM, and whose first attempt fails midway.
+type TokensInput struct {
+	// Text is what the step streams, split into words.
+	Text string `json:"text"`
+	// RetryText, if set, is what attempts after the first stream instead:
+	// a retry whose output differs (a sampled LLM, a clock).
+	RetryText string `json:"retry_text,omitempty"`
+	// FailAfter makes attempt 1 fail after this many tokens; 0: never.
+	FailAfter int `json:"fail_after,omitempty"`
+	// Delay is the pause after each token.
+	Delay time.Duration `json:"delay,omitempty"`
+}
+
+// TokensOutput is the result of the token workflow.
+type TokensOutput struct {
+	Tokens   int   `json:"tokens"`
+	Attempts int64 `json:"attempts"`
+}
+
+// ErrModelDropped is the simulated failure of attempt 1.
+var ErrModelDropped = errors.New("simulated failure: the connection to the model dropped")
+
+// Tokenize splits text into words that keep their leading space, so the
+// tokens concatenate back to the text.
+func Tokenize(text string) []string {
+	var out []string
+	for i, w := range strings.Fields(text) {
+		if i > 0 {
+			w = " " + w
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// Register registers the demo workflows on e.
+func Register(e *weir.Engine) *weir.Workflow[TokensInput, TokensOutput] {
+	return weir.Register(e, TokensWorkflow, tokens)
+}
+
+func tokens(ctx weir.Context, in TokensInput) (TokensOutput, error) {
+	type result struct {
+		Tokens  int   `json:"tokens"`
+		Attempt int64 `json:"attempt"`
+	}
+	r, err := weir.Step(ctx, "generate", func(sc weir.StepContext) (result, error) {
+		text := in.Text
+		if sc.Attempt() > 1 && in.RetryText != "" {
+			text = in.RetryText
+		}
+		out := sc.Stream(TokensStream)
+		toks := Tokenize(text)
+		for i, tok := range toks {
+			if sc.Attempt() == 1 && in.FailAfter > 0 && i == in.FailAfter {
+				return result{}, ErrModelDropped
+			}
+			if _, err := out.WriteString(tok); err != nil {
+				return result{}, err
+			}
+			if in.Delay > 0 {
+				select {
+				case <-time.After(in.Delay):
+				case <-sc.Done():
+					return result{}, sc.Err()
+				}
+			}
+		}
+		return result{Tokens: len(toks), Attempt: sc.Attempt()}, nil
+	}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: 3, InitialInterval: 150 * time.Millisecond}))
+	if err != nil {
+		return TokensOutput{}, err
+	}
+	if _, err := ctx.Stream(StatusStream).WriteString(fmt.Sprintf("generated %d tokens in %d attempts", r.Tokens, r.Attempt)); err != nil {
+		return TokensOutput{}, err
+	}
+	return TokensOutput{Tokens: r.Tokens, Attempts: r.Attempt}, nil
+}
