@@ -1,0 +1,143 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// migrations are applied in order; migration i brings the file to
+// user_version i+1. Never edit one that has shipped: append a new one.
+//
+// Times are unix nanoseconds, 0 for none. Offsets are implicit in batches: a
+// row holds the records first_offset..last_offset of one append, encoded by
+// stream.EncodeBatch. Each batch comes from one writer (or none), which lets a
+// writer's live records be rebuilt without decoding other writers' rows.
+var migrations = []string{
+	`
+CREATE TABLE runs (
+	seq              INTEGER PRIMARY KEY, -- creation order
+	id               TEXT    NOT NULL UNIQUE,
+	workflow         TEXT    NOT NULL,
+	status           TEXT    NOT NULL,
+	input            BLOB,
+	output           BLOB,
+	error            TEXT    NOT NULL DEFAULT '',
+	created_at       INTEGER NOT NULL,
+	updated_at       INTEGER NOT NULL,
+	wake_at          INTEGER NOT NULL DEFAULT 0,
+	lease_owner      TEXT    NOT NULL DEFAULT '',
+	lease_expires    INTEGER NOT NULL DEFAULT 0,
+	lease_epoch      INTEGER NOT NULL DEFAULT 0,
+	cancel_requested INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX runs_runnable ON runs (wake_at, seq) WHERE status IN ('pending', 'running');
+CREATE INDEX runs_workflow ON runs (workflow, seq);
+CREATE INDEX runs_status ON runs (status, seq);
+
+CREATE TABLE events (
+	run_id  TEXT    NOT NULL REFERENCES runs (id),
+	seq     INTEGER NOT NULL,
+	type    TEXT    NOT NULL,
+	op      INTEGER NOT NULL,
+	name    TEXT    NOT NULL,
+	attempt INTEGER NOT NULL,
+	data    BLOB,
+	error   TEXT    NOT NULL,
+	final   INTEGER NOT NULL,
+	at      INTEGER NOT NULL,
+	wake_at INTEGER NOT NULL,
+	PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE streams (
+	id           INTEGER PRIMARY KEY,
+	path         TEXT    NOT NULL UNIQUE,
+	run_id       TEXT    REFERENCES runs (id), -- NULL: standalone
+	name         TEXT    NOT NULL,
+	content_type TEXT    NOT NULL,
+	next_offset  INTEGER NOT NULL DEFAULT 0,
+	closed       INTEGER NOT NULL DEFAULT 0,
+	created_at   INTEGER NOT NULL
+);
+CREATE INDEX streams_run ON streams (run_id, name) WHERE run_id IS NOT NULL;
+
+-- The persisted part of stream.Writer; Live is rebuilt from batches.
+CREATE TABLE writers (
+	stream_id INTEGER NOT NULL REFERENCES streams (id),
+	writer    TEXT    NOT NULL,
+	attempt   INTEGER NOT NULL,
+	next      INTEGER NOT NULL,
+	diverged  INTEGER NOT NULL,
+	status    INTEGER NOT NULL,
+	PRIMARY KEY (stream_id, writer)
+) WITHOUT ROWID;
+
+CREATE TABLE fences (
+	run_id  TEXT    NOT NULL REFERENCES runs (id),
+	writer  TEXT    NOT NULL,
+	attempt INTEGER NOT NULL,
+	PRIMARY KEY (run_id, writer)
+) WITHOUT ROWID;
+
+-- Keyed by last_offset so that "the batches holding offsets >= from" is one
+-- range seek; first_offset grows with it.
+CREATE TABLE batches (
+	stream_id    INTEGER NOT NULL REFERENCES streams (id),
+	last_offset  INTEGER NOT NULL,
+	first_offset INTEGER NOT NULL,
+	writer       TEXT    NOT NULL, -- before data: filtering on it skips the blob
+	data         BLOB    NOT NULL,
+	PRIMARY KEY (stream_id, last_offset)
+) WITHOUT ROWID;
+`,
+}
+
+// migrate brings the file's schema to the latest version, one transaction per
+// migration.
+func migrate(ctx context.Context, conn *sql.Conn) error {
+	for {
+		var v int
+		if err := conn.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+			return fmt.Errorf("read schema version: %w", err)
+		}
+		if v > len(migrations) {
+			return fmt.Errorf("schema version %d is newer than this build knows (%d)", v, len(migrations))
+		}
+		if v == len(migrations) {
+			return nil
+		}
+		if err := applyMigration(ctx, conn, v); err != nil {
+			return fmt.Errorf("migrate to version %d: %w", v+1, err)
+		}
+	}
+}
+
+func applyMigration(ctx context.Context, conn *sql.Conn, v int) (err error) {
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_, _ = conn.ExecContext(context.Background(), `ROLLBACK`)
+		}
+	}()
+	// Another opener may have migrated between our read and our BEGIN.
+	var cur int
+	if err := conn.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&cur); err != nil {
+		return err
+	}
+	if cur != v {
+		_, err := conn.ExecContext(ctx, `ROLLBACK`)
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, migrations[v]); err != nil {
+		return err
+	}
+	// PRAGMA takes no parameters; v is an int we control.
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
+		return err
+	}
+	_, err = conn.ExecContext(ctx, `COMMIT`)
+	return err
+}

@@ -1,0 +1,339 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
+)
+
+const defaultContentType = "application/octet-stream"
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanStream(row rowScanner) (*store.StreamInfo, error) {
+	var si store.StreamInfo
+	var created int64
+	if err := row.Scan(&si.ID, &si.Path, &si.RunID, &si.Name, &si.ContentType, &si.NextOffset, &si.Closed, &created); err != nil {
+		return nil, err
+	}
+	si.CreatedAt = fromNanos(created)
+	return &si, nil
+}
+
+// OpenStream returns the stream at p.Path (or at the path of p.RunID's stream
+// p.Name), creating it if p.Create. A standalone stream cannot be created
+// under "runs/": that prefix belongs to run streams.
+func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*store.StreamInfo, error) {
+	path := p.Path
+	if p.RunID != "" || p.Name != "" {
+		if p.RunID == "" || p.Name == "" {
+			return nil, fmt.Errorf("open stream: %w: a run stream needs both a run id and a name", store.ErrInvalid)
+		}
+		path = store.RunStreamPath(p.RunID, p.Name)
+		if p.Path != "" && p.Path != path {
+			return nil, fmt.Errorf("open stream: %w: path %q is not run %q's stream %q", store.ErrInvalid, p.Path, p.RunID, p.Name)
+		}
+	}
+	if path == "" {
+		return nil, fmt.Errorf("open stream: %w: empty path", store.ErrInvalid)
+	}
+	if s.isClosed() {
+		return nil, store.ErrClosedStore
+	}
+	si, err := scanStream(s.r.streamByPath.QueryRowContext(ctx, path))
+	if err == nil {
+		return si, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("open stream: %w", s.readErr(err))
+	}
+	if !p.Create {
+		return nil, fmt.Errorf("open stream %q: %w", path, store.ErrNotFound)
+	}
+	if p.RunID == "" && strings.HasPrefix(path, "runs/") {
+		return nil, fmt.Errorf("open stream: %w: path %q is reserved for run streams; give RunID and Name", store.ErrInvalid, path)
+	}
+	ct := p.ContentType
+	if ct == "" {
+		ct = defaultContentType
+	}
+	now := nanos(s.cfg.Now())
+	err = s.write(ctx, func(tx *wtx) error {
+		// Re-check: another op may have created it since our read.
+		si, err = scanStream(tx.w.streamByPath.QueryRowContext(bg, path))
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return translate(err)
+		}
+		if p.RunID != "" {
+			var epoch int64
+			var owner, status string
+			err := tx.w.runLease.QueryRowContext(bg, p.RunID).Scan(&epoch, &owner, &status)
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("run %q: %w", p.RunID, store.ErrNotFound)
+			}
+			if err != nil {
+				return translate(err)
+			}
+		}
+		si, err = scanStream(tx.w.insertStream.QueryRowContext(bg, path, p.RunID, p.Name, ct, now))
+		return translate(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create stream: %w", err)
+	}
+	return si, nil
+}
+
+// GetStream returns a stream by id.
+func (s *Store) GetStream(ctx context.Context, id int64) (*store.StreamInfo, error) {
+	if s.isClosed() {
+		return nil, store.ErrClosedStore
+	}
+	si, err := scanStream(s.r.stream.QueryRowContext(ctx, id))
+	if err != nil {
+		return nil, fmt.Errorf("get stream %d: %w", id, s.readErr(err))
+	}
+	return si, nil
+}
+
+// ListStreams returns the streams of a run by name; none for an unknown run.
+func (s *Store) ListStreams(ctx context.Context, runID string) ([]*store.StreamInfo, error) {
+	if s.isClosed() {
+		return nil, store.ErrClosedStore
+	}
+	rows, err := s.r.runStreams.QueryContext(ctx, runID)
+	if err != nil {
+		return nil, fmt.Errorf("list streams: %w", s.readErr(err))
+	}
+	defer rows.Close()
+	var out []*store.StreamInfo
+	for rows.Next() {
+		si, err := scanStream(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list streams: %w", s.readErr(err))
+		}
+		out = append(out, si)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list streams: %w", s.readErr(err))
+	}
+	return out, nil
+}
+
+// Append applies one append request. The chunks are not retained.
+func (s *Store) Append(ctx context.Context, p *store.AppendParams) (*store.AppendResult, error) {
+	if err := store.CheckAppend(p); err != nil {
+		return nil, fmt.Errorf("append: %w", err)
+	}
+	var res *store.AppendResult
+	err := s.write(ctx, func(tx *wtx) error {
+		var err error
+		res, err = tx.append(p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("append: %w", err)
+	}
+	return res, nil
+}
+
+func (tx *wtx) append(p *store.AppendParams) (*store.AppendResult, error) {
+	st, err := tx.stream(p.StreamID)
+	if err != nil {
+		return nil, err
+	}
+	req := stream.AppendRequest{Attempt: p.Attempt, FirstSeq: p.FirstSeq, Chunks: p.Chunks}
+	var w *stream.Writer
+	fresh := false
+	if p.Writer != "" {
+		if w, err = tx.writer(st, p.Writer); err != nil {
+			return nil, err
+		}
+		if w == nil {
+			w, fresh = &stream.Writer{ID: p.Writer}, true
+		}
+		if st.runID != "" {
+			if req.Fence, err = tx.fence(st.runID, p.Writer); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var before stream.Writer
+	if w != nil {
+		before = *w
+	}
+	acks, recs, err := stream.Append(&st.head, w, &req)
+	if err != nil {
+		return nil, err
+	}
+	res := &store.AppendResult{Acks: acks, NextOffset: st.head.NextOffset}
+	if len(recs) == 0 && (w == nil || !fresh && sameState(&before, w)) {
+		return res, nil // retransmits only: nothing to write
+	}
+	tx.changed(st, w)
+	if fresh {
+		tx.c.writers.put(writerKey{st.id, w.ID}, w)
+	}
+	if err := tx.writeRecords(st, recs); err != nil {
+		return nil, err
+	}
+	if w != nil {
+		if err := tx.saveWriter(st.id, w); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// sameState reports whether the persisted fields of a and b are equal.
+func sameState(a, b *stream.Writer) bool {
+	return a.Attempt == b.Attempt && a.Next == b.Next && a.Diverged == b.Diverged && a.Status == b.Status
+}
+
+// FinishWriter commits or aborts one writer on one stream.
+func (s *Store) FinishWriter(ctx context.Context, p *store.FinishWriterParams) (stream.Result, error) {
+	if p.Writer == "" || p.Attempt < 0 {
+		return 0, fmt.Errorf("finish writer: %w: a writer and an attempt >= 0 are required", store.ErrInvalid)
+	}
+	var res stream.Result
+	err := s.write(ctx, func(tx *wtx) error {
+		st, err := tx.stream(p.StreamID)
+		if err != nil {
+			return err
+		}
+		res, err = tx.finish(st, p.Writer, p.Attempt, p.Commit)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("finish writer: %w", err)
+	}
+	return res, nil
+}
+
+// CloseStream closes a stream; the second close writes nothing and returns
+// stream.Already.
+func (s *Store) CloseStream(ctx context.Context, id int64) (stream.Result, error) {
+	var res stream.Result
+	err := s.write(ctx, func(tx *wtx) error {
+		st, err := tx.stream(id)
+		if err != nil {
+			return err
+		}
+		res, err = tx.closeStream(st)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("close stream: %w", err)
+	}
+	return res, nil
+}
+
+// Read returns a page of the live view. Records' Data share one buffer per
+// call.
+func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResult, error) {
+	if p.From < 0 || p.Limit < 0 || p.MaxBytes < 0 {
+		return nil, fmt.Errorf("read: %w: negative from, limit or max bytes", store.ErrInvalid)
+	}
+	limit, maxBytes := p.Limit, p.MaxBytes
+	if limit == 0 {
+		limit = 1000
+	}
+	if maxBytes == 0 {
+		maxBytes = 4 << 20
+	}
+	if s.isClosed() {
+		return nil, store.ErrClosedStore
+	}
+	res := &store.ReadResult{}
+	// The head first: records committed after it are left for the next read,
+	// so the page and NextOffset agree without a read transaction.
+	err := s.r.head.QueryRowContext(ctx, p.StreamID).Scan(&res.NextOffset, &res.Closed)
+	if err != nil {
+		return nil, fmt.Errorf("read stream %d: %w", p.StreamID, s.readErr(err))
+	}
+	if p.From > res.NextOffset {
+		return nil, fmt.Errorf("read: %w: offset %d is past the stream's next offset %d", store.ErrInvalid, p.From, res.NextOffset)
+	}
+	if p.From == res.NextOffset {
+		return res, nil
+	}
+	rows, err := s.r.batches.QueryContext(ctx, p.StreamID, p.From)
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", s.readErr(err))
+	}
+	defer rows.Close()
+	var (
+		scratch []stream.Record
+		arena   []byte
+		bytes   int
+	)
+rows:
+	for rows.Next() {
+		var first int64
+		var data sql.RawBytes
+		if err := rows.Scan(&first, &data); err != nil {
+			return nil, fmt.Errorf("read: %w", s.readErr(err))
+		}
+		scratch, err = stream.DecodeBatch(scratch[:0], data, first, p.From)
+		if err != nil {
+			return nil, fmt.Errorf("read stream %d: %w", p.StreamID, err)
+		}
+		for i := range scratch {
+			r := scratch[i]
+			if r.Offset >= res.NextOffset || len(res.Records) == limit ||
+				len(res.Records) > 0 && bytes+len(r.Data) > maxBytes {
+				break rows
+			}
+			if r.Data != nil {
+				// RawBytes die with the next row: copy into one arena per call.
+				if cap(arena)-len(arena) < len(r.Data) {
+					arena = make([]byte, 0, max(len(r.Data), 2*cap(arena), min(maxBytes, 64<<10)))
+				}
+				n := len(arena)
+				arena = append(arena, r.Data...)
+				r.Data = arena[n:len(arena):len(arena)]
+			}
+			bytes += len(r.Data)
+			res.Records = append(res.Records, r)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read: %w", s.readErr(err))
+	}
+	return res, nil
+}
+
+// Wait blocks until stream id has a record at offset >= next or is closed.
+func (s *Store) Wait(ctx context.Context, id int64, next int64) error {
+	for {
+		// Take the channel before looking, so a commit between the look and
+		// the wait still wakes us.
+		ch := s.notify.channel(id)
+		if s.isClosed() {
+			return store.ErrClosedStore
+		}
+		var n int64
+		var closed bool
+		if err := s.r.head.QueryRowContext(ctx, id).Scan(&n, &closed); err != nil {
+			return fmt.Errorf("wait stream %d: %w", id, s.readErr(err))
+		}
+		if n > next || closed {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.closing:
+			return store.ErrClosedStore
+		}
+	}
+}

@@ -1,0 +1,334 @@
+package storetest
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/store"
+)
+
+func testRuns(t *testing.T, h Harness) {
+	t.Run("CreateRunIsIdempotentByID", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		wake := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+		p := &store.CreateRunParams{ID: "r1", Workflow: "wf", Input: []byte(`{"n":1}`), WakeAt: wake}
+		r1, created, err := s.CreateRun(ctx(t), p)
+		must(t, err)
+		if !created {
+			t.Fatal("first CreateRun: created = false")
+		}
+		if r1.ID != "r1" || r1.Workflow != "wf" || r1.Status != store.RunPending || !bytes.Equal(r1.Input, p.Input) ||
+			!r1.WakeAt.Equal(wake) || r1.CreatedAt.IsZero() || r1.LeaseEpoch != 0 || r1.LeaseOwner != "" || r1.CancelRequested {
+			t.Fatalf("created run = %+v", r1)
+		}
+		// The same id again, even with other input: the existing run.
+		r2, created, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "r1", Workflow: "wf", Input: []byte("other")})
+		must(t, err)
+		if created {
+			t.Fatal("second CreateRun: created = true")
+		}
+		if r2.ID != r1.ID || !bytes.Equal(r2.Input, p.Input) || !r2.CreatedAt.Equal(r1.CreatedAt) {
+			t.Fatalf("second CreateRun = %+v, want %+v", r2, r1)
+		}
+		got, err := s.GetRun(ctx(t), "r1")
+		must(t, err)
+		if got.ID != "r1" || !bytes.Equal(got.Input, p.Input) || !got.WakeAt.Equal(wake) || !got.CreatedAt.Equal(r1.CreatedAt) {
+			t.Fatalf("GetRun = %+v, want %+v", got, r1)
+		}
+	})
+
+	t.Run("CreateRunConflict", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		createRun(t, s, "r1")
+		_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "r1", Workflow: "other"})
+		wantErr(t, err, store.ErrRunConflict)
+	})
+
+	t.Run("CreateRunInvalid", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "", Workflow: "wf"})
+		wantErr(t, err, store.ErrInvalid)
+		_, _, err = s.CreateRun(ctx(t), &store.CreateRunParams{ID: "r1"})
+		wantErr(t, err, store.ErrInvalid)
+	})
+
+	t.Run("GetRunNotFound", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		_, err := s.GetRun(ctx(t), "nope")
+		wantErr(t, err, store.ErrNotFound)
+	})
+
+	t.Run("ListRuns", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		for _, r := range []struct{ id, wf string }{{"r1", "a"}, {"r2", "b"}, {"r3", "a"}, {"r4", "a"}, {"r5", "b"}} {
+			_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: r.id, Workflow: r.wf})
+			must(t, err)
+		}
+		// Claim the oldest two: r1 and r2 become running.
+		runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 2, LeaseTTL: ttl})
+		must(t, err)
+		if got := runIDs(runs); !slices.Equal(got, []string{"r1", "r2"}) {
+			t.Fatalf("claimed %v, want [r1 r2]", got)
+		}
+		list := func(p store.ListRunsParams) []string {
+			t.Helper()
+			runs, err := s.ListRuns(ctx(t), &p)
+			must(t, err)
+			return runIDs(runs)
+		}
+		for _, c := range []struct {
+			name string
+			p    store.ListRunsParams
+			want []string
+		}{
+			{"all newest first", store.ListRunsParams{}, []string{"r5", "r4", "r3", "r2", "r1"}},
+			{"workflow", store.ListRunsParams{Workflow: "a"}, []string{"r4", "r3", "r1"}},
+			{"status", store.ListRunsParams{Status: store.RunRunning}, []string{"r2", "r1"}},
+			{"workflow and status", store.ListRunsParams{Workflow: "b", Status: store.RunPending}, []string{"r5"}},
+			{"limit", store.ListRunsParams{Limit: 2}, []string{"r5", "r4"}},
+			{"before", store.ListRunsParams{Before: "r4", Limit: 2}, []string{"r3", "r2"}},
+			{"before with filter", store.ListRunsParams{Before: "r4", Workflow: "a"}, []string{"r3", "r1"}},
+			{"before the oldest", store.ListRunsParams{Before: "r1"}, nil},
+			{"no match", store.ListRunsParams{Workflow: "zzz"}, nil},
+		} {
+			if got := list(c.p); !slices.Equal(got, c.want) {
+				t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+			}
+		}
+		// Paging with the cursor visits every run once.
+		var all []string
+		before := ""
+		for {
+			page := list(store.ListRunsParams{Before: before, Limit: 2})
+			if len(page) == 0 {
+				break
+			}
+			all = append(all, page...)
+			before = page[len(page)-1]
+		}
+		if !slices.Equal(all, []string{"r5", "r4", "r3", "r2", "r1"}) {
+			t.Fatalf("paged = %v", all)
+		}
+		_, err = s.ListRuns(ctx(t), &store.ListRunsParams{Status: "bogus"})
+		wantErr(t, err, store.ErrInvalid)
+	})
+
+	t.Run("ListEvents", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		_, err := s.ListEvents(ctx(t), "nope", 0)
+		wantErr(t, err, store.ErrNotFound)
+		createRun(t, s, "r1")
+		evs, err := s.ListEvents(ctx(t), "r1", 0)
+		must(t, err)
+		if len(evs) != 0 {
+			t.Fatalf("new run has events %v", evs)
+		}
+	})
+}
+
+func testClaims(t *testing.T, h Harness) {
+	t.Run("ClaimLeasesAndIncrementsEpoch", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		createRun(t, s, "r1")
+		now := time.Now().Truncate(time.Millisecond)
+		runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 10, LeaseTTL: time.Minute, Now: now})
+		must(t, err)
+		if len(runs) != 1 {
+			t.Fatalf("claimed %v", runIDs(runs))
+		}
+		r := runs[0]
+		if r.Status != store.RunRunning || r.LeaseOwner != owner || r.LeaseEpoch != 1 || !r.LeaseExpires.Equal(now.Add(time.Minute)) {
+			t.Fatalf("claimed run = %+v", r)
+		}
+		got, err := s.GetRun(ctx(t), "r1")
+		must(t, err)
+		if got.Status != store.RunRunning || got.LeaseOwner != owner || got.LeaseEpoch != 1 {
+			t.Fatalf("GetRun after claim = %+v", got)
+		}
+		// Leased: nobody else gets it.
+		runs, err = s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: "worker-2", Limit: 10, LeaseTTL: time.Minute, Now: now})
+		must(t, err)
+		if len(runs) != 0 {
+			t.Fatalf("claimed a leased run: %v", runIDs(runs))
+		}
+	})
+
+	t.Run("ClaimOnlyRunnable", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		now := time.Now()
+		_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "later", Workflow: "wf", WakeAt: now.Add(time.Hour)})
+		must(t, err)
+		epoch := startRun(t, s, "done")
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "done", LeaseEpoch: epoch, Status: store.RunCompleted}))
+		createRun(t, s, "now")
+		claim := func(at time.Time) []string {
+			t.Helper()
+			runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 10, LeaseTTL: 10 * time.Hour, Now: at})
+			must(t, err)
+			return runIDs(runs)
+		}
+		if got := claim(now); !slices.Equal(got, []string{"now"}) {
+			t.Fatalf("claimed %v, want [now]", got)
+		}
+		if got := claim(now.Add(30 * time.Minute)); len(got) != 0 {
+			t.Fatalf("claimed %v before the wake time", got)
+		}
+		if got := claim(now.Add(2 * time.Hour)); !slices.Equal(got, []string{"later"}) {
+			t.Fatalf("claimed %v after the wake time, want [later]", got)
+		}
+	})
+
+	t.Run("ClaimLimit", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		for _, id := range []string{"r1", "r2", "r3"} {
+			createRun(t, s, id)
+		}
+		runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 2, LeaseTTL: ttl})
+		must(t, err)
+		if got := runIDs(runs); !slices.Equal(got, []string{"r1", "r2"}) {
+			t.Fatalf("claimed %v, want the two oldest", got)
+		}
+		_, err = s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 0, LeaseTTL: ttl})
+		wantErr(t, err, store.ErrInvalid)
+		_, err = s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: "", Limit: 1, LeaseTTL: ttl})
+		wantErr(t, err, store.ErrInvalid)
+	})
+
+	t.Run("ConcurrentClaimersNeverShareARun", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		const n = 40
+		for i := range n {
+			createRun(t, s, fmt.Sprintf("r%d", i))
+		}
+		var mu sync.Mutex
+		seen := map[string]string{}
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				name := fmt.Sprintf("w%d", w)
+				for {
+					runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: name, Limit: 3, LeaseTTL: ttl})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if len(runs) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, r := range runs {
+						if prev, ok := seen[r.ID]; ok {
+							t.Errorf("run %s claimed by %s and %s", r.ID, prev, name)
+						}
+						seen[r.ID] = name
+						if r.LeaseOwner != name || r.LeaseEpoch != 1 {
+							t.Errorf("run %s: owner %q epoch %d", r.ID, r.LeaseOwner, r.LeaseEpoch)
+						}
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if len(seen) != n {
+			t.Fatalf("claimed %d runs, want %d", len(seen), n)
+		}
+	})
+
+	t.Run("ExpiredLeaseIsClaimableAgain", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		createRun(t, s, "r1")
+		now := time.Now()
+		runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: "w1", Limit: 1, LeaseTTL: time.Minute, Now: now})
+		must(t, err)
+		if len(runs) != 1 {
+			t.Fatal("first claim got nothing")
+		}
+		runs, err = s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: "w2", Limit: 1, LeaseTTL: time.Minute, Now: now.Add(2 * time.Minute)})
+		must(t, err)
+		if len(runs) != 1 || runs[0].LeaseOwner != "w2" || runs[0].LeaseEpoch != 2 {
+			t.Fatalf("second claim = %v", runs)
+		}
+		// The first worker is fenced everywhere.
+		_, err = s.RenewLease(ctx(t), &store.RenewLeaseParams{RunID: "r1", LeaseEpoch: 1, LeaseTTL: time.Minute})
+		wantErr(t, err, store.ErrLeaseLost)
+		err = s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: 1, Events: []store.Event{{Type: store.EventRunStarted}}})
+		wantErr(t, err, store.ErrLeaseLost)
+		cancel, err := s.RenewLease(ctx(t), &store.RenewLeaseParams{RunID: "r1", LeaseEpoch: 2, LeaseTTL: time.Minute})
+		must(t, err)
+		if cancel {
+			t.Fatal("cancel reported without a request")
+		}
+	})
+
+	t.Run("RenewLease", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		epoch := startRun(t, s, "r1")
+		before, err := s.GetRun(ctx(t), "r1")
+		must(t, err)
+		_, err = s.RenewLease(ctx(t), &store.RenewLeaseParams{RunID: "r1", LeaseEpoch: epoch, LeaseTTL: 2 * ttl})
+		must(t, err)
+		after, err := s.GetRun(ctx(t), "r1")
+		must(t, err)
+		if !after.LeaseExpires.After(before.LeaseExpires) {
+			t.Fatalf("lease expiry %v not extended past %v", after.LeaseExpires, before.LeaseExpires)
+		}
+		_, err = s.RenewLease(ctx(t), &store.RenewLeaseParams{RunID: "r1", LeaseEpoch: epoch + 1, LeaseTTL: ttl})
+		wantErr(t, err, store.ErrLeaseLost)
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Status: store.RunFailed, Error: "boom"}))
+		_, err = s.RenewLease(ctx(t), &store.RenewLeaseParams{RunID: "r1", LeaseEpoch: epoch, LeaseTTL: ttl})
+		wantErr(t, err, store.ErrLeaseLost)
+	})
+
+	t.Run("RequestCancel", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		wantErr(t, s.RequestCancel(ctx(t), "nope"), store.ErrNotFound)
+
+		// A parked run becomes claimable at once.
+		epoch := startRun(t, s, "r1")
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: time.Now().Add(24 * time.Hour)}))
+		runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl})
+		must(t, err)
+		if len(runs) != 0 {
+			t.Fatal("claimed a parked run")
+		}
+		must(t, s.RequestCancel(ctx(t), "r1"))
+		runs, err = s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl})
+		must(t, err)
+		if len(runs) != 1 || !runs[0].CancelRequested {
+			t.Fatalf("after cancel claimed %+v, want r1 with CancelRequested", runs)
+		}
+		cancel, err := s.RenewLease(ctx(t), &store.RenewLeaseParams{RunID: "r1", LeaseEpoch: runs[0].LeaseEpoch, LeaseTTL: ttl})
+		must(t, err)
+		if !cancel {
+			t.Fatal("RenewLease did not report the cancel")
+		}
+
+		// A finished run is left alone.
+		epoch = startRun(t, s, "r2")
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r2", LeaseEpoch: epoch, Status: store.RunCompleted}))
+		must(t, s.RequestCancel(ctx(t), "r2"))
+		r2, err := s.GetRun(ctx(t), "r2")
+		must(t, err)
+		if r2.CancelRequested || r2.Status != store.RunCompleted {
+			t.Fatalf("finished run after cancel = %+v", r2)
+		}
+	})
+}
