@@ -152,6 +152,8 @@ func Step[T any](ctx Context, name string, fn func(StepContext) (T, error), opts
 		return decode(st.output)
 	case st.failedFinal:
 		return zero, &StepError{Name: name, Attempt: st.lastAttempt, Message: st.errMsg}
+	case x.readOnly:
+		x.leave(exitFrontier, nil)
 	}
 	policy := cfg.retry
 	for {
@@ -252,6 +254,9 @@ func Sleep(ctx Context, d time.Duration) {
 	op, st := x.nextOp()
 	if st != nil && st.kind != opSleep {
 		x.leave(exitNonDeterminism, &NonDeterminismError{Op: op, Recorded: st.describe(), Replayed: "sleep"})
+	}
+	if x.readOnly && (st == nil || !st.fired) {
+		x.leave(exitFrontier, nil)
 	}
 	if st == nil {
 		st = &opState{kind: opSleep, wakeAt: time.Now().Add(d)}

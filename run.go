@@ -27,6 +27,7 @@ const (
 	exitCancelled                 // the run was cancelled
 	exitNonDeterminism            // replay diverged from the log
 	exitStoreError                // the store failed: leave the run to be resumed
+	exitFrontier                  // Replay reached the end of the log
 )
 
 // opKind is the kind of a durable operation.
@@ -76,6 +77,8 @@ type execution struct {
 	streamsMu sync.Mutex
 	streams   map[string]int64 // stream name -> id, opened by this execution
 	wfSeq     map[string]int64 // workflow writer: next seq per stream
+
+	readOnly bool // Replay: run nothing, write nothing
 
 	exit    exitReason
 	exitErr error
@@ -143,6 +146,9 @@ func (x *execution) interrupted() (exitReason, bool) {
 // record writes one engine transaction, fenced by this execution's lease.
 // From workflow code, a failure unwinds the goroutine.
 func (x *execution) record(p *store.RecordParams) {
+	if x.readOnly {
+		x.leave(exitFrontier, nil)
+	}
 	if err := x.recordErr(p); err != nil {
 		if errors.Is(err, store.ErrLeaseLost) {
 			x.leave(exitLost, err)
@@ -382,4 +388,56 @@ func (x *execution) waitUntil(t time.Time) {
 		r, _ := x.interrupted()
 		x.leave(r, context.Cause(x.ctx))
 	}
+}
+
+// Replay re-executes a recorded run's workflow function against its event
+// log, running no step and writing nothing, up to the end of the log (a
+// running run) or the function's return (a finished one). It returns a
+// *NonDeterminismError if the registered code no longer replays the log: use
+// it in tests to check that a new version of a workflow still resumes the
+// runs in flight. Returns ErrNotFound and ErrUnknownWorkflow.
+func (e *Engine) Replay(ctx context.Context, runID string) error {
+	r, err := e.store.GetRun(ctx, runID)
+	if err != nil {
+		return err
+	}
+	events, err := e.store.ListEvents(ctx, runID, 0)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	wf := e.workflows[r.Workflow]
+	e.mu.Unlock()
+	if wf == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownWorkflow, r.Workflow)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	x := &execution{e: e, run: r, epoch: r.LeaseEpoch, ctx: ctx, cancel: cancel, readOnly: true}
+	x.load(events)
+	var (
+		returned bool
+		panicked any
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			if x.exit == exitNone && !returned {
+				panicked = recover()
+			}
+		}()
+		_, _ = wf(&wfContext{Context: ctx, x: x}, r.Input)
+		returned = true
+	}()
+	<-done
+	switch {
+	case x.exit == exitNonDeterminism:
+		return x.exitErr
+	case panicked != nil:
+		return fmt.Errorf("replay of run %s panicked: %v", runID, panicked)
+	case returned && x.opSeq < x.maxOp:
+		return &NonDeterminismError{Op: x.opSeq + 1, Recorded: x.ops[x.opSeq+1].describe(), Replayed: "return from the workflow"}
+	}
+	return nil
 }
