@@ -16,6 +16,9 @@ import (
 // order, so a replay re-sends the same (writer, seq) and is recognised.
 const WorkflowWriterID = "workflow"
 
+// slabSize is the size of the buffers step writers copy chunks into.
+const slabSize = 256 << 10
+
 // errWriterClosed is returned by a write after the step ended.
 var errWriterClosed = errors.New("weir: stream writer closed: its step has ended")
 
@@ -42,8 +45,9 @@ type Writer struct {
 	acked    *sync.Cond // signalled when a batch is acknowledged or fails
 	kick     chan struct{}
 	done     chan struct{}
-	buf      []byte // pending chunks' bytes, back to back
-	lens     []int  // pending chunks' lengths
+	slab     []byte   // where Write copies chunks; a new one when full
+	pend     [][]byte // chunks written and not yet handed to the sender
+	pendSize int      // their bytes
 	firstAt  time.Time
 	sent     int64 // chunks handed to the sender (seq of the first pending chunk)
 	written  int64 // chunks written
@@ -84,7 +88,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for w.err == nil && !w.closing && len(w.lens) > 0 && len(w.buf)+w.inflight+len(p) > w.cfg.MaxBufferedBytes {
+	for w.err == nil && !w.closing && len(w.pend) > 0 && w.pendSize+w.inflight+len(p) > w.cfg.MaxBufferedBytes {
 		w.acked.Wait()
 	}
 	if w.err != nil {
@@ -93,17 +97,24 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if w.closing {
 		return 0, errWriterClosed
 	}
-	if len(w.lens) == 0 {
+	if len(w.pend) == 0 {
 		w.firstAt = time.Now()
 	}
-	w.buf = append(w.buf, p...)
-	w.lens = append(w.lens, len(p))
+	// Chunks are copied into slabs: batches then reference them without
+	// another copy, and the sender never moves what is still pending.
+	if len(w.slab)+len(p) > cap(w.slab) {
+		w.slab = make([]byte, 0, max(slabSize, len(p)))
+	}
+	n := len(w.slab)
+	w.slab = append(w.slab, p...)
+	w.pend = append(w.pend, w.slab[n:n+len(p):n+len(p)])
+	w.pendSize += len(p)
 	w.written++
 	if !w.started {
 		w.started = true
 		go w.sendLoop()
 	}
-	if len(w.lens) == 1 || len(w.lens) >= w.cfg.MaxBatchChunks || len(w.buf) >= w.cfg.MaxBatchBytes {
+	if len(w.pend) == 1 || len(w.pend) >= w.cfg.MaxBatchChunks || w.pendSize >= w.cfg.MaxBatchBytes {
 		w.poke()
 	}
 	return len(p), nil
@@ -163,13 +174,13 @@ func (w *Writer) sendLoop() {
 	for {
 		w.mu.Lock()
 		for {
-			n := len(w.lens)
+			n := len(w.pend)
 			if w.err != nil || (n == 0 && w.closing) {
 				w.mu.Unlock()
 				return
 			}
 			wait := w.cfg.Linger - time.Since(w.firstAt)
-			if n > 0 && (w.flushReq || w.closing || n >= w.cfg.MaxBatchChunks || len(w.buf) >= w.cfg.MaxBatchBytes || wait <= 0) {
+			if n > 0 && (w.flushReq || w.closing || n >= w.cfg.MaxBatchChunks || w.pendSize >= w.cfg.MaxBatchBytes || wait <= 0) {
 				break
 			}
 			w.mu.Unlock()
@@ -183,24 +194,18 @@ func (w *Writer) sendLoop() {
 			timer.Stop()
 			w.mu.Lock()
 		}
-		// Take one batch; what is left starts a new buffer.
+		// Take one batch.
 		k, size := 0, 0
-		for k < len(w.lens) && k < w.cfg.MaxBatchChunks && (k == 0 || size+w.lens[k] <= w.cfg.MaxBatchBytes) {
-			size += w.lens[k]
+		for k < len(w.pend) && k < w.cfg.MaxBatchChunks && (k == 0 || size+len(w.pend[k]) <= w.cfg.MaxBatchBytes) {
+			size += len(w.pend[k])
 			k++
 		}
-		batch := w.buf[:size:size]
-		chunks := make([][]byte, k)
-		pos := 0
-		for i := 0; i < k; i++ {
-			chunks[i] = batch[pos : pos+w.lens[i] : pos+w.lens[i]]
-			pos += w.lens[i]
+		chunks := w.pend[:k:k]
+		w.pend = w.pend[k:]
+		if len(w.pend) == 0 {
+			w.pend = nil // let the sent batch's slice go with it
 		}
-		rest := len(w.buf) - size
-		nb := make([]byte, rest, max(rest, min(2*size, w.cfg.MaxBatchBytes)))
-		copy(nb, w.buf[size:])
-		w.buf = nb
-		w.lens = append(w.lens[:0], w.lens[k:]...)
+		w.pendSize -= size
 		w.firstAt = time.Now()
 		first := w.sent
 		w.sent += int64(k)
