@@ -49,7 +49,7 @@ func DecodeBatch(dst []Record, b []byte, first, from int64) ([]Record, error) {
 			return dst, fmt.Errorf("%w: kind %d at offset %d", ErrCorrupt, b[0], off)
 		}
 		b = b[1:]
-		n, k := binary.Uvarint(b)
+		n, k := uvarint(b)
 		if k <= 0 || n > MaxWriterLen || uint64(len(b)-k) < n {
 			return dst, fmt.Errorf("%w: writer at offset %d", ErrCorrupt, off)
 		}
@@ -61,13 +61,13 @@ func DecodeBatch(dst []Record, b []byte, first, from int64) ([]Record, error) {
 			r.Writer = last
 		}
 		b = b[n:]
-		v, k := binary.Uvarint(b)
+		v, k := uvarint(b)
 		if k <= 0 || v > 1<<62 {
 			return dst, fmt.Errorf("%w: attempt at offset %d", ErrCorrupt, off)
 		}
 		r.Attempt = int64(v)
 		b = b[k:]
-		v, k = binary.Uvarint(b)
+		v, k = uvarint(b)
 		if k <= 0 || v > 1<<62 {
 			return dst, fmt.Errorf("%w: seq at offset %d", ErrCorrupt, off)
 		}
@@ -79,7 +79,7 @@ func DecodeBatch(dst []Record, b []byte, first, from int64) ([]Record, error) {
 			}
 			copy(r.Digest[:], b)
 			b = b[DigestSize:]
-			n, k := binary.Uvarint(b)
+			n, k := uvarint(b)
 			if k <= 0 || uint64(len(b)-k) < n {
 				return dst, fmt.Errorf("%w: data at offset %d", ErrCorrupt, off)
 			}
@@ -94,4 +94,15 @@ func DecodeBatch(dst []Record, b []byte, first, from int64) ([]Record, error) {
 		off++
 	}
 	return dst, nil
+}
+
+// uvarint is binary.Uvarint that also refuses non-minimal encodings (a last
+// byte of zero after a continuation), so every batch that decodes has exactly
+// one encoding.
+func uvarint(b []byte) (uint64, int) {
+	v, k := binary.Uvarint(b)
+	if k > 1 && b[k-1] == 0 {
+		return 0, 0
+	}
+	return v, k
 }

@@ -140,13 +140,13 @@ func Append(h *Head, w *Writer, req *AppendRequest) ([]Ack, []Record, error) {
 	if a > 0 && w.Attempt == 0 && len(w.Live) > 0 {
 		return nil, nil, fmt.Errorf("%w: writer %q wrote with attempt %d, got attempt %d", ErrMode, w.ID, w.Attempt, a)
 	}
-	if s < 0 {
-		return nil, nil, &GapError{Expected: w.Next, Got: s}
-	}
 	// Finished writers acknowledge exact retransmits and nothing else.
 	if w.Status != WriterOpen {
 		if w.Status == WriterAborted || a > w.Attempt {
 			return nil, nil, fmt.Errorf("%w: writer %q is %s at attempt %d", ErrWriterFinished, w.ID, w.Status, w.Attempt)
+		}
+		if s < 0 {
+			return nil, nil, &GapError{Expected: w.Next, Got: s}
 		}
 		for i, d := range digests {
 			q := s + int64(i)
@@ -169,7 +169,7 @@ func Append(h *Head, w *Writer, req *AppendRequest) ([]Ack, []Record, error) {
 	}
 	// 4. q > next anywhere means q > next at the first chunk: the seqs of one
 	// request are consecutive and next only moves with them.
-	if s > next {
+	if s > next || s < 0 {
 		return nil, nil, &GapError{Expected: next, Got: s}
 	}
 	// q < next: retransmits inside this attempt; they come first.

@@ -187,7 +187,9 @@ func (v *Voids) Push(r *Record) []int64 {
 				keep = append(keep, e)
 			}
 		}
-		v.seen[r.Writer] = keep
+		if len(l) > 0 {
+			v.seen[r.Writer] = keep
+		}
 		return out
 	case KindClose:
 		var out []int64
