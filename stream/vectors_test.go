@@ -32,8 +32,8 @@ type vectorStep struct {
 		Seq     int64    `json:"seq"`
 		Chunks  []string `json:"chunks"`
 	} `json:"op"`
-	Result json.RawMessage `json:"result"`
-	Error  string          `json:"error"`
+	Result json.RawMessage  `json:"result"`
+	Error  string           `json:"error"`
 	Detail map[string]int64 `json:"detail"`
 }
 
