@@ -28,7 +28,8 @@ var (
 	// on the stream.
 	ErrUnknownWriter = errors.New("unknown writer")
 	// ErrMode is returned when a writer that wrote with attempt 0 (committed at
-	// append) is used with attempts, or the other way round.
+	// append) is later used with attempts. (The other way round, attempt 0 is
+	// older than any attempt: FencedError.)
 	ErrMode = errors.New("writer mode mismatch")
 )
 

@@ -122,11 +122,12 @@ func Append(h *Head, w *Writer, req *AppendRequest) ([]Ack, []Record, error) {
 	}
 	a, s := req.Attempt, req.FirstSeq
 
-	// 1. Closed: only an exact retransmit is acknowledged.
+	// 1. Closed: only an exact retransmit, by the attempt it was acknowledged
+	// to, is acknowledged.
 	if h.Closed {
 		for i, d := range digests {
 			q := s + int64(i)
-			if q < 0 || q >= w.Next || w.Live[q].Digest != d {
+			if a != w.Attempt || q < 0 || q >= w.Next || w.Live[q].Digest != d {
 				return nil, nil, ErrClosed
 			}
 			acks[i] = Ack{Offset: w.Live[q].Offset, Outcome: Retransmit}

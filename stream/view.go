@@ -152,7 +152,12 @@ func (c *Committed) drain(emit func(*Record)) {
 		c.q = c.q[:0]
 		return
 	}
-	c.q = append(c.q[:0], c.q[i:]...)
+	// Re-slice instead of moving the rest forward: with many writers waiting,
+	// a copy per release is quadratic. Compact once the dead prefix dominates.
+	c.q = c.q[i:]
+	if cap(c.q) > 4*len(c.q)+64 {
+		c.q = append([]queued(nil), c.q...)
+	}
 }
 
 // Voids tells a live reader which data records it already saw are now void.
