@@ -168,7 +168,7 @@ func (c *committer) commit() {
 			}
 		}
 		c.tx.dirty, c.tx.notify = c.tx.dirty[:0], c.tx.notify[:0]
-		o.err = o.run(&c.tx)
+		o.err = c.run(o)
 		if o.err != nil {
 			c.evict(c.tx.dirty)
 			if !alone {
@@ -209,6 +209,23 @@ func (c *committer) commit() {
 	if cap(c.tx.buf) > 4<<20 {
 		c.tx.buf = nil // do not pin one huge append's buffer forever
 	}
+}
+
+// run runs one op. A panic in an op (a bug, or a database the rules cannot
+// make sense of) fails that op alone instead of killing the committer, which
+// would hang every writer.
+func (c *committer) run(o *op) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("sqlitestore: internal error: %v", p)
+			// The op may have changed cache entries it did not get to
+			// mark: forget them all (they reload from the transaction).
+			c.streams = newLRU[int64, *streamState](c.s.cfg.CacheStreams)
+			c.writers = newLRU[writerKey, *stream.Writer](c.s.cfg.CacheWriters)
+			c.fences = newLRU[fenceKey, int64](c.s.cfg.CacheStreams)
+		}
+	}()
+	return o.run(&c.tx)
 }
 
 // abandon rolls the whole transaction back after a failure of the transaction
@@ -262,24 +279,42 @@ func firstErr(errs ...error) error {
 }
 
 // notifier wakes Wait calls after a commit. Only streams with waiters have an
-// entry; a wake closes the channel and forgets it, and waiters re-check.
+// entry: a wake closes the channel and forgets it, waiters re-check, and the
+// last waiter to leave without a wake forgets it too.
 type notifier struct {
 	mu sync.Mutex
-	m  map[int64]chan struct{}
+	m  map[int64]*waiters
 }
 
-func (n *notifier) channel(id int64) <-chan struct{} {
+type waiters struct {
+	ch chan struct{}
+	n  int
+}
+
+// subscribe returns the channel the next commit on stream id closes; the
+// caller must call unsubscribe with it.
+func (n *notifier) subscribe(id int64) *waiters {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.m == nil {
-		n.m = make(map[int64]chan struct{})
+		n.m = make(map[int64]*waiters)
 	}
-	ch, ok := n.m[id]
+	w, ok := n.m[id]
 	if !ok {
-		ch = make(chan struct{})
-		n.m[id] = ch
+		w = &waiters{ch: make(chan struct{})}
+		n.m[id] = w
 	}
-	return ch
+	w.n++
+	return w
+}
+
+func (n *notifier) unsubscribe(id int64, w *waiters) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	w.n--
+	if w.n == 0 && n.m[id] == w {
+		delete(n.m, id)
+	}
 }
 
 func (n *notifier) wake(ids []int64) {
@@ -289,8 +324,8 @@ func (n *notifier) wake(ids []int64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, id := range ids {
-		if ch, ok := n.m[id]; ok {
-			close(ch)
+		if w, ok := n.m[id]; ok {
+			close(w.ch)
 			delete(n.m, id)
 		}
 	}

@@ -32,10 +32,22 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 	if p.ID == "" || p.Workflow == "" {
 		return nil, false, fmt.Errorf("create run: %w: a run needs an id and a workflow", store.ErrInvalid)
 	}
-	var run *store.Run
+	if s.isClosed() {
+		return nil, false, store.ErrClosedStore
+	}
+	// A retried create finds its run without queueing for the writer.
+	run, err := scanRun(s.r.run.QueryRowContext(ctx, p.ID))
+	switch {
+	case err == nil && run.Workflow != p.Workflow:
+		return nil, false, fmt.Errorf("create run: %w: run %q is of workflow %q, not %q", store.ErrRunConflict, p.ID, run.Workflow, p.Workflow)
+	case err == nil:
+		return run, false, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return nil, false, fmt.Errorf("create run: %w", s.readErr(err))
+	}
 	var created bool
 	now := nanos(s.cfg.Now())
-	err := s.write(ctx, func(tx *wtx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		var err error
 		run, err = scanRun(tx.w.run.QueryRowContext(bg, p.ID))
 		if err == nil {

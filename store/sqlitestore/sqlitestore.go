@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +18,11 @@ import (
 )
 
 var _ store.Store = (*Store)(nil)
+
+// ErrInUse is returned by Open when another Store, in this process or
+// another, has the database open: the store keeps stream and writer state in
+// memory and trusts it, so only one may write the file.
+var ErrInUse = errors.New("sqlitestore: database is in use by another store")
 
 // Config configures a Store. The zero value is ready to use; nil means the
 // zero value.
@@ -92,6 +98,7 @@ func (c *Config) validate() error {
 // Store is the SQLite store. It is safe for concurrent use.
 type Store struct {
 	path string
+	lock *os.File // held while open: see lockFile
 	cfg  *Config
 	wdb  *sql.DB   // holds the one write connection
 	conn *sql.Conn // the write connection, used only by the committer
@@ -136,12 +143,14 @@ func Open(ctx context.Context, path string, cfg *Config) (*Store, error) {
 }
 
 func (s *Store) open(ctx context.Context, path string) error {
+	var err error
+	if s.lock, err = lockFile(path); err != nil {
+		return err
+	}
 	// A file: URI so that any byte of the path survives (the driver splits
 	// plain names at the first '?').
 	name := "file:" + (&url.URL{Path: path}).EscapedPath()
 	busy := fmt.Sprintf("_pragma=busy_timeout(%d)", s.cfg.BusyTimeout.Milliseconds())
-
-	var err error
 	if s.wdb, err = sql.Open("sqlite", name+"?"+busy); err != nil {
 		return err
 	}
@@ -226,6 +235,9 @@ func (s *Store) closeDBs() error {
 	}
 	if s.rdb != nil {
 		errs = append(errs, s.rdb.Close())
+	}
+	if s.lock != nil {
+		errs = append(errs, s.lock.Close()) // releases the lock
 	}
 	return errors.Join(errs...)
 }

@@ -314,26 +314,37 @@ rows:
 // Wait blocks until stream id has a record at offset >= next or is closed.
 func (s *Store) Wait(ctx context.Context, id int64, next int64) error {
 	for {
-		// Take the channel before looking, so a commit between the look and
-		// the wait still wakes us.
-		ch := s.notify.channel(id)
-		if s.isClosed() {
-			return store.ErrClosedStore
+		done, err := s.waitOnce(ctx, id, next)
+		if done || err != nil {
+			return err
 		}
-		var n int64
-		var closed bool
-		if err := s.r.head.QueryRowContext(ctx, id).Scan(&n, &closed); err != nil {
-			return fmt.Errorf("wait stream %d: %w", id, s.readErr(err))
-		}
-		if n > next || closed {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.closing:
-			return store.ErrClosedStore
-		}
+	}
+}
+
+// waitOnce waits for one commit on stream id, unless the stream is already
+// past next or closed (done).
+func (s *Store) waitOnce(ctx context.Context, id int64, next int64) (done bool, err error) {
+	// Subscribe before looking, so a commit between the look and the wait
+	// still wakes us.
+	w := s.notify.subscribe(id)
+	defer s.notify.unsubscribe(id, w)
+	if s.isClosed() {
+		return true, store.ErrClosedStore
+	}
+	var n int64
+	var closed bool
+	if err := s.r.head.QueryRowContext(ctx, id).Scan(&n, &closed); err != nil {
+		return true, fmt.Errorf("wait stream %d: %w", id, s.readErr(err))
+	}
+	if n > next || closed {
+		return true, nil
+	}
+	select {
+	case <-w.ch:
+		return false, nil
+	case <-ctx.Done():
+		return true, ctx.Err()
+	case <-s.closing:
+		return true, store.ErrClosedStore
 	}
 }

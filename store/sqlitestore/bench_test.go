@@ -1,0 +1,152 @@
+package sqlitestore_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/sqlitestore"
+)
+
+// The benchmarks append 100-byte chunks in requests of 1000, as the SDK's
+// writer batches them, with durable commits (the default synchronous=FULL),
+// and report chunks/s.
+const (
+	chunkSize = 100
+	perAppend = 1000
+	perStep   = 100 // appends per writer before it commits: 100,000 chunks
+)
+
+func benchChunks(tag string) [][]byte {
+	out := make([][]byte, perAppend)
+	for i := range out {
+		c := make([]byte, chunkSize)
+		copy(c, fmt.Sprintf("%s chunk %06d ", tag, i))
+		for j := 24; j < chunkSize; j++ {
+			c[j] = byte('a' + (i+j)%26)
+		}
+		out[i] = c
+	}
+	return out
+}
+
+func benchStream(b *testing.B) (*sqlitestore.Store, int64) {
+	b.Helper()
+	s := open(b, filepath.Join(b.TempDir(), "bench.db"))
+	si, err := s.OpenStream(b.Context(), &store.OpenStreamParams{Path: "bench", Create: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s, si.ID
+}
+
+func reportChunks(b *testing.B, appends int) {
+	b.ReportMetric(float64(appends*perAppend)/b.Elapsed().Seconds(), "chunks/s")
+	b.SetBytes(perAppend * chunkSize)
+}
+
+// BenchmarkAppendWriter is a step writer's appends: each step writes 100,000
+// chunks and commits.
+func BenchmarkAppendWriter(b *testing.B) {
+	s, id := benchStream(b)
+	cs := benchChunks("w")
+	n := 0
+	for b.Loop() {
+		step, i := n/perStep, n%perStep
+		writer := fmt.Sprintf("step/%d", step)
+		_, err := s.Append(b.Context(), &store.AppendParams{StreamID: id, Writer: writer, Attempt: 1,
+			FirstSeq: int64(i * perAppend), Chunks: cs})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if i == perStep-1 {
+			_, err := s.FinishWriter(b.Context(), &store.FinishWriterParams{StreamID: id, Writer: writer, Attempt: 1, Commit: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		n++
+	}
+	reportChunks(b, n)
+}
+
+// BenchmarkAppendPlain is anonymous appends of the same chunks: the baseline
+// the writer rules are measured against.
+func BenchmarkAppendPlain(b *testing.B) {
+	s, id := benchStream(b)
+	cs := benchChunks("p")
+	n := 0
+	for b.Loop() {
+		if _, err := s.Append(b.Context(), &store.AppendParams{StreamID: id, Chunks: cs}); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	reportChunks(b, n)
+}
+
+// BenchmarkAdopt is retry attempts re-emitting the 100,000 chunks attempt 1
+// wrote: every chunk is adopted, no record is written.
+func BenchmarkAdopt(b *testing.B) {
+	s, id := benchStream(b)
+	batches := make([][][]byte, perStep)
+	for i := range batches {
+		batches[i] = benchChunks(fmt.Sprintf("a%03d", i))
+		_, err := s.Append(b.Context(), &store.AppendParams{StreamID: id, Writer: "step/1", Attempt: 1,
+			FirstSeq: int64(i * perAppend), Chunks: batches[i]})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	n := 0
+	for b.Loop() {
+		attempt, i := int64(2+n/perStep), n%perStep
+		res, err := s.Append(b.Context(), &store.AppendParams{StreamID: id, Writer: "step/1", Attempt: attempt,
+			FirstSeq: int64(i * perAppend), Chunks: batches[i]})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.NextOffset != perStep*perAppend {
+			b.Fatalf("attempt %d appended: next offset %d", attempt, res.NextOffset)
+		}
+		n++
+	}
+	reportChunks(b, n)
+}
+
+// BenchmarkAppendConcurrent is 16 step writers on 16 streams at once: their
+// appends share transactions and fsyncs.
+func BenchmarkAppendConcurrent(b *testing.B) {
+	const writers = 16
+	s := open(b, filepath.Join(b.TempDir(), "bench.db"))
+	ids := make([]int64, writers)
+	for i := range ids {
+		si, err := s.OpenStream(b.Context(), &store.OpenStreamParams{Path: fmt.Sprintf("bench/%d", i), Create: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = si.ID
+	}
+	cs := benchChunks("c")
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			for seq := int64(0); left.Add(-1) >= 0; seq += perAppend {
+				_, err := s.Append(b.Context(), &store.AppendParams{StreamID: id, Writer: "step/1", Attempt: 1,
+					FirstSeq: seq, Chunks: cs})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	reportChunks(b, b.N)
+}
