@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -147,6 +148,114 @@ func testConcurrency(t *testing.T, h Harness) {
 					t.Fatalf("stream %d writer %q: committed %q, sent %q", id, writer, mine, sent[key{id, writer}])
 				}
 			}
+		}
+	})
+
+	t.Run("FailuresStayAlone", func(t *testing.T) {
+		t.Parallel()
+		// Operations that fail, some after changing state (a Record whose
+		// commit succeeds on one stream and is fenced on the next), run at
+		// once with operations that succeed, so that stores that share
+		// transactions between callers mix them: each failure must undo
+		// itself alone.
+		s := h.New(t)
+		epoch := startRun(t, s, "r1")
+		a := openRunStream(t, s, "r1", "a")
+		b := openRunStream(t, s, "r1", "b")
+		appendOK(t, s, a.ID, "split", 1, 0, "s0")
+		appendOK(t, s, b.ID, "split", 2, 0, "s0")
+		appendOK(t, s, a.ID, "good", 1, 0, "g0")
+		const n = 20
+		var wg sync.WaitGroup
+		var goodAcks []stream.Ack
+		var goodSent []string
+		wg.Go(func() {
+			for i := 1; i <= n; i++ {
+				c := fmt.Sprintf("g%d", i)
+				res, err := s.Append(ctx(t), &store.AppendParams{StreamID: a.ID, Writer: "good", Attempt: 1, FirstSeq: int64(i), Chunks: chunks(c)})
+				if err != nil {
+					t.Errorf("good append: %v", err)
+					return
+				}
+				goodAcks, goodSent = append(goodAcks, res.Acks...), append(goodSent, c)
+			}
+		})
+		wg.Go(func() {
+			for i := range n {
+				if _, err := s.Append(ctx(t), &store.AppendParams{StreamID: b.ID, Chunks: chunks(fmt.Sprintf("n%d", i))}); err != nil {
+					t.Errorf("anonymous append: %v", err)
+					return
+				}
+			}
+		})
+		wg.Go(func() {
+			for range n {
+				_, err := s.Append(ctx(t), &store.AppendParams{StreamID: a.ID, Writer: "good", Attempt: 1, Chunks: chunks("X")})
+				if !errors.Is(err, stream.ErrConflict) {
+					t.Errorf("conflicting append: err = %v", err)
+				}
+				_, err = s.Append(ctx(t), &store.AppendParams{StreamID: a.ID, Writer: "good", Attempt: 1, FirstSeq: 1 << 40, Chunks: chunks("X")})
+				if !errors.Is(err, stream.ErrGap) {
+					t.Errorf("gap append: err = %v", err)
+				}
+			}
+		})
+		wg.Go(func() {
+			for range n {
+				err := s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch,
+					Events: []store.Event{{Type: store.EventStepCompleted, Name: "bad"}},
+					Finish: &store.Finish{Writer: "split", Attempt: 1, Commit: true}})
+				if !errors.Is(err, stream.ErrFenced) {
+					t.Errorf("fenced Record: err = %v", err)
+				}
+			}
+		})
+		wg.Go(func() {
+			for range n {
+				err := s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch,
+					Events: []store.Event{{Type: store.EventStepStarted, Name: "ok"}}})
+				if err != nil {
+					t.Errorf("Record: %v", err)
+				}
+			}
+		})
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		evs, err := s.ListEvents(ctx(t), "r1", 0)
+		must(t, err)
+		if len(evs) != n {
+			t.Fatalf("%d events, want %d", len(evs), n)
+		}
+		for i, e := range evs {
+			if e.Seq != int64(i+1) || e.Name != "ok" {
+				t.Fatalf("event %d = %+v", i, e)
+			}
+		}
+		logA, logB := readAll(t, s, a.ID), readAll(t, s, b.ID)
+		sa, err := s.GetStream(ctx(t), a.ID)
+		must(t, err)
+		sb, err := s.GetStream(ctx(t), b.ID)
+		must(t, err)
+		checkDense(t, logA, sa.NextOffset)
+		checkDense(t, logB, sb.NextOffset)
+		if len(logA) != 2+n || len(logB) != 1+n {
+			t.Fatalf("stray records:\n a: %s\n b: %s", kinds(logA), kinds(logB))
+		}
+		for i, ack := range goodAcks {
+			if r := logA[ack.Offset]; r.Writer != "good" || string(r.Data) != goodSent[i] {
+				t.Fatalf("good chunk %d acked at %d, which holds %v", i, ack.Offset, r)
+			}
+		}
+		// The state the failed Records touched is intact.
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Finish: &store.Finish{Writer: "split", Attempt: 2, Commit: true}}))
+		logA, logB = readAll(t, s, a.ID), readAll(t, s, b.ID)
+		if got := kinds(logA[len(logA)-2:]); got != fmt.Sprintf("%d:abort{split a2 from 0} %d:commit{split a2 count 0} ", len(logA)-2, len(logA)-1) {
+			t.Fatalf("stream a ends with %s", got)
+		}
+		if last := logB[len(logB)-1]; last.Kind != stream.KindCommit || last.Count() != 1 || last.Offset != int64(len(logB)-1) {
+			t.Fatalf("stream b ends with %v", last)
 		}
 	})
 }
