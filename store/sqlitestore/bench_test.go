@@ -9,6 +9,7 @@ import (
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/sqlitestore"
+	"github.com/weirhq/weir/stream"
 )
 
 // The benchmarks append 100-byte chunks in requests of 1000, as the SDK's
@@ -149,4 +150,75 @@ func BenchmarkAppendConcurrent(b *testing.B) {
 	}
 	wg.Wait()
 	reportChunks(b, b.N)
+}
+
+// BenchmarkAdoptCold is the first append of a retry after a restart: the
+// writer's 100,000 live records are rebuilt from the log, then adopted.
+func BenchmarkAdoptCold(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "bench.db")
+	s, err := sqlitestore.Open(b.Context(), path, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	si, err := s.OpenStream(b.Context(), &store.OpenStreamParams{Path: "bench", Create: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	first := benchChunks("a000")
+	for i := range perStep {
+		cs := first
+		if i > 0 {
+			cs = benchChunks(fmt.Sprintf("a%03d", i))
+		}
+		_, err := s.Append(b.Context(), &store.AppendParams{StreamID: si.ID, Writer: "step/1", Attempt: 1,
+			FirstSeq: int64(i * perAppend), Chunks: cs})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	attempt := int64(1)
+	for b.Loop() {
+		b.StopTimer()
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		if s, err = sqlitestore.Open(b.Context(), path, nil); err != nil {
+			b.Fatal(err)
+		}
+		attempt++
+		b.StartTimer()
+		res, err := s.Append(b.Context(), &store.AppendParams{StreamID: si.ID, Writer: "step/1", Attempt: attempt, Chunks: first})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Acks[0].Outcome != stream.Adopted {
+			b.Fatalf("ack %v", res.Acks[0])
+		}
+	}
+	b.StopTimer()
+	s.Close()
+}
+
+// BenchmarkRead reads a 100,000-chunk stream from the start, in pages of
+// 1000 records.
+func BenchmarkRead(b *testing.B) {
+	s, id := benchStream(b)
+	cs := benchChunks("r")
+	for range perStep {
+		if _, err := s.Append(b.Context(), &store.AppendParams{StreamID: id, Chunks: cs}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	n := 0
+	for b.Loop() {
+		for from := int64(0); from < perStep*perAppend; {
+			res, err := s.Read(b.Context(), &store.ReadParams{StreamID: id, From: from})
+			if err != nil {
+				b.Fatal(err)
+			}
+			from += int64(len(res.Records))
+		}
+		n++
+	}
+	b.ReportMetric(float64(n*perStep*perAppend)/b.Elapsed().Seconds(), "chunks/s")
 }

@@ -35,7 +35,9 @@ CREATE INDEX runs_runnable ON runs (wake_at, seq) WHERE status IN ('pending', 'r
 CREATE INDEX runs_workflow ON runs (workflow, seq);
 CREATE INDEX runs_status ON runs (status, seq);
 
+-- A rowid table: step outputs can be large (see batches).
 CREATE TABLE events (
+	id      INTEGER PRIMARY KEY,
 	run_id  TEXT    NOT NULL REFERENCES runs (id),
 	seq     INTEGER NOT NULL,
 	type    TEXT    NOT NULL,
@@ -46,9 +48,9 @@ CREATE TABLE events (
 	error   TEXT    NOT NULL,
 	final   INTEGER NOT NULL,
 	at      INTEGER NOT NULL,
-	wake_at INTEGER NOT NULL,
-	PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
+	wake_at INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX events_run ON events (run_id, seq);
 
 CREATE TABLE streams (
 	id           INTEGER PRIMARY KEY,
@@ -80,16 +82,19 @@ CREATE TABLE fences (
 	PRIMARY KEY (run_id, writer)
 ) WITHOUT ROWID;
 
--- Keyed by last_offset so that "the batches holding offsets >= from" is one
+-- A rowid table, not WITHOUT ROWID: rows are large, and an index b-tree
+-- whose cells overflow reads whole rows to compare keys on every insert.
+-- Indexed by last_offset so that "the batches holding offsets >= from" is one
 -- range seek; first_offset grows with it.
 CREATE TABLE batches (
+	id           INTEGER PRIMARY KEY,
 	stream_id    INTEGER NOT NULL REFERENCES streams (id),
 	last_offset  INTEGER NOT NULL,
 	first_offset INTEGER NOT NULL,
 	writer       TEXT    NOT NULL, -- before data: filtering on it skips the blob
-	data         BLOB    NOT NULL,
-	PRIMARY KEY (stream_id, last_offset)
-) WITHOUT ROWID;
+	data         BLOB    NOT NULL
+);
+CREATE UNIQUE INDEX batches_stream ON batches (stream_id, last_offset);
 `,
 }
 
