@@ -4,9 +4,11 @@
 //
 // # Basics
 //
-// Open a store with [Open] and close it with [Store.Close]. One process owns
-// the file: the store keeps each stream's head and each writer's dedupe state
-// in memory and trusts it, so two processes must never open the same file.
+// Open a store with [Open] and close it with [Store.Close]. One store owns
+// the file: it keeps each stream's head and each writer's dedupe state in
+// memory and trusts it. Open enforces this with an advisory lock on
+// "<path>-lock", which the kernel releases when the process ends however it
+// ends; a second Open, in this process or another, returns [ErrInUse].
 //
 // Every write (creating runs and streams, claims, leases, Record, Append,
 // FinishWriter, CloseStream, RequestCancel) goes through one goroutine that
@@ -24,6 +26,9 @@
 // Commits are durable by default (synchronous=FULL: every commit is fsynced).
 // [Config.Synchronous] "NORMAL" trades the last commits before a power loss for
 // speed; the database stays consistent either way.
+//
+// The lock is advisory and Unix-only: elsewhere, and for programs that open
+// the file without this package, keeping to one writer is the caller's job.
 //
 // A write whose context ends while it waits in the queue is dropped and
 // returns the context's error; once the writer goroutine has begun it, the
