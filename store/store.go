@@ -68,15 +68,16 @@ type Store interface {
 	CreateRun(ctx context.Context, p *CreateRunParams) (run *Run, created bool, err error)
 	// GetRun returns a run. Returns ErrNotFound if there is none.
 	GetRun(ctx context.Context, id string) (*Run, error)
-	// ListRuns lists runs, newest first.
+	// ListRuns lists runs, newest first. Returns ErrNotFound if p.Before
+	// names an unknown run.
 	ListRuns(ctx context.Context, p *ListRunsParams) ([]*Run, error)
 	// ClaimRuns leases up to p.Limit runnable runs to p.Owner: runs not
 	// finished, whose WakeAt has passed and whose lease is free or expired.
 	// Each claim increments the run's LeaseEpoch.
 	ClaimRuns(ctx context.Context, p *ClaimRunsParams) ([]*Run, error)
 	// RenewLease extends a lease. Returns ErrLeaseLost if the epoch is not the
-	// run's current one or the run has finished; cancel reports a requested
-	// cancellation.
+	// run's current one, the lease was released or the run has finished, and
+	// ErrNotFound for an unknown run; cancel reports a requested cancellation.
 	RenewLease(ctx context.Context, p *RenewLeaseParams) (cancel bool, err error)
 	// RequestCancel asks for a run to be cancelled and makes it claimable at
 	// once. Returns ErrNotFound for an unknown run; a finished run is left alone.
@@ -85,18 +86,21 @@ type Store interface {
 	// Returns ErrNotFound for an unknown run.
 	ListEvents(ctx context.Context, runID string, afterSeq int64) ([]Event, error)
 	// Record applies one engine transaction (see RecordParams). Returns
-	// ErrLeaseLost if p.LeaseEpoch is not the run's current epoch; the stream
-	// rules' errors if a writer cannot be committed or aborted. On error
-	// nothing is written.
+	// ErrLeaseLost if p.LeaseEpoch is not the run's current epoch, or the
+	// lease was released, or the run has finished; the stream rules' errors if
+	// a writer cannot be committed or aborted (a Finish below the writer's
+	// fence is *stream.FencedError). On error nothing is written.
 	Record(ctx context.Context, p *RecordParams) error
 
 	// OpenStream returns the stream at p.Path, creating it if p.Create.
 	// Returns ErrNotFound if it does not exist and p.Create is false, or if
-	// p.RunID names an unknown run.
+	// p.RunID names an unknown run; ErrInvalid for a standalone path under
+	// "runs/" or a Path that does not match RunID and Name.
 	OpenStream(ctx context.Context, p *OpenStreamParams) (*StreamInfo, error)
 	// GetStream returns a stream by ID. Returns ErrNotFound.
 	GetStream(ctx context.Context, id int64) (*StreamInfo, error)
-	// ListStreams returns the streams of a run, by name.
+	// ListStreams returns the streams of a run, by name; none for an unknown
+	// run.
 	ListStreams(ctx context.Context, runID string) ([]*StreamInfo, error)
 	// Append applies one all-or-nothing append (stream.Append). Returns
 	// ErrNotFound, ErrTooLarge, ErrInvalid, or the rules' errors:
@@ -106,7 +110,7 @@ type Store interface {
 	Append(ctx context.Context, p *AppendParams) (*AppendResult, error)
 	// FinishWriter commits or aborts one writer on one stream (stream.Commit,
 	// stream.Abort), for writers outside the engine. Returns ErrNotFound and
-	// the rules' errors.
+	// the rules' errors; the fence of a run stream's writer applies.
 	FinishWriter(ctx context.Context, p *FinishWriterParams) (stream.Result, error)
 	// CloseStream closes a stream; closing twice writes one close record.
 	// Returns ErrNotFound.
@@ -118,7 +122,8 @@ type Store interface {
 	// and returns nil; or returns ctx.Err(). Returns ErrNotFound.
 	Wait(ctx context.Context, id int64, next int64) error
 
-	// Close releases the store. Operations after it return ErrClosedStore.
+	// Close releases the store; closing twice is harmless. Operations after it
+	// return ErrClosedStore.
 	Close() error
 }
 
@@ -232,7 +237,9 @@ type RecordParams struct {
 	// Events are appended to the run's log in order.
 	Events []Event
 	// Fence raises the lowest attempt Writer may append with on the run's
-	// streams: a step attempt begins.
+	// streams: a step attempt begins. Older attempts are then refused appends,
+	// commits and aborts with *stream.FencedError, even on streams where the
+	// newer attempt has not written.
 	Fence *Fence
 	// Finish commits or aborts Writer at Attempt on every stream of the run it
 	// wrote on.
@@ -315,7 +322,7 @@ type ReadParams struct {
 	StreamID int64
 	From     int64 // first offset
 	Limit    int   // most records; 0: 1000
-	MaxBytes int   // stop after this many data bytes (at least one record); 0: 4 MiB
+	MaxBytes int   // at most this many data bytes, except one larger record alone; 0: 4 MiB
 }
 
 // ReadResult is a page of the live view.
