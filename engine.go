@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -178,6 +179,18 @@ func (e *Engine) Store() store.Store { return e.store }
 
 // Config returns the engine's configuration, defaults applied.
 func (e *Engine) Config() Config { return e.cfg }
+
+// Workflows returns the names of the registered workflows, sorted.
+func (e *Engine) Workflows() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	names := make([]string, 0, len(e.workflows))
+	for n := range e.workflows {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
 
 func (e *Engine) register(name string, f workflowFunc) {
 	e.mu.Lock()

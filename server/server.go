@@ -1,0 +1,144 @@
+// Package server serves a weir engine and its streams over HTTP: the runs
+// API, the Durable Streams protocol at /v1/stream/ (standalone streams, and
+// every run's streams at /v1/stream/runs/<run>/<name>) with weir's
+// exactly-once extension headers, /healthz and /metrics. A Server is an
+// http.Handler: mount it in your own program or run `weir server`.
+//
+// docs/protocol.md documents every endpoint, header and status.
+package server
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
+)
+
+// Config configures a Server. The zero value is valid.
+type Config struct {
+	// Token, if set, is the bearer token that writes (and, with
+	// RequireTokenForReads, reads) must present. Defaults to none.
+	Token string
+	// RequireTokenForReads makes reads need the token too; `weir server`
+	// sets it when bound beyond loopback. Defaults to false.
+	RequireTokenForReads bool
+	// LongPollTimeout is how long a long-poll read waits for data before it
+	// answers 204. Defaults to 20s.
+	LongPollTimeout time.Duration
+	// SSEMaxDuration ends an SSE response after this long, so clients
+	// reconnect and proxies recycle connections. Defaults to 60s.
+	SSEMaxDuration time.Duration
+	// MaxBodyBytes bounds a request body; larger bodies get 413. Defaults to
+	// store.MaxAppendBytes (16 MiB).
+	MaxBodyBytes int64
+	// IdempotencyTTL is how long an Idempotency-Key is remembered. Defaults
+	// to 24h.
+	IdempotencyTTL time.Duration
+	// Logger receives the server's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy of c with defaults applied.
+func (c Config) WithDefaults() Config {
+	if c.LongPollTimeout == 0 {
+		c.LongPollTimeout = 20 * time.Second
+	}
+	if c.SSEMaxDuration == 0 {
+		c.SSEMaxDuration = 60 * time.Second
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = store.MaxAppendBytes
+	}
+	if c.IdempotencyTTL == 0 {
+		c.IdempotencyTTL = 24 * time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Server is weir's HTTP handler.
+type Server struct {
+	e     *weir.Engine
+	store store.Store
+	cfg   Config
+	log   *slog.Logger
+	mux   *http.ServeMux
+}
+
+// New returns a Server for engine e (its store serves the streams).
+func New(e *weir.Engine, cfg *Config) *Server {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c = c.WithDefaults()
+	s := &Server{e: e, store: e.Store(), cfg: c, log: c.Logger, mux: http.NewServeMux()}
+	s.routes()
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Stream paths are opaque: route them before ServeMux cleans or
+	// redirects anything.
+	if strings.HasPrefix(r.URL.Path, streamPrefix) {
+		s.handleStream(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// streamPrefix is where the Durable Streams protocol is served.
+const streamPrefix = "/v1/stream/"
+
+// httpError writes a one-line plain-text error with the status err maps to.
+func httpError(w http.ResponseWriter, err error) {
+	status := statusOf(err)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		msg = "internal error"
+	}
+	_, _ = w.Write([]byte(strings.ReplaceAll(msg, "\n", " ") + "\n"))
+}
+
+// statusOf maps an error to its HTTP status: the one place that does.
+func statusOf(err error) int {
+	var fe *stream.FencedError
+	switch {
+	case errors.As(err, &fe), errors.Is(err, stream.ErrFenced):
+		return http.StatusForbidden
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, stream.ErrUnknownWriter), errors.Is(err, weir.ErrUnknownWorkflow):
+		return http.StatusNotFound
+	case errors.Is(err, stream.ErrConflict):
+		return http.StatusUnprocessableEntity
+	case errors.Is(err, stream.ErrGap), errors.Is(err, stream.ErrClosed), errors.Is(err, stream.ErrWriterFinished),
+		errors.Is(err, stream.ErrMode), errors.Is(err, store.ErrRunConflict):
+		return http.StatusConflict
+	case errors.Is(err, store.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, store.ErrInvalid), errors.Is(err, errBadRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, errUnauthorized):
+		return http.StatusUnauthorized
+	case errors.Is(err, store.ErrClosedStore), errors.Is(err, weir.ErrEngineClosed):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+var (
+	// errBadRequest marks malformed requests (400).
+	errBadRequest = errors.New("bad request")
+	// errUnauthorized marks a missing or wrong bearer token (401).
+	errUnauthorized = errors.New("unauthorized")
+)
