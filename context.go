@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/weirhq/weir/store"
@@ -67,6 +68,7 @@ type stepContext struct {
 	attempt int64
 	writers map[string]*Writer
 	cancel  context.CancelCauseFunc
+	start   *stepStart
 }
 
 func (s *stepContext) RunID() string  { return s.x.run.ID }
@@ -171,25 +173,25 @@ func Step[T any](ctx Context, name string, fn func(StepContext) (T, error), opts
 			st.open, st.failedFinal, st.errMsg = false, true, msg
 			return zero, &StepError{Name: name, Attempt: st.lastAttempt, Message: msg}
 		}
-		x.record(&store.RecordParams{
-			Events: []store.Event{{Type: store.EventStepStarted, Op: op, Name: name, Attempt: attempt}},
-			Fence:  &store.Fence{Writer: stepWriter(op), Attempt: attempt},
-		})
+		start := newStepStart(x, op, name, attempt)
 		st.lastAttempt, st.open, st.retryAt = attempt, true, time.Time{}
 
-		out, err := runAttempt(x, op, attempt, fn)
+		out, err := runAttempt(x, start, fn)
 		if r, ok := x.interrupted(); ok {
 			if r == exitCancelled {
-				x.record(&store.RecordParams{
+				x.record(start.fold(&store.RecordParams{
 					Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: attempt, Error: ErrCancelled.Error(), Final: true}},
 					Finish: &store.Finish{Writer: stepWriter(op), Attempt: attempt},
-				})
+				}))
 				st.open, st.failedFinal = false, true
+			} else {
+				start.fold(nil)
 			}
 			x.leave(r, context.Cause(x.ctx))
 		}
-		if errors.Is(err, ErrFenced) {
-			// A newer attempt exists: this one is a zombie.
+		if errors.Is(err, ErrFenced) || errors.Is(err, store.ErrLeaseLost) {
+			// A newer attempt or another worker exists: this one is a zombie.
+			start.fold(nil)
 			x.leave(exitLost, err)
 		}
 		var data []byte
@@ -199,25 +201,25 @@ func Step[T any](ctx Context, name string, fn func(StepContext) (T, error), opts
 			}
 		}
 		if err == nil {
-			x.record(&store.RecordParams{
+			x.record(start.fold(&store.RecordParams{
 				Events: []store.Event{{Type: store.EventStepCompleted, Op: op, Name: name, Attempt: attempt, Data: data}},
 				Finish: &store.Finish{Writer: stepWriter(op), Attempt: attempt, Commit: true},
-			})
+			}))
 			st.open, st.completed, st.output = false, true, data
 			return out, nil
 		}
 		if policy.retryable(err) && attempt < int64(policy.MaxAttempts) {
 			retryAt := time.Now().Add(policy.Backoff(attempt))
-			x.record(&store.RecordParams{
+			x.record(start.fold(&store.RecordParams{
 				Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: attempt, Error: err.Error(), WakeAt: retryAt}},
-			})
+			}))
 			st.open, st.retryAt, st.errMsg = false, retryAt, err.Error()
 			continue
 		}
-		x.record(&store.RecordParams{
+		x.record(start.fold(&store.RecordParams{
 			Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: attempt, Error: err.Error(), Final: true}},
 			Finish: &store.Finish{Writer: stepWriter(op), Attempt: attempt},
-		})
+		}))
 		st.open, st.failedFinal, st.errMsg = false, true, err.Error()
 		return zero, &StepError{Name: name, Attempt: attempt, Message: err.Error(), Err: err}
 	}
@@ -225,9 +227,9 @@ func Step[T any](ctx Context, name string, fn func(StepContext) (T, error), opts
 
 // runAttempt runs one attempt of a step: fn, then the flush of its writers.
 // A panic in fn is the attempt's error.
-func runAttempt[T any](x *execution, op, attempt int64, fn func(StepContext) (T, error)) (out T, err error) {
+func runAttempt[T any](x *execution, start *stepStart, fn func(StepContext) (T, error)) (out T, err error) {
 	ctx, cancel := context.WithCancelCause(x.ctx)
-	sc := &stepContext{Context: ctx, x: x, op: op, attempt: attempt, writers: map[string]*Writer{}, cancel: cancel}
+	sc := &stepContext{Context: ctx, x: x, op: start.op, attempt: start.attempt, writers: map[string]*Writer{}, cancel: cancel, start: start}
 	defer cancel(nil)
 	func() {
 		defer func() {
@@ -269,4 +271,72 @@ func Sleep(ctx Context, d time.Duration) {
 	x.waitUntil(st.wakeAt)
 	x.record(&store.RecordParams{Events: []store.Event{{Type: store.EventSleepFired, Op: op}}})
 	st.fired = true
+}
+
+// stepStartDelay is how long a step runs before its start is recorded on its
+// own. Most steps never get there: their start is recorded with their
+// outcome, in one transaction.
+const stepStartDelay = 100 * time.Millisecond
+
+// stepStart records an attempt's start lazily. The start must be durable
+// before the attempt writes a stream (its attempt number fences zombies and
+// tells a retry apart) and, so that a crash counts as an attempt, once the
+// step runs for a while; otherwise it rides along with the outcome, which
+// halves the cost of a short step. Temporal records retried activities'
+// starts the same way.
+type stepStart struct {
+	x           *execution
+	op, attempt int64
+	name        string
+	at          time.Time
+	timer       *time.Timer
+	mu          sync.Mutex
+	done        bool
+	err         error
+}
+
+func newStepStart(x *execution, op int64, name string, attempt int64) *stepStart {
+	s := &stepStart{x: x, op: op, name: name, attempt: attempt, at: time.Now()}
+	s.timer = time.AfterFunc(stepStartDelay, func() { _ = s.ensure() })
+	return s
+}
+
+func (s *stepStart) params() *store.RecordParams {
+	return &store.RecordParams{
+		Events: []store.Event{{Type: store.EventStepStarted, Op: s.op, Name: s.name, Attempt: s.attempt, At: s.at}},
+		Fence:  &store.Fence{Writer: stepWriter(s.op), Attempt: s.attempt},
+	}
+}
+
+// ensure makes the start durable now; safe from any goroutine. A lost lease
+// is final: the attempt cannot write.
+func (s *stepStart) ensure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return s.err
+	}
+	err := s.x.recordErr(s.params())
+	if err == nil || errors.Is(err, store.ErrLeaseLost) {
+		// Settled; a transient failure is tried again by the next caller.
+		s.done, s.err = true, err
+	}
+	return err
+}
+
+// fold stops the timer and, if the start is not recorded yet, puts it in
+// front of p (the attempt's outcome). p may be nil: the attempt is abandoned.
+func (s *stepStart) fold(p *store.RecordParams) *store.RecordParams {
+	s.timer.Stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done || p == nil {
+		s.done = true
+		return p
+	}
+	s.done = true
+	sp := s.params()
+	p.Events = append(sp.Events, p.Events...)
+	p.Fence = sp.Fence
+	return p
 }

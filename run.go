@@ -72,7 +72,7 @@ type execution struct {
 	ops    map[int64]*opState
 	maxOp  int64 // highest op in the log
 	opSeq  int64 // ops reached by this replay
-	events int   // events in the log
+	events int   // events in the log when the execution began
 
 	streamsMu sync.Mutex
 	streams   map[string]int64 // stream name -> id, opened by this execution
@@ -166,11 +166,7 @@ func (x *execution) recordErr(p *store.RecordParams) error {
 	// outcome still has to be written.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
 	defer cancel()
-	err := x.e.store.Record(ctx, p)
-	if err == nil {
-		x.events += len(p.Events)
-	}
-	return err
+	return x.e.store.Record(ctx, p)
 }
 
 func stepWriter(op int64) string { return "step/" + strconv.FormatInt(op, 10) }

@@ -40,6 +40,7 @@ type Writer struct {
 	cfg     WriterConfig
 	ctx     context.Context
 	onFence context.CancelCauseFunc // cancels the step
+	start   *stepStart              // the step attempt's start, recorded before the first append
 
 	mu       sync.Mutex
 	acked    *sync.Cond // signalled when a batch is acknowledged or fails
@@ -63,7 +64,7 @@ type Writer struct {
 func newStepWriter(sc *stepContext, name string) *Writer {
 	w := &Writer{
 		x: sc.x, name: name, writer: stepWriter(sc.op), attempt: sc.attempt,
-		cfg: sc.x.e.cfg.Writer, ctx: sc.Context, onFence: sc.cancel,
+		cfg: sc.x.e.cfg.Writer, ctx: sc.Context, onFence: sc.cancel, start: sc.start,
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	w.acked = sync.NewCond(&w.mu)
@@ -234,7 +235,7 @@ func permanent(err error) bool {
 	for _, t := range []error{
 		stream.ErrClosed, stream.ErrFenced, stream.ErrGap, stream.ErrConflict, stream.ErrWriterFinished,
 		stream.ErrMode, stream.ErrUnknownWriter, store.ErrNotFound, store.ErrTooLarge, store.ErrInvalid,
-		store.ErrClosedStore, context.Canceled, context.DeadlineExceeded,
+		store.ErrClosedStore, store.ErrLeaseLost, context.Canceled, context.DeadlineExceeded,
 	} {
 		if errors.Is(err, t) {
 			return true
@@ -272,6 +273,11 @@ func (w *Writer) send(first int64, chunks [][]byte) error {
 func (w *Writer) open() error {
 	if w.streamID != 0 {
 		return nil
+	}
+	if w.start != nil {
+		if err := w.start.ensure(); err != nil {
+			return fmt.Errorf("record step start: %w", err)
+		}
 	}
 	id, err := w.x.streamID(w.ctx, w.name)
 	if err != nil {
