@@ -1,0 +1,351 @@
+// weir's web UI: a runs list and a run page with its event timeline and its
+// streams rendered live. No framework, no build step. It talks only to the
+// server's public API, with the bearer token the user typed (kept in
+// localStorage), so it sees exactly what any client sees.
+"use strict";
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const el = (tag, attrs = {}, ...kids) => {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else e.setAttribute(k, v);
+  }
+  for (const k of kids) e.append(k);
+  return e;
+};
+
+// ---- API ------------------------------------------------------------------
+
+function headers(extra = {}) {
+  const h = { ...extra };
+  const tok = localStorage.getItem("weir.token");
+  if (tok) h["Authorization"] = "Bearer " + tok;
+  return h;
+}
+
+async function api(path, opts = {}) {
+  const res = await fetch(path, { ...opts, headers: headers(opts.headers) });
+  if (!res.ok) {
+    const text = (await res.text()).trim();
+    throw new Error(`${res.status} ${text || res.statusText}`);
+  }
+  const ct = res.headers.get("Content-Type") || "";
+  return ct.includes("json") ? res.json() : res.text();
+}
+
+const listOf = (body, key) => (Array.isArray(body) ? body : body[key] || []);
+const runsAPI = {
+  list: (q) => api("/v1/runs?" + new URLSearchParams(q)),
+  get: (id) => api(`/v1/runs/${encodeURIComponent(id)}`),
+  events: (id) => api(`/v1/runs/${encodeURIComponent(id)}/events`).then((b) => listOf(b, "events")),
+  streams: (id) => api(`/v1/runs/${encodeURIComponent(id)}/streams`).then((b) => listOf(b, "streams")),
+  workflows: () => api("/v1/workflows").then((b) => listOf(b, "workflows")),
+  start: (workflow, input) =>
+    api("/v1/runs", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ workflow, input }) }),
+  cancel: (id) => api(`/v1/runs/${encodeURIComponent(id)}/cancel`, { method: "POST" }),
+};
+
+// Field names as the server writes them, with fallbacks, in one place.
+const runField = {
+  id: (r) => r.id ?? r.ID,
+  workflow: (r) => r.workflow ?? r.Workflow,
+  status: (r) => r.status ?? r.Status,
+  created: (r) => r.created_at ?? r.CreatedAt,
+  updated: (r) => r.updated_at ?? r.UpdatedAt,
+  error: (r) => r.error ?? r.Error,
+  output: (r) => r.output ?? r.Output,
+};
+const terminal = (s) => s === "completed" || s === "failed" || s === "cancelled";
+
+// ---- routing --------------------------------------------------------------
+
+let stopPage = () => {};
+function route() {
+  stopPage();
+  const m = location.hash.match(/^#\/runs\/(.+)$/);
+  if (m) runPage(decodeURIComponent(m[1]));
+  else runsPage();
+}
+
+function fmtTime(t) {
+  if (!t) return "";
+  const d = new Date(t);
+  return isNaN(d) ? String(t) : d.toLocaleString();
+}
+
+// ---- runs list ------------------------------------------------------------
+
+function runsPage() {
+  const main = $("#main");
+  main.replaceChildren($("#runs-tpl").content.cloneNode(true));
+  const wfSel = $("#f-workflow"), stSel = $("#f-status");
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  stSel.value = params.get("status") || "";
+  runsAPI.workflows().then((wfs) => {
+    for (const w of wfs) wfSel.append(el("option", { text: typeof w === "string" ? w : w.name }));
+    wfSel.value = params.get("workflow") || "";
+  }).catch(() => {});
+  let alive = true;
+  const refresh = async () => {
+    const q = { limit: "50" };
+    if (wfSel.value) q.workflow = wfSel.value;
+    if (stSel.value) q.status = stSel.value;
+    try {
+      const body = await runsAPI.list(q);
+      const runs = listOf(body, "runs");
+      const rows = runs.map((r) => {
+        const id = runField.id(r), st = runField.status(r);
+        return el("tr", { "data-run": id },
+          el("td", { class: "id" }, el("a", { href: `#/runs/${encodeURIComponent(id)}`, text: id })),
+          el("td", { text: runField.workflow(r) }),
+          el("td", {}, el("span", { class: `status ${st}`, text: st })),
+          el("td", { text: fmtTime(runField.created(r)) }),
+          el("td", { text: fmtTime(runField.updated(r)) }));
+      });
+      $("#runs-body").replaceChildren(...rows);
+      $("#runs-more").textContent = runs.length ? "" : "No runs yet. Start one: the demo button, the runs API, or your Go program.";
+      $("#runs-error").textContent = "";
+    } catch (e) {
+      $("#runs-error").textContent = e.message;
+    }
+  };
+  const onFilter = () => {
+    const q = new URLSearchParams();
+    if (wfSel.value) q.set("workflow", wfSel.value);
+    if (stSel.value) q.set("status", stSel.value);
+    history.replaceState(null, "", "#/" + (q.toString() ? "?" + q : ""));
+    refresh();
+  };
+  wfSel.onchange = stSel.onchange = onFilter;
+  $("#start-demo").onclick = async () => {
+    try {
+      const run = await runsAPI.start("demo.tokens", {
+        text: "Exactly once means every chunk reaches the reader once, even when the step that wrote it is retried.",
+        retry_text: "Exactly once means every chunk reaches the reader once, even when the retry writes something else.",
+        fail_after: 9,
+        delay: 150e6,
+      });
+      location.hash = `#/runs/${encodeURIComponent(runField.id(run.run ?? run))}`;
+    } catch (e) {
+      $("#runs-error").textContent = e.message;
+    }
+  };
+  refresh();
+  const timer = setInterval(() => alive && refresh(), 1000);
+  stopPage = () => { alive = false; clearInterval(timer); };
+}
+
+// ---- run page -------------------------------------------------------------
+
+function runPage(id) {
+  const main = $("#main");
+  main.replaceChildren($("#run-tpl").content.cloneNode(true));
+  $("#run-id").textContent = id;
+  const streams = new Map(); // name -> StreamView
+  let alive = true, view = "live";
+  for (const r of document.querySelectorAll('input[name="view"]')) {
+    r.onchange = () => { view = r.value; for (const s of streams.values()) s.render(view); };
+  }
+  $("#cancel-run").onclick = async () => {
+    try { await runsAPI.cancel(id); } catch (e) { $("#run-error").textContent = e.message; }
+  };
+  const refresh = async () => {
+    try {
+      const [run, events, list] = await Promise.all([runsAPI.get(id), runsAPI.events(id), runsAPI.streams(id)]);
+      const r = run.run ?? run;
+      const st = runField.status(r);
+      const badge = $("#run-status");
+      badge.textContent = st;
+      badge.className = `status ${st}`;
+      $("#run-meta").textContent = `${runField.workflow(r)} · created ${fmtTime(runField.created(r))}`;
+      $("#run-actions").hidden = terminal(st);
+      renderResult(r, st);
+      renderTimeline(events);
+      for (const s of list) {
+        const name = s.name ?? s.Name;
+        if (!streams.has(name)) {
+          const v = new StreamView(id, name);
+          streams.set(name, v);
+          $("#streams").append(v.root);
+          v.follow(() => alive, () => view);
+        }
+      }
+      $("#run-error").textContent = "";
+      return terminal(st);
+    } catch (e) {
+      $("#run-error").textContent = e.message;
+      return false;
+    }
+  };
+  const loop = async () => {
+    while (alive) {
+      const done = await refresh();
+      await new Promise((r) => setTimeout(r, done ? 3000 : 500));
+    }
+  };
+  loop();
+  stopPage = () => { alive = false; for (const s of streams.values()) s.stop(); };
+}
+
+function renderResult(r, st) {
+  const box = $("#run-result");
+  if (st === "completed") {
+    let out = runField.output(r);
+    if (typeof out !== "string") out = JSON.stringify(out);
+    box.replaceChildren(el("h2", { text: "Result" }), el("pre", { class: "result", text: out ?? "" }));
+  } else if (st === "failed" || st === "cancelled") {
+    box.replaceChildren(el("h2", { text: st === "failed" ? "Error" : "Cancelled" }), el("pre", { class: "result error", text: runField.error(r) || "" }));
+  } else box.replaceChildren();
+}
+
+const evField = (e, k, alt) => e[k] ?? e[alt];
+function renderTimeline(events) {
+  const items = events.map((e) => {
+    const type = evField(e, "type", "Type"), name = evField(e, "name", "Name");
+    const attempt = evField(e, "attempt", "Attempt"), at = evField(e, "at", "At");
+    const err = evField(e, "error", "Error"), wake = evField(e, "wake_at", "WakeAt");
+    const final = evField(e, "final", "Final");
+    let cls = "", text = type;
+    switch (type) {
+      case "run_started": cls = "run"; text = "run started"; break;
+      case "step_started": text = `step “${name}” · attempt ${attempt} started`; break;
+      case "step_completed": cls = "ok"; text = `step “${name}” · attempt ${attempt} completed`; break;
+      case "step_failed":
+        cls = final ? "bad" : "retry";
+        text = `step “${name}” · attempt ${attempt} failed` + (final ? " for good" : "");
+        if (!final && wake && at) text += ` · retry in ${Math.max(0, new Date(wake) - new Date(at))} ms`;
+        break;
+      case "sleep_scheduled": text = `sleep until ${fmtTime(wake)}`; break;
+      case "sleep_fired": text = "sleep ended"; break;
+      case "run_completed": cls = "ok"; text = "run completed"; break;
+      case "run_failed": cls = "bad"; text = "run failed"; break;
+      case "run_cancelled": cls = "bad"; text = "run cancelled"; break;
+    }
+    const li = el("li", { class: cls, "data-type": type }, el("div", { text }), el("div", { class: "when", text: fmtTime(at) }));
+    if (err) li.append(el("div", { class: "err", text: err }));
+    return li;
+  });
+  $("#timeline").replaceChildren(...items);
+}
+
+// ---- streams --------------------------------------------------------------
+
+// StreamView follows one stream's live view (every record, as NDJSON) and
+// renders either view from it: the committed view is computed here with the
+// same rules the server's reader uses (commit, abort, close).
+class StreamView {
+  constructor(run, name) {
+    this.run = run;
+    this.name = name;
+    this.records = [];
+    this.root = el("div", { class: "stream", "data-stream": name }, el("h3", { text: name }), el("div", { class: "body" }), el("div", { class: "stats" }));
+    this.ctrl = new AbortController();
+  }
+  stop() { this.ctrl.abort(); }
+  url(offset, live) {
+    const q = new URLSearchParams({ offset, view: "live", format: "ndjson" });
+    if (live) q.set("live", "long-poll");
+    return `/v1/stream/runs/${encodeURIComponent(this.run)}/${encodeURIComponent(this.name)}?${q}`;
+  }
+  async follow(alive, view) {
+    let offset = "-1", live = false;
+    while (alive()) {
+      let res;
+      try {
+        res = await fetch(this.url(offset, live), { headers: headers(), signal: this.ctrl.signal });
+      } catch (e) {
+        if (!alive()) return;
+        await new Promise((r) => setTimeout(r, 1000));
+        continue;
+      }
+      if (res.status === 200) {
+        const text = await res.text();
+        for (const line of text.split("\n")) {
+          if (line.trim()) this.records.push(normalize(JSON.parse(line)));
+        }
+        this.render(view());
+      } else if (res.status !== 204) {
+        await new Promise((r) => setTimeout(r, 1000));
+        continue;
+      }
+      offset = res.headers.get("Stream-Next-Offset") || offset;
+      const closed = res.headers.get("Stream-Closed") === "true";
+      const upToDate = res.headers.get("Stream-Up-To-Date") === "true";
+      if (closed && upToDate) { this.closed = true; this.render(view()); return; }
+      live = upToDate;
+    }
+  }
+  render(view) {
+    const { chunks, voided, committed, aborts } = interpret(this.records);
+    const body = this.root.querySelector(".body");
+    const out = [];
+    if (view === "committed") {
+      for (const r of chunks) if (committed.has(r.offset)) out.push(chunkEl(r, false));
+    } else {
+      for (const r of this.records) {
+        if (r.kind === "data") out.push(chunkEl(r, voided.has(r.offset)));
+        else if (r.kind === "abort") out.push(el("span", { class: "marker abort", title: `attempt ${r.attempt} diverged at seq ${r.from}`, text: `abort ≥${r.from}` }));
+        else if (r.kind === "commit") out.push(el("span", { class: "marker commit", title: `attempt ${r.attempt} committed ${r.count} chunks`, text: `commit a${r.attempt}` }));
+      }
+    }
+    body.replaceChildren(...out);
+    this.root.querySelector(".stats").textContent =
+      `${chunks.length} chunks written, ${voided.size} voided, ${committed.size} committed, ${aborts} abort${aborts === 1 ? "" : "s"}` + (this.closed ? " · closed" : " · following");
+  }
+}
+
+function normalize(r) {
+  const kind = r.kind;
+  let data = r.data ?? "";
+  if (r.encoding === "base64" || r.data_base64 !== undefined) {
+    try { data = atob(r.data_base64 ?? r.data); } catch { /* keep as is */ }
+  }
+  return {
+    offset: Number(r.offset), kind, writer: r.writer || "", attempt: Number(r.attempt || 0), seq: Number(r.seq || 0),
+    from: Number(r.from ?? r.from_seq ?? r.fromSeq ?? r.seq ?? 0), count: Number(r.count ?? r.seq ?? 0), data,
+  };
+}
+
+// interpret applies the stream rules' read side: which data records an abort
+// or close voided, and which are committed.
+function interpret(records) {
+  const open = new Map(); // writer -> [{seq, offset}] not yet settled
+  const voided = new Set(), committed = new Set(), chunks = [];
+  let aborts = 0;
+  for (const r of records) {
+    if (r.kind === "data") {
+      chunks.push(r);
+      if (r.attempt === 0) { committed.add(r.offset); continue; }
+      if (!open.has(r.writer)) open.set(r.writer, []);
+      open.get(r.writer).push(r);
+    } else if (r.kind === "abort") {
+      aborts++;
+      const l = open.get(r.writer) || [];
+      open.set(r.writer, l.filter((d) => { if (d.seq >= r.from) { voided.add(d.offset); return false; } return true; }));
+    } else if (r.kind === "commit") {
+      for (const d of open.get(r.writer) || []) (d.seq < r.count ? committed : voided).add(d.offset);
+      open.delete(r.writer);
+    } else if (r.kind === "close") {
+      for (const l of open.values()) for (const d of l) voided.add(d.offset);
+      open.clear();
+    }
+  }
+  return { chunks, voided, committed, aborts };
+}
+
+function chunkEl(r, isVoid) {
+  const cls = "chunk " + (isVoid ? "void" : `a${Math.min(r.attempt, 3)}`);
+  return el("span", { class: cls, title: `offset ${r.offset} · ${r.writer || "anonymous"} attempt ${r.attempt} seq ${r.seq}`, "data-offset": String(r.offset), text: r.data });
+}
+
+// ---- start ----------------------------------------------------------------
+
+window.addEventListener("hashchange", route);
+window.addEventListener("DOMContentLoaded", () => {
+  const tok = $("#token");
+  tok.value = localStorage.getItem("weir.token") || "";
+  tok.onchange = () => { localStorage.setItem("weir.token", tok.value); route(); };
+  route();
+});
