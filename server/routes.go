@@ -1,11 +1,20 @@
 package server
 
-import "net/http"
-
-// routes registers everything outside /v1/stream/.
+// routes registers everything outside /v1/stream/ (which ServeHTTP routes
+// itself): the runs API, /healthz and /metrics. Every other path is a 404
+// with a one-line reason; a known path with another method is a 405 with
+// an Allow header.
 func (s *Server) routes() {
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok\n"))
-	})
+	s.mux.HandleFunc("POST /v1/runs", s.handleStartRun)
+	s.mux.HandleFunc("GET /v1/runs", s.handleListRuns)
+	s.mux.HandleFunc("GET /v1/runs/{id}", s.handleGetRun)
+	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.handleEvents)
+	s.mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancel)
+	s.mux.HandleFunc("GET /v1/runs/{id}/streams", s.handleStreams)
+	s.mux.HandleFunc("GET /v1/workflows", s.handleWorkflows)
+
+	s.mux.HandleFunc("GET /healthz", s.handleHealth)
+	s.mux.HandleFunc("GET /metrics", s.serveMetrics)
+
+	s.mux.HandleFunc("/", s.handleUnknown)
 }

@@ -70,6 +70,8 @@ type Server struct {
 	cfg   Config
 	log   *slog.Logger
 	mux   *http.ServeMux
+
+	metrics *metrics // see metrics.go
 }
 
 // New returns a Server for engine e (its store serves the streams).
@@ -79,13 +81,20 @@ func New(e *weir.Engine, cfg *Config) *Server {
 		c = *cfg
 	}
 	c = c.WithDefaults()
-	s := &Server{e: e, store: e.Store(), cfg: c, log: c.Logger, mux: http.NewServeMux()}
+	s := &Server{e: e, store: e.Store(), cfg: c, log: c.Logger, mux: http.NewServeMux(), metrics: newMetrics()}
+	s.metrics.useStore(s.store)
 	s.routes()
 	return s
 }
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w, done := s.instrument(w, r) // metrics.go
+	defer done()
+	if !s.authorize(w, r) { // auth.go
+		return
+	}
+	s.guardBody(w, r) // auth.go
 	// Stream paths are opaque: route them before ServeMux cleans or
 	// redirects anything.
 	if strings.HasPrefix(r.URL.Path, streamPrefix) {
@@ -119,7 +128,7 @@ func statusOf(err error) int {
 		return http.StatusForbidden
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, stream.ErrUnknownWriter), errors.Is(err, weir.ErrUnknownWorkflow):
 		return http.StatusNotFound
-	case errors.Is(err, stream.ErrConflict):
+	case errors.Is(err, stream.ErrConflict), errors.Is(err, errKeyReused):
 		return http.StatusUnprocessableEntity
 	case errors.Is(err, stream.ErrGap), errors.Is(err, stream.ErrClosed), errors.Is(err, stream.ErrWriterFinished),
 		errors.Is(err, stream.ErrMode), errors.Is(err, store.ErrRunConflict):
@@ -130,6 +139,8 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, errUnauthorized):
 		return http.StatusUnauthorized
+	case errors.Is(err, errMethod):
+		return http.StatusMethodNotAllowed
 	case errors.Is(err, store.ErrClosedStore), errors.Is(err, weir.ErrEngineClosed):
 		return http.StatusServiceUnavailable
 	}

@@ -1,0 +1,93 @@
+package server
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// authorize checks the bearer token, when one is configured: writes (every
+// method but GET, HEAD and OPTIONS) need it, and reads too with
+// Config.RequireTokenForReads. CORS preflights (OPTIONS) and /healthz stay
+// open. It answers 401 itself and returns false when the request may not go
+// on.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.Token == "" || r.URL.Path == "/healthz" {
+		return true
+	}
+	switch r.Method {
+	case http.MethodOptions:
+		return true
+	case http.MethodGet, http.MethodHead:
+		if !s.cfg.RequireTokenForReads {
+			return true
+		}
+	}
+	got, ok := bearerToken(r)
+	if ok && tokensEqual(got, s.cfg.Token) {
+		return true
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="weir"`)
+	if !ok {
+		httpError(w, fmt.Errorf("%w: this request needs the server's token: send Authorization: Bearer <token>", errUnauthorized))
+	} else {
+		httpError(w, fmt.Errorf("%w: wrong bearer token", errUnauthorized))
+	}
+	return false
+}
+
+// bearerToken returns the token of an Authorization: Bearer header.
+func bearerToken(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// tokensEqual compares in constant time, whatever the lengths.
+func tokensEqual(a, b string) bool {
+	ha, hb := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
+	return subtle.ConstantTimeCompare(ha[:], hb[:]) == 1
+}
+
+// bodyIdleTimeout is how long a request body may stall between two reads
+// before the connection's read fails: a client that stops sending mid-body
+// holds its goroutine (and anything its handler holds) no longer than this.
+var bodyIdleTimeout = 30 * time.Second
+
+// guardBody makes reads of r's body fail once the client sends nothing for
+// bodyIdleTimeout (the deadline moves on with every read, so slow but
+// steady uploads of any size pass). Once the body is read through, the
+// deadline is lifted, so long SSE and long-poll reads are not cut.
+func (s *Server) guardBody(w http.ResponseWriter, r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return
+	}
+	r.Body = &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w)}
+}
+
+type idleBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	if b.done {
+		return b.ReadCloser.Read(p)
+	}
+	_ = b.rc.SetReadDeadline(time.Now().Add(bodyIdleTimeout))
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}

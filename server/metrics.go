@@ -1,0 +1,407 @@
+package server
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weirhq/weir/stream"
+)
+
+// metrics are the server's Prometheus metrics, served at /metrics in the text
+// exposition format (written by hand: no dependency). Every method is safe
+// for concurrent use and cheap enough for the append path: atomics, and a
+// read-locked map lookup for labelled series.
+//
+// The streams handler reports through:
+//
+//	s.metrics.streamAcks(acks)            // one per chunk, by ack outcome
+//	s.metrics.streamAppend(outcome, n)    // n chunks appended|adopted|retransmit
+//	s.metrics.streamAborted()             // an abort record was written
+//	s.metrics.streamFenced()              // a write was refused as fenced (403)
+//	s.metrics.streamRejected(reason)      // a write was refused: gap, conflict, closed, …
+//	s.metrics.readerOpened(mode)          // an SSE or long-poll read began …
+//	s.metrics.readerClosed(mode)          // … and ended (mode "sse" or "long-poll")
+//
+// HTTP requests (count by route class and status, latency histogram by route
+// class) are counted by ServeHTTP for every request, stream paths included.
+type metrics struct {
+	start time.Time
+
+	// runs counts run outcomes: those the engine's store reports when it was
+	// wrapped by InstrumentStore, else only the runs API's starts.
+	runs      *runCounters
+	runsStore bool // runs comes from an instrumented store
+
+	httpMu  sync.RWMutex
+	httpReq map[httpKey]*atomic.Uint64
+	latency [numRouteClasses]histogram
+
+	readersMu sync.RWMutex
+	readers   map[string]*atomic.Int64
+
+	chunksMu sync.RWMutex
+	chunks   map[string]*atomic.Uint64 // by outcome
+
+	aborts atomic.Uint64
+	fenced atomic.Uint64
+
+	rejectedMu sync.RWMutex
+	rejected   map[string]*atomic.Uint64 // by reason
+}
+
+// Reader modes for readerOpened and readerClosed.
+const (
+	readerSSE      = "sse"
+	readerLongPoll = "long-poll"
+)
+
+// Chunk outcomes for streamAppend (stream.Outcome's names).
+const (
+	outcomeAppended   = "appended"
+	outcomeAdopted    = "adopted"
+	outcomeRetransmit = "retransmit"
+)
+
+func newMetrics() *metrics {
+	m := &metrics{
+		start:    time.Now(),
+		runs:     &runCounters{},
+		httpReq:  make(map[httpKey]*atomic.Uint64),
+		readers:  make(map[string]*atomic.Int64),
+		chunks:   make(map[string]*atomic.Uint64),
+		rejected: make(map[string]*atomic.Uint64),
+	}
+	for i := range m.latency {
+		m.latency[i].counts = make([]atomic.Uint64, len(latencyBuckets)+1)
+	}
+	// Series that exist from the start, so dashboards see zeros, not gaps.
+	for _, mode := range []string{readerSSE, readerLongPoll} {
+		m.readers[mode] = new(atomic.Int64)
+	}
+	for _, o := range []string{outcomeAppended, outcomeAdopted, outcomeRetransmit} {
+		m.chunks[o] = new(atomic.Uint64)
+	}
+	return m
+}
+
+// streamAppend counts n chunks of one append outcome: "appended", "adopted"
+// or "retransmit".
+func (m *metrics) streamAppend(outcome string, n int) {
+	if n <= 0 {
+		return
+	}
+	counter(&m.chunksMu, m.chunks, outcome).Add(uint64(n))
+}
+
+// streamAcks counts an append's acks by outcome.
+func (m *metrics) streamAcks(acks []stream.Ack) {
+	var appended, adopted, retransmit int
+	for _, a := range acks {
+		switch a.Outcome {
+		case stream.Appended:
+			appended++
+		case stream.Adopted:
+			adopted++
+		case stream.Retransmit:
+			retransmit++
+		}
+	}
+	m.streamAppend(outcomeAppended, appended)
+	m.streamAppend(outcomeAdopted, adopted)
+	m.streamAppend(outcomeRetransmit, retransmit)
+}
+
+// streamAborted counts an abort record written (Weir-Abort, or an append
+// whose bytes diverged from an earlier attempt's).
+func (m *metrics) streamAborted() { m.aborts.Add(1) }
+
+// streamFenced counts a write refused because its attempt is fenced.
+func (m *metrics) streamFenced() { m.fenced.Add(1) }
+
+// streamRejected counts a write refused for reason ("gap", "conflict",
+// "closed", "finished", "too_large", …).
+func (m *metrics) streamRejected(reason string) {
+	counter(&m.rejectedMu, m.rejected, reason).Add(1)
+}
+
+// readerOpened counts a live read (mode "sse" or "long-poll") that began;
+// pair it with readerClosed.
+func (m *metrics) readerOpened(mode string) { m.gauge(mode).Add(1) }
+
+// readerClosed counts a live read that ended.
+func (m *metrics) readerClosed(mode string) { m.gauge(mode).Add(-1) }
+
+func (m *metrics) gauge(mode string) *atomic.Int64 {
+	m.readersMu.RLock()
+	g := m.readers[mode]
+	m.readersMu.RUnlock()
+	if g != nil {
+		return g
+	}
+	m.readersMu.Lock()
+	defer m.readersMu.Unlock()
+	if g = m.readers[mode]; g == nil {
+		g = new(atomic.Int64)
+		m.readers[mode] = g
+	}
+	return g
+}
+
+func counter[K comparable](mu *sync.RWMutex, m map[K]*atomic.Uint64, k K) *atomic.Uint64 {
+	mu.RLock()
+	c := m[k]
+	mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if c = m[k]; c == nil {
+		c = new(atomic.Uint64)
+		m[k] = c
+	}
+	return c
+}
+
+// routeClass groups requests for the HTTP metrics, so label sets stay small
+// whatever the paths.
+type routeClass uint8
+
+const (
+	routeOther routeClass = iota
+	routeRuns
+	routeStreamWrite
+	routeStreamRead
+	routeStreamLive // SSE and long-poll reads: long by design, kept apart
+	routeHealth
+	routeMetrics
+	numRouteClasses
+)
+
+var routeClassNames = [numRouteClasses]string{"other", "runs", "stream_write", "stream_read", "stream_live", "health", "metrics"}
+
+// classify returns r's route class.
+func classify(r *http.Request) routeClass {
+	p := r.URL.Path
+	switch {
+	case len(p) >= len(streamPrefix) && p[:len(streamPrefix)] == streamPrefix:
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			if r.URL.RawQuery != "" && r.URL.Query().Get("live") != "" {
+				return routeStreamLive
+			}
+			return routeStreamRead
+		case http.MethodOptions:
+			return routeOther
+		}
+		return routeStreamWrite
+	case p == "/v1/runs" || len(p) > len("/v1/runs/") && p[:len("/v1/runs/")] == "/v1/runs/" || p == "/v1/workflows":
+		return routeRuns
+	case p == "/healthz" || p == "/readyz":
+		return routeHealth
+	case p == "/metrics":
+		return routeMetrics
+	}
+	return routeOther
+}
+
+type httpKey struct {
+	class routeClass
+	code  int
+}
+
+// request counts one finished request.
+func (m *metrics) request(class routeClass, code int, d time.Duration) {
+	counter(&m.httpMu, m.httpReq, httpKey{class, code}).Add(1)
+	m.latency[class].observe(d.Seconds())
+}
+
+// latencyBuckets are the histogram's upper bounds, in seconds.
+var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// histogram is a Prometheus histogram: counts[i] is the observations in
+// bucket i (not cumulative; the last is +Inf), summed at exposition.
+type histogram struct {
+	counts  []atomic.Uint64
+	sumBits atomic.Uint64 // float64 bits
+}
+
+func (h *histogram) observe(v float64) {
+	i, _ := slices.BinarySearch(latencyBuckets, v)
+	h.counts[i].Add(1)
+	for {
+		old := h.sumBits.Load()
+		if h.sumBits.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+v)) {
+			return
+		}
+	}
+}
+
+// runCounters counts run outcomes.
+type runCounters struct {
+	started, completed, failed, cancelled atomic.Uint64
+}
+
+// serveMetrics writes every metric in the Prometheus text format 0.0.4.
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	if r.Method == http.MethodHead {
+		return
+	}
+	bw := bufio.NewWriter(w)
+	s.metrics.write(bw)
+	_ = bw.Flush()
+}
+
+func (m *metrics) write(w io.Writer) {
+	family := func(name, typ, help string) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+	}
+	src := "by the runs API"
+	if m.runsStore {
+		src = "by this process's engine and runs API"
+	}
+	family("weir_runs_started_total", "counter", "Runs created "+src+".")
+	fmt.Fprintf(w, "weir_runs_started_total %d\n", m.runs.started.Load())
+	if m.runsStore {
+		family("weir_runs_completed_total", "counter", "Runs that completed.")
+		fmt.Fprintf(w, "weir_runs_completed_total %d\n", m.runs.completed.Load())
+		family("weir_runs_failed_total", "counter", "Runs that failed.")
+		fmt.Fprintf(w, "weir_runs_failed_total %d\n", m.runs.failed.Load())
+		family("weir_runs_cancelled_total", "counter", "Runs that ended cancelled.")
+		fmt.Fprintf(w, "weir_runs_cancelled_total %d\n", m.runs.cancelled.Load())
+	}
+
+	family("weir_http_requests_total", "counter", "HTTP requests served, by route class and status code.")
+	m.httpMu.RLock()
+	keys := make([]httpKey, 0, len(m.httpReq))
+	for k := range m.httpReq {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b httpKey) int {
+		if a.class != b.class {
+			return int(a.class) - int(b.class)
+		}
+		return a.code - b.code
+	})
+	for _, k := range keys {
+		fmt.Fprintf(w, "weir_http_requests_total{route=%q,code=\"%d\"} %d\n", routeClassNames[k.class], k.code, m.httpReq[k].Load())
+	}
+	m.httpMu.RUnlock()
+
+	family("weir_http_request_duration_seconds", "histogram", "HTTP request latency by route class (stream_live holds SSE and long-poll reads, long by design).")
+	for c := range numRouteClasses {
+		h := &m.latency[c]
+		var cum uint64
+		for i, le := range latencyBuckets {
+			cum += h.counts[i].Load()
+			fmt.Fprintf(w, "weir_http_request_duration_seconds_bucket{route=%q,le=%q} %d\n", routeClassNames[c], strconv.FormatFloat(le, 'g', -1, 64), cum)
+		}
+		cum += h.counts[len(latencyBuckets)].Load()
+		fmt.Fprintf(w, "weir_http_request_duration_seconds_bucket{route=%q,le=\"+Inf\"} %d\n", routeClassNames[c], cum)
+		fmt.Fprintf(w, "weir_http_request_duration_seconds_sum{route=%q} %s\n", routeClassNames[c], strconv.FormatFloat(math.Float64frombits(h.sumBits.Load()), 'g', -1, 64))
+		fmt.Fprintf(w, "weir_http_request_duration_seconds_count{route=%q} %d\n", routeClassNames[c], cum)
+	}
+
+	family("weir_stream_open_readers", "gauge", "Live stream reads (SSE, long-poll) open now.")
+	writeLabelled(w, &m.readersMu, m.readers, "weir_stream_open_readers", "mode", func(g *atomic.Int64) string { return strconv.FormatInt(g.Load(), 10) })
+
+	family("weir_stream_chunks_total", "counter", "Chunks acknowledged to appends, by outcome: appended (a new record), adopted (an earlier attempt's identical record), retransmit (acknowledged before).")
+	writeLabelled(w, &m.chunksMu, m.chunks, "weir_stream_chunks_total", "outcome", loadU)
+
+	family("weir_stream_aborts_total", "counter", "Abort records written.")
+	fmt.Fprintf(w, "weir_stream_aborts_total %d\n", m.aborts.Load())
+	family("weir_stream_fenced_total", "counter", "Writes refused because their attempt was fenced (a zombie).")
+	fmt.Fprintf(w, "weir_stream_fenced_total %d\n", m.fenced.Load())
+	family("weir_stream_rejected_total", "counter", "Writes refused for another reason (gap, conflict, closed, …).")
+	writeLabelled(w, &m.rejectedMu, m.rejected, "weir_stream_rejected_total", "reason", loadU)
+
+	family("weir_uptime_seconds", "gauge", "Seconds since the server started.")
+	fmt.Fprintf(w, "weir_uptime_seconds %s\n", strconv.FormatFloat(time.Since(m.start).Seconds(), 'f', 3, 64))
+}
+
+func loadU(c *atomic.Uint64) string { return strconv.FormatUint(c.Load(), 10) }
+
+func writeLabelled[V any](w io.Writer, mu *sync.RWMutex, m map[string]V, name, label string, val func(V) string) {
+	mu.RLock()
+	defer mu.RUnlock()
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "%s{%s=\"%s\"} %s\n", name, label, labelValue(k), val(m[k]))
+	}
+}
+
+// labelValue escapes a label value as the text format wants: backslash,
+// double quote and newline.
+func labelValue(s string) string {
+	return labelEscaper.Replace(s)
+}
+
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+// useStore takes run outcomes from st if InstrumentStore wrapped it.
+func (m *metrics) useStore(st interface{}) {
+	if is, ok := st.(*instrumentedStore); ok {
+		m.runs, m.runsStore = is.runs, true
+	}
+}
+
+// instrument wraps w to record the status, and returns a func that counts
+// the request when it ends.
+func (s *Server) instrument(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, func()) {
+	rec := &statusRecorder{ResponseWriter: w}
+	class := classify(r)
+	start := time.Now()
+	return rec, func() {
+		code := rec.code
+		if code == 0 {
+			code = http.StatusOK
+		}
+		s.metrics.request(class, code, time.Since(start))
+	}
+}
+
+// statusRecorder remembers the status a handler wrote. It passes Flush on
+// (for SSE) and Unwrap lets http.ResponseController reach the connection.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusRecorder) WriteHeader(code int) {
+	if w.code == 0 && code >= 200 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusRecorder) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush implements http.Flusher.
+func (w *statusRecorder) Flush() {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap returns the wrapped ResponseWriter, for http.ResponseController.
+func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }

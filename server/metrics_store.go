@@ -1,0 +1,56 @@
+package server
+
+import (
+	"context"
+
+	"github.com/weirhq/weir/store"
+)
+
+// InstrumentStore wraps s so that a Server whose engine uses the wrapper
+// counts run outcomes in /metrics: runs created, completed, failed and
+// cancelled by any engine on this process (the runs API and the SDK alike).
+// Build the engine on the returned store:
+//
+//	st := server.InstrumentStore(sqlite)
+//	e, _ := weir.New(st, nil)
+//	srv := server.New(e, nil)
+//
+// Without it, /metrics counts only the runs started through the runs API.
+func InstrumentStore(s store.Store) store.Store {
+	if is, ok := s.(*instrumentedStore); ok {
+		return is
+	}
+	return &instrumentedStore{Store: s, runs: &runCounters{}}
+}
+
+// instrumentedStore counts run outcomes as the engine records them.
+type instrumentedStore struct {
+	store.Store
+	runs *runCounters
+}
+
+// Unwrap returns the wrapped store.
+func (s *instrumentedStore) Unwrap() store.Store { return s.Store }
+
+func (s *instrumentedStore) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store.Run, bool, error) {
+	r, created, err := s.Store.CreateRun(ctx, p)
+	if err == nil && created {
+		s.runs.started.Add(1)
+	}
+	return r, created, err
+}
+
+func (s *instrumentedStore) Record(ctx context.Context, p *store.RecordParams) error {
+	err := s.Store.Record(ctx, p)
+	if err == nil {
+		switch p.Status {
+		case store.RunCompleted:
+			s.runs.completed.Add(1)
+		case store.RunFailed:
+			s.runs.failed.Add(1)
+		case store.RunCancelled:
+			s.runs.cancelled.Add(1)
+		}
+	}
+	return err
+}

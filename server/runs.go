@@ -1,0 +1,450 @@
+package server
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/store"
+)
+
+// errKeyReused marks an Idempotency-Key sent again with another body (422).
+var errKeyReused = errors.New("idempotency key reused")
+
+// errUnknownPath marks a path nothing is served at (404).
+var errUnknownPath = fmt.Errorf("unknown path: %w", store.ErrNotFound)
+
+// Page sizes of GET /v1/runs.
+const (
+	defaultRunsLimit = 50
+	maxRunsLimit     = 1000
+)
+
+// errMethod marks a method a known path does not take (405).
+var errMethod = errors.New("method not allowed")
+
+// maxRunIDLen bounds a run id chosen by a client.
+const maxRunIDLen = 128
+
+// handleStartRun serves POST /v1/runs.
+func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	req, err := parseStartRequest(body)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(r.Header.Values("Idempotency-Key")) > 1 {
+		httpError(w, fmt.Errorf("%w: more than one Idempotency-Key header", errBadRequest))
+		return
+	}
+	id := req.ID
+	if key != "" {
+		if id != "" {
+			httpError(w, fmt.Errorf("%w: give a run id or an Idempotency-Key header, not both", errBadRequest))
+			return
+		}
+		if len(key) > 255 {
+			httpError(w, fmt.Errorf("%w: Idempotency-Key of %d bytes, the limit is 255", errBadRequest, len(key)))
+			return
+		}
+		id = idempotentRunID(key)
+	}
+	run, created, err := s.e.StartRun(r.Context(), req.Workflow, req.Input, &weir.StartOptions{ID: id})
+	if key != "" {
+		switch {
+		case errors.Is(err, store.ErrRunConflict):
+			err = fmt.Errorf("%w: this Idempotency-Key started a run of another workflow", errKeyReused)
+		case err == nil && !created && !sameJSON(run.Input, req.Input):
+			err = fmt.Errorf("%w: this Idempotency-Key started run %s with another input", errKeyReused, run.ID)
+		}
+	}
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		w.Header().Set("Location", "/v1/runs/"+url.PathEscape(run.ID))
+		if !s.metrics.runsStore {
+			s.metrics.runs.started.Add(1)
+		}
+	}
+	writeJSON(w, status, runJSON(run))
+}
+
+// parseStartRequest decodes and checks a POST /v1/runs body.
+func parseStartRequest(body []byte) (*StartRequest, error) {
+	var req StartRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return nil, err
+	}
+	if req.Workflow == "" {
+		return nil, fmt.Errorf("%w: \"workflow\" is required", errBadRequest)
+	}
+	if req.ID != "" {
+		if err := checkRunID(req.ID); err != nil {
+			return nil, err
+		}
+	}
+	if len(req.Input) > 0 {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, req.Input); err != nil {
+			return nil, fmt.Errorf("%w: \"input\": %v", errBadRequest, err)
+		}
+		req.Input = buf.Bytes()
+	}
+	return &req, nil
+}
+
+// decodeJSON decodes one JSON object into v, refusing unknown fields and
+// trailing data, with a one-line reason.
+func decodeJSON(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return fmt.Errorf("%w: empty body, want a JSON object", errBadRequest)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &te):
+			if te.Field != "" {
+				return fmt.Errorf("%w: field %q: want a %s, got a JSON %s", errBadRequest, te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+			}
+			return fmt.Errorf("%w: want a JSON object, got a JSON %s", errBadRequest, te.Value)
+		case errors.As(err, &se):
+			return fmt.Errorf("%w: malformed JSON at byte %d: %v", errBadRequest, se.Offset, se)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return fmt.Errorf("%w: malformed JSON: unexpected end", errBadRequest)
+		}
+		return fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: data after the JSON object", errBadRequest)
+	}
+	return nil
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "slice":
+		return "JSON value"
+	case "int64":
+		return "number"
+	}
+	return k
+}
+
+// checkRunID refuses ids that could not sit in a URL path segment as they
+// are.
+func checkRunID(id string) error {
+	if len(id) > maxRunIDLen {
+		return fmt.Errorf("%w: run id of %d bytes, the limit is %d", errBadRequest, len(id), maxRunIDLen)
+	}
+	if id == "." || id == ".." {
+		return fmt.Errorf("%w: run id %q", errBadRequest, id)
+	}
+	for _, c := range []byte(id) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return fmt.Errorf("%w: run id %q: use letters, digits and - _ . : only", errBadRequest, id)
+		}
+	}
+	return nil
+}
+
+// idempotentRunID is the run id an Idempotency-Key stands for.
+func idempotentRunID(key string) string {
+	h := sha256.Sum256([]byte("weir idempotency key\x00" + key))
+	return "idem_" + hex.EncodeToString(h[:16])
+}
+
+// sameJSON compares two JSON texts ignoring insignificant whitespace; no
+// input equals null.
+func sameJSON(a, b []byte) bool {
+	norm := func(x []byte) []byte {
+		var buf bytes.Buffer
+		if len(bytes.TrimSpace(x)) == 0 {
+			return []byte("null")
+		}
+		if err := json.Compact(&buf, x); err != nil {
+			return x
+		}
+		return buf.Bytes()
+	}
+	return bytes.Equal(norm(a), norm(b))
+}
+
+// handleListRuns serves GET /v1/runs.
+func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, "workflow", "status", "before", "limit")
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	p := &store.ListRunsParams{Workflow: q.Get("workflow"), Status: store.RunStatus(q.Get("status")), Before: q.Get("before")}
+	if p.Status != "" && !p.Status.Valid() {
+		httpError(w, fmt.Errorf("%w: status=%q: want pending, running, completed, failed or cancelled", errBadRequest, p.Status))
+		return
+	}
+	limit := defaultRunsLimit
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > maxRunsLimit {
+			httpError(w, fmt.Errorf("%w: limit=%q: want a whole number from 1 to %d", errBadRequest, v[0], maxRunsLimit))
+			return
+		}
+		limit = n
+	}
+	// One more than asked tells whether there is a next page.
+	p.Limit = limit + 1
+	runs, err := s.store.ListRuns(r.Context(), p)
+	if errors.Is(err, store.ErrNotFound) && p.Before != "" {
+		err = fmt.Errorf("%w: before=%q names no run", errBadRequest, p.Before)
+	}
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	out := RunList{Runs: make([]Run, 0, min(len(runs), limit))}
+	for i, run := range runs {
+		if i == limit {
+			out.NextCursor = runs[limit-1].ID
+			break
+		}
+		out.Runs = append(out.Runs, runJSON(run))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleGetRun serves GET /v1/runs/{id}.
+func (s *Server) handleGetRun(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	run, err := s.getRun(r)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, runJSON(run))
+}
+
+func (s *Server) getRun(r *http.Request) (*store.Run, error) {
+	id := r.PathValue("id")
+	run, err := s.store.GetRun(r.Context(), id)
+	if err != nil {
+		return nil, fmt.Errorf("run %q: %w", id, err)
+	}
+	return run, nil
+}
+
+// handleEvents serves GET /v1/runs/{id}/events[?after=SEQ].
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, "after")
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	var after int64
+	if v, ok := q["after"]; ok {
+		after, err = strconv.ParseInt(v[0], 10, 64)
+		if err != nil || after < 0 {
+			httpError(w, fmt.Errorf("%w: after=%q: want an event seq (a whole number, 0 or more)", errBadRequest, v[0]))
+			return
+		}
+	}
+	id := r.PathValue("id")
+	events, err := s.store.ListEvents(r.Context(), id, after)
+	if err != nil {
+		httpError(w, fmt.Errorf("run %q: %w", id, err))
+		return
+	}
+	out := EventList{Events: make([]Event, len(events))}
+	for i := range events {
+		out.Events[i] = eventJSON(&events[i])
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleCancel serves POST /v1/runs/{id}/cancel: 202 and the run, whose
+// status turns cancelled once the engine has stopped it. Cancelling a
+// finished run changes nothing (200).
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	if err := s.e.Cancel(r.Context(), id); err != nil {
+		httpError(w, fmt.Errorf("run %q: %w", id, err))
+		return
+	}
+	run, err := s.getRun(r)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	status := http.StatusAccepted
+	if run.Status.Terminal() {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, runJSON(run))
+}
+
+// handleStreams serves GET /v1/runs/{id}/streams.
+func (s *Server) handleStreams(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	run, err := s.getRun(r)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	infos, err := s.store.ListStreams(r.Context(), run.ID)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	out := StreamList{Streams: make([]StreamInfo, len(infos))}
+	for i, in := range infos {
+		out.Streams[i] = StreamInfo{
+			Name: in.Name, Path: in.Path, ContentType: in.ContentType,
+			NextOffset: in.NextOffset, Closed: in.Closed, CreatedAt: in.CreatedAt.UTC(),
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleWorkflows serves GET /v1/workflows.
+func (s *Server) handleWorkflows(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, WorkflowList{Workflows: s.e.Workflows()})
+}
+
+// handleUnknown answers every path nothing else serves.
+// (404), or a known path with a method it does not take (405).
+func (s *Server) handleUnknown(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		probe := &http.Request{Method: m, URL: r.URL, Host: r.Host, Header: http.Header{}}
+		if _, pattern := s.mux.Handler(probe); pattern != "/" && pattern != "" {
+			allow = append(allow, m)
+			if m == http.MethodGet {
+				allow = append(allow, http.MethodHead)
+			}
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		httpError(w, fmt.Errorf("%w: %s %s: this path takes %s", errMethod, r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
+	}
+	httpError(w, fmt.Errorf("%w: %s", errUnknownPath, r.URL.Path))
+}
+
+// parseQuery parses r's query, refusing malformed ones, unknown and
+// repeated parameters.
+func parseQuery(r *http.Request, known ...string) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("%w: malformed query: %v", errBadRequest, err)
+	}
+	for k, v := range q {
+		ok := false
+		for _, n := range known {
+			ok = ok || k == n
+		}
+		if !ok {
+			if len(known) == 0 {
+				return nil, fmt.Errorf("%w: unknown query parameter %q: this endpoint takes none", errBadRequest, k)
+			}
+			return nil, fmt.Errorf("%w: unknown query parameter %q: want %s", errBadRequest, k, strings.Join(known, ", "))
+		}
+		if len(v) > 1 {
+			return nil, fmt.Errorf("%w: query parameter %q given %d times", errBadRequest, k, len(v))
+		}
+	}
+	return q, nil
+}
+
+// checkQuery refuses any query parameter.
+func checkQuery(r *http.Request) error {
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	_, err := parseQuery(r)
+	return err
+}
+
+// readBody reads r's body up to limit bytes: 413 beyond it.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, fmt.Errorf("%w: body of %d bytes, the limit is %d", store.ErrTooLarge, r.ContentLength, limit)
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, fmt.Errorf("%w: body over the limit of %d bytes", store.ErrTooLarge, limit)
+	case err != nil:
+		return nil, fmt.Errorf("%w: reading the body: %v", errBadRequest, err)
+	}
+	return b, nil
+}
+
+// writeJSON writes v as the JSON reply, with a deadline so a client that
+// never reads cannot hold the handler.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	if len(b) <= 4096 {
+		_, _ = w.Write(b) // fits the server's buffer: no waiting on the client here
+		return
+	}
+	// The deadline stays on the connection for its next requests unless
+	// lifted, and those may be long SSE reads.
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, _ = w.Write(b)
+	_ = rc.Flush()
+	_ = rc.SetWriteDeadline(time.Time{})
+}
+
+// writeTimeout bounds writing one runs API reply.
+var writeTimeout = 30 * time.Second

@@ -1,0 +1,129 @@
+package server
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/weirhq/weir/store"
+)
+
+// The runs API's JSON bodies. Package client uses these same types.
+
+// StartRequest is the body of POST /v1/runs.
+type StartRequest struct {
+	// Workflow is the registered workflow's name. Required.
+	Workflow string `json:"workflow"`
+	// Input is the workflow's input, any JSON value. Optional.
+	Input json.RawMessage `json:"input,omitempty"`
+	// ID is the run's id: starting a run with an id that exists returns
+	// that run (200) instead of a new one (201). Optional; exclusive with an
+	// Idempotency-Key header.
+	ID string `json:"id,omitempty"`
+}
+
+// Run is a run, as the runs API shows it.
+type Run struct {
+	ID              string          `json:"id"`
+	Workflow        string          `json:"workflow"`
+	Status          store.RunStatus `json:"status"`
+	Input           json.RawMessage `json:"input,omitempty"`
+	Output          json.RawMessage `json:"output,omitempty"`
+	Error           string          `json:"error,omitempty"`
+	CreatedAt       time.Time       `json:"created_at"`
+	UpdatedAt       time.Time       `json:"updated_at"`
+	WakeAt          *time.Time      `json:"wake_at,omitempty"`
+	CancelRequested bool            `json:"cancel_requested,omitempty"`
+}
+
+// RunList is the reply of GET /v1/runs: a page of runs, newest first.
+type RunList struct {
+	Runs []Run `json:"runs"`
+	// NextCursor, if set, is the before= value of the next (older) page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// Event is one entry of a run's event log.
+type Event struct {
+	Seq     int64           `json:"seq"`
+	Type    store.EventType `json:"type"`
+	Op      int64           `json:"op,omitempty"`
+	Name    string          `json:"name,omitempty"`
+	Attempt int64           `json:"attempt,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"`
+	Error   string          `json:"error,omitempty"`
+	Final   bool            `json:"final,omitempty"`
+	At      time.Time       `json:"at"`
+	WakeAt  *time.Time      `json:"wake_at,omitempty"`
+}
+
+// EventList is the reply of GET /v1/runs/{id}/events.
+type EventList struct {
+	Events []Event `json:"events"`
+}
+
+// StreamInfo describes one stream of a run.
+type StreamInfo struct {
+	Name        string `json:"name"`
+	Path        string `json:"path"` // read it at /v1/stream/<path>
+	ContentType string `json:"content_type"`
+	// NextOffset is the stream's record count: the offset its next record
+	// will have.
+	NextOffset int64     `json:"next_offset"`
+	Closed     bool      `json:"closed"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// StreamList is the reply of GET /v1/runs/{id}/streams.
+type StreamList struct {
+	Streams []StreamInfo `json:"streams"`
+}
+
+// WorkflowList is the reply of GET /v1/workflows.
+type WorkflowList struct {
+	Workflows []string `json:"workflows"`
+}
+
+// runJSON converts a store run.
+func runJSON(r *store.Run) Run {
+	out := Run{
+		ID:              r.ID,
+		Workflow:        r.Workflow,
+		Status:          r.Status,
+		Input:           rawJSON(r.Input),
+		Output:          rawJSON(r.Output),
+		Error:           r.Error,
+		CreatedAt:       r.CreatedAt.UTC(),
+		UpdatedAt:       r.UpdatedAt.UTC(),
+		CancelRequested: r.CancelRequested,
+	}
+	if !r.WakeAt.IsZero() && !r.Status.Terminal() && r.WakeAt.After(r.UpdatedAt) {
+		t := r.WakeAt.UTC()
+		out.WakeAt = &t
+	}
+	return out
+}
+
+func eventJSON(ev *store.Event) Event {
+	out := Event{
+		Seq: ev.Seq, Type: ev.Type, Op: ev.Op, Name: ev.Name, Attempt: ev.Attempt,
+		Data: rawJSON(ev.Data), Error: ev.Error, Final: ev.Final, At: ev.At.UTC(),
+	}
+	if !ev.WakeAt.IsZero() {
+		t := ev.WakeAt.UTC()
+		out.WakeAt = &t
+	}
+	return out
+}
+
+// rawJSON passes JSON through as it is, and anything else (bytes a program
+// stored without the SDK's encoding) as a JSON string.
+func rawJSON(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return nil
+	}
+	if json.Valid(b) {
+		return b
+	}
+	s, _ := json.Marshal(string(b))
+	return s
+}
