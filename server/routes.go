@@ -16,5 +16,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)
 	s.mux.HandleFunc("GET /metrics", s.serveMetrics)
 
+	s.mux.Handle("GET /ui/", uiHandler())
+	s.mux.Handle("GET /ui", uiHandler())
+
 	s.mux.HandleFunc("/", s.handleUnknown)
 }
