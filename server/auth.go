@@ -12,11 +12,16 @@ import (
 
 // authorize checks the bearer token, when one is configured: writes (every
 // method but GET, HEAD and OPTIONS) need it, and reads too with
-// Config.RequireTokenForReads. CORS preflights (OPTIONS) and /healthz stay
-// open. It answers 401 itself and returns false when the request may not go
+// Config.RequireTokenForReads. CORS preflights (OPTIONS), /healthz and the
+// UI's static files stay open. It answers 401 itself and returns false when the request may not go
 // on.
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
 	if s.cfg.Token == "" || r.URL.Path == "/healthz" {
+		return true
+	}
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/")) {
+		// The UI's static files hold no data; the API calls it makes carry
+		// the token the user typed into it.
 		return true
 	}
 	switch r.Method {
