@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -360,12 +361,22 @@ func (m *metrics) useStore(st interface{}) {
 }
 
 // instrument wraps w to record the status, and returns a func that counts
-// the request when it ends.
-func (s *Server) instrument(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, func()) {
+// the request when it ends. A live read (SSE, long-poll) gets a context
+// that Drain cancels.
+func (s *Server) instrument(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, *http.Request, func()) {
 	rec := &statusRecorder{ResponseWriter: w}
 	class := classify(r)
 	start := time.Now()
-	return rec, func() {
+	var stop func() bool
+	if class == routeStreamLive {
+		ctx, cancel := context.WithCancel(r.Context())
+		stop = context.AfterFunc(s.drained, cancel)
+		r = r.WithContext(ctx)
+	}
+	return rec, r, func() {
+		if stop != nil {
+			stop()
+		}
 		code := rec.code
 		if code == 0 {
 			code = http.StatusOK

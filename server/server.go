@@ -8,6 +8,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -72,6 +73,10 @@ type Server struct {
 	mux   *http.ServeMux
 
 	metrics *metrics // see metrics.go
+
+	// drained is cancelled by Drain (health_drain.go): live reads end.
+	drained     context.Context
+	drainCancel context.CancelFunc
 }
 
 // New returns a Server for engine e (its store serves the streams).
@@ -82,6 +87,7 @@ func New(e *weir.Engine, cfg *Config) *Server {
 	}
 	c = c.WithDefaults()
 	s := &Server{e: e, store: e.Store(), cfg: c, log: c.Logger, mux: http.NewServeMux(), metrics: newMetrics()}
+	s.drained, s.drainCancel = context.WithCancel(context.Background())
 	s.metrics.useStore(s.store)
 	s.routes()
 	return s
@@ -89,7 +95,7 @@ func New(e *weir.Engine, cfg *Config) *Server {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w, done := s.instrument(w, r) // metrics.go
+	w, r, done := s.instrument(w, r) // metrics.go
 	defer done()
 	if !s.authorize(w, r) { // auth.go
 		return
