@@ -1,0 +1,525 @@
+package torture
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
+)
+
+// Violation is a broken invariant.
+type Violation struct {
+	Invariant string // "1".."6" of semantics.md, or "state", "content", "log"
+	Where     string // run or stream
+	Msg       string
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("invariant %s at %s: %s", v.Invariant, v.Where, v.Msg)
+}
+
+type checker struct {
+	s     store.Store
+	out   []Violation
+	stats Stats
+}
+
+// Stats counts what a check read.
+type Stats struct {
+	Runs, Completed, Failed int
+	Steps, Attempts         int
+	Streams, Records        int
+	Committed, Aborts       int
+	Bytes                   int64
+}
+
+func (s *Stats) add(o Stats) {
+	s.Runs += o.Runs
+	s.Completed += o.Completed
+	s.Failed += o.Failed
+	s.Steps += o.Steps
+	s.Attempts += o.Attempts
+	s.Streams += o.Streams
+	s.Records += o.Records
+	s.Committed += o.Committed
+	s.Aborts += o.Aborts
+	s.Bytes += o.Bytes
+}
+
+func (c *checker) fail(inv, where, format string, args ...any) {
+	if len(c.out) < 50 {
+		c.out = append(c.out, Violation{inv, where, fmt.Sprintf(format, args...)})
+	}
+}
+
+// Check reads back everything trial t wrote and checks it: every run ended
+// in the state its plan and its log call for; every stream, in both views,
+// against semantics.md's invariants and the bytes the seed says the
+// successful attempts wrote.
+func Check(ctx context.Context, s store.Store, t *Trial) ([]Violation, Stats, error) {
+	c := &checker{s: s}
+	for i := range t.Runs {
+		if err := c.checkRun(ctx, &t.Runs[i]); err != nil {
+			return c.out, c.stats, err
+		}
+	}
+	for i := range t.Producers {
+		if err := c.checkProducer(ctx, &t.Producers[i]); err != nil {
+			return c.out, c.stats, err
+		}
+	}
+	return c.out, c.stats, nil
+}
+
+// expectation is what each writer's committed output on a stream must be.
+type expectation map[string]map[string][][]byte // stream -> writer -> chunks
+
+func (e expectation) add(streamName, writer string, chunk []byte) {
+	if e[streamName] == nil {
+		e[streamName] = map[string][][]byte{}
+	}
+	e[streamName][writer] = append(e[streamName][writer], chunk)
+}
+
+func (e expectation) touch(streamName, writer string) {
+	if e[streamName] == nil {
+		e[streamName] = map[string][][]byte{}
+	}
+	if _, ok := e[streamName][writer]; !ok {
+		e[streamName][writer] = [][]byte{}
+	}
+}
+
+type opLog struct {
+	started   []int64
+	completed int64 // attempt; 0: none
+	final     bool
+	finalErr  string
+	fired     bool
+	failed    []int64
+}
+
+func stepWriterID(op int64) string { return "step/" + strconv.FormatInt(op, 10) }
+
+func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
+	run, err := c.s.GetRun(ctx, rs.ID)
+	if err != nil {
+		return fmt.Errorf("run %s: %w", rs.ID, err)
+	}
+	where := "run " + rs.ID
+	events, err := c.s.ListEvents(ctx, rs.ID, 0)
+	if err != nil {
+		return fmt.Errorf("events of %s: %w", rs.ID, err)
+	}
+	ops := map[int64]*opLog{}
+	for i, ev := range events {
+		if ev.Seq != int64(i+1) {
+			c.fail("log", where, "event %d has seq %d: the log is not dense", i, ev.Seq)
+		}
+		if ev.Op == 0 {
+			continue
+		}
+		o := ops[ev.Op]
+		if o == nil {
+			o = &opLog{}
+			ops[ev.Op] = o
+		}
+		switch ev.Type {
+		case store.EventStepStarted:
+			c.stats.Attempts++
+			o.started = append(o.started, ev.Attempt)
+		case store.EventStepCompleted:
+			if o.completed != 0 || o.final {
+				c.fail("log", where, "op %d has a second outcome: completed at attempt %d", ev.Op, ev.Attempt)
+			}
+			o.completed = ev.Attempt
+		case store.EventStepFailed:
+			if o.completed != 0 || o.final {
+				c.fail("log", where, "op %d has an outcome after its final one: failed at attempt %d", ev.Op, ev.Attempt)
+			}
+			o.failed = append(o.failed, ev.Attempt)
+			if ev.Final {
+				o.final, o.finalErr = true, ev.Error
+			}
+		case store.EventSleepFired:
+			o.fired = true
+		}
+	}
+
+	// Walk the plan: what must the log and the streams hold?
+	exp := expectation{}
+	wfIdx := map[string]int{}
+	stopped := false
+	for idx := range rs.Items {
+		it := &rs.Items[idx]
+		o := ops[it.Op]
+		if stopped {
+			if it.Op != 0 && o != nil {
+				c.fail("state", where, "op %d has events after the run's workflow returned an error", it.Op)
+			}
+			continue
+		}
+		switch it.Kind {
+		case ItemWFWrite:
+			for j := range it.Count {
+				exp.add(it.Stream, weir.WorkflowWriterID, Chunk(rs.Seed, wfOp(idx), it.Stream, j, 0, it.MinLen, it.MaxLen))
+				wfIdx[it.Stream]++
+			}
+		case ItemSleep:
+			if o == nil || !o.fired {
+				c.fail("state", where, "sleep at op %d never fired", it.Op)
+			}
+		case ItemStep:
+			w := stepWriterID(it.Op)
+			for i := range it.Outputs {
+				exp.touch(it.Outputs[i].Stream, w)
+			}
+			switch {
+			case o == nil || (o.completed == 0 && !o.final):
+				c.fail("state", where, "step %s (op %d) has no outcome", it.Name, it.Op)
+				stopped = true
+			case o.completed != 0:
+				a := o.completed
+				if it.Final || a <= int64(it.FailUpTo) {
+					c.fail("state", where, "step %s (op %d) completed at attempt %d, but its plan fails it there", it.Name, it.Op, a)
+				}
+				for i := range it.Outputs {
+					out := &it.Outputs[i]
+					for seq := range it.CountOn(out, a) {
+						exp.add(out.Stream, w, Chunk(rs.Seed, it.Op, out.Stream, seq, it.variant(a), out.MinLen, out.MaxLen))
+					}
+				}
+			default: // failed for good
+				if !it.Final {
+					c.fail("state", where, "step %s (op %d) failed for good though its plan lets it succeed: %s", it.Name, it.Op, o.finalErr)
+				}
+				if !rs.ContinueOnFail {
+					stopped = true
+				}
+			}
+			if o != nil && o.completed != 0 && !slices.Contains(o.started, o.completed) {
+				c.fail("log", where, "step %s completed at attempt %d with no start recorded", it.Name, o.completed)
+			}
+		}
+	}
+	c.stats.Runs++
+	switch run.Status {
+	case store.RunCompleted:
+		c.stats.Completed++
+	case store.RunFailed:
+		c.stats.Failed++
+	}
+	for _, o := range ops {
+		if o.completed != 0 || o.final {
+			c.stats.Steps++
+		}
+	}
+	want := store.RunCompleted
+	if stopped {
+		want = store.RunFailed
+	}
+	if run.Status != want {
+		c.fail("state", where, "run is %s (%s), want %s", run.Status, run.Error, want)
+	}
+
+	infos, err := c.s.ListStreams(ctx, rs.ID)
+	if err != nil {
+		return fmt.Errorf("streams of %s: %w", rs.ID, err)
+	}
+	seen := map[string]bool{}
+	for _, info := range infos {
+		seen[info.Name] = true
+		wantByWriter := exp[info.Name]
+		if err := c.checkStream(ctx, info, wantByWriter, run.Status.Terminal(), func(writer string) (string, bool) {
+			// Which attempt did the log commit this writer at, if a step?
+			if !strings.HasPrefix(writer, "step/") {
+				return "", false
+			}
+			op, _ := strconv.ParseInt(strings.TrimPrefix(writer, "step/"), 10, 64)
+			if o := ops[op]; o != nil && o.completed != 0 {
+				return strconv.FormatInt(o.completed, 10), true
+			}
+			return "", true
+		}, nondetWriters(rs)); err != nil {
+			return err
+		}
+	}
+	for name, ws := range exp {
+		if seen[name] {
+			continue
+		}
+		for w, chunks := range ws {
+			if len(chunks) > 0 {
+				c.fail("2", where, "stream %q does not exist, but %s committed %d chunks to it", name, w, len(chunks))
+			}
+		}
+	}
+	return nil
+}
+
+// nondetWriters lists the step writers whose attempts write other bytes.
+func nondetWriters(rs *RunSpec) map[string]bool {
+	m := map[string]bool{}
+	for _, it := range rs.Items {
+		if it.Kind == ItemStep && (it.Nondet || it.Final) {
+			m[stepWriterID(it.Op)] = true
+		}
+	}
+	return m
+}
+
+// ReadLive reads a stream's whole live view.
+func ReadLive(ctx context.Context, s store.Store, id int64) ([]stream.Record, *store.ReadResult, error) {
+	var out []stream.Record
+	var last *store.ReadResult
+	for {
+		res, err := s.Read(ctx, &store.ReadParams{StreamID: id, From: int64(len(out)), Limit: 500})
+		if err != nil {
+			return nil, nil, err
+		}
+		last = res
+		if len(res.Records) == 0 {
+			return out, last, nil
+		}
+		for _, r := range res.Records {
+			r.Data = bytes.Clone(r.Data)
+			out = append(out, r)
+		}
+	}
+}
+
+type liveEntry struct {
+	rec   *stream.Record
+	state uint8 // 0 open, 1 committed, 2 void
+}
+
+// checkStream checks one stream. want maps each writer the plan knows to
+// its committed chunks (nil map: only writers found are checked for
+// duplicates and density). commitAttempt says at which attempt the log
+// completed a step writer. relaxed lists writers whose live view may hold
+// aborts and rewritten seqs.
+func (c *checker) checkStream(ctx context.Context, info *store.StreamInfo, want map[string][][]byte, mustClose bool,
+	commitAttempt func(string) (string, bool), relaxed map[string]bool) error {
+	where := "stream " + info.Path
+	live, res, err := ReadLive(ctx, c.s, info.ID)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", info.Path, err)
+	}
+	// Invariant 3: dense offsets.
+	for i := range live {
+		if live[i].Offset != int64(i) {
+			c.fail("3", where, "record %d has offset %d", i, live[i].Offset)
+			return nil
+		}
+	}
+	c.stats.Streams++
+	c.stats.Records += len(live)
+	if res.NextOffset != int64(len(live)) {
+		c.fail("3", where, "next offset %d after %d records", res.NextOffset, len(live))
+	}
+
+	// An independent model of the rules' effect on the live view.
+	entries := make([]liveEntry, len(live))
+	open := map[string][]int{}    // writer -> indexes of its open data
+	maxAtt := map[string]int64{}  // writer -> newest attempt seen (invariant 6)
+	commits := map[string]int64{} // writer -> committed attempt
+	liveSeqs := map[string]map[int64]int{}
+	aborted := map[string]bool{}
+	closed := false
+	for i := range live {
+		r := &live[i]
+		entries[i].rec = r
+		if closed {
+			c.fail("4", where, "%v after the close record", r)
+		}
+		if r.Kind != stream.KindClose && r.Kind != stream.KindData || r.Kind == stream.KindData && r.Attempt > 0 {
+			if r.Attempt < maxAtt[r.Writer] {
+				c.fail("6", where, "%v after attempt %d of %s began", r, maxAtt[r.Writer], r.Writer)
+			}
+			maxAtt[r.Writer] = max(maxAtt[r.Writer], r.Attempt)
+		}
+		switch r.Kind {
+		case stream.KindData:
+			if r.Digest != stream.Sum(r.Data) {
+				c.fail("content", where, "%v: digest does not match its bytes", r)
+			}
+			if liveSeqs[r.Writer] == nil {
+				liveSeqs[r.Writer] = map[int64]int{}
+			}
+			liveSeqs[r.Writer][r.Seq]++
+			if r.Attempt == 0 {
+				entries[i].state = 1
+				continue
+			}
+			if r.Writer == weir.WorkflowWriterID {
+				c.fail("content", where, "%v: workflow writes are attempt 0", r)
+			}
+			open[r.Writer] = append(open[r.Writer], i)
+		case stream.KindAbort:
+			c.stats.Aborts++
+			aborted[r.Writer] = true
+			keep := open[r.Writer][:0]
+			for _, j := range open[r.Writer] {
+				if entries[j].rec.Seq >= r.FromSeq() {
+					entries[j].state = 2
+				} else {
+					keep = append(keep, j)
+				}
+			}
+			open[r.Writer] = keep
+		case stream.KindCommit:
+			if _, dup := commits[r.Writer]; dup {
+				c.fail("1", where, "%v: %s committed twice", r, r.Writer)
+			}
+			commits[r.Writer] = r.Attempt
+			for _, j := range open[r.Writer] {
+				if entries[j].rec.Seq < r.Count() {
+					entries[j].state = 1
+				} else {
+					entries[j].state = 2
+				}
+			}
+			delete(open, r.Writer)
+		case stream.KindClose:
+			closed = true
+			for w, l := range open {
+				for _, j := range l {
+					entries[j].state = 2
+				}
+				delete(open, w)
+			}
+		}
+	}
+	if mustClose && (!closed || !res.Closed) {
+		c.fail("state", where, "the run ended but the stream is not closed")
+	}
+	var model []*stream.Record
+	for i := range entries {
+		if entries[i].state == 1 {
+			model = append(model, entries[i].rec)
+		}
+	}
+
+	// The library's committed filter, and the reader users call.
+	var filtered []*stream.Record
+	var f stream.Committed
+	for i := range live {
+		f.Push(&live[i], func(r *stream.Record) {
+			if r.Kind == stream.KindData {
+				cp := *r
+				filtered = append(filtered, &cp)
+			}
+		})
+	}
+	var read []*stream.Record
+	for r, err := range weir.ReadStream(ctx, c.s, info.ID, &weir.ReadOptions{View: weir.CommittedView, PageSize: 97}) {
+		if err != nil {
+			return fmt.Errorf("committed read of %s: %w", info.Path, err)
+		}
+		if r.Kind == stream.KindData {
+			cp := r.Record
+			read = append(read, &cp)
+		}
+	}
+	// Invariant 5: the live view with its aborts applied is the committed view.
+	if d := diffRecs(model, read); d != "" {
+		c.fail("5", where, "live view with aborts applied differs from the committed read: %s", d)
+	}
+	if d := diffRecs(model, filtered); d != "" {
+		c.fail("5", where, "live view with aborts applied differs from stream.Committed: %s", d)
+	}
+
+	// Invariants 1 and 2, and content: per writer, the committed view is
+	// exactly the chunks the successful attempt wrote, seqs 0..n-1 once each.
+	got := map[string][]*stream.Record{}
+	for _, r := range read {
+		c.stats.Committed++
+		c.stats.Bytes += int64(len(r.Data))
+		got[r.Writer] = append(got[r.Writer], r)
+	}
+	for w, recs := range got {
+		if _, known := want[w]; !known {
+			c.fail("content", where, "writer %q the plan does not know committed %d chunks", w, len(recs))
+		}
+	}
+	for w, chunks := range want {
+		recs := got[w]
+		for i, r := range recs {
+			if r.Seq != int64(i) {
+				c.fail("1", where, "committed view of %s: chunk %d has seq %d (duplicate or gap)", w, i, r.Seq)
+				break
+			}
+		}
+		if len(recs) != len(chunks) {
+			inv := "2"
+			if len(recs) > len(chunks) {
+				inv = "1"
+			}
+			c.fail(inv, where, "committed view has %d chunks of %s, want %d", len(recs), w, len(chunks))
+		}
+		for i := range min(len(recs), len(chunks)) {
+			if !bytes.Equal(recs[i].Data, chunks[i]) {
+				c.fail("content", where, "committed chunk %d of %s (offset %d, attempt %d) has other bytes than the successful attempt wrote (%d vs %d bytes)",
+					i, w, recs[i].Offset, recs[i].Attempt, len(recs[i].Data), len(chunks[i]))
+				break
+			}
+		}
+		// The log and the stream agree on the attempt that committed.
+		if a, isStep := commitAttempt(w); isStep {
+			ca, committed := commits[w]
+			switch {
+			case a == "" && committed:
+				c.fail("log", where, "%s committed on the stream at attempt %d, but the log has no completion", w, ca)
+			case a != "" && len(liveSeqs[w]) > 0 && (!committed || strconv.FormatInt(ca, 10) != a):
+				c.fail("log", where, "the log completed %s at attempt %s, the stream committed attempt %d (committed %v)", w, a, ca, committed)
+			}
+		}
+		// Deterministic output and workflow writes: each chunk once in the
+		// live view too, never aborted.
+		if !relaxed[w] && (len(chunks) > 0 || w == weir.WorkflowWriterID) {
+			if aborted[w] {
+				c.fail("1", where, "%s writes the same bytes on every attempt, yet the live view has an abort of it", w)
+			}
+			for seq, n := range liveSeqs[w] {
+				if n > 1 {
+					c.fail("1", where, "live view has seq %d of %s %d times; identical retries must be adopted", seq, w, n)
+					break
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func diffRecs(a, b []*stream.Record) string {
+	for i := range min(len(a), len(b)) {
+		if a[i].Offset != b[i].Offset || !bytes.Equal(a[i].Data, b[i].Data) {
+			return fmt.Sprintf("record %d: %v vs %v", i, a[i], b[i])
+		}
+	}
+	if len(a) != len(b) {
+		return fmt.Sprintf("%d vs %d records", len(a), len(b))
+	}
+	return ""
+}
+
+func (c *checker) checkProducer(ctx context.Context, p *ProducerSpec) error {
+	info, err := c.s.OpenStream(ctx, &store.OpenStreamParams{Path: p.Path})
+	if err != nil {
+		return fmt.Errorf("producer stream %s: %w", p.Path, err)
+	}
+	want := map[string][][]byte{}
+	relaxed := map[string]bool{}
+	for w := range p.Writers {
+		for seq := range p.Count {
+			want[producerWriter(w)] = append(want[producerWriter(w)], Chunk(p.Seed, int64(w), "prod", seq, 0, p.MinLen, p.MaxLen))
+		}
+	}
+	return c.checkStream(ctx, info, want, false, func(string) (string, bool) { return "", false }, relaxed)
+}

@@ -1,0 +1,330 @@
+// Package torture is weir's fault-injection harness: it generates randomized
+// trials from a seed, runs them in real worker processes that it kills,
+// pauses and freezes at points chosen from the seed, and checks every
+// invariant of docs/semantics.md on what the store holds afterwards.
+//
+// A trial is a pure function of its seed: the workflows, the bytes every
+// attempt of every step writes, and the faults (kind and the progress event
+// after which each strikes). Timing inside the processes is not
+// deterministic, so a replayed seed repeats the same schedule, not the same
+// interleaving to the microsecond.
+package torture
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+)
+
+// FaultKind names a kind of fault.
+type FaultKind string
+
+// The faults the harness injects.
+const (
+	// FaultKill SIGKILLs a worker process after the k-th progress event.
+	FaultKill FaultKind = "sigkill"
+	// FaultCommitCrash SIGKILLs a worker a seeded number of microseconds after
+	// a progress event, while it streams: most land inside a store commit.
+	FaultCommitCrash FaultKind = "commit-crash"
+	// FaultStop SIGSTOPs a worker process past its lease, then SIGCONTs it: a
+	// zombie. With SQLite no other process can open the file meanwhile, so the
+	// zombie's rival is the same process's claim loop once it resumes; with
+	// PostgreSQL the other worker processes take its runs over.
+	FaultStop FaultKind = "sigstop"
+	// FaultFreeze freezes one engine of a two-engine worker process (every
+	// store call it makes blocks; its step code runs on) past its lease: the
+	// other engine takes the run over and starts a new attempt, then the
+	// frozen one resumes as a zombie. It is how a zombie gets a live rival on
+	// one SQLite file.
+	FaultFreeze FaultKind = "freeze"
+	// FaultPGRestart restarts the PostgreSQL cluster under the workers.
+	FaultPGRestart FaultKind = "pg-restart"
+)
+
+// AllFaults lists every fault kind, in report order.
+var AllFaults = []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultPGRestart}
+
+// Trial is everything one trial does, derived from its seed.
+type Trial struct {
+	Seed      uint64
+	Prefix    string // run ids and standalone stream paths start with it
+	Runs      []RunSpec
+	Producers []ProducerSpec
+	Faults    []Fault
+	Writer    WriterSpec
+	Engines   int // engines per worker process
+	Workers   int // worker processes at once (1 on SQLite)
+}
+
+// WriterSpec is the step writers' batching, so batches page differently.
+type WriterSpec struct {
+	MaxBatchChunks int
+	MaxBatchBytes  int
+	LingerMicros   int
+}
+
+// Fault is one fault of a trial's schedule.
+type Fault struct {
+	Kind FaultKind
+	// After is the number of progress events (acknowledged batches, failed
+	// attempts, producer appends) the target worker reports before it strikes.
+	After int
+	// DelayMicros is waited after that event (commit-crash).
+	DelayMicros int
+	// HoldMillis is how long a stop or freeze lasts.
+	HoldMillis int
+}
+
+// RunSpec is one run: its workflow executes Items in order.
+type RunSpec struct {
+	ID    string
+	Seed  uint64
+	Items []Item
+	// ContinueOnFail: the workflow carries on after a step fails for good (the
+	// run completes); otherwise it returns the error (the run fails).
+	ContinueOnFail bool
+}
+
+// Item kinds.
+const (
+	ItemStep    = "step"
+	ItemWFWrite = "wfwrite"
+	ItemSleep   = "sleep"
+)
+
+// Item is one thing a workflow does.
+type Item struct {
+	Kind string
+	// Op is the item's durable operation position (steps and sleeps), from 1;
+	// 0 for workflow writes.
+	Op   int64
+	Name string // step name
+
+	// Step.
+	Outputs     []Output
+	Nondet      bool // each attempt writes other bytes; even attempts fewer chunks
+	FailUpTo    int  // attempts 1..FailUpTo fail, after writing FailAfter chunks per stream
+	FailAfter   int
+	Final       bool // fails on every attempt; from FailUpTo+1 on with a non-retryable error
+	MaxAttempts int
+	SleepMicros int // between chunks
+	FlushEvery  int // flush (and report progress) every this many chunks
+
+	// Workflow write and step output.
+	Stream string
+	Count  int
+	MinLen int
+	MaxLen int
+
+	// Sleep.
+	SleepMillis int
+}
+
+// Output is what a step writes to one stream.
+type Output struct {
+	Stream string
+	Count  int
+	MinLen int
+	MaxLen int
+}
+
+// ProducerSpec is an external producer: Writers writers each append Count
+// chunks at attempt 0 to one standalone stream, concurrently. Every worker
+// process resends each writer's chunks from seq 0 with its own paging: all
+// but the new ones must be acknowledged as retransmits.
+type ProducerSpec struct {
+	Path    string
+	Writers int
+	Count   int
+	MinLen  int
+	MaxLen  int
+	Seed    uint64
+}
+
+// GenOptions shape generated trials.
+type GenOptions struct {
+	Faults   []FaultKind // kinds allowed; empty: none
+	Postgres bool
+	// Scale multiplies run and chunk counts (1 = default).
+	Scale float64
+}
+
+// Generate derives trial seed's schedule. Run ids and stream paths start
+// with prefix (empty: "t<seed in hex>"), so trials can share a database.
+func Generate(seed uint64, prefix string, o GenOptions) *Trial {
+	r := rand.New(rand.NewPCG(seed, 0x7e1a_70_7e))
+	scale := o.Scale
+	if scale <= 0 {
+		scale = 1
+	}
+	if prefix == "" {
+		prefix = fmt.Sprintf("t%x", seed)
+	}
+	t := &Trial{Seed: seed, Prefix: prefix, Engines: 2, Workers: 1}
+	if o.Postgres {
+		t.Workers = 2
+		t.Engines = 1 + r.IntN(2)
+	}
+	t.Writer = WriterSpec{MaxBatchChunks: pick(r, 1, 4, 17, 64, 1000), MaxBatchBytes: pick(r, 1024, 64<<10, 256<<10, 1<<20), LingerMicros: r.IntN(3000)}
+	nRuns := 1 + int(float64(r.IntN(4))*scale)
+	for i := range nRuns {
+		t.Runs = append(t.Runs, genRun(r, fmt.Sprintf("%s-r%d", t.Prefix, i), scale))
+	}
+	if r.IntN(2) == 0 {
+		p := ProducerSpec{Path: fmt.Sprintf("torture/%s/p", t.Prefix), Writers: 1 + r.IntN(4), Count: 1 + int(float64(r.IntN(150))*scale), Seed: r.Uint64()}
+		p.MinLen, p.MaxLen = sizes(r)
+		t.Producers = append(t.Producers, p)
+	}
+	if len(o.Faults) > 0 {
+		n := r.IntN(4) // 0..3 faults
+		after := 0
+		for range n {
+			f := Fault{Kind: o.Faults[r.IntN(len(o.Faults))]}
+			after += 1 + r.IntN(12)
+			f.After = after
+			switch f.Kind {
+			case FaultCommitCrash:
+				f.DelayMicros = r.IntN(4000)
+			case FaultStop, FaultFreeze:
+				f.HoldMillis = leaseMillis*3/2 + r.IntN(leaseMillis)
+			}
+			t.Faults = append(t.Faults, f)
+		}
+	}
+	return t
+}
+
+// leaseMillis is the workers' lease; zombies are held past it.
+const leaseMillis = 800
+
+func pick(r *rand.Rand, vs ...int) int { return vs[r.IntN(len(vs))] }
+
+// sizes picks a chunk size range: tiny, mixed (1 B .. 64 KiB) or large.
+func sizes(r *rand.Rand) (int, int) {
+	switch r.IntN(4) {
+	case 0:
+		return 1, 1
+	case 1:
+		return 1, 64
+	case 2:
+		return 1, 64 << 10
+	}
+	return 32 << 10, 64 << 10
+}
+
+func genRun(r *rand.Rand, id string, scale float64) RunSpec {
+	rs := RunSpec{ID: id, Seed: r.Uint64(), ContinueOnFail: r.IntN(2) == 0}
+	streams := []string{"s0", "s1", "s2"}[:1+r.IntN(3)]
+	nSteps := 1 + r.IntN(20)
+	var op int64
+	for i := range nSteps {
+		if r.IntN(4) == 0 {
+			it := Item{Kind: ItemWFWrite, Stream: streams[r.IntN(len(streams))], Count: 1 + r.IntN(4)}
+			it.MinLen, it.MaxLen = 1, 64
+			rs.Items = append(rs.Items, it)
+		}
+		if r.IntN(10) == 0 {
+			op++
+			rs.Items = append(rs.Items, Item{Kind: ItemSleep, Op: op, SleepMillis: r.IntN(250)})
+		}
+		op++
+		it := Item{Kind: ItemStep, Op: op, Name: fmt.Sprintf("step%d", i), SleepMicros: r.IntN(1500), FlushEvery: 1 + r.IntN(20)}
+		nOut := r.IntN(3) // 0..2 streams
+		if r.IntN(5) == 0 {
+			nOut = 0
+		}
+		for _, j := range r.Perm(len(streams))[:min(nOut, len(streams))] {
+			o := Output{Stream: streams[j]}
+			o.MinLen, o.MaxLen = sizes(r)
+			maxCount := 200
+			if o.MinLen > 1024 {
+				maxCount = 12
+			} else if o.MaxLen > 1024 {
+				maxCount = 30
+			}
+			o.Count = 1 + int(float64(r.IntN(maxCount))*scale)
+			it.Outputs = append(it.Outputs, o)
+		}
+		it.Nondet = r.IntN(3) == 0
+		if r.IntN(3) == 0 {
+			it.FailUpTo = 1 + r.IntN(2)
+			it.FailAfter = r.IntN(40)
+		}
+		it.MaxAttempts = it.FailUpTo + 1 + 8
+		if r.IntN(12) == 0 {
+			it.Final = true
+			if r.IntN(2) == 0 {
+				it.MaxAttempts = it.FailUpTo + 1 // exhausted retries
+			}
+		}
+		rs.Items = append(rs.Items, it)
+	}
+	if r.IntN(3) == 0 {
+		it := Item{Kind: ItemWFWrite, Stream: streams[0], Count: 1 + r.IntN(3), MinLen: 1, MaxLen: 32}
+		rs.Items = append(rs.Items, it)
+	}
+	return rs
+}
+
+// CountOn returns how many chunks step it writes to output o on attempt a.
+// A nondeterministic step writes fewer on even attempts (the surplus of the
+// attempt before is aborted).
+func (it *Item) CountOn(o *Output, attempt int64) int {
+	if it.Nondet && attempt%2 == 0 && o.Count > 1 {
+		return o.Count - 1 - o.Count/3
+	}
+	return o.Count
+}
+
+// Chunk returns chunk seq of (run, op, stream) written by the given
+// attempt variant (0 for deterministic output and workflow writes). Sizes
+// depend on seq only; bytes on the variant too.
+func Chunk(runSeed uint64, op int64, streamName string, seq int, variant int64, minLen, maxLen int) []byte {
+	h := mix(runSeed, uint64(op), strHash(streamName), uint64(seq))
+	n := minLen
+	if maxLen > minLen {
+		// log-uniform-ish between minLen and maxLen
+		span := maxLen - minLen + 1
+		switch h % 3 {
+		case 0:
+			n = minLen + int(h>>8)%span
+		default:
+			n = minLen + int(h>>8)%min(span, 1+int(h>>40)%span)
+		}
+	}
+	b := make([]byte, n)
+	pr := rand.New(rand.NewPCG(mix(h, uint64(variant)), 0x5eed))
+	for i := 0; i < n; i += 8 {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], pr.Uint64())
+		copy(b[i:], w[:])
+	}
+	return b
+}
+
+func strHash(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := range len(s) {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+func mix(vs ...uint64) uint64 {
+	h := uint64(0x9e3779b97f4a7c15)
+	for _, v := range vs {
+		h ^= v + 0x9e3779b97f4a7c15 + (h << 6) + (h >> 2)
+		h *= 0xbf58476d1ce4e5b9
+		h ^= h >> 31
+	}
+	return h
+}
+
+// variant is the byte variant a step writes on an attempt.
+func (it *Item) variant(attempt int64) int64 {
+	if it.Nondet {
+		return attempt
+	}
+	return 0
+}

@@ -1,0 +1,423 @@
+package torture
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Options configure RunTrials.
+type Options struct {
+	Trials int
+	Seed   uint64
+	// Store is "sqlite:DIR" (a fresh file per trial in DIR; empty DIR: a
+	// temporary one) or a postgres:// URL (trials share it, under their own
+	// run ids).
+	Store string
+	// Faults lists the fault kinds to inject; nil: every kind the store
+	// allows.
+	Faults []FaultKind
+	// Scale multiplies runs and chunks (0: 1).
+	Scale float64
+	// WorkerCommand builds the command of a worker process with the given
+	// arguments; the process must call WorkerMain with them. Default: this
+	// executable with WorkerEnv=1.
+	WorkerCommand func(args []string) *exec.Cmd
+	// TrialTimeout fails a trial that has not ended by then (liveness).
+	// Default 90s.
+	TrialTimeout time.Duration
+	// KeepGoing runs every trial even after a violation.
+	KeepGoing bool
+	// PGRestart restarts the PostgreSQL cluster; default runs
+	// `pg_ctlcluster --skip-systemctl-redirect 15 main restart`.
+	PGRestart func(ctx context.Context) error
+	// Log receives one line per trial (nil: none).
+	Log io.Writer
+}
+
+// Report sums up RunTrials.
+type Report struct {
+	Trials     int
+	Seed       uint64
+	Stats      Stats
+	Planned    map[FaultKind]int // in the schedules
+	Injected   map[FaultKind]int // actually struck (a worker that finished first escapes)
+	Workers    int               // worker processes started
+	Failures   []TrialFailure
+	Duration   time.Duration
+	StoreKind  string
+	FaultKinds []FaultKind
+}
+
+// TrialFailure is a trial with violations, and the seed that replays it.
+type TrialFailure struct {
+	Seed       uint64
+	Violations []Violation
+	Dir        string // the trial's files, kept
+}
+
+// DefaultFaults are the fault kinds a store allows.
+func DefaultFaults(dsn string) []FaultKind {
+	if IsPostgres(dsn) {
+		return []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultPGRestart}
+	}
+	return []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze}
+}
+
+// DefaultWorkerCommand re-executes this program with WorkerEnv=1.
+func DefaultWorkerCommand(args []string) *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), WorkerEnv+"=1")
+	return cmd
+}
+
+func defaultPGRestart(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, "pg_ctlcluster", "--skip-systemctl-redirect", "15", "main", "restart").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pg restart: %v: %s", err, out)
+	}
+	return nil
+}
+
+// RunTrials runs opts.Trials trials, seeds opts.Seed, opts.Seed+1, …, and
+// checks each. It returns an error only when the harness itself fails;
+// violations are in the report.
+func RunTrials(ctx context.Context, opts Options) (*Report, error) {
+	if opts.WorkerCommand == nil {
+		opts.WorkerCommand = DefaultWorkerCommand
+	}
+	if opts.TrialTimeout == 0 {
+		opts.TrialTimeout = 90 * time.Second
+	}
+	if opts.PGRestart == nil {
+		opts.PGRestart = defaultPGRestart
+	}
+	if opts.Faults == nil {
+		opts.Faults = DefaultFaults(opts.Store)
+	}
+	pg := IsPostgres(opts.Store)
+	rep := &Report{Seed: opts.Seed, Planned: map[FaultKind]int{}, Injected: map[FaultKind]int{}, FaultKinds: opts.Faults, StoreKind: "sqlite"}
+	if pg {
+		rep.StoreKind = "postgres"
+	}
+	base := ""
+	if !pg {
+		base = strings.TrimPrefix(opts.Store, "sqlite:")
+		if !strings.HasPrefix(opts.Store, "sqlite:") {
+			return nil, fmt.Errorf("store %q: want sqlite:DIR or postgres://…", opts.Store)
+		}
+	}
+	tmp, err := os.MkdirTemp(base, "weir-torture-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	start := time.Now()
+	nonce := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffff)
+	for i := range opts.Trials {
+		if ctx.Err() != nil {
+			break
+		}
+		seed := opts.Seed + uint64(i)
+		prefix := ""
+		if pg {
+			prefix = fmt.Sprintf("t%x-%s", seed, nonce)
+		}
+		t := Generate(seed, prefix, GenOptions{Faults: opts.Faults, Postgres: pg, Scale: opts.Scale})
+		dir := filepath.Join(tmp, fmt.Sprintf("trial-%d", seed))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return rep, err
+		}
+		dsn := opts.Store
+		if !pg {
+			dsn = "sqlite:" + filepath.Join(dir, "weir.db")
+		}
+		tstart := time.Now()
+		tr, err := runTrial(ctx, &opts, t, dir, dsn)
+		if err != nil {
+			return rep, fmt.Errorf("trial seed %d: %w", seed, err)
+		}
+		rep.Trials++
+		rep.Workers += tr.workers
+		for _, f := range t.Faults {
+			rep.Planned[f.Kind]++
+		}
+		for k, n := range tr.injected {
+			rep.Injected[k] += n
+		}
+		var viols []Violation
+		viols = append(viols, tr.violations...)
+		if ctx.Err() == nil {
+			cv, st, err := checkTrial(ctx, dsn, t)
+			if err != nil {
+				viols = append(viols, Violation{"state", "checker", err.Error()})
+			}
+			viols = append(viols, cv...)
+			rep.Stats.add(st)
+		}
+		if opts.Log != nil {
+			fmt.Fprintf(opts.Log, "trial %d seed %d: %d runs, %d faults struck %v, %d workers, %s: %d violations\n",
+				i+1, seed, len(t.Runs), tr.total(), tr.injected, tr.workers, time.Since(tstart).Round(time.Millisecond), len(viols))
+		}
+		if len(viols) > 0 {
+			keep := filepath.Join(os.TempDir(), fmt.Sprintf("weir-torture-failed-%d", seed))
+			_ = os.RemoveAll(keep)
+			_ = os.Rename(dir, keep)
+			rep.Failures = append(rep.Failures, TrialFailure{Seed: seed, Violations: viols, Dir: keep})
+			if !opts.KeepGoing {
+				break
+			}
+			continue
+		}
+		_ = os.RemoveAll(dir)
+	}
+	rep.Duration = time.Since(start)
+	return rep, nil
+}
+
+func checkTrial(ctx context.Context, dsn string, t *Trial) ([]Violation, Stats, error) {
+	s, err := OpenStore(ctx, dsn)
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	defer s.Close()
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return Check(cctx, s, t)
+}
+
+type trialResult struct {
+	violations []Violation
+	injected   map[FaultKind]int
+	workers    int
+}
+
+func (r *trialResult) total() int {
+	n := 0
+	for _, v := range r.injected {
+		n += v
+	}
+	return n
+}
+
+type proc struct {
+	id     int
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	killed bool
+	done   bool // printed DONE
+	exited bool
+}
+
+type procMsg struct {
+	p    *proc
+	line string
+	exit bool
+	err  error
+}
+
+// runTrial runs t's workers until every run has ended, striking its faults.
+func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*trialResult, error) {
+	res := &trialResult{injected: map[FaultKind]int{}}
+	tb, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	trialPath := filepath.Join(dir, "trial.json")
+	if err := os.WriteFile(trialPath, tb, 0o644); err != nil {
+		return nil, err
+	}
+	msgs := make(chan procMsg, 256)
+	var procs []*proc
+	var wg sync.WaitGroup
+	incarnation := 0
+	start := func() error {
+		incarnation++
+		cmd := opts.WorkerCommand([]string{"--store", dsn, "--trial", trialPath, "--incarnation", fmt.Sprint(incarnation)})
+		p := &proc{id: incarnation, cmd: cmd, stderr: &bytes.Buffer{}}
+		cmd.Stderr = &limitedBuffer{b: p.stderr, max: 64 << 10}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		res.workers++
+		procs = append(procs, p)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := bufio.NewScanner(out)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				msgs <- procMsg{p: p, line: sc.Text()}
+			}
+			err := cmd.Wait()
+			msgs <- procMsg{p: p, exit: true, err: err}
+		}()
+		return nil
+	}
+	defer func() {
+		for _, p := range procs {
+			if !p.exited {
+				_ = p.cmd.Process.Signal(syscall.SIGCONT)
+				_ = p.cmd.Process.Kill()
+			}
+		}
+		go func() { wg.Wait() }()
+	}()
+	for range t.Workers {
+		if err := start(); err != nil {
+			return nil, err
+		}
+	}
+
+	deadline := time.NewTimer(opts.TrialTimeout)
+	defer deadline.Stop()
+	progress, fi := 0, 0
+	busy := false // a fault is being applied
+	faultDone := make(chan error, 1)
+	crashes := 0
+	live := func() int {
+		n := 0
+		for _, p := range procs {
+			if !p.exited {
+				n++
+			}
+		}
+		return n
+	}
+	anyDone := false
+	for {
+		select {
+		case <-ctx.Done():
+			return res, nil
+		case <-deadline.C:
+			res.violations = append(res.violations, Violation{"state", "trial", fmt.Sprintf("liveness: the runs did not all end within %v (%d progress events, %d faults struck)", opts.TrialTimeout, progress, res.total())})
+			return res, nil
+		case err := <-faultDone:
+			busy = false
+			if err != nil {
+				return nil, err
+			}
+		case m := <-msgs:
+			p := m.p
+			if m.exit {
+				p.exited = true
+				switch {
+				case p.done:
+					anyDone = true
+				case p.killed:
+				default:
+					// A worker died by itself (e.g. its database restarted
+					// under it): start another, within reason.
+					crashes++
+					if crashes > 20 {
+						return nil, fmt.Errorf("worker %d exited: %v: %s", p.id, m.err, tail(p.stderr))
+					}
+				}
+				if !anyDone && live() < t.Workers {
+					if err := start(); err != nil {
+						return nil, err
+					}
+				}
+				if live() == 0 && anyDone {
+					return res, nil
+				}
+				continue
+			}
+			switch {
+			case m.line == "DONE":
+				p.done = true
+			case strings.HasPrefix(m.line, "V "):
+				res.violations = append(res.violations, Violation{"worker", fmt.Sprintf("worker %d", p.id), m.line[2:]})
+			case strings.HasPrefix(m.line, "P "):
+				progress++
+				if busy || fi >= len(t.Faults) || progress < t.Faults[fi].After || p.exited || p.done {
+					continue
+				}
+				f := t.Faults[fi]
+				fi++
+				busy = true
+				res.injected[f.Kind]++
+				go func() { faultDone <- strike(ctx, opts, f, p) }()
+				if f.Kind == FaultKill || f.Kind == FaultCommitCrash {
+					p.killed = true
+				}
+			}
+		}
+	}
+}
+
+// strike applies fault f to worker p.
+func strike(ctx context.Context, opts *Options, f Fault, p *proc) error {
+	pr := p.cmd.Process
+	switch f.Kind {
+	case FaultKill:
+		_ = pr.Signal(syscall.SIGKILL)
+	case FaultCommitCrash:
+		time.Sleep(time.Duration(f.DelayMicros) * time.Microsecond)
+		_ = pr.Signal(syscall.SIGKILL)
+	case FaultStop:
+		_ = pr.Signal(syscall.SIGSTOP)
+		sleepCtx(ctx, time.Duration(f.HoldMillis)*time.Millisecond)
+		_ = pr.Signal(syscall.SIGCONT)
+	case FaultFreeze:
+		_ = pr.Signal(syscall.SIGUSR1)
+		sleepCtx(ctx, time.Duration(f.HoldMillis)*time.Millisecond)
+		_ = pr.Signal(syscall.SIGUSR2)
+	case FaultPGRestart:
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := opts.PGRestart(rctx); err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+type limitedBuffer struct {
+	mu  sync.Mutex
+	b   *bytes.Buffer
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.b.Len() < l.max {
+		l.b.Write(p[:min(len(p), l.max-l.b.Len())])
+	}
+	return len(p), nil
+}
+
+func tail(b *bytes.Buffer) string {
+	s := b.String()
+	if len(s) > 2000 {
+		s = s[len(s)-2000:]
+	}
+	return s
+}

@@ -1,0 +1,408 @@
+package torture
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
+)
+
+// WorkerEnv, set to "1" in a process's environment, makes it a torture
+// worker: `weir` and this package's tests check it before anything else.
+const WorkerEnv = "WEIR_TORTURE_WORKER"
+
+// WorkflowName is the workflow every trial run executes.
+const WorkflowName = "torture"
+
+// output serialises the worker's lines on stdout.
+type output struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (o *output) line(format string, args ...any) {
+	o.mu.Lock()
+	fmt.Fprintf(o.w, format+"\n", args...)
+	o.mu.Unlock()
+}
+
+// WorkerMain is the body of a worker process: it opens the store, starts the
+// trial's runs (idempotently), executes them on its engines, runs the
+// external producers, and returns once every run has ended and every
+// producer is done. It reports progress as lines on stdout:
+//
+//	P <engine> <what…>   a progress event (the fault schedule counts them)
+//	V <message>          a violation seen from inside (an unexpected error)
+//	DONE                 every run ended
+//
+// SIGUSR1 freezes the engine that reported progress last; SIGUSR2 thaws it.
+func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("torture-worker", flag.ContinueOnError)
+	dsn := fs.String("store", "", "store")
+	trialPath := fs.String("trial", "", "trial file")
+	inc := fs.Int("incarnation", 0, "worker incarnation")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(*trialPath)
+	if err != nil {
+		return err
+	}
+	var t Trial
+	if err := json.Unmarshal(b, &t); err != nil {
+		return err
+	}
+	out := &output{w: stdout}
+	s, err := OpenStore(ctx, *dsn)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+
+	var lastEngine atomic.Int32
+	gates := make([]*gatedStore, t.Engines)
+	engines := make([]*weir.Engine, t.Engines)
+	for i := range engines {
+		gates[i] = &gatedStore{Store: s}
+		e, err := weir.New(gates[i], &weir.Config{
+			WorkerID:     fmt.Sprintf("w%d-e%d-%d", *inc, i, os.Getpid()),
+			PollInterval: 20 * time.Millisecond,
+			LeaseTTL:     leaseMillis * time.Millisecond,
+			ParkAfter:    100 * time.Millisecond,
+			Retry:        weir.RetryPolicy{InitialInterval: 5 * time.Millisecond, MaxInterval: 50 * time.Millisecond},
+			Writer: weir.WriterConfig{
+				MaxBatchChunks: t.Writer.MaxBatchChunks, MaxBatchBytes: t.Writer.MaxBatchBytes,
+				Linger: time.Duration(t.Writer.LingerMicros+1) * time.Microsecond,
+			},
+			Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			return err
+		}
+		idx := int32(i)
+		report := func(format string, args ...any) {
+			lastEngine.Store(idx)
+			out.line("P %d "+format, append([]any{idx}, args...)...)
+		}
+		weir.Register(e, WorkflowName, func(ctx weir.Context, rs RunSpec) (int, error) {
+			return runWorkflow(ctx, &rs, report)
+		})
+		engines[i] = e
+	}
+
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sig)
+	go func() {
+		var frozen *gatedStore
+		for s := range sig {
+			switch s {
+			case syscall.SIGUSR1:
+				if frozen == nil {
+					frozen = gates[lastEngine.Load()]
+					frozen.freeze()
+				}
+			case syscall.SIGUSR2:
+				if frozen != nil {
+					frozen.thaw()
+					frozen = nil
+				}
+			}
+		}
+	}()
+
+	for _, rs := range t.Runs {
+		in, _ := json.Marshal(rs)
+		for {
+			_, _, err := engines[0].StartRun(ctx, WorkflowName, in, &weir.StartOptions{ID: rs.ID})
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return err
+			}
+			time.Sleep(50 * time.Millisecond) // a restarting database
+		}
+	}
+	for _, e := range engines {
+		if err := e.Start(ctx); err != nil {
+			return err
+		}
+	}
+	var prodWG sync.WaitGroup
+	for _, p := range t.Producers {
+		for w := range p.Writers {
+			prodWG.Add(1)
+			go func() {
+				defer prodWG.Done()
+				produce(ctx, s, &p, w, *inc, out)
+			}()
+		}
+	}
+	prodDone := make(chan struct{})
+	go func() { prodWG.Wait(); close(prodDone) }()
+
+	// Wait for every run to end, asking the store directly.
+	pending := map[string]bool{}
+	for _, rs := range t.Runs {
+		pending[rs.ID] = true
+	}
+	for len(pending) > 0 {
+		for id := range pending {
+			r, err := s.GetRun(ctx, id)
+			if err == nil && r.Status.Terminal() {
+				delete(pending, id)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(30 * time.Millisecond):
+		}
+	}
+	<-prodDone
+	for _, g := range gates {
+		g.thaw()
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, e := range engines {
+		_ = e.Close(cctx)
+	}
+	out.line("DONE")
+	return nil
+}
+
+// runWorkflow is the trial workflow: its items in order.
+func runWorkflow(ctx weir.Context, rs *RunSpec, report func(string, ...any)) (int, error) {
+	wfSeq := map[string]int{}
+	completed := 0
+	for idx := range rs.Items {
+		it := &rs.Items[idx]
+		switch it.Kind {
+		case ItemWFWrite:
+			w := ctx.Stream(it.Stream)
+			for j := range it.Count {
+				c := Chunk(rs.Seed, wfOp(idx), it.Stream, j, 0, it.MinLen, it.MaxLen)
+				if _, err := w.Write(c); err != nil {
+					return 0, err
+				}
+				wfSeq[it.Stream]++
+			}
+		case ItemSleep:
+			weir.Sleep(ctx, time.Duration(it.SleepMillis)*time.Millisecond)
+		case ItemStep:
+			_, err := weir.Step(ctx, it.Name, func(sc weir.StepContext) (int, error) {
+				return runStep(sc, rs, it, report)
+			}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: it.MaxAttempts}))
+			if err != nil {
+				if !rs.ContinueOnFail {
+					return 0, err
+				}
+				continue
+			}
+			completed++
+		}
+	}
+	return completed, nil
+}
+
+// wfOp keys the bytes of a workflow write item.
+func wfOp(idx int) int64 { return -int64(idx) - 1 }
+
+var errPlanned = errors.New("planned failure")
+
+func runStep(sc weir.StepContext, rs *RunSpec, it *Item, report func(string, ...any)) (int, error) {
+	a := sc.Attempt()
+	failing := it.Final || a <= int64(it.FailUpTo)
+	fail := func() (int, error) {
+		report("fail %s %d %d", rs.ID, it.Op, a)
+		err := fmt.Errorf("%w: %s attempt %d", errPlanned, it.Name, a)
+		if it.Final && a > int64(it.FailUpTo) {
+			return 0, weir.NonRetryable(err)
+		}
+		return 0, err
+	}
+	ws := make([]*weir.Writer, len(it.Outputs))
+	counts := make([]int, len(it.Outputs))
+	total := 0
+	for i := range it.Outputs {
+		ws[i] = sc.Stream(it.Outputs[i].Stream)
+		counts[i] = it.CountOn(&it.Outputs[i], a)
+		total += counts[i]
+	}
+	// Round robin over the outputs.
+	written := 0
+	for seq := 0; written < total; seq++ {
+		for i := range it.Outputs {
+			if seq >= counts[i] {
+				continue
+			}
+			if failing && written == it.FailAfter {
+				return fail()
+			}
+			o := &it.Outputs[i]
+			c := Chunk(rs.Seed, it.Op, o.Stream, seq, it.variant(a), o.MinLen, o.MaxLen)
+			if _, err := ws[i].Write(c); err != nil {
+				return 0, err
+			}
+			written++
+			if written%it.FlushEvery == 0 {
+				for _, w := range ws {
+					if err := w.Flush(); err != nil {
+						return 0, err
+					}
+				}
+				report("ack %s %d %d %d", rs.ID, it.Op, a, written)
+			}
+			if it.SleepMicros > 0 {
+				time.Sleep(time.Duration(it.SleepMicros) * time.Microsecond)
+			}
+			if err := sc.Err(); err != nil {
+				return 0, context.Cause(sc)
+			}
+		}
+	}
+	if failing {
+		return fail()
+	}
+	return written, nil
+}
+
+// producerWriter is the writer id of producer w.
+func producerWriter(w int) string { return fmt.Sprintf("prod/%d", w) }
+
+// produce appends producer writer w's chunks from seq 0, paging at random;
+// sometimes it steps back and resends. Everything already acknowledged by an
+// earlier incarnation must come back as a retransmit.
+func produce(ctx context.Context, s store.Store, p *ProducerSpec, w, inc int, out *output) {
+	r := rand.New(rand.NewPCG(p.Seed, uint64(w)<<32|uint64(inc)))
+	var id int64
+	for id == 0 {
+		info, err := s.OpenStream(ctx, &store.OpenStreamParams{Path: p.Path, Create: true})
+		if err == nil {
+			id = info.ID
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	seq := 0
+	for seq < p.Count {
+		n := min(p.Count-seq, 1+r.IntN(40))
+		chunks := make([][]byte, n)
+		for i := range chunks {
+			chunks[i] = Chunk(p.Seed, int64(w), "prod", seq+i, 0, p.MinLen, p.MaxLen)
+		}
+		res, err := s.Append(ctx, &store.AppendParams{StreamID: id, Writer: producerWriter(w), FirstSeq: int64(seq), Chunks: chunks})
+		switch {
+		case err == nil:
+			for _, a := range res.Acks {
+				if a.Outcome == stream.Adopted {
+					out.line("V producer %s writer %d: attempt-0 chunk adopted at offset %d", p.Path, w, a.Offset)
+				}
+			}
+			seq += n
+			out.line("P -1 prod %d %d", w, seq)
+			if r.IntN(6) == 0 {
+				seq = max(0, seq-r.IntN(30)) // resend some, paged otherwise
+			}
+		case errors.Is(err, stream.ErrConflict) || errors.Is(err, stream.ErrGap) || errors.Is(err, stream.ErrMode) ||
+			errors.Is(err, stream.ErrWriterFinished) || errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrTooLarge):
+			out.line("V producer %s writer %d seq %d: %v", p.Path, w, seq, err)
+			return
+		default:
+			if ctx.Err() != nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond) // a restarting database
+		}
+		time.Sleep(time.Duration(r.IntN(2000)) * time.Microsecond)
+	}
+}
+
+// gatedStore lets the harness freeze one engine: while frozen, every store
+// call the engine makes blocks (it ignores its context: a paused process
+// does not see time pass), while its workflow and step code runs on.
+type gatedStore struct {
+	store.Store
+	mu   sync.Mutex
+	gate chan struct{} // non-nil while frozen
+}
+
+func (g *gatedStore) freeze() {
+	g.mu.Lock()
+	if g.gate == nil {
+		g.gate = make(chan struct{})
+	}
+	g.mu.Unlock()
+}
+
+func (g *gatedStore) thaw() {
+	g.mu.Lock()
+	if g.gate != nil {
+		close(g.gate)
+		g.gate = nil
+	}
+	g.mu.Unlock()
+}
+
+func (g *gatedStore) pass() {
+	g.mu.Lock()
+	c := g.gate
+	g.mu.Unlock()
+	if c != nil {
+		<-c
+	}
+}
+
+func (g *gatedStore) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*store.Run, error) {
+	g.pass()
+	return g.Store.ClaimRuns(ctx, p)
+}
+
+func (g *gatedStore) RenewLease(ctx context.Context, p *store.RenewLeaseParams) (bool, error) {
+	g.pass()
+	return g.Store.RenewLease(ctx, p)
+}
+
+func (g *gatedStore) ListEvents(ctx context.Context, id string, after int64) ([]store.Event, error) {
+	g.pass()
+	return g.Store.ListEvents(ctx, id, after)
+}
+
+func (g *gatedStore) Record(ctx context.Context, p *store.RecordParams) error {
+	g.pass()
+	return g.Store.Record(ctx, p)
+}
+
+func (g *gatedStore) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*store.StreamInfo, error) {
+	g.pass()
+	return g.Store.OpenStream(ctx, p)
+}
+
+func (g *gatedStore) Append(ctx context.Context, p *store.AppendParams) (*store.AppendResult, error) {
+	g.pass()
+	return g.Store.Append(ctx, p)
+}
+
+func (g *gatedStore) GetRun(ctx context.Context, id string) (*store.Run, error) {
+	g.pass()
+	return g.Store.GetRun(ctx, id)
+}
