@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+
+	"github.com/weirhq/weir/internal/bench"
+)
+
+const benchUsage = `Usage: weir bench [WORKLOAD…] [flags]
+
+Runs the named workloads (default: every embedded one, and http with --url),
+each against a baseline measured in the same run, and prints a table (or one
+JSON object per workload with --json). Progress goes to stderr.
+
+Workloads:
+%s
+Flags:
+`
+
+func benchCmd(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var c bench.Config
+	fs.StringVar(&c.Store, "store", "", "store: sqlite:PATH or postgres://… (default: a fresh SQLite file per workload)")
+	fs.StringVar(&c.URL, "url", "", "Durable Streams base URL for http; streams are created under it (default: an in-process weir server)")
+	asJSON := fs.Bool("json", false, "print one JSON object per workload instead of a table")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	fs.IntVar(&c.ChunkSize, "chunk-size", 0, "bytes per chunk (default 100)")
+	fs.DurationVar(&c.Duration, "duration", 0, "run append and http for this long instead of their counts")
+	fs.IntVar(&c.Chunks, "chunks", 0, "append: total chunks (default 1,000,000)")
+	fs.IntVar(&c.Writers, "writers", 0, "append: writers at once (default 16)")
+	fs.IntVar(&c.AdoptChunks, "adopt-chunks", 0, "adopt, diverge: chunks of the retried step (default 100,000)")
+	fs.IntVar(&c.Requests, "requests", 0, "http: requests (default 2,000)")
+	fs.IntVar(&c.Samples, "samples", 0, "tail: samples (default 1,000)")
+	fs.DurationVar(&c.Interval, "interval", 0, "tail, fanout: pause between writes (default 2ms, 20ms)")
+	fs.IntVar(&c.Steps, "steps", 0, "steps, replay: steps of the run (default 1,000)")
+	fs.IntVar(&c.Runs, "runs", 0, "steps: short runs for runs/s (default 500)")
+	fs.IntVar(&c.Replays, "replays", 0, "replay: replays (default 20)")
+	fs.IntVar(&c.Readers, "readers", 0, "fanout: live readers (default 1,000)")
+	fs.IntVar(&c.Messages, "messages", 0, "fanout: chunks written (default 50)")
+	fs.IntVar(&c.DBOSRuns, "dbos-runs", 0, "dbos-like: runs (default 500)")
+	fs.IntVar(&c.DBOSChunks, "dbos-chunks", 0, "dbos-like: chunks per run (default 20)")
+	fs.IntVar(&c.DBOSConcurrency, "dbos-concurrency", 0, "dbos-like: runs at once (default 16)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memProfile := fs.String("memprofile", "", "write a heap profile at the end to this file")
+	// The cross-process reader of the tail workload (weir re-executes itself).
+	tailReader := fs.Bool("tail-reader", false, "")
+	runID := fs.String("run", "", "")
+	fs.Usage = func() {
+		var ws strings.Builder
+		for _, w := range bench.Workloads() {
+			fmt.Fprintf(&ws, "  %-10s %s\n", w[0], w[1])
+		}
+		fmt.Fprintf(fs.Output(), benchUsage, ws.String())
+		fs.VisitAll(func(f *flag.Flag) {
+			if f.Usage != "" {
+				fmt.Fprintf(fs.Output(), "  --%s\t%s\n", f.Name, f.Usage)
+			}
+		})
+	}
+	// Flags may follow workload names.
+	var names []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		names = append(names, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+
+	if *tailReader {
+		if c.Store == "" || *runID == "" {
+			return errors.New("--tail-reader needs --store and --run")
+		}
+		s, closeS, err := bench.OpenStore(ctx, c.Store)
+		if err != nil {
+			return err
+		}
+		defer closeS()
+		return bench.TailReader(ctx, s, *runID, c.Samples, stdout)
+	}
+
+	if !*quiet {
+		c.Progress = os.Stderr
+	}
+	if exe, err := os.Executable(); err == nil {
+		c.ReaderCommand = []string{exe, "bench", "--tail-reader"}
+	}
+	stopProfile, err := startProfiles(*cpuProfile, *memProfile)
+	if err != nil {
+		return err
+	}
+	rs, err := bench.Run(ctx, c, names)
+	if perr := stopProfile(); err == nil {
+		err = perr
+	}
+	if len(rs) > 0 {
+		if *asJSON {
+			if werr := bench.WriteJSON(stdout, rs); err == nil {
+				err = werr
+			}
+		} else if werr := bench.WriteTable(stdout, rs); err == nil {
+			err = werr
+		}
+	}
+	return err
+}
+
+// startProfiles starts a CPU profile to cpu (if set); the returned function
+// stops it and writes a heap profile to mem (if set).
+func startProfiles(cpu, mem string) (func() error, error) {
+	var f *os.File
+	if cpu != "" {
+		var err error
+		if f, err = os.Create(cpu); err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return func() error {
+		var errs []error
+		if f != nil {
+			pprof.StopCPUProfile()
+			errs = append(errs, f.Close())
+		}
+		if mem != "" {
+			m, err := os.Create(mem)
+			if err != nil {
+				return err
+			}
+			runtime.GC()
+			errs = append(errs, pprof.WriteHeapProfile(m), m.Close())
+		}
+		return errors.Join(errs...)
+	}, nil
+}

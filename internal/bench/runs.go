@@ -1,0 +1,297 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/store"
+)
+
+// runSteps: one run of Steps trivial steps (step-to-step overhead, each
+// step's gap timed), then Runs runs of a three-step workflow at once (runs/s).
+// The baseline is the floor of a step: one store transaction recording one
+// event on a leased run, synced, back to back.
+func runSteps(ctx context.Context, v *env) (*Result, error) {
+	n := v.cfg.Steps
+	v.prog.phase("transactions (baseline)")
+	base, err := recordLoop(ctx, v, n)
+	if err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+
+	e, closeE, err := v.engine(ctx, 64)
+	if err != nil {
+		return nil, err
+	}
+	defer closeE()
+	var stamps []time.Time
+	long := weir.Register(e, "bench-steps", func(ctx weir.Context, n int) (int, error) {
+		stamps = make([]time.Time, 0, n)
+		for i := range n {
+			if _, err := weir.Step(ctx, "s", func(sc weir.StepContext) (int, error) {
+				stamps = append(stamps, time.Now())
+				v.prog.add(1)
+				return i, nil
+			}); err != nil {
+				return 0, err
+			}
+		}
+		return n, nil
+	})
+	short := weir.Register(e, "bench-short", func(ctx weir.Context, _ int) (int, error) {
+		sum := 0
+		for i := range 3 {
+			x, err := weir.Step(ctx, "s", func(sc weir.StepContext) (int, error) { return i, nil })
+			if err != nil {
+				return 0, err
+			}
+			sum += x
+		}
+		v.prog.add(1)
+		return sum, nil
+	})
+
+	v.prog.phase("steps")
+	t0 := time.Now()
+	h, err := long.Start(ctx, n, nil)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := h.Result(ctx); err != nil {
+		return nil, err
+	}
+	total := time.Since(t0)
+	gaps := make([]time.Duration, 0, n)
+	for i := 1; i < len(stamps); i++ {
+		gaps = append(gaps, stamps[i].Sub(stamps[i-1]))
+	}
+	var mean time.Duration
+	if len(stamps) > 1 {
+		mean = stamps[len(stamps)-1].Sub(stamps[0]) / time.Duration(len(stamps)-1)
+	}
+
+	v.prog.phase("runs (3 steps each)")
+	runs := v.cfg.Runs
+	t1 := time.Now()
+	hs := make([]*weir.Handle[int], runs)
+	for i := range hs {
+		if hs[i], err = short.Start(ctx, 0, nil); err != nil {
+			return nil, err
+		}
+	}
+	for _, h := range hs {
+		if _, err := h.Result(ctx); err != nil {
+			return nil, err
+		}
+	}
+	runDur := time.Since(t1)
+
+	r := &Result{Unit: "steps", Ops: int64(n), Seconds: total.Seconds(), OpsPerSec: float64(n) / total.Seconds(),
+		Baseline:          "one synced store transaction recording one event on a leased run, back to back",
+		BaselineOpsPerSec: float64(n) / base.Seconds(),
+		RatioOf:           "mean step-to-step time ÷ baseline transaction time",
+	}
+	r.latencies(gaps)
+	r.Ratio = mean.Seconds() / (base.Seconds() / float64(n))
+	r.extra("step_overhead_ms", ms(mean))
+	r.extra("baseline_txn_ms", ms(base)/float64(n))
+	r.extra("runs_per_sec", float64(runs)/runDur.Seconds())
+	r.extra("runs", float64(runs))
+	r.Notes = append(r.Notes, "p50/p99/p999: the gap between consecutive steps of one run; runs_per_sec: runs of 3 steps, all started at once, 64 at a time")
+	r.target("step overhead ≤ 0.5 ms embedded", ms(mean) <= 0.5)
+	return r, nil
+}
+
+// recordLoop claims a run of its own and records n events on it, one
+// transaction each; it returns the time they took.
+func recordLoop(ctx context.Context, v *env, n int) (time.Duration, error) {
+	id := fmt.Sprintf("bench-txn-%d", time.Now().UnixNano())
+	if _, _, err := v.store.CreateRun(ctx, &store.CreateRunParams{ID: id, Workflow: "bench-txn"}); err != nil {
+		return 0, err
+	}
+	runs, err := v.store.ClaimRuns(ctx, &store.ClaimRunsParams{Owner: "bench", Limit: 1, LeaseTTL: time.Minute})
+	if err != nil {
+		return 0, err
+	}
+	if len(runs) != 1 || runs[0].ID != id {
+		return 0, errors.New("the store has other runnable runs: use a fresh store")
+	}
+	epoch := runs[0].LeaseEpoch
+	t0 := time.Now()
+	for i := range n {
+		err := v.store.Record(ctx, &store.RecordParams{RunID: id, LeaseEpoch: epoch, Events: []store.Event{
+			{Type: store.EventStepCompleted, Op: int64(i + 1), Name: "s", Attempt: 1, Data: []byte("0")},
+		}})
+		if err != nil {
+			return 0, err
+		}
+		v.prog.add(1)
+	}
+	d := time.Since(t0)
+	err = v.store.Record(ctx, &store.RecordParams{RunID: id, LeaseEpoch: epoch, Status: store.RunCompleted, Output: []byte("0"), CloseStreams: true})
+	return d, err
+}
+
+// runReplay: a run of Steps completed steps, replayed Replays times. The
+// baseline is loading its event log.
+func runReplay(ctx context.Context, v *env) (*Result, error) {
+	n := v.cfg.Steps
+	e, closeE, err := v.engine(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer closeE()
+	wf := weir.Register(e, "bench-replay", func(ctx weir.Context, n int) (int, error) {
+		sum := 0
+		for i := range n {
+			x, err := weir.Step(ctx, fmt.Sprintf("step-%d", i), func(sc weir.StepContext) (int, error) {
+				v.prog.add(1)
+				return i, nil
+			})
+			if err != nil {
+				return 0, err
+			}
+			sum += x
+		}
+		return sum, nil
+	})
+	v.prog.phase("steps (recording the run)")
+	h, err := wf.Start(ctx, n, nil)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := h.Result(ctx); err != nil {
+		return nil, err
+	}
+	v.prog.phase("replays")
+	var replays, loads []time.Duration
+	var total time.Duration
+	for range v.cfg.Replays {
+		t0 := time.Now()
+		if _, err := v.store.ListEvents(ctx, h.ID, 0); err != nil {
+			return nil, err
+		}
+		loads = append(loads, time.Since(t0))
+		t0 = time.Now()
+		if err := e.Replay(ctx, h.ID); err != nil {
+			return nil, err
+		}
+		d := time.Since(t0)
+		total += d
+		replays = append(replays, d)
+		v.prog.add(1)
+	}
+	r := &Result{Unit: "replays", Ops: int64(len(replays)), Seconds: total.Seconds(), OpsPerSec: float64(len(replays)) / total.Seconds(),
+		Baseline:          fmt.Sprintf("loading the run's event log (%d events)", 2*n+2),
+		BaselineOpsPerSec: float64(len(loads)) / sum(loads).Seconds(),
+		RatioOf:           "replay p50 ÷ log load p50",
+	}
+	r.latencies(replays)
+	r.BaselineP50Ms = pct(loads, 0.5)
+	r.Ratio = r.P50Ms / r.BaselineP50Ms
+	r.extra("steps", float64(n))
+	r.target("replay of 1,000 steps ≤ 100 ms", r.P50Ms <= 100)
+	return r, nil
+}
+
+func sum(d []time.Duration) time.Duration {
+	var t time.Duration
+	for _, x := range d {
+		t += x
+	}
+	return t
+}
+
+// runDBOSLike: DBOSRuns runs, each one step writing DBOSChunks chunks through
+// its stream writer, DBOSConcurrency at a time, durable and exactly-once. The
+// baseline is the same shape as plain appends: a stream per run, one
+// anonymous append per chunk (what an at-least-once writer does).
+func runDBOSLike(ctx context.Context, v *env) (*Result, error) {
+	c := v.cfg
+	total := c.DBOSRuns * c.DBOSChunks
+
+	v.prog.phase("chunks (baseline: plain appends)")
+	tag := time.Now().UnixNano()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, c.DBOSConcurrency)
+	t0 := time.Now()
+	for range c.DBOSConcurrency {
+		wg.Go(func() {
+			buf := make([]byte, c.ChunkSize)
+			for i := int(next.Add(1) - 1); i < c.DBOSRuns; i = int(next.Add(1) - 1) {
+				si, err := v.store.OpenStream(ctx, &store.OpenStreamParams{Path: fmt.Sprintf("bench/dbos/%d/%d", tag, i), Create: true})
+				if err != nil {
+					errc <- err
+					return
+				}
+				for j := range c.DBOSChunks {
+					fillChunk(buf, 'p', j)
+					if _, err := v.store.Append(ctx, &store.AppendParams{StreamID: si.ID, Chunks: [][]byte{buf}}); err != nil {
+						errc <- err
+						return
+					}
+					v.prog.add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	baseDur := time.Since(t0)
+	select {
+	case err := <-errc:
+		return nil, fmt.Errorf("baseline: %w", err)
+	default:
+	}
+
+	v.prog.phase("chunks (runs through the engine)")
+	e, closeE, err := v.engine(ctx, c.DBOSConcurrency)
+	if err != nil {
+		return nil, err
+	}
+	defer closeE()
+	wf := weir.Register(e, "bench-dbos", func(ctx weir.Context, _ int) (int, error) {
+		return weir.Step(ctx, "emit", func(sc weir.StepContext) (int, error) {
+			w := sc.Stream("out")
+			buf := make([]byte, c.ChunkSize)
+			for j := range c.DBOSChunks {
+				fillChunk(buf, 'w', j)
+				if _, err := w.Write(buf); err != nil {
+					return 0, err
+				}
+			}
+			v.prog.add(int64(c.DBOSChunks))
+			return c.DBOSChunks, nil
+		})
+	})
+	t1 := time.Now()
+	hs := make([]*weir.Handle[int], c.DBOSRuns)
+	for i := range hs {
+		if hs[i], err = wf.Start(ctx, 0, nil); err != nil {
+			return nil, err
+		}
+	}
+	for _, h := range hs {
+		if _, err := h.Result(ctx); err != nil {
+			return nil, err
+		}
+	}
+	d := time.Since(t1)
+	const dbosGo = 1371
+	r := &Result{Unit: "chunks", Ops: int64(total), Seconds: d.Seconds(), OpsPerSec: float64(total) / d.Seconds(),
+		Baseline:          "plain appends of the same shape: a stream per run, one anonymous append per chunk, same concurrency",
+		BaselineOpsPerSec: float64(total) / baseDur.Seconds(),
+		RatioOf:           "engine chunks/s ÷ plain-append chunks/s",
+	}
+	r.Ratio = r.OpsPerSec / r.BaselineOpsPerSec
+	r.extra("runs_per_sec", float64(c.DBOSRuns)/d.Seconds())
+	r.extra("peer_dbos_go_exactly_once_pg_chunks_per_sec", dbosGo)
+	r.extra("vs_peer", r.OpsPerSec/dbosGo)
+	r.Notes = append(r.Notes, "peer: DBOS Go v1.8.0, exactly-once (workflow WriteStream) on PostgreSQL, 1,371 chunks/s on this kind of machine (anchors-measured.md)")
+	return r, nil
+}
