@@ -14,6 +14,8 @@ const usage = `weir — durable workflows for Go whose streams are exactly-once.
 
 Usage:
   weir demo [--db PATH] [--fast]   run a step that streams tokens, fails midway and is retried
+  weir bench [WORKLOAD…] [--store S] [--url U] [--json]
+                                   measure weir against same-run baselines
   weir version                     print the version
 
 Run 'weir demo' first.
@@ -36,6 +38,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "demo":
 		err = demoCmd(ctx, args[1:], stdout)
+	case "bench":
+		err = benchCmd(ctx, args[1:], stdout)
 	case "version":
 		fmt.Fprintln(stdout, "weir", version)
 	case "help", "-h", "--help":
