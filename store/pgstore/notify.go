@@ -1,0 +1,325 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/store"
+)
+
+// Live tails across processes.
+//
+// A process that commits records on a stream wakes its own waiters at once
+// and hands the stream's id to its publisher, which sends them to the other
+// processes with NOTIFY on the schema's channel: after the commit, in its own
+// short transaction (a NOTIFY inside the write transaction would take the
+// server's global notify lock and serialize every writer), at most one in
+// flight and at most one per Config.NotifyInterval, each carrying every
+// stream written since the last. Each process's listener holds one
+// connection that LISTENs, and wakes the waiters of the streams it hears of.
+// A waiter also re-reads its stream every Config.PollInterval, so a lost
+// notification (a listener reconnecting, a publisher failing) costs latency,
+// never data.
+
+// maxPayload keeps a NOTIFY payload under the server's 8000-byte limit.
+const maxPayload = 7000
+
+// channel returns the NOTIFY channel of schema: one per schema, so that
+// stores on different schemas of one database do not hear each other.
+func channel(schema string) string {
+	c := "weir_" + schema
+	if len(c) > 63 { // the longest identifier
+		sum := sha256.Sum256([]byte(schema))
+		c = "weir_" + hex.EncodeToString(sum[:16])
+	}
+	return c
+}
+
+// wrote reports that records were committed on the streams ids.
+func (s *Store) wrote(ids ...int64) {
+	if len(ids) == 0 {
+		return
+	}
+	s.hub.wake(ids)
+	s.pub.add(ids)
+}
+
+// hub wakes the Wait calls of this process. Only streams with waiters have an
+// entry: a wake closes the channel and forgets it, waiters re-check, and the
+// last waiter to leave without a wake forgets it too.
+type hub struct {
+	mu sync.Mutex
+	m  map[int64]*waiters
+}
+
+type waiters struct {
+	ch chan struct{}
+	n  int
+}
+
+func (h *hub) subscribe(id int64) *waiters {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = make(map[int64]*waiters)
+	}
+	w, ok := h.m[id]
+	if !ok {
+		w = &waiters{ch: make(chan struct{})}
+		h.m[id] = w
+	}
+	w.n++
+	return w
+}
+
+func (h *hub) unsubscribe(id int64, w *waiters) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w.n--
+	if w.n == 0 && h.m[id] == w {
+		delete(h.m, id)
+	}
+}
+
+func (h *hub) wake(ids []int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range ids {
+		if w, ok := h.m[id]; ok {
+			close(w.ch)
+			delete(h.m, id)
+		}
+	}
+}
+
+// wakeAll wakes every waiter: notifications may have been missed.
+func (h *hub) wakeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, w := range h.m {
+		close(w.ch)
+		delete(h.m, id)
+	}
+}
+
+// publisher sends this process's writes to the others.
+type publisher struct {
+	s       *Store
+	channel string
+	mu      sync.Mutex
+	pending map[int64]struct{}
+	kick    chan struct{}
+}
+
+func newPublisher(s *Store) *publisher {
+	return &publisher{s: s, channel: channel(s.cfg.Schema), pending: make(map[int64]struct{}), kick: make(chan struct{}, 1)}
+}
+
+func (p *publisher) add(ids []int64) {
+	p.mu.Lock()
+	for _, id := range ids {
+		p.pending[id] = struct{}{}
+	}
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// loop sends a NOTIFY as soon as something is pending, then waits
+// NotifyInterval before the next, until the store closes.
+func (p *publisher) loop() {
+	var payloads []string
+	for {
+		select {
+		case <-p.kick:
+		case <-p.s.closing:
+			return
+		}
+		for {
+			p.mu.Lock()
+			if len(p.pending) == 0 {
+				p.mu.Unlock()
+				break
+			}
+			payloads = payloads[:0]
+			var b strings.Builder
+			for id := range p.pending {
+				if b.Len() > maxPayload {
+					payloads = append(payloads, b.String())
+					b.Reset()
+				}
+				if b.Len() > 0 {
+					b.WriteByte(',')
+				}
+				b.WriteString(strconv.FormatInt(id, 10))
+			}
+			payloads = append(payloads, b.String())
+			clear(p.pending)
+			p.mu.Unlock()
+
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			// A failure is dropped: the waiters' polling covers it.
+			_, _ = p.s.pool.Exec(ctx, `SELECT pg_notify($1, x) FROM unnest($2::text[]) x`, p.channel, payloads)
+			cancel()
+			select {
+			case <-time.After(p.s.cfg.NotifyInterval):
+			case <-p.s.closing:
+				return
+			}
+		}
+	}
+}
+
+// listener holds the connection that LISTENs for the other processes'
+// writes. It starts with the first Wait.
+type listener struct {
+	s       *Store
+	channel string
+	once    sync.Once
+	ready   chan struct{} // closed once the first LISTEN is in place
+}
+
+func newListener(s *Store) *listener {
+	return &listener{s: s, channel: channel(s.cfg.Schema), ready: make(chan struct{})}
+}
+
+// ensure starts the listener if it is not running, and waits (briefly) for
+// its LISTEN to be in place, so that a Wait that begins now hears of the
+// writes that follow.
+func (l *listener) ensure(ctx context.Context) {
+	l.once.Do(func() {
+		if !l.s.goBackground(l.loop) {
+			close(l.ready)
+		}
+	})
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-l.ready:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-l.s.closing:
+	}
+}
+
+func (l *listener) loop() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-l.s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var readyOnce sync.Once
+	backoff := 10 * time.Millisecond
+	for ctx.Err() == nil {
+		err := l.listen(ctx, func() {
+			readyOnce.Do(func() { close(l.ready) })
+			backoff = 10 * time.Millisecond
+		})
+		_ = err
+		// Whatever was sent while we were not listening is lost: every
+		// waiter re-reads its stream.
+		l.s.hub.wakeAll()
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// listen connects, LISTENs and wakes waiters until the connection fails or
+// ctx ends.
+func (l *listener) listen(ctx context.Context, listening func()) error {
+	conn, err := pgx.ConnectConfig(ctx, l.s.pool.Config().ConnConfig)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
+		return err
+	}
+	listening()
+	l.s.hub.wakeAll() // anything sent before the LISTEN was missed
+	var ids []int64
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		ids = ids[:0]
+		for f := range strings.SplitSeq(n.Payload, ",") {
+			if id, err := strconv.ParseInt(f, 10, 64); err == nil {
+				ids = append(ids, id)
+			}
+		}
+		l.s.hub.wake(ids)
+	}
+}
+
+// Wait blocks until stream id has a record at offset >= next or is closed.
+func (s *Store) Wait(ctx context.Context, id int64, next int64) error {
+	if s.isClosed() {
+		return store.ErrClosedStore
+	}
+	s.lis.ensure(ctx)
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for {
+		// Subscribe before looking, so that a write between the look and
+		// the wait still wakes us.
+		w := s.hub.subscribe(id)
+		var n int64
+		var closed bool
+		err := s.do(ctx, true, func(ctx context.Context, _ *try) error {
+			return s.pool.QueryRow(ctx, s.q.head, id).Scan(&n, &closed)
+		})
+		if err != nil {
+			s.hub.unsubscribe(id, w)
+			return fmt.Errorf("wait stream %d: %w", id, err)
+		}
+		if n > next || closed {
+			s.hub.unsubscribe(id, w)
+			return nil
+		}
+		if t == nil {
+			t = time.NewTimer(s.cfg.PollInterval)
+		} else {
+			t.Reset(s.cfg.PollInterval)
+		}
+		select {
+		case <-w.ch:
+		case <-t.C:
+		case <-ctx.Done():
+			s.hub.unsubscribe(id, w)
+			return ctx.Err()
+		case <-s.closing:
+			s.hub.unsubscribe(id, w)
+			return store.ErrClosedStore
+		}
+		s.hub.unsubscribe(id, w)
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+	}
+}

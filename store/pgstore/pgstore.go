@@ -1,0 +1,424 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// ErrSchemaTooNew is returned by Open when the database's schema was migrated
+// by a newer weir than this one.
+var ErrSchemaTooNew = errors.New("pgstore: schema is newer than this build")
+
+// DefaultSchema is the schema weir's tables live in unless Config.Schema says
+// otherwise.
+const DefaultSchema = "weir"
+
+// Config configures a Store. The zero value is ready to use; nil means the
+// zero value.
+type Config struct {
+	// Schema is the PostgreSQL schema holding weir's tables. Open creates it
+	// and migrates it. Several weir deployments (or tests) may share one
+	// database with a schema each. Defaults to "weir".
+	Schema string
+	// MaxConns is the size of the connection pool Open creates, unless the
+	// URL sets pool_max_conns. Every process also holds one more connection
+	// for LISTEN once it has waited on a stream. Defaults to 16.
+	MaxConns int32
+	// CacheWriters is how many writers' dedupe states (their live records'
+	// offsets and digests) stay in memory. The database is the truth: an
+	// entry is used only while its version matches the writer's row, and a
+	// writer not in the cache is rebuilt from its stream's log. Defaults to
+	// 4096.
+	CacheWriters int
+	// PollInterval is how often a Wait re-reads its stream without a
+	// notification: the latency a lost notification costs. Defaults to
+	// 500ms.
+	PollInterval time.Duration
+	// NotifyInterval is the shortest time between two NOTIFYs this process
+	// sends. Streams written meanwhile share the next one, so a busy process
+	// sends at most one per interval. Defaults to 2ms.
+	NotifyInterval time.Duration
+	// RetryFor is how long an operation is retried after an error that is
+	// safe to retry: a lost connection, a server restart, a serialization
+	// failure or deadlock. Defaults to 10s; a negative value disables
+	// retries.
+	RetryFor time.Duration
+	// Now is the store's clock, for timestamps and leases. All processes on
+	// one database should have synchronized clocks. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// WithDefaults returns a copy of c with every unset field at its default.
+func (c *Config) WithDefaults() *Config {
+	out := Config{}
+	if c != nil {
+		out = *c
+	}
+	if out.Schema == "" {
+		out.Schema = DefaultSchema
+	}
+	if out.MaxConns == 0 {
+		out.MaxConns = 16
+	}
+	if out.CacheWriters == 0 {
+		out.CacheWriters = 4096
+	}
+	if out.PollInterval == 0 {
+		out.PollInterval = 500 * time.Millisecond
+	}
+	if out.NotifyInterval == 0 {
+		out.NotifyInterval = 2 * time.Millisecond
+	}
+	if out.RetryFor == 0 {
+		out.RetryFor = 10 * time.Second
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return &out
+}
+
+func (c *Config) validate() error {
+	if c.MaxConns < 0 || c.CacheWriters < 0 || c.PollInterval < 0 || c.NotifyInterval < 0 {
+		return fmt.Errorf("%w: negative config value", store.ErrInvalid)
+	}
+	if len(c.Schema) > 50 {
+		return fmt.Errorf("%w: schema name %q is longer than 50 bytes", store.ErrInvalid, c.Schema)
+	}
+	return nil
+}
+
+// Store is the PostgreSQL store. It is safe for concurrent use, and any
+// number of Stores, in any number of processes, may share one database.
+type Store struct {
+	pool    *pgxpool.Pool
+	ownPool bool
+	cfg     *Config
+	q       *queries
+	writers *writerCache
+	hub     hub
+	pub     *publisher
+	lis     *listener
+
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{} // closed by Close
+	bg      sync.WaitGroup
+}
+
+// Open connects to the database at url (a postgres:// URL or a key=value
+// connection string, as pgx parses them), migrates cfg.Schema to the current
+// version and returns a Store that owns its connection pool.
+func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("%w: database url: %v", store.ErrInvalid, err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		pc.MaxConns = cfg.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open: %w", interpretError(err))
+	}
+	s, err := newStore(ctx, pool, cfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.ownPool = true
+	return s, nil
+}
+
+// New returns a Store on pool, migrating cfg.Schema to the current version.
+// The caller keeps the pool: Close leaves it open. cfg.MaxConns is ignored.
+func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", store.ErrInvalid)
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return newStore(ctx, pool, cfg)
+}
+
+func newStore(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, error) {
+	s := &Store{
+		pool:    pool,
+		cfg:     cfg,
+		q:       newQueries(cfg.Schema),
+		writers: newWriterCache(cfg.CacheWriters),
+		closing: make(chan struct{}),
+	}
+	// Migrations are safe to retry: each runs in one transaction.
+	err := s.do(ctx, true, func(ctx context.Context, _ *try) error { return migrate(ctx, pool, cfg.Schema) })
+	if err != nil {
+		return nil, fmt.Errorf("open: migrate schema %q: %w", cfg.Schema, err)
+	}
+	s.pub = newPublisher(s)
+	s.lis = newListener(s)
+	s.bg.Add(1)
+	go func() { defer s.bg.Done(); s.pub.loop() }()
+	return s, nil
+}
+
+// Pool returns the store's connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Schema returns the schema the store's tables are in.
+func (s *Store) Schema() string { return s.cfg.Schema }
+
+// Close stops the store's background work and, if Open created the pool,
+// closes it. Operations after Close return store.ErrClosedStore; closing twice
+// is a no-op.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.closing)
+	s.mu.Unlock()
+	s.bg.Wait()
+	if s.ownPool {
+		s.pool.Close()
+	}
+	return nil
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// goBackground runs f in a goroutine that Close waits for, unless the store
+// is closed.
+func (s *Store) goBackground(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.bg.Add(1)
+	go func() { defer s.bg.Done(); f() }()
+	return true
+}
+
+// Error is a failure of PostgreSQL or of the connection to it, not of the
+// caller's request. The store has already retried it if that was safe, for
+// up to Config.RetryFor.
+type Error struct {
+	// Code is the SQLSTATE, empty for a connection failure.
+	Code string
+	// Retryable reports that the same operation may succeed later: the
+	// connection was lost, the server restarted, or a transaction lost a
+	// serialization race.
+	Retryable bool
+	// Unknown reports that the connection was lost after the commit was sent:
+	// the operation may or may not have been written.
+	Unknown bool
+	msg     string
+}
+
+func (e *Error) Error() string { return "postgres: " + e.msg }
+
+// Temporary reports whether retrying may succeed (e.Retryable).
+func (e *Error) Temporary() bool { return e.Retryable }
+
+// try is one attempt of an operation: it records whether the commit was sent,
+// which decides whether a failure may have written anything.
+type try struct {
+	n          int  // 0 for the first attempt
+	committing bool // the commit (or a write in autocommit) was sent
+}
+
+// retryable reports whether err may go away if the whole transaction is run
+// again: a lost or refused connection, a server shutting down, a
+// serialization failure or deadlock (the server rolled back).
+func retryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "40001", "40P01", // serialization failure, deadlock
+			"57P01", "57P02", "57P03", // admin shutdown, crash shutdown, cannot connect now
+			"53300", // too many connections
+			"55P03": // lock not available
+			return true
+		}
+		return strings.HasPrefix(pe.Code, "08") // connection exception
+	}
+	if errors.Is(err, puddle.ErrClosedPool) {
+		return false
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return pgconn.SafeToRetry(err) || errors.As(err, &ce) || errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, net.ErrClosed)
+}
+
+// committedUnknown reports whether a failure of an attempt that sent its
+// commit leaves the outcome unknown: a server error means the server
+// processed the commit and refused it (nothing written), but a lost
+// connection or a shutdown may have come after the commit was durable.
+func committedUnknown(err error, t *try) bool {
+	if !t.committing {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "57P") || strings.HasPrefix(pe.Code, "08")
+	}
+	return !pgconn.SafeToRetry(err)
+}
+
+// Wait is in notify.go.
+
+// do runs fn until it succeeds, fails for good, or RetryFor has passed.
+// idempotent says fn may be run again even if an earlier attempt may have
+// committed (its outcome is unknown): fn then finds out what happened, or
+// doing it twice does no harm.
+func (s *Store) do(ctx context.Context, idempotent bool, fn func(ctx context.Context, t *try) error) error {
+	start := time.Now()
+	backoff := 10 * time.Millisecond
+	for n := 0; ; n++ {
+		if s.isClosed() {
+			return store.ErrClosedStore
+		}
+		t := &try{n: n}
+		err := fn(ctx, t)
+		if err == nil {
+			return nil
+		}
+		unknown := committedUnknown(err, t)
+		if !retryable(err) || unknown && !idempotent || ctx.Err() != nil || s.cfg.RetryFor < 0 ||
+			time.Since(start)+backoff > s.cfg.RetryFor {
+			return s.interpret(err, unknown)
+		}
+		timer := time.NewTimer(backoff + rand.N(backoff/2))
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-s.closing:
+			timer.Stop()
+			return store.ErrClosedStore
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// interpret translates err with interpretError, and reports a pool closed by
+// Close as store.ErrClosedStore.
+func (s *Store) interpret(err error, unknown bool) error {
+	err = interpretError(err)
+	var e *Error
+	if errors.As(err, &e) {
+		e.Unknown = unknown
+		if s.isClosed() {
+			return store.ErrClosedStore
+		}
+	}
+	return err
+}
+
+// interpretError is the one place driver errors become the store's: no pgx,
+// pgconn or puddle type reaches a caller. Errors of the store's and the stream
+// rules' own kinds, and a context's, pass through.
+func interpretError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	if errors.Is(err, puddle.ErrClosedPool) {
+		return store.ErrClosedStore
+	}
+	// pgconn wraps a context's error in its own types: keep only the context's.
+	if errors.Is(err, context.Canceled) {
+		return context.Canceled
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return context.DeadlineExceeded
+	}
+	for _, own := range ownErrors {
+		if errors.Is(err, own) {
+			return err
+		}
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		msg := pe.Message + " (SQLSTATE " + pe.Code + ")"
+		if s := err.Error(); !strings.HasSuffix(s, pe.Error()) {
+			msg = s // not ours to rephrase
+		} else if prefix := strings.TrimSuffix(s, pe.Error()); prefix != "" {
+			msg = prefix + msg
+		}
+		return &Error{Code: pe.Code, Retryable: retryable(err), msg: msg}
+	}
+	return &Error{Retryable: retryable(err), msg: err.Error()}
+}
+
+// ownErrors are the errors interpretError passes through.
+var ownErrors = []error{
+	store.ErrNotFound, store.ErrLeaseLost, store.ErrTooLarge, store.ErrInvalid, store.ErrRunConflict, store.ErrClosedStore,
+	stream.ErrClosed, stream.ErrFenced, stream.ErrGap, stream.ErrConflict, stream.ErrWriterFinished,
+	stream.ErrUnknownWriter, stream.ErrMode, stream.ErrCorrupt, ErrSchemaTooNew,
+}
+
+// newToken returns a random token identifying one write, so that its retry
+// can tell whether it committed. Never 0, the columns' default.
+func newToken() int64 {
+	for {
+		if t := int64(rand.Uint64() >> 1); t != 0 {
+			return t
+		}
+	}
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}

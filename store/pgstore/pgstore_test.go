@@ -1,0 +1,201 @@
+package pgstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/pgstore"
+	"github.com/weirhq/weir/store/storetest"
+)
+
+// The tests need PostgreSQL. They read its URL from WEIR_TEST_DATABASE_URL;
+// an unreachable database fails them, it never skips them.
+const defaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+func databaseURL() string {
+	if u := os.Getenv("WEIR_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return defaultURL
+}
+
+var (
+	adminOnce sync.Once
+	admin     *pgxpool.Pool
+	adminErr  error
+)
+
+// adminPool is the tests' own small pool, for dropping schemas.
+func adminPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	adminOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cfg, err := pgxpool.ParseConfig(databaseURL())
+		if err != nil {
+			adminErr = err
+			return
+		}
+		cfg.MaxConns = 4
+		admin, adminErr = pgxpool.NewWithConfig(ctx, cfg)
+		if adminErr == nil {
+			adminErr = admin.Ping(ctx)
+		}
+	})
+	if adminErr != nil {
+		t.Fatalf("PostgreSQL at %s (set WEIR_TEST_DATABASE_URL): %v", databaseURL(), adminErr)
+	}
+	return admin
+}
+
+// newSchema returns a fresh schema name, dropped when t ends.
+func newSchema(t testing.TB) string {
+	t.Helper()
+	pool := adminPool(t)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "weirtest_" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{name}.Sanitize()+` CASCADE`); err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// testConfig keeps the tests' pools small: many stores run at once.
+func testConfig(schema string) *pgstore.Config {
+	return &pgstore.Config{Schema: schema, MaxConns: 4, PollInterval: 200 * time.Millisecond}
+}
+
+// open opens a store on schema, closed when t ends.
+func open(t testing.TB, schema string, cfg *pgstore.Config) *pgstore.Store {
+	t.Helper()
+	if cfg == nil {
+		cfg = testConfig(schema)
+	}
+	cfg.Schema = schema
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := pgstore.Open(ctx, databaseURL(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) store.Store {
+			return open(t, newSchema(t), nil)
+		},
+		Reopen: func(t *testing.T, s store.Store) store.Store {
+			old := s.(*pgstore.Store)
+			if err := old.Close(); err != nil {
+				t.Fatal(err)
+			}
+			return open(t, old.Schema(), nil)
+		},
+	})
+}
+
+// Processes that start at once on a new schema migrate it once.
+func TestConcurrentOpenMigratesOnce(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			s, err := pgstore.Open(t.Context(), databaseURL(), &pgstore.Config{Schema: schema, MaxConns: 2})
+			if err != nil {
+				errs <- err
+				return
+			}
+			errs <- s.Close()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	err := adminPool(t).QueryRow(t.Context(), `SELECT count(*) FROM `+pgx.Identifier{schema}.Sanitize()+`.weir_migrations`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != pgstore.SchemaVersion() {
+		t.Fatalf("%d migrations recorded, want %d", n, pgstore.SchemaVersion())
+	}
+}
+
+// A schema migrated by a newer weir is refused.
+func TestSchemaTooNew(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	s := open(t, schema, nil)
+	_, err := adminPool(t).Exec(t.Context(), `INSERT INTO `+pgx.Identifier{schema}.Sanitize()+`.weir_migrations (version, name) VALUES (1000, 'future')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, err = pgstore.Open(t.Context(), databaseURL(), testConfig(schema))
+	if !errors.Is(err, pgstore.ErrSchemaTooNew) {
+		t.Fatalf("Open: err = %v, want ErrSchemaTooNew", err)
+	}
+}
+
+// After Close every operation returns ErrClosedStore, and a Wait blocked at
+// the time returns too.
+func TestClosedStore(t *testing.T) {
+	t.Parallel()
+	s := open(t, newSchema(t), nil)
+	si, err := s.OpenStream(t.Context(), &store.OpenStreamParams{Path: "s", Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- s.Wait(t.Context(), si.ID, 0) }()
+	time.Sleep(50 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; !errors.Is(err, store.ErrClosedStore) {
+		t.Fatalf("blocked Wait: err = %v", err)
+	}
+	_, err = s.Append(t.Context(), &store.AppendParams{StreamID: si.ID, Chunks: [][]byte{[]byte("x")}})
+	if !errors.Is(err, store.ErrClosedStore) {
+		t.Fatalf("Append after Close: err = %v", err)
+	}
+	_, err = s.Read(t.Context(), &store.ReadParams{StreamID: si.ID})
+	if !errors.Is(err, store.ErrClosedStore) {
+		t.Fatalf("Read after Close: err = %v", err)
+	}
+	_, err = s.GetRun(t.Context(), "r")
+	if !errors.Is(err, store.ErrClosedStore) {
+		t.Fatalf("GetRun after Close: err = %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}

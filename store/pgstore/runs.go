@@ -1,0 +1,672 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
+)
+
+func scanRun(row pgx.Row, extra ...any) (*store.Run, error) {
+	var r store.Run
+	var status string
+	var created, updated, wake, expires int64
+	dest := []any{&r.ID, &r.Workflow, &status, &r.Input, &r.Output, &r.Error, &created, &updated,
+		&wake, &r.LeaseOwner, &expires, &r.LeaseEpoch, &r.CancelRequested}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
+		return nil, err
+	}
+	r.Status = store.RunStatus(status)
+	r.CreatedAt, r.UpdatedAt = fromNanos(created), fromNanos(updated)
+	r.WakeAt, r.LeaseExpires = fromNanos(wake), fromNanos(expires)
+	return &r, nil
+}
+
+// CreateRun creates a run, or returns the run that already has p.ID.
+func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store.Run, bool, error) {
+	if p.ID == "" || p.Workflow == "" {
+		return nil, false, fmt.Errorf("create run: %w: a run needs an id and a workflow", store.ErrInvalid)
+	}
+	now := nanos(s.cfg.Now())
+	var run *store.Run
+	var created bool
+	// Idempotent: a retry finds the run its lost reply created.
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		t.committing = true
+		r, err := scanRun(s.pool.QueryRow(ctx, s.q.insertRun, p.ID, p.Workflow, p.Input, now, nanos(p.WakeAt)))
+		if err == nil {
+			run, created = r, true
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		t.committing = false
+		r, err = scanRun(s.pool.QueryRow(ctx, s.q.run, p.ID))
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Purged between the two statements: try again.
+			return &pgconn.PgError{Code: "40001", Message: "run vanished during create"}
+		}
+		if err != nil {
+			return err
+		}
+		if r.Workflow != p.Workflow {
+			return fmt.Errorf("%w: run %q is of workflow %q, not %q", store.ErrRunConflict, p.ID, r.Workflow, p.Workflow)
+		}
+		run, created = r, false
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("create run: %w", err)
+	}
+	return run, created, nil
+}
+
+// GetRun returns a run.
+func (s *Store) GetRun(ctx context.Context, id string) (*store.Run, error) {
+	var run *store.Run
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		var err error
+		run, err = scanRun(s.pool.QueryRow(ctx, s.q.run, id))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get run %q: %w", id, err)
+	}
+	return run, nil
+}
+
+// ListRuns lists runs, newest first.
+func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store.Run, error) {
+	if p.Limit < 0 || p.Status != "" && !p.Status.Valid() {
+		return nil, fmt.Errorf("list runs: %w: limit %d, status %q", store.ErrInvalid, p.Limit, p.Status)
+	}
+	limit := p.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if p.Workflow != "" {
+		where = append(where, "workflow = "+arg(p.Workflow))
+	}
+	if p.Status != "" {
+		where = append(where, "status = "+arg(string(p.Status)))
+	}
+	if p.Before != "" {
+		// An unknown cursor must be an error, not an empty page.
+		where = append(where, "seq < (SELECT seq FROM "+s.q.schema+".runs WHERE id = "+arg(p.Before)+")")
+	}
+	q := `SELECT ` + runCols + ` FROM ` + s.q.schema + `.runs`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY seq DESC LIMIT ` + arg(limit)
+	var out []*store.Run
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		out = out[:0]
+		b := &pgx.Batch{}
+		if p.Before != "" {
+			b.Queue(s.q.runExists, p.Before)
+		}
+		b.Queue(q, args...)
+		br := s.pool.SendBatch(ctx, b)
+		defer br.Close()
+		if p.Before != "" {
+			var one int
+			if err := br.QueryRow().Scan(&one); err != nil {
+				return fmt.Errorf("cursor %q: %w", p.Before, err)
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			r, err := scanRun(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	return out, nil
+}
+
+// ClaimRuns leases up to p.Limit runnable runs to p.Owner, oldest wake time
+// first. Runs another claimer holds locked are skipped (SKIP LOCKED), so
+// concurrent claimers never wait for each other nor share a run.
+func (s *Store) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*store.Run, error) {
+	if p.Owner == "" || p.Limit < 1 || p.LeaseTTL <= 0 {
+		return nil, fmt.Errorf("claim runs: %w: an owner, a limit >= 1 and a lease TTL > 0 are required", store.ErrInvalid)
+	}
+	now := p.Now
+	if now.IsZero() {
+		now = s.cfg.Now()
+	}
+	type claimed struct {
+		run *store.Run
+		seq int64
+	}
+	var out []claimed
+	// Not idempotent: a claim whose reply was lost leases runs nobody runs
+	// until the lease expires. Retrying would claim others on top.
+	err := s.do(ctx, false, func(ctx context.Context, t *try) error {
+		out = out[:0]
+		t.committing = true
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		defer cancel()
+		rows, err := s.pool.Query(ctx, s.q.claim, p.Owner, nanos(now.Add(p.LeaseTTL)), nanos(now), p.Limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c claimed
+			if c.run, err = scanRun(rows, &c.seq); err != nil {
+				return err
+			}
+			out = append(out, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim runs: %w", err)
+	}
+	slices.SortFunc(out, func(a, b claimed) int {
+		if c := a.run.WakeAt.Compare(b.run.WakeAt); c != 0 {
+			return c
+		}
+		return int(a.seq - b.seq)
+	})
+	runs := make([]*store.Run, len(out))
+	for i, c := range out {
+		runs[i] = c.run
+	}
+	return runs, nil
+}
+
+// RenewLease extends a lease by p.LeaseTTL from now.
+func (s *Store) RenewLease(ctx context.Context, p *store.RenewLeaseParams) (bool, error) {
+	if p.RunID == "" || p.LeaseTTL <= 0 {
+		return false, fmt.Errorf("renew lease: %w: a run id and a lease TTL > 0 are required", store.ErrInvalid)
+	}
+	var cancel bool
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		now := s.cfg.Now()
+		t.committing = true
+		err := s.pool.QueryRow(ctx, s.q.renew, nanos(now.Add(p.LeaseTTL)), nanos(now), p.RunID, p.LeaseEpoch).Scan(&cancel)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.leaseLost(ctx, p.RunID, p.LeaseEpoch)
+		}
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("renew lease: %w", err)
+	}
+	return cancel, nil
+}
+
+// leaseLost explains why run's lease at epoch is not held.
+func (s *Store) leaseLost(ctx context.Context, run string, epoch int64) error {
+	var cur int64
+	var owner, status string
+	err := s.pool.QueryRow(ctx, s.q.runLease, run).Scan(&cur, &owner, &status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("run %q: %w", run, store.ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	return leaseLostErr(run, epoch, cur, owner, status)
+}
+
+func leaseLostErr(run string, epoch, cur int64, owner, status string) error {
+	switch {
+	case cur != epoch:
+		return fmt.Errorf("%w: run %q is at lease epoch %d, not %d", store.ErrLeaseLost, run, cur, epoch)
+	case store.RunStatus(status).Terminal():
+		return fmt.Errorf("%w: run %q is %s", store.ErrLeaseLost, run, status)
+	case owner == "":
+		return fmt.Errorf("%w: run %q's lease was released", store.ErrLeaseLost, run)
+	}
+	return fmt.Errorf("%w: run %q", store.ErrLeaseLost, run)
+}
+
+// RequestCancel asks for a run to be cancelled and makes it claimable now.
+func (s *Store) RequestCancel(ctx context.Context, id string) error {
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		var changed, exists bool
+		t.committing = true
+		if err := s.pool.QueryRow(ctx, s.q.cancel, id, nanos(s.cfg.Now())).Scan(&changed, &exists); err != nil {
+			return err
+		}
+		if !exists {
+			return fmt.Errorf("run %q: %w", id, store.ErrNotFound)
+		}
+		return nil // changed, or finished and left alone
+	})
+	if err != nil {
+		return fmt.Errorf("request cancel: %w", err)
+	}
+	return nil
+}
+
+// ListEvents returns a run's events with Seq > afterSeq, in order.
+func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64) ([]store.Event, error) {
+	var out []store.Event
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		out = out[:0]
+		b := &pgx.Batch{}
+		b.Queue(s.q.runExists, runID)
+		b.Queue(s.q.events, runID, afterSeq)
+		br := s.pool.SendBatch(ctx, b)
+		defer br.Close()
+		var one int
+		if err := br.QueryRow().Scan(&one); err != nil {
+			return fmt.Errorf("run %q: %w", runID, err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var e store.Event
+			var typ string
+			var at, wake int64
+			if err := rows.Scan(&e.Seq, &typ, &e.Op, &e.Name, &e.Attempt, &e.Data, &e.Error, &e.Final, &at, &wake); err != nil {
+				return err
+			}
+			e.Type, e.At, e.WakeAt = store.EventType(typ), fromNanos(at), fromNanos(wake)
+			out = append(out, e)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	return out, nil
+}
+
+func checkRecord(p *store.RecordParams) error {
+	if p.RunID == "" {
+		return fmt.Errorf("%w: no run id", store.ErrInvalid)
+	}
+	if p.Status != "" && !p.Status.Valid() {
+		return fmt.Errorf("%w: status %q", store.ErrInvalid, p.Status)
+	}
+	if f := p.Fence; f != nil && (f.Writer == "" || f.Attempt < 1) {
+		return fmt.Errorf("%w: a fence needs a writer and an attempt >= 1", store.ErrInvalid)
+	}
+	if f := p.Finish; f != nil && (f.Writer == "" || f.Attempt < 1) {
+		return fmt.Errorf("%w: a finish needs a writer and an attempt >= 1", store.ErrInvalid)
+	}
+	for i := range p.Events {
+		if p.Events[i].Type == "" {
+			return fmt.Errorf("%w: event %d has no type", store.ErrInvalid, i)
+		}
+	}
+	return nil
+}
+
+// eventArrays is RecordParams.Events as the columns unnest takes.
+type eventArrays struct {
+	types, names, errs []string
+	ops, attempts      []int64
+	data               [][]byte
+	final              []bool
+	at, wake           []int64
+}
+
+func newEventArrays(evs []store.Event, now time.Time) *eventArrays {
+	n := len(evs)
+	a := &eventArrays{
+		types: make([]string, 0, n), names: make([]string, 0, n), errs: make([]string, 0, n),
+		ops: make([]int64, 0, n), attempts: make([]int64, 0, n), data: make([][]byte, 0, n),
+		final: make([]bool, 0, n), at: make([]int64, 0, n), wake: make([]int64, 0, n),
+	}
+	for i := range evs {
+		e := &evs[i]
+		at := e.At
+		if at.IsZero() {
+			at = now
+		}
+		a.types = append(a.types, string(e.Type))
+		a.ops = append(a.ops, e.Op)
+		a.names = append(a.names, e.Name)
+		a.attempts = append(a.attempts, e.Attempt)
+		a.data = append(a.data, e.Data)
+		a.errs = append(a.errs, e.Error)
+		a.final = append(a.final, e.Final)
+		a.at = append(a.at, nanos(at))
+		a.wake = append(a.wake, nanos(e.WakeAt))
+	}
+	return a
+}
+
+// args are the arrays as $3..$11.
+func (a *eventArrays) args() []any {
+	return []any{a.types, a.ops, a.names, a.attempts, a.data, a.errs, a.final, a.at, a.wake}
+}
+
+// runChange is how RecordParams changes the run row.
+type runChange struct {
+	status       string
+	output       []byte
+	errMsg       string
+	release      bool
+	wake, now    int64
+	terminal     bool
+	fenceWriter  string
+	fenceAttempt int64
+}
+
+func newRunChange(p *store.RecordParams, now time.Time) *runChange {
+	c := &runChange{
+		status: string(p.Status), output: p.Output, errMsg: p.Error,
+		release:  p.Release || p.Status.Terminal(),
+		now:      nanos(now),
+		terminal: p.Status.Terminal(),
+	}
+	if p.Release && !p.Status.Terminal() {
+		c.wake = nanos(p.WakeAt)
+	}
+	if p.Fence != nil {
+		c.fenceWriter, c.fenceAttempt = p.Fence.Writer, p.Fence.Attempt
+	}
+	return c
+}
+
+// Record applies one engine transaction, in this order: events, fence,
+// finish, status, stream closes, lease release. Any failure undoes all of it.
+//
+// Each Record carries a random token, saved on the run row with it: when the
+// connection is lost after the commit was sent, the retry finds the token
+// and knows the Record committed. So a Record is never applied twice, and an
+// error still means nothing was written.
+func (s *Store) Record(ctx context.Context, p *store.RecordParams) error {
+	if err := checkRecord(p); err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	now := s.cfg.Now()
+	token := newToken()
+	evs := newEventArrays(p.Events, now)
+	chg := newRunChange(p, now)
+	var wrote []int64
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		if p.Finish == nil && !p.CloseStreams && t.n == 0 {
+			return s.recordSimple(ctx, t, p, evs, chg, token)
+		}
+		var err error
+		wrote, err = s.recordTx(ctx, t, p, evs, chg, token)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	s.wrote(wrote...)
+	return nil
+}
+
+// recordSimple is a Record without stream work: one statement.
+func (s *Store) recordSimple(ctx context.Context, t *try, p *store.RecordParams, evs *eventArrays, c *runChange, token int64) error {
+	args := append([]any{p.RunID, p.LeaseEpoch}, evs.args()...)
+	args = append(args, c.fenceWriter, c.fenceAttempt,
+		c.status, c.output, c.errMsg, c.release, c.wake, c.now, c.terminal, token)
+	var ok bool
+	t.committing = true
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	if err := s.pool.QueryRow(cctx, s.q.recordSimple, args...).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		t.committing = false
+		return s.leaseLost(ctx, p.RunID, p.LeaseEpoch)
+	}
+	return nil
+}
+
+// lockedStream is a stream whose row a transaction holds.
+type lockedStream struct {
+	id    int64
+	head  stream.Head
+	dirty bool // head changed
+}
+
+// streamWrites collects the writes of one transaction's rules calls.
+type streamWrites struct {
+	bStream, bLast, bFirst []int64
+	bWriter                []string
+	bData                  [][]byte
+}
+
+// add stores recs, the records of one rules call on stream id, as one batch.
+func (sw *streamWrites) add(id int64, recs []stream.Record) {
+	if len(recs) == 0 {
+		return
+	}
+	sw.bStream = append(sw.bStream, id)
+	sw.bFirst = append(sw.bFirst, recs[0].Offset)
+	sw.bLast = append(sw.bLast, recs[len(recs)-1].Offset)
+	sw.bWriter = append(sw.bWriter, recs[0].Writer)
+	sw.bData = append(sw.bData, stream.EncodeBatch(nil, recs))
+}
+
+// recordTx is a Record with stream work: one transaction of two batches
+// (more if a writer's state must be rebuilt).
+func (s *Store) recordTx(ctx context.Context, t *try, p *store.RecordParams, evs *eventArrays, c *runChange, token int64) (wrote []int64, err error) {
+	x, err := s.acquire(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	defer x.release()
+	f := p.Finish
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(s.q.recordLock, p.RunID)
+	switch {
+	case p.CloseStreams:
+		b.Queue(s.q.lockRunStreams, p.RunID)
+	case f != nil:
+		b.Queue(s.q.lockWriterStreams, p.RunID, f.Writer)
+	}
+	if f != nil {
+		b.Queue(s.q.writersOfRun, p.RunID, f.Writer)
+		b.Queue(s.q.fence, p.RunID, f.Writer)
+	}
+	var (
+		lastEvent, epoch, runToken int64
+		owner, status              string
+		streams                    []*lockedStream
+		rows                       = map[int64]*writerRow{}
+		fence                      int64
+	)
+	br := x.send(ctx, b)
+	err = func() error {
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		err := br.QueryRow().Scan(&lastEvent, &epoch, &owner, &status, &runToken)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("run %q: %w", p.RunID, store.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if p.CloseStreams || f != nil {
+			rs, err := br.Query()
+			if err != nil {
+				return err
+			}
+			for rs.Next() {
+				ls := &lockedStream{}
+				if err := rs.Scan(&ls.id, &ls.head.NextOffset, &ls.head.Closed); err != nil {
+					rs.Close()
+					return err
+				}
+				streams = append(streams, ls)
+			}
+			if rs.Close(); rs.Err() != nil {
+				return rs.Err()
+			}
+		}
+		if f != nil {
+			rs, err := br.Query()
+			if err != nil {
+				return err
+			}
+			for rs.Next() {
+				var id int64
+				r := &writerRow{}
+				if err := rs.Scan(&id, &r.attempt, &r.next, &r.diverged, &r.status, &r.version, &r.token); err != nil {
+					rs.Close()
+					return err
+				}
+				rows[id] = r
+			}
+			if rs.Close(); rs.Err() != nil {
+				return rs.Err()
+			}
+			if err := br.QueryRow().Scan(&fence); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+		}
+		return br.Close()
+	}()
+	if err != nil {
+		return nil, err
+	}
+	if t.n > 0 && runToken == token {
+		return nil, nil // an earlier try committed: its reply was lost
+	}
+	if epoch != p.LeaseEpoch || owner == "" || store.RunStatus(status).Terminal() {
+		return nil, leaseLostErr(p.RunID, p.LeaseEpoch, epoch, owner, status)
+	}
+
+	b = &pgx.Batch{}
+	if len(p.Events) > 0 {
+		b.Queue(s.q.insertEvents, append([]any{p.RunID, lastEvent}, evs.args()...)...)
+	}
+	if pf := p.Fence; pf != nil {
+		b.Queue(s.q.putFence, p.RunID, pf.Writer, pf.Attempt)
+		if f != nil && pf.Writer == f.Writer {
+			fence = max(fence, pf.Attempt)
+		}
+	}
+	var sw streamWrites
+	type taken struct {
+		key     writerKey
+		w       *stream.Writer
+		version int64
+		changed bool
+	}
+	var ws []taken
+	// On failure the writers taken out of the cache stay out: some may be
+	// half-changed by the rules, and the next use rebuilds them.
+	if f != nil {
+		for _, ls := range streams {
+			row := rows[ls.id]
+			if row == nil {
+				continue // the writer never wrote here
+			}
+			w, err := s.loadWriter(ctx, x, ls.id, f.Writer, row)
+			if err != nil {
+				return nil, err
+			}
+			ws = append(ws, taken{key: writerKey{ls.id, f.Writer}, w: w, version: row.version})
+			if f.Attempt < fence {
+				return nil, fmt.Errorf("finish writer %q on stream %d: %w", f.Writer, ls.id,
+					&stream.FencedError{Attempt: f.Attempt, Current: fence})
+			}
+			rule := stream.Abort
+			if f.Commit {
+				rule = stream.Commit
+			}
+			res, recs, err := rule(&ls.head, w, f.Attempt)
+			if err != nil {
+				return nil, fmt.Errorf("finish writer %q on stream %d: %w", f.Writer, ls.id, err)
+			}
+			if res == stream.Already {
+				continue
+			}
+			ws[len(ws)-1].changed = true
+			ls.dirty = true
+			sw.add(ls.id, recs)
+		}
+	}
+	if p.CloseStreams {
+		for _, ls := range streams {
+			if res, recs := stream.Close(&ls.head); res == stream.Done {
+				ls.dirty = true
+				sw.add(ls.id, recs)
+			}
+		}
+	}
+	if len(sw.bStream) > 0 {
+		b.Queue(s.q.insertBatches, sw.bStream, sw.bLast, sw.bFirst, sw.bWriter, sw.bData)
+		var ids, next []int64
+		var closed []bool
+		for _, ls := range streams {
+			if ls.dirty {
+				ids, next, closed = append(ids, ls.id), append(next, ls.head.NextOffset), append(closed, ls.head.Closed)
+				wrote = append(wrote, ls.id)
+			}
+		}
+		b.Queue(s.q.setHeads, ids, next, closed)
+	}
+	if f != nil {
+		var ids, attempt, next []int64
+		var diverged []bool
+		var st []int16
+		for _, tw := range ws {
+			if tw.changed {
+				ids, attempt, next = append(ids, tw.key.stream), append(attempt, tw.w.Attempt), append(next, tw.w.Next)
+				diverged, st = append(diverged, tw.w.Diverged), append(st, int16(tw.w.Status))
+			}
+		}
+		if len(ids) > 0 {
+			b.Queue(s.q.updateWriters, f.Writer, ids, attempt, next, diverged, st, token)
+		}
+	}
+	b.Queue(s.q.updateRun, p.RunID, c.status, c.output, c.errMsg, c.release, c.wake, c.now, c.terminal,
+		lastEvent+int64(len(p.Events)), token)
+	b.Queue("COMMIT")
+	if err := x.commit(ctx, b); err != nil {
+		return nil, err
+	}
+	for _, tw := range ws {
+		v := tw.version
+		if tw.changed {
+			v++
+		}
+		s.writers.put(tw.key, tw.w, v)
+	}
+	return wrote, nil
+}

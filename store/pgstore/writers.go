@@ -1,0 +1,161 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/weirhq/weir/stream"
+)
+
+// writerKey names one writer on one stream.
+type writerKey struct {
+	stream int64
+	writer string
+}
+
+// writerCache keeps writers' dedupe states, each with the version of the
+// writers row it matches. An operation takes an entry out while it uses it
+// (take) and puts it back, with the row's new version, only after its commit
+// (put): so no two operations share a Writer, an operation that fails leaves
+// nothing half-changed behind, and another process's change, which bumps the
+// row's version, is never mistaken for this one's state.
+type writerCache struct {
+	mu  sync.Mutex
+	max int
+	m   map[writerKey]*cachedWriter
+	// An intrusive LRU list; root.next is the most recently used.
+	root cachedWriter
+}
+
+type cachedWriter struct {
+	key        writerKey
+	w          stream.Writer
+	version    int64
+	prev, next *cachedWriter
+}
+
+func newWriterCache(max int) *writerCache {
+	c := &writerCache{max: max, m: make(map[writerKey]*cachedWriter)}
+	c.root.prev, c.root.next = &c.root, &c.root
+	return c
+}
+
+// take removes and returns k's entry if it is at version.
+func (c *writerCache) take(k writerKey, version int64) (*stream.Writer, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[k]
+	if !ok {
+		return nil, false
+	}
+	c.unlink(e)
+	delete(c.m, k)
+	if e.version != version {
+		return nil, false
+	}
+	return &e.w, true
+}
+
+// put stores w as k's state at version.
+func (c *writerCache) put(k writerKey, w *stream.Writer, version int64) {
+	if c.max == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[k]; ok {
+		c.unlink(e)
+		delete(c.m, k)
+	}
+	e := &cachedWriter{key: k, w: *w, version: version}
+	c.m[k] = e
+	e.prev, e.next = &c.root, c.root.next
+	c.root.next.prev = e
+	c.root.next = e
+	for len(c.m) > c.max {
+		old := c.root.prev
+		c.unlink(old)
+		delete(c.m, old.key)
+	}
+}
+
+// forget drops every entry of the given streams.
+func (c *writerCache) forget(streams map[int64]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.m {
+		if streams[k.stream] {
+			c.unlink(e)
+			delete(c.m, k)
+		}
+	}
+}
+
+func (c *writerCache) unlink(e *cachedWriter) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+}
+
+// writerRow is the persisted part of a writer, as read with the stream locked.
+type writerRow struct {
+	attempt, next int64
+	diverged      bool
+	status        int16
+	version       int64
+	token         int64
+}
+
+func (r *writerRow) scan(row pgx.Row) error {
+	return row.Scan(&r.attempt, &r.next, &r.diverged, &r.status, &r.version, &r.token)
+}
+
+// load returns writer id's state on stream st from the cache if its version
+// matches row, or else rebuilds Live from the writer's batches (in tx, which
+// holds the stream's lock).
+func (s *Store) loadWriter(ctx context.Context, tx querier, st int64, id string, row *writerRow) (*stream.Writer, error) {
+	w, ok := s.writers.take(writerKey{st, id}, row.version)
+	if !ok {
+		w = &stream.Writer{ID: id}
+		if err := s.replay(ctx, tx, st, w); err != nil {
+			return nil, fmt.Errorf("rebuild writer %q of stream %d: %w", id, st, err)
+		}
+	}
+	w.Attempt, w.Next, w.Diverged, w.Status = row.attempt, row.next, row.diverged, stream.Status(row.status)
+	return w, nil
+}
+
+// replay rebuilds w.Live from the writer's data and abort records.
+func (s *Store) replay(ctx context.Context, tx querier, st int64, w *stream.Writer) error {
+	rows, err := tx.Query(ctx, s.q.writerBatches, st, w.ID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var recs []stream.Record
+	var first int64
+	var data pgtype.DriverBytes // aliases the connection's buffer: decoded before the next row
+	for rows.Next() {
+		if err := rows.Scan(&first, &data); err != nil {
+			return err
+		}
+		recs, err = stream.DecodeBatch(recs[:0], data, first, 0)
+		if err != nil {
+			return err
+		}
+		for i := range recs {
+			if r := &recs[i]; r.Writer == w.ID {
+				w.Replay(r)
+			}
+		}
+	}
+	return rows.Err()
+}
+
+// querier is what loads need of a connection.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
