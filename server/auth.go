@@ -75,7 +75,11 @@ func (s *Server) guardBody(w http.ResponseWriter, r *http.Request) {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return
 	}
-	r.Body = &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w)}
+	rc := http.NewResponseController(w)
+	// Armed now, so that a body the handler never reads (a refused
+	// request) cannot hold the server's drain of it either.
+	_ = rc.SetReadDeadline(time.Now().Add(bodyIdleTimeout))
+	r.Body = &idleBody{ReadCloser: r.Body, rc: rc}
 }
 
 type idleBody struct {
@@ -90,9 +94,16 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	}
 	_ = b.rc.SetReadDeadline(time.Now().Add(bodyIdleTimeout))
 	n, err := b.ReadCloser.Read(p)
-	if err != nil {
+	switch {
+	case err == io.EOF:
 		b.done = true
 		_ = b.rc.SetReadDeadline(time.Time{})
+	case err != nil:
+		// A stalled or broken body: leave the deadline passed, so that
+		// the server's own attempt to drain the rest fails at once and it
+		// closes the connection after the reply.
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Now())
 	}
 	return n, err
 }

@@ -253,12 +253,7 @@ func (s *Server) handleGetRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getRun(r *http.Request) (*store.Run, error) {
-	id := r.PathValue("id")
-	run, err := s.store.GetRun(r.Context(), id)
-	if err != nil {
-		return nil, fmt.Errorf("run %q: %w", id, err)
-	}
-	return run, nil
+	return s.store.GetRun(r.Context(), r.PathValue("id"))
 }
 
 // handleEvents serves GET /v1/runs/{id}/events[?after=SEQ].
@@ -279,7 +274,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	events, err := s.store.ListEvents(r.Context(), id, after)
 	if err != nil {
-		httpError(w, fmt.Errorf("run %q: %w", id, err))
+		httpError(w, err)
 		return
 	}
 	out := EventList{Events: make([]Event, len(events))}
@@ -299,7 +294,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	if err := s.e.Cancel(r.Context(), id); err != nil {
-		httpError(w, fmt.Errorf("run %q: %w", id, err))
+		httpError(w, err)
 		return
 	}
 	run, err := s.getRun(r)

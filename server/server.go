@@ -97,10 +97,10 @@ func New(e *weir.Engine, cfg *Config) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w, r, done := s.instrument(w, r) // metrics.go
 	defer done()
+	s.guardBody(w, r)       // auth.go: even a refused request's body is read with it
 	if !s.authorize(w, r) { // auth.go
 		return
 	}
-	s.guardBody(w, r) // auth.go
 	// Stream paths are opaque: route them before ServeMux cleans or
 	// redirects anything.
 	if strings.HasPrefix(r.URL.Path, streamPrefix) {

@@ -1,0 +1,125 @@
+package server
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAuthWritesNeedTheToken(t *testing.T) {
+	s := newTestServer(t, &Config{Token: "s3cret"})
+	body := `{"workflow":"echo"}`
+	r := s.do("POST", "/v1/runs", body).want(t, http.StatusUnauthorized)
+	if !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
+		t.Fatalf("WWW-Authenticate %q", r.header.Get("WWW-Authenticate"))
+	}
+	s.do("POST", "/v1/runs", body, "Authorization", "Bearer nope").want(t, http.StatusUnauthorized)
+	s.do("POST", "/v1/runs", body, "Authorization", "Basic s3cret").want(t, http.StatusUnauthorized)
+	s.do("POST", "/v1/runs", body, "Authorization", "s3cret").want(t, http.StatusUnauthorized)
+	s.do("POST", "/v1/runs", body, "Authorization", "Bearer s3cret").want(t, http.StatusCreated)
+	s.do("POST", "/v1/runs", body, "Authorization", "bearer s3cret").want(t, http.StatusCreated)
+	s.do("POST", "/v1/runs/x/cancel", "", "Authorization", "Bearer nope").want(t, http.StatusUnauthorized)
+	// Reads stay open on a loopback configuration.
+	s.do("GET", "/v1/runs", "").want(t, http.StatusOK)
+	s.do("GET", "/metrics", "").want(t, http.StatusOK)
+	// The stream endpoints are covered too: writes need the token, reads
+	// and preflights do not.
+	for _, m := range []string{"PUT", "POST", "DELETE"} {
+		s.do(m, "/v1/stream/some/stream", "x", "Content-Type", "text/plain").want(t, http.StatusUnauthorized)
+	}
+	if r := s.do("GET", "/v1/stream/some/stream", ""); r.status == http.StatusUnauthorized {
+		t.Fatal("a stream read needed the token")
+	}
+	for _, path := range []string{"/v1/stream/some/stream", "/v1/runs"} {
+		r := s.do("OPTIONS", path, "", "Origin", "http://example.com", "Access-Control-Request-Method", "POST")
+		if r.status == http.StatusUnauthorized {
+			t.Fatalf("OPTIONS %s needed the token", path)
+		}
+	}
+}
+
+func TestAuthReadsNeedTheTokenWhenConfigured(t *testing.T) {
+	s := newTestServer(t, &Config{Token: "s3cret", RequireTokenForReads: true})
+	s.do("GET", "/v1/runs", "").want(t, http.StatusUnauthorized)
+	s.do("HEAD", "/v1/runs", "").want(t, http.StatusUnauthorized)
+	s.do("GET", "/v1/runs", "", "Authorization", "Bearer s3cret").want(t, http.StatusOK)
+	s.do("GET", "/metrics", "").want(t, http.StatusUnauthorized)
+	s.do("GET", "/v1/stream/runs/x/tokens?offset=-1", "").want(t, http.StatusUnauthorized)
+	s.do("GET", "/healthz", "").want(t, http.StatusOK)
+	if r := s.do("OPTIONS", "/v1/stream/x", ""); r.status == http.StatusUnauthorized {
+		t.Fatal("OPTIONS needed the token")
+	}
+}
+
+func TestNoTokenNoAuth(t *testing.T) {
+	s := newTestServer(t, nil)
+	s.do("POST", "/v1/runs", `{"workflow":"echo"}`).want(t, http.StatusCreated)
+}
+
+func TestHealthz(t *testing.T) {
+	s := newTestServer(t, nil)
+	if r := s.do("GET", "/healthz", "").want(t, http.StatusOK); r.body != "ok\n" {
+		t.Fatalf("body %q", r.body)
+	}
+}
+
+// A client that sends half a body and stalls is answered and let go once
+// the body guard's idle time passes; the server holds nothing for it.
+func TestStalledBodyIsCut(t *testing.T) {
+	old := bodyIdleTimeout
+	bodyIdleTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { bodyIdleTimeout = old })
+	s := newTestServer(t, nil)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.ts.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"workflow\":")
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("took %v", d)
+	}
+}
+
+func TestTokensEqual(t *testing.T) {
+	if !tokensEqual("abc", "abc") || tokensEqual("abc", "abd") || tokensEqual("abc", "abcd") || tokensEqual("", "x") {
+		t.Fatal("tokensEqual")
+	}
+}
+
+// A refused request's body is drained under the same guard.
+func TestStalledBodyOfRefusedRequestIsCut(t *testing.T) {
+	old := bodyIdleTimeout
+	bodyIdleTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { bodyIdleTimeout = old })
+	s := newTestServer(t, &Config{Token: "t"})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.ts.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}

@@ -1,0 +1,300 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/weirhq/weir/internal/demo"
+	"github.com/weirhq/weir/store"
+)
+
+func TestStartGetAndResult(t *testing.T) {
+	s := newTestServer(t, nil)
+	r := s.do("POST", "/v1/runs", `{"workflow":"echo","input":{"a": [1, 2]}}`, "Content-Type", "application/json").want(t, http.StatusCreated)
+	var run Run
+	r.decode(t, &run)
+	if run.ID == "" || run.Workflow != "echo" || string(run.Input) != `{"a":[1,2]}` {
+		t.Fatalf("started %+v", run)
+	}
+	if loc := r.header.Get("Location"); loc != "/v1/runs/"+run.ID {
+		t.Fatalf("Location %q", loc)
+	}
+	s.wait(run.ID)
+	var got Run
+	s.do("GET", "/v1/runs/"+run.ID, "").want(t, http.StatusOK).decode(t, &got)
+	if got.Status != store.RunCompleted || string(got.Output) != `{"a":[1,2]}` {
+		t.Fatalf("got %+v", got)
+	}
+	if got.CreatedAt.IsZero() || got.UpdatedAt.Before(got.CreatedAt) {
+		t.Fatalf("times %v %v", got.CreatedAt, got.UpdatedAt)
+	}
+}
+
+func TestStartWithIDReturnsTheExistingRun(t *testing.T) {
+	s := newTestServer(t, nil)
+	s.do("POST", "/v1/runs", `{"workflow":"echo","input":1,"id":"job-1"}`).want(t, http.StatusCreated)
+	var again Run
+	s.do("POST", "/v1/runs", `{"workflow":"echo","input":1,"id":"job-1"}`).want(t, http.StatusOK).decode(t, &again)
+	if again.ID != "job-1" {
+		t.Fatalf("id %q", again.ID)
+	}
+	// The same id for another workflow is a conflict.
+	s.do("POST", "/v1/runs", `{"workflow":"block","id":"job-1"}`).want(t, http.StatusConflict)
+}
+
+func TestStartIdempotencyKey(t *testing.T) {
+	s := newTestServer(t, nil)
+	body := `{"workflow":"echo","input":{"q":"x"}}`
+	var first, second Run
+	s.do("POST", "/v1/runs", body, "Idempotency-Key", "k1").want(t, http.StatusCreated).decode(t, &first)
+	// Whitespace is not a difference.
+	s.do("POST", "/v1/runs", `{ "workflow": "echo", "input": { "q": "x" } }`, "Idempotency-Key", "k1").want(t, http.StatusOK).decode(t, &second)
+	if first.ID != second.ID {
+		t.Fatalf("same key, runs %s and %s", first.ID, second.ID)
+	}
+	r := s.do("POST", "/v1/runs", `{"workflow":"echo","input":{"q":"y"}}`, "Idempotency-Key", "k1").want(t, http.StatusUnprocessableEntity)
+	if !strings.Contains(r.body, "another input") {
+		t.Fatalf("reason %q", r.body)
+	}
+	s.do("POST", "/v1/runs", `{"workflow":"block"}`, "Idempotency-Key", "k1").want(t, http.StatusUnprocessableEntity)
+	var other Run
+	s.do("POST", "/v1/runs", body, "Idempotency-Key", "k2").want(t, http.StatusCreated).decode(t, &other)
+	if other.ID == first.ID {
+		t.Fatal("two keys, one run")
+	}
+	s.do("POST", "/v1/runs", `{"workflow":"echo","id":"x"}`, "Idempotency-Key", "k3").want(t, http.StatusBadRequest)
+	s.do("POST", "/v1/runs", body, "Idempotency-Key", "a", "Idempotency-Key", "b").want(t, http.StatusBadRequest)
+	s.do("POST", "/v1/runs", body, "Idempotency-Key", strings.Repeat("k", 300)).want(t, http.StatusBadRequest)
+	// No input and null are the same body.
+	s.do("POST", "/v1/runs", `{"workflow":"echo"}`, "Idempotency-Key", "k4").want(t, http.StatusCreated)
+	s.do("POST", "/v1/runs", `{"workflow":"echo","input":null}`, "Idempotency-Key", "k4").want(t, http.StatusOK)
+}
+
+func TestListRunsPagesAndFilters(t *testing.T) {
+	s := newTestServer(t, nil)
+	var ids []string
+	for i := range 7 {
+		wf := "echo"
+		if i%3 == 2 {
+			wf = "block"
+		}
+		ids = append(ids, s.start(fmt.Sprintf(`{"workflow":%q,"input":%d}`, wf, i)).ID)
+	}
+	// Pages of 3, newest first, until no cursor.
+	var got []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 5 {
+			t.Fatal("no end to the pages")
+		}
+		q := "/v1/runs?limit=3"
+		if cursor != "" {
+			q += "&before=" + cursor
+		}
+		var page RunList
+		s.do("GET", q, "").want(t, http.StatusOK).decode(t, &page)
+		for _, r := range page.Runs {
+			got = append(got, r.ID)
+		}
+		if page.NextCursor == "" {
+			if len(page.Runs) == 0 && pages > 0 {
+				t.Fatal("a cursor led to an empty page")
+			}
+			break
+		}
+		cursor = page.NextCursor
+	}
+	if len(got) != len(ids) {
+		t.Fatalf("listed %d runs, want %d", len(got), len(ids))
+	}
+	for i := range ids {
+		if got[i] != ids[len(ids)-1-i] {
+			t.Fatalf("order: got %v, started %v", got, ids)
+		}
+	}
+
+	var blocks RunList
+	s.do("GET", "/v1/runs?workflow=block", "").want(t, http.StatusOK).decode(t, &blocks)
+	if len(blocks.Runs) != 2 || blocks.NextCursor != "" {
+		t.Fatalf("workflow filter: %+v", blocks)
+	}
+	for _, id := range ids {
+		if run, _ := s.e.GetRun(t.Context(), id); run.Workflow == "echo" {
+			s.wait(id)
+		}
+	}
+	var done RunList
+	s.do("GET", "/v1/runs?status=completed&workflow=echo", "").want(t, http.StatusOK).decode(t, &done)
+	if len(done.Runs) != 5 {
+		t.Fatalf("status filter: %d runs", len(done.Runs))
+	}
+	var none RunList
+	s.do("GET", "/v1/runs?workflow=nope", "").want(t, http.StatusOK).decode(t, &none)
+	if none.Runs == nil || len(none.Runs) != 0 {
+		t.Fatalf("empty list %+v: want runs: []", none)
+	}
+}
+
+func TestEventsStreamsAndWorkflows(t *testing.T) {
+	s := newTestServer(t, nil)
+	run := s.start(`{"workflow":"demo.tokens","input":{"text":"one two three","fail_after":1}}`)
+	s.wait(run.ID)
+	var evs EventList
+	s.do("GET", "/v1/runs/"+run.ID+"/events", "").want(t, http.StatusOK).decode(t, &evs)
+	var types []string
+	for i, ev := range evs.Events {
+		if ev.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d", i, ev.Seq)
+		}
+		types = append(types, string(ev.Type))
+	}
+	if types[0] != "run_started" || types[len(types)-1] != "run_completed" || !strings.Contains(strings.Join(types, " "), "step_failed") {
+		t.Fatalf("events %v", types)
+	}
+	var tail EventList
+	s.do("GET", fmt.Sprintf("/v1/runs/%s/events?after=%d", run.ID, len(evs.Events)-1), "").want(t, http.StatusOK).decode(t, &tail)
+	if len(tail.Events) != 1 || tail.Events[0].Type != store.EventRunCompleted {
+		t.Fatalf("after: %+v", tail)
+	}
+
+	var sl StreamList
+	s.do("GET", "/v1/runs/"+run.ID+"/streams", "").want(t, http.StatusOK).decode(t, &sl)
+	found := false
+	for _, st := range sl.Streams {
+		if st.Name == demo.TokensStream {
+			found = true
+			if !st.Closed || st.NextOffset < 3 || st.Path != "runs/"+run.ID+"/tokens" {
+				t.Fatalf("stream %+v", st)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("streams %+v", sl)
+	}
+
+	var wl WorkflowList
+	s.do("GET", "/v1/workflows", "").want(t, http.StatusOK).decode(t, &wl)
+	if strings.Join(wl.Workflows, ",") != "block,demo.tokens,echo" {
+		t.Fatalf("workflows %v", wl.Workflows)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	s := newTestServer(t, nil)
+	run := s.start(`{"workflow":"block"}`)
+	var got Run
+	s.do("POST", "/v1/runs/"+run.ID+"/cancel", "").want(t, http.StatusAccepted).decode(t, &got)
+	if !got.CancelRequested {
+		t.Fatalf("after cancel: %+v", got)
+	}
+	if end := s.wait(run.ID); end.Status != store.RunCancelled {
+		t.Fatalf("status %s", end.Status)
+	}
+	s.do("POST", "/v1/runs/"+run.ID+"/cancel", "").want(t, http.StatusOK).decode(t, &got)
+	if got.Status != store.RunCancelled {
+		t.Fatalf("status %s", got.Status)
+	}
+}
+
+func TestUnknownThings(t *testing.T) {
+	s := newTestServer(t, nil)
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+	}{
+		{"GET", "/v1/runs/nope", "", 404},
+		{"GET", "/v1/runs/nope/events", "", 404},
+		{"GET", "/v1/runs/nope/streams", "", 404},
+		{"POST", "/v1/runs/nope/cancel", "", 404},
+		{"POST", "/v1/runs", `{"workflow":"nope"}`, 404},
+		{"GET", "/v1/nothing", "", 404},
+		{"GET", "/", "", 404},
+		{"GET", "/v1/runs/a/b/c", "", 404},
+		{"DELETE", "/v1/runs", "", 405},
+		{"PUT", "/v1/runs/x", "", 405},
+		{"GET", "/v1/runs/x/cancel", "", 405},
+		{"POST", "/v1/workflows", "", 405},
+	} {
+		t.Run(c.method+" "+c.path, func(t *testing.T) {
+			r := s.do(c.method, c.path, c.body).want(t, c.status)
+			if c.status == 405 && r.header.Get("Allow") == "" {
+				t.Fatal("405 without Allow")
+			}
+		})
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	s := newTestServer(t, &Config{MaxBodyBytes: 1 << 10})
+	for _, c := range []struct {
+		name, method, path, body string
+		status                   int
+		reason                   string
+	}{
+		{"empty body", "POST", "/v1/runs", "", 400, "empty body"},
+		{"malformed JSON", "POST", "/v1/runs", `{"workflow":`, 400, "malformed JSON"},
+		{"not an object", "POST", "/v1/runs", `[1,2]`, 400, "want a JSON object"},
+		{"workflow not a string", "POST", "/v1/runs", `{"workflow":12}`, 400, `field "workflow"`},
+		{"id not a string", "POST", "/v1/runs", `{"workflow":"echo","id":true}`, 400, `field "id"`},
+		{"unknown field", "POST", "/v1/runs", `{"workflow":"echo","inptu":1}`, 400, "unknown field"},
+		{"trailing data", "POST", "/v1/runs", `{"workflow":"echo"} {}`, 400, "after the JSON object"},
+		{"no workflow", "POST", "/v1/runs", `{"input":1}`, 400, "workflow"},
+		{"bad run id", "POST", "/v1/runs", `{"workflow":"echo","id":"a/b"}`, 400, "run id"},
+		{"dot run id", "POST", "/v1/runs", `{"workflow":"echo","id":".."}`, 400, "run id"},
+		{"long run id", "POST", "/v1/runs", `{"workflow":"echo","id":"` + strings.Repeat("a", 200) + `"}`, 400, "run id"},
+		{"huge body", "POST", "/v1/runs", `{"workflow":"echo","input":"` + strings.Repeat("x", 2000) + `"}`, 413, "limit"},
+		{"query on start", "POST", "/v1/runs?x=1", `{"workflow":"echo"}`, 400, "unknown query parameter"},
+		{"limit not a number", "GET", "/v1/runs?limit=abc", "", 400, "limit"},
+		{"limit zero", "GET", "/v1/runs?limit=0", "", 400, "limit"},
+		{"limit too big", "GET", "/v1/runs?limit=100000", "", 400, "limit"},
+		{"bad status", "GET", "/v1/runs?status=done", "", 400, "status"},
+		{"unknown param", "GET", "/v1/runs?sort=asc", "", 400, "unknown query parameter"},
+		{"repeated param", "GET", "/v1/runs?limit=1&limit=2", "", 400, "2 times"},
+		{"malformed query", "GET", "/v1/runs?limit=%zz", "", 400, "malformed query"},
+		{"unknown cursor", "GET", "/v1/runs?before=nope", "", 400, "names no run"},
+		{"bad after", "GET", "/v1/runs/x/events?after=-1", "", 400, "after"},
+		{"param on get", "GET", "/v1/runs/x?verbose=1", "", 400, "takes none"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := s.do(c.method, c.path, c.body, "Content-Type", "application/json").want(t, c.status)
+			if !strings.Contains(r.body, c.reason) {
+				t.Fatalf("reason %q does not say %q", r.body, c.reason)
+			}
+		})
+	}
+}
+
+func TestMetricsCountRunsAndRequests(t *testing.T) {
+	s := newTestServer(t, nil)
+	run := s.start(`{"workflow":"echo","input":1}`)
+	s.wait(run.ID)
+	s.do("GET", "/v1/runs/nope", "")
+	s.srv.metrics.streamAcks(nil)
+	s.srv.metrics.streamAppend(outcomeAdopted, 3)
+	s.srv.metrics.streamAborted()
+	s.srv.metrics.streamFenced()
+	s.srv.metrics.streamRejected("gap")
+	s.srv.metrics.readerOpened(readerSSE)
+	r := s.do("GET", "/metrics", "").want(t, http.StatusOK)
+	for _, want := range []string{
+		"weir_runs_started_total 1\n",
+		"weir_runs_completed_total 1\n",
+		`weir_http_requests_total{route="runs",code="201"} 1` + "\n",
+		`weir_http_requests_total{route="runs",code="404"} 1` + "\n",
+		`weir_stream_chunks_total{outcome="adopted"} 3` + "\n",
+		`weir_stream_chunks_total{outcome="appended"} 0` + "\n",
+		"weir_stream_aborts_total 1\n",
+		"weir_stream_fenced_total 1\n",
+		`weir_stream_rejected_total{reason="gap"} 1` + "\n",
+		`weir_stream_open_readers{mode="sse"} 1` + "\n",
+		`weir_stream_open_readers{mode="long-poll"} 0` + "\n",
+		`weir_http_request_duration_seconds_count{route="runs"}`,
+	} {
+		if !strings.Contains(r.body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	checkExposition(t, r.body)
+}
