@@ -1,8 +1,10 @@
-// Command weir runs weir's demo (and, later, its server, CLI and bench).
+// Command weir runs weir's demo, its server, and a client of that server.
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,11 +16,15 @@ const usage = `weir — durable workflows for Go whose streams are exactly-once.
 
 Usage:
   weir demo [--db PATH] [--fast]   run a step that streams tokens, fails midway and is retried
+  weir server [--addr A] [--store sqlite:PATH] [--token T]
+                                   serve the runs API and every stream over HTTP
+  weir runs ls|show|start|cancel   the runs of a server
+  weir stream tail|cat RUN NAME    read a run's stream from a server
   weir bench [WORKLOAD…] [--store S] [--url U] [--json]
                                    measure weir against same-run baselines
   weir version                     print the version
 
-Run 'weir demo' first.
+Run 'weir demo' first. 'weir COMMAND -h' tells more.
 `
 
 var version = "dev"
@@ -38,6 +44,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "demo":
 		err = demoCmd(ctx, args[1:], stdout)
+	case "server":
+		err = serverCmd(ctx, args[1:], stdout, stderr)
+	case "runs":
+		err = runsCmd(ctx, args[1:], stdout, stderr)
+	case "stream":
+		err = streamCmd(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = benchCmd(ctx, args[1:], stdout)
 	case "version":
@@ -48,9 +60,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "weir: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
-	if err != nil {
+	var ue *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
 		fmt.Fprintln(stderr, "weir:", err)
-		return 1
+		return 2
 	}
-	return 0
+	fmt.Fprintln(stderr, "weir:", err)
+	return 1
 }

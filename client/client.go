@@ -1,0 +1,352 @@
+// Package client is a Go client of a weir server (`weir server`, or any
+// program that mounts server.Server): the runs API (start, get, list, event
+// log, cancel, streams, workflows) and a stream reader that resumes from an
+// offset and follows live by long-poll or SSE, over the Durable Streams
+// protocol with weir's extensions.
+//
+//	c, err := client.New("http://127.0.0.1:4437", &client.Options{Token: os.Getenv("WEIR_TOKEN")})
+//	run, _, err := c.Start(ctx, "demo.tokens", map[string]any{"text": "hello there"}, nil)
+//	for rec, err := range c.Read(ctx, run.ID, "tokens", &client.ReadOptions{Follow: true}) {
+//		...
+//	}
+//
+// Errors are *Error; errors.Is matches them to weir's sentinels where the
+// status says which (weir.ErrNotFound for 404, weir.ErrFenced for 403, …).
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/server"
+	"github.com/weirhq/weir/store"
+)
+
+// The runs API's types, shared with the server.
+type (
+	Run        = server.Run
+	RunList    = server.RunList
+	Event      = server.Event
+	StreamInfo = server.StreamInfo
+)
+
+// DefaultURL is where `weir server` listens by default.
+const DefaultURL = "http://127.0.0.1:4437"
+
+// Options configures a Client. nil means the zero value.
+type Options struct {
+	// Token is the server's bearer token, sent with every request if set.
+	Token string
+	// HTTPClient sends the requests. Defaults to a client with no overall
+	// timeout (live reads are long) on http.DefaultTransport.
+	HTTPClient *http.Client
+	// UserAgent is sent with every request. Defaults to "weir-go-client".
+	UserAgent string
+}
+
+// Client talks to one weir server. It is safe for concurrent use.
+type Client struct {
+	base  *url.URL
+	token string
+	ua    string
+	hc    *http.Client
+}
+
+// New returns a client of the server at baseURL (e.g.
+// "http://127.0.0.1:4437").
+func New(baseURL string, opts *Options) (*Client, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("client: server URL %q: %w", baseURL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("client: server URL %q: want http(s)://host[:port]", baseURL)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("client: server URL %q: no query or fragment, please", baseURL)
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{}
+	}
+	if o.UserAgent == "" {
+		o.UserAgent = "weir-go-client"
+	}
+	return &Client{base: u, token: o.Token, ua: o.UserAgent, hc: o.HTTPClient}, nil
+}
+
+// URL returns the server's base URL.
+func (c *Client) URL() string { return c.base.String() }
+
+// StartOptions are optional settings of Start.
+type StartOptions struct {
+	// ID is the run's id: starting with an id that exists returns that run.
+	ID string
+	// IdempotencyKey makes retries of this start safe: the same key returns
+	// the same run; the same key with another workflow or input is refused
+	// (ErrConflict). Exclusive with ID.
+	IdempotencyKey string
+}
+
+// Start starts a run of workflow with input (encoded as JSON; a
+// json.RawMessage passes as it is). created is false if the run existed
+// (same ID or IdempotencyKey). An unknown workflow matches
+// weir.ErrUnknownWorkflow (and weir.ErrNotFound).
+func (c *Client) Start(ctx context.Context, workflow string, input any, opts *StartOptions) (run *Run, created bool, err error) {
+	var o StartOptions
+	if opts != nil {
+		o = *opts
+	}
+	req := server.StartRequest{Workflow: workflow, ID: o.ID}
+	if input != nil {
+		b, err := json.Marshal(input)
+		if err != nil {
+			return nil, false, fmt.Errorf("client: encode input: %w", err)
+		}
+		req.Input = b
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, false, err
+	}
+	h := http.Header{"Content-Type": {"application/json"}}
+	if o.IdempotencyKey != "" {
+		h.Set("Idempotency-Key", o.IdempotencyKey)
+	}
+	var out Run
+	status, err := c.doJSON(ctx, http.MethodPost, "/v1/runs", nil, h, body, &out)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Status == http.StatusNotFound {
+			return nil, false, fmt.Errorf("%w: %w", weir.ErrUnknownWorkflow, err)
+		}
+		return nil, false, err
+	}
+	return &out, status == http.StatusCreated, nil
+}
+
+// GetRun returns a run. An unknown run matches weir.ErrNotFound.
+func (c *Client) GetRun(ctx context.Context, id string) (*Run, error) {
+	var out Run
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ListOptions filter ListRuns.
+type ListOptions struct {
+	Workflow string          // empty: any
+	Status   store.RunStatus // empty: any
+	Before   string          // a page's NextCursor: the runs after it
+	Limit    int             // 0: the server's default (50); at most 1000
+}
+
+// ListRuns returns one page of runs, newest first; its NextCursor, if set,
+// is the next page's ListOptions.Before.
+func (c *Client) ListRuns(ctx context.Context, opts *ListOptions) (*RunList, error) {
+	q := url.Values{}
+	if opts != nil {
+		if opts.Workflow != "" {
+			q.Set("workflow", opts.Workflow)
+		}
+		if opts.Status != "" {
+			q.Set("status", string(opts.Status))
+		}
+		if opts.Before != "" {
+			q.Set("before", opts.Before)
+		}
+		if opts.Limit != 0 {
+			q.Set("limit", strconv.Itoa(opts.Limit))
+		}
+	}
+	var out RunList
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/runs", q, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Runs iterates over every run matching opts, newest first, page by page.
+func (c *Client) Runs(ctx context.Context, opts *ListOptions) iter.Seq2[Run, error] {
+	return func(yield func(Run, error) bool) {
+		var o ListOptions
+		if opts != nil {
+			o = *opts
+		}
+		for {
+			page, err := c.ListRuns(ctx, &o)
+			if err != nil {
+				yield(Run{}, err)
+				return
+			}
+			for _, r := range page.Runs {
+				if !yield(r, nil) {
+					return
+				}
+			}
+			if page.NextCursor == "" {
+				return
+			}
+			o.Before = page.NextCursor
+		}
+	}
+}
+
+// Events returns a run's event log after seq after (0: all of it).
+func (c *Client) Events(ctx context.Context, id string, after int64) ([]Event, error) {
+	var q url.Values
+	if after > 0 {
+		q = url.Values{"after": {strconv.FormatInt(after, 10)}}
+	}
+	var out server.EventList
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/events", q, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Events, nil
+}
+
+// Cancel asks for a run to be cancelled and returns it as it is now (its
+// status turns cancelled once the engine has stopped it; see Wait).
+// Cancelling a finished run changes nothing.
+func (c *Client) Cancel(ctx context.Context, id string) (*Run, error) {
+	var out Run
+	if _, err := c.doJSON(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/cancel", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Streams returns the streams of a run, by name.
+func (c *Client) Streams(ctx context.Context, id string) ([]StreamInfo, error) {
+	var out server.StreamList
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/streams", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Streams, nil
+}
+
+// Workflows returns the names of the workflows the server can start.
+func (c *Client) Workflows(ctx context.Context) ([]string, error) {
+	var out server.WorkflowList
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/workflows", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Workflows, nil
+}
+
+// Wait polls a run until it ends (or ctx does) and returns it.
+func (c *Client) Wait(ctx context.Context, id string) (*Run, error) {
+	delay := 10 * time.Millisecond
+	for {
+		r, err := c.GetRun(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if r.Status.Terminal() {
+			return r, nil
+		}
+		if err := sleep(ctx, delay); err != nil {
+			return nil, err
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
+}
+
+// Health returns nil if the server answers /healthz with 200.
+func (c *Client) Health(ctx context.Context) error {
+	resp, err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return errorFrom(resp)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return nil
+}
+
+// maxReplyBytes bounds a runs API reply the client reads.
+const maxReplyBytes = 256 << 20
+
+// doJSON sends a request and decodes a 2xx JSON reply into out.
+func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, h http.Header, body []byte, out any) (int, error) {
+	resp, err := c.do(ctx, method, path, q, h, body)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return resp.StatusCode, errorFrom(resp)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes))
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("client: %s %s: reading the reply: %w", method, path, err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return resp.StatusCode, fmt.Errorf("client: %s %s: decoding the reply: %w", method, path, err)
+	}
+	return resp.StatusCode, nil
+}
+
+// do sends one request to the server; path is already escaped.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, h http.Header, body []byte) (*http.Response, error) {
+	u := *c.base
+	raw := c.base.EscapedPath() + path
+	p, err := url.PathUnescape(raw)
+	if err != nil {
+		return nil, fmt.Errorf("client: path %q: %w", raw, err)
+	}
+	u.Path, u.RawPath = p, raw
+	if len(q) > 0 {
+		u.RawQuery = q.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	req.Header.Set("User-Agent", c.ua)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

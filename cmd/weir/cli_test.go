@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var listening = regexp.MustCompile(`listening on (http://\S+)`)
+
+// startServer runs `weir server` on a free port and a fresh SQLite file
+// until the test ends, and returns its URL.
+func startServer(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	db := filepath.Join(t.TempDir(), "weir.db")
+	args = append([]string{"server", "--addr", "127.0.0.1:0", "--store", "sqlite:" + db}, args...)
+	code := make(chan int, 1)
+	go func() { code <- run(ctx, args, &out, &errOut) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case c := <-code:
+			if c != 0 {
+				t.Errorf("weir server exited %d: %s", c, errOut.String())
+			}
+			if !strings.Contains(out.String(), "weir server: stopped") {
+				t.Errorf("weir server did not say it stopped: %s", out.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("weir server did not stop")
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := listening.FindStringSubmatch(out.String()); m != nil {
+			return m[1]
+		}
+		select {
+		case c := <-code:
+			t.Fatalf("weir server exited %d: %s", c, errOut.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	t.Fatalf("weir server did not start: %s %s", out.String(), errOut.String())
+	return ""
+}
+
+// runWeir runs the command with args and returns its exit code and output.
+func runWeir(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code := run(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func mustWeir(t *testing.T, args ...string) string {
+	t.Helper()
+	code, out, errOut := runWeir(t, args...)
+	if code != 0 {
+		t.Fatalf("weir %s: exit %d: %s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+func TestServerAndRunsCommands(t *testing.T) {
+	url := startServer(t, "--long-poll-timeout", "1s")
+	t.Setenv("WEIR_URL", url)
+
+	out := mustWeir(t, "runs", "start", "demo.tokens", "--input", `{"text":"alpha beta gamma","fail_after":2}`, "--wait")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "run_") || lines[1] != `{"tokens":3,"attempts":2}` {
+		t.Fatalf("runs start --wait printed %q", out)
+	}
+	id := lines[0]
+
+	// --url as a flag works as well as $WEIR_URL.
+	out = mustWeir(t, "runs", "ls", "--url", url)
+	if !strings.Contains(out, id) || !strings.Contains(out, "completed") || !strings.HasPrefix(out, "ID") {
+		t.Fatalf("runs ls:\n%s", out)
+	}
+	out = mustWeir(t, "runs", "ls", "--json", "--status", "completed")
+	var page struct {
+		Runs []struct{ ID string } `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.Runs) != 1 || page.Runs[0].ID != id {
+		t.Fatalf("runs ls --json: %v %q", err, out)
+	}
+	out = mustWeir(t, "runs", "show", id)
+	for _, want := range []string{"status    completed", "step_failed", "run_completed", "tokens", "weir stream cat " + id + " tokens"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("runs show lacks %q:\n%s", want, out)
+		}
+	}
+	out = mustWeir(t, "runs", "cancel", id)
+	if !strings.Contains(out, "completed already") {
+		t.Fatalf("runs cancel of a finished run: %q", out)
+	}
+
+	// The same Idempotency-Key starts one run.
+	a := mustWeir(t, "runs", "start", "demo.tokens", "--idempotency-key", "k", "--input", `{"text":"x"}`)
+	b := mustWeir(t, "runs", "start", "demo.tokens", "--idempotency-key", "k", "--input", `{"text":"x"}`)
+	if a != b {
+		t.Fatalf("one key, two runs: %q %q", a, b)
+	}
+	code, _, errOut := runWeir(t, "runs", "start", "demo.tokens", "--idempotency-key", "k", "--input", `{"text":"y"}`)
+	if code != 1 || !strings.Contains(errOut, "422") {
+		t.Fatalf("key reused with another input: exit %d %q", code, errOut)
+	}
+
+	// Errors are one line and exit 1.
+	code, _, errOut = runWeir(t, "runs", "show", "nope")
+	if code != 1 || !strings.Contains(errOut, "not found") || strings.Count(errOut, "\n") != 1 {
+		t.Fatalf("runs show nope: exit %d %q", code, errOut)
+	}
+	code, _, errOut = runWeir(t, "runs", "start", "nope")
+	if code != 1 || !strings.Contains(errOut, "unknown workflow") {
+		t.Fatalf("runs start nope: exit %d %q", code, errOut)
+	}
+}
+
+func TestServerWithToken(t *testing.T) {
+	url := startServer(t, "--token", "s3cret")
+	code, _, errOut := runWeir(t, "runs", "start", "demo.tokens", "--url", url)
+	if code != 1 || !strings.Contains(errOut, "401") {
+		t.Fatalf("start without the token: exit %d %q", code, errOut)
+	}
+	mustWeir(t, "runs", "ls", "--url", url) // reads are open on loopback
+	t.Setenv("WEIR_TOKEN", "s3cret")
+	mustWeir(t, "runs", "start", "demo.tokens", "--url", url, "--input", `{"text":"a"}`)
+}
+
+func TestServerRefusesOpenBindWithoutToken(t *testing.T) {
+	t.Setenv("WEIR_TOKEN", "")
+	for _, addr := range []string{"0.0.0.0:0", ":0"} {
+		code, _, errOut := runWeir(t, "server", "--addr", addr, "--store", "sqlite:"+filepath.Join(t.TempDir(), "w.db"))
+		if code != 1 || !strings.Contains(errOut, "refusing to listen") || !strings.Contains(errOut, "token") {
+			t.Fatalf("--addr %s without a token: exit %d %q", addr, code, errOut)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"nope"},
+		{"runs"},
+		{"runs", "frob"},
+		{"runs", "show"},
+		{"runs", "ls", "--status", "done"},
+		{"runs", "ls", "--bogus"},
+		{"runs", "start", "demo.tokens", "--input", "{"},
+		{"stream"},
+		{"stream", "cat", "run"},
+		{"stream", "tail", "r", "n", "--view", "sideways"},
+		{"stream", "cat", "r", "n", "--from", "-1"},
+		{"server", "--addr", "nope"},
+		{"server", "extra"},
+		{"runs", "ls", "--url", "ftp://x"},
+	} {
+		code, _, errOut := runWeir(t, args...)
+		if code != 2 || errOut == "" {
+			t.Errorf("weir %s: exit %d, want 2; stderr %q", strings.Join(args, " "), code, errOut)
+		}
+	}
+	if code, _, _ := runWeir(t, "runs", "ls", "-h"); code != 0 {
+		t.Errorf("-h: exit %d", code)
+	}
+}
+
+func TestStoreSpecs(t *testing.T) {
+	ctx := context.Background()
+	for _, spec := range []string{"nope", "mysql://x", ":x", "sqlite:"} {
+		if s, err := openStore(ctx, spec); err == nil {
+			s.Close()
+			t.Errorf("--store %q opened", spec)
+		}
+	}
+	s, err := openStore(ctx, "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:4437": true, "[::1]:1": true, "localhost:1": true, "127.1.2.3:1": true,
+		"0.0.0.0:1": false, ":1": false, "[::]:1": false, "10.0.0.1:1": false,
+	} {
+		got, err := isLoopback(addr)
+		if err != nil || got != want {
+			t.Errorf("isLoopback(%q) = %v, %v; want %v", addr, got, err, want)
+		}
+	}
+}

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/store"
+)
+
+const runsUsage = `Usage:
+  weir runs ls [--workflow W] [--status S] [--limit N] [--before RUN] [--json]
+  weir runs show RUN [--json]          a run, its event log and its streams
+  weir runs start WORKFLOW [--input JSON] [--id ID | --idempotency-key KEY] [--wait]
+  weir runs cancel RUN
+
+Every subcommand takes --url (default $WEIR_URL, else http://127.0.0.1:4437)
+and --token (default $WEIR_TOKEN).
+`
+
+func runsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errUsage(fmt.Errorf("runs: want a subcommand: ls, show, start or cancel\n\n%s", runsUsage))
+	}
+	switch args[0] {
+	case "ls", "list":
+		return runsLs(ctx, args[1:], stdout, stderr)
+	case "show", "get":
+		return runsShow(ctx, args[1:], stdout, stderr)
+	case "start":
+		return runsStart(ctx, args[1:], stdout, stderr)
+	case "cancel":
+		return runsCancel(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, runsUsage)
+		return nil
+	}
+	return errUsage(fmt.Errorf("runs: unknown subcommand %q\n\n%s", args[0], runsUsage))
+}
+
+func runsLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("runs ls", "Usage: weir runs ls [flags]\n\nLists runs, newest first.\n", stderr)
+	var cf clientFlags
+	cf.register(fs)
+	workflow := fs.String("workflow", "", "only runs of this workflow")
+	status := fs.String("status", "", "only runs with this status: pending, running, completed, failed, cancelled")
+	limit := fs.Int("limit", 20, "at most this many runs (1-1000)")
+	before := fs.String("before", "", "only runs older than this run (the cursor printed after a full page)")
+	asJSON := fs.Bool("json", false, "print the page as JSON")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return errUsage(fmt.Errorf("runs ls: unexpected argument %q", pos[0]))
+	}
+	if *status != "" && !store.RunStatus(*status).Valid() {
+		return errUsage(fmt.Errorf("runs ls: --status %q: want pending, running, completed, failed or cancelled", *status))
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	page, err := c.ListRuns(ctx, &client.ListOptions{Workflow: *workflow, Status: store.RunStatus(*status), Before: *before, Limit: *limit})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, page)
+	}
+	if len(page.Runs) == 0 {
+		fmt.Fprintln(stderr, "no runs")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tWORKFLOW\tSTATUS\tCREATED\tUPDATED")
+	for _, r := range page.Runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Workflow, r.Status, fmtTime(r.CreatedAt), fmtTime(r.UpdatedAt))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if page.NextCursor != "" {
+		fmt.Fprintf(stderr, "more: weir runs ls --before %s\n", page.NextCursor)
+	}
+	return nil
+}
+
+func runsShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("runs show", "Usage: weir runs show RUN [flags]\n\nShows a run, its event log and its streams.\n", stderr)
+	var cf clientFlags
+	cf.register(fs)
+	asJSON := fs.Bool("json", false, "print the run, its events and its streams as JSON")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errUsage(fmt.Errorf("runs show: want one run id"))
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	id := pos[0]
+	run, err := c.GetRun(ctx, id)
+	if err != nil {
+		return err
+	}
+	events, err := c.Events(ctx, id, 0)
+	if err != nil {
+		return err
+	}
+	streams, err := c.Streams(ctx, id)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, struct {
+			Run     *client.Run         `json:"run"`
+			Events  []client.Event      `json:"events"`
+			Streams []client.StreamInfo `json:"streams"`
+		}{run, events, streams})
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "run\t%s\n", run.ID)
+	fmt.Fprintf(tw, "workflow\t%s\n", run.Workflow)
+	status := string(run.Status)
+	if run.CancelRequested && !run.Status.Terminal() {
+		status += " (cancel requested)"
+	}
+	fmt.Fprintf(tw, "status\t%s\n", status)
+	fmt.Fprintf(tw, "created\t%s\n", fmtTime(run.CreatedAt))
+	fmt.Fprintf(tw, "updated\t%s\n", fmtTime(run.UpdatedAt))
+	if run.WakeAt != nil {
+		fmt.Fprintf(tw, "wakes\t%s\n", fmtTime(*run.WakeAt))
+	}
+	if len(run.Input) > 0 {
+		fmt.Fprintf(tw, "input\t%s\n", oneLine(run.Input))
+	}
+	if len(run.Output) > 0 {
+		fmt.Fprintf(tw, "output\t%s\n", oneLine(run.Output))
+	}
+	if run.Error != "" {
+		fmt.Fprintf(tw, "error\t%s\n", firstLine(run.Error))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nevents (%d):\n", len(events))
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	for _, ev := range events {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", ev.Seq, ev.At.Local().Format("15:04:05.000"), ev.Type, describeEvent(&ev))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nstreams (%d):\n", len(streams))
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	for _, s := range streams {
+		state := "open"
+		if s.Closed {
+			state = "closed"
+		}
+		fmt.Fprintf(tw, "  %s\t%d records\t%s\tweir stream cat %s %s\n", s.Name, s.NextOffset, state, run.ID, s.Name)
+	}
+	return tw.Flush()
+}
+
+func describeEvent(ev *client.Event) string {
+	var parts []string
+	if ev.Op > 0 {
+		parts = append(parts, fmt.Sprintf("op %d", ev.Op))
+	}
+	if ev.Name != "" {
+		parts = append(parts, fmt.Sprintf("%q", ev.Name))
+	}
+	if ev.Attempt > 0 {
+		parts = append(parts, fmt.Sprintf("attempt %d", ev.Attempt))
+	}
+	if ev.Final {
+		parts = append(parts, "final")
+	}
+	if ev.WakeAt != nil {
+		parts = append(parts, "until "+fmtTime(*ev.WakeAt))
+	}
+	if ev.Error != "" {
+		parts = append(parts, "error: "+firstLine(ev.Error))
+	}
+	if len(ev.Data) > 0 {
+		parts = append(parts, "-> "+oneLine(ev.Data))
+	}
+	return strings.Join(parts, " ")
+}
+
+func runsStart(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("runs start", "Usage: weir runs start WORKFLOW [flags]\n\nStarts a run and prints its id.\n", stderr)
+	var cf clientFlags
+	cf.register(fs)
+	input := fs.String("input", "", "the run's input, as JSON")
+	id := fs.String("id", "", "the run's id (an existing run with it is returned instead)")
+	key := fs.String("idempotency-key", "", "an Idempotency-Key: the same key returns the same run")
+	wait := fs.Bool("wait", false, "wait for the run to end and print its output")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errUsage(fmt.Errorf("runs start: want one workflow name"))
+	}
+	var in any
+	if *input != "" {
+		if !json.Valid([]byte(*input)) {
+			return errUsage(fmt.Errorf("runs start: --input is not valid JSON"))
+		}
+		in = json.RawMessage(*input)
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	run, created, err := c.Start(ctx, pos[0], in, &client.StartOptions{ID: *id, IdempotencyKey: *key})
+	if err != nil {
+		return err
+	}
+	if !created {
+		fmt.Fprintf(stderr, "run %s existed already\n", run.ID)
+	}
+	fmt.Fprintln(stdout, run.ID)
+	if !*wait {
+		return nil
+	}
+	run, err = c.Wait(ctx, run.ID)
+	if err != nil {
+		return err
+	}
+	switch run.Status {
+	case store.RunCompleted:
+		fmt.Fprintln(stdout, oneLine(run.Output))
+		return nil
+	default:
+		return fmt.Errorf("run %s %s: %s", run.ID, run.Status, firstLine(run.Error))
+	}
+}
+
+func runsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("runs cancel", "Usage: weir runs cancel RUN [flags]\n\nAsks for a run to be cancelled.\n", stderr)
+	var cf clientFlags
+	cf.register(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errUsage(fmt.Errorf("runs cancel: want one run id"))
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	run, err := c.Cancel(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if run.Status.Terminal() {
+		fmt.Fprintf(stdout, "run %s is %s already: nothing to cancel\n", run.ID, run.Status)
+		return nil
+	}
+	fmt.Fprintf(stdout, "run %s: cancel requested\n", run.ID)
+	return nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+// oneLine shortens a JSON value for a table.
+func oneLine(b []byte) string {
+	s := strings.Join(strings.Fields(string(b)), " ")
+	if len(s) > 120 {
+		s = s[:117] + "..."
+	}
+	return s
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " …"
+	}
+	return s
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/internal/demo"
+	"github.com/weirhq/weir/server"
+)
+
+const serverUsage = `Usage: weir server [flags]
+
+Serves the runs API, every stream over the Durable Streams protocol
+(/v1/stream/...), /healthz and /metrics, with weir's demo workflows
+registered. SIGINT or SIGTERM drains in-flight requests, stops the engine
+(releasing its runs' leases) and closes the store.
+
+Flags:
+`
+
+// serverCmd runs `weir server` until ctx ends.
+func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, serverUsage); fs.PrintDefaults() }
+	addr := fs.String("addr", "127.0.0.1:4437", "address to listen on; beyond loopback a token is required")
+	storeSpec := fs.String("store", "sqlite:./weir.db", "the store: sqlite:PATH")
+	token := fs.String("token", "", "bearer token that writes (and, beyond loopback, reads) must carry (default $WEIR_TOKEN)")
+	longPoll := fs.Duration("long-poll-timeout", 20*time.Second, "how long a long-poll read waits for data before answering 204")
+	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests and runs to stop")
+	if err := fs.Parse(args); err != nil {
+		return errUsage(err)
+	}
+	if fs.NArg() > 0 {
+		return errUsage(fmt.Errorf("server: unexpected argument %q", fs.Arg(0)))
+	}
+	if *token == "" {
+		*token = os.Getenv("WEIR_TOKEN")
+	}
+	if *longPoll <= 0 {
+		return errUsage(fmt.Errorf("server: --long-poll-timeout must be positive"))
+	}
+	loopback, err := isLoopback(*addr)
+	if err != nil {
+		return err
+	}
+	if !loopback && *token == "" {
+		return fmt.Errorf("server: refusing to listen on %s without a token: anyone who can reach it could start and cancel runs and write to streams; set --token or WEIR_TOKEN, or listen on 127.0.0.1", *addr)
+	}
+
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	st, err := openStore(ctx, *storeSpec)
+	if err != nil {
+		return err
+	}
+	closeStore := func() {
+		if err := st.Close(); err != nil {
+			log.Error("weir server: close store", "err", err)
+		}
+	}
+	ist := server.InstrumentStore(st)
+	e, err := weir.New(ist, &weir.Config{Logger: log})
+	if err != nil {
+		closeStore()
+		return err
+	}
+	demo.Register(e)
+	if err := e.Start(ctx); err != nil {
+		closeStore()
+		return err
+	}
+	srv := server.New(e, &server.Config{
+		Token:                *token,
+		RequireTokenForReads: !loopback,
+		LongPollTimeout:      *longPoll,
+		Logger:               log,
+	})
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		_ = e.Close(context.Background())
+		closeStore()
+		return err
+	}
+	hs := &http.Server{
+		Handler: srv,
+		// A client that stalls sending headers is dropped after this; one
+		// that stalls mid-body, by the server's body guard.
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	hs.RegisterOnShutdown(srv.Drain)
+
+	auth := "no token: loopback only"
+	if *token != "" {
+		auth = "token required for writes"
+		if !loopback {
+			auth = "token required for reads and writes"
+		}
+	}
+	fmt.Fprintf(stdout, "weir server listening on http://%s (store %s; %s; workflows %s)\n",
+		ln.Addr(), *storeSpec, auth, strings.Join(e.Workflows(), ", "))
+
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(stdout, "weir server: stopping: draining requests")
+	case serveErr = <-errc:
+	}
+
+	// Stop accepting, end live reads, wait for the other requests; then
+	// stop the engine (its runs' leases are released for whoever runs
+	// next) and close the store. Everything acknowledged was committed
+	// before its reply.
+	sctx, cancel := context.WithTimeout(context.Background(), *shutdown)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn("weir server: requests still running at the shutdown timeout; closing them", "err", err)
+		_ = hs.Close()
+	}
+	if err := e.Close(sctx); err != nil {
+		log.Warn("weir server: runs still stopping at the shutdown timeout", "err", err)
+	}
+	closeStore()
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	fmt.Fprintln(stdout, "weir server: stopped")
+	return nil
+}
+
+// isLoopback reports whether addr (host:port) listens on loopback only.
+func isLoopback(addr string) (bool, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, errUsage(fmt.Errorf("server: --addr %q: %v", addr, err))
+	}
+	switch host {
+	case "":
+		return false, nil // every interface
+	case "localhost":
+		return true, nil
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback(), nil
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil {
+		return false, fmt.Errorf("server: --addr %q: %w", addr, err)
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() {
+			return false, nil
+		}
+	}
+	return len(ips) > 0, nil
+}

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/sqlitestore"
+)
+
+// storeOpeners opens a store from a --store value, by scheme. A backend is
+// one line here.
+var storeOpeners = map[string]func(ctx context.Context, dsn string) (store.Store, error){
+	"sqlite": openSQLite,
+	// "postgres":   openPostgres, // store/pgstore: dsn is the whole postgres://… URL
+	// "postgresql": openPostgres,
+}
+
+// openStore opens the store a --store value names: sqlite:PATH, or
+// SCHEME://… for a backend keyed by its URL scheme.
+func openStore(ctx context.Context, spec string) (store.Store, error) {
+	scheme, rest, ok := strings.Cut(spec, ":")
+	if !ok || scheme == "" {
+		return nil, fmt.Errorf("--store %q: want sqlite:PATH (or a database URL)", spec)
+	}
+	open := storeOpeners[strings.ToLower(scheme)]
+	if open == nil {
+		return nil, fmt.Errorf("--store %q: unknown store %q (have: %s)", spec, scheme, strings.Join(storeSchemes(), ", "))
+	}
+	if strings.HasPrefix(rest, "//") {
+		return open(ctx, spec) // a URL: the backend parses it whole
+	}
+	return open(ctx, rest)
+}
+
+func storeSchemes() []string {
+	var out []string
+	for k := range storeOpeners {
+		out = append(out, k)
+	}
+	return out
+}
+
+func openSQLite(ctx context.Context, path string) (store.Store, error) {
+	if path == "" {
+		return nil, fmt.Errorf("--store sqlite:PATH needs a path")
+	}
+	s, err := sqlitestore.Open(ctx, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/stream"
+)
+
+const streamUsage = `Usage:
+  weir stream tail RUN NAME [--from N] [--view live|committed] [--sse] [--records]
+  weir stream cat  RUN NAME [--from N] [--view live|committed] [--records]
+
+tail follows the stream until it is closed (the run ended) or you stop it;
+cat prints it to its current end. Data goes to stdout as written; on the live
+view, abort and commit records are noted on stderr. --records prints every
+record as a line instead: offset, kind, writer, attempt, seq, data.
+
+Every subcommand takes --url (default $WEIR_URL, else http://127.0.0.1:4437)
+and --token (default $WEIR_TOKEN).
+`
+
+func streamCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errUsage(fmt.Errorf("stream: want a subcommand: tail or cat\n\n%s", streamUsage))
+	}
+	switch args[0] {
+	case "tail":
+		return streamRead(ctx, "tail", true, args[1:], stdout, stderr)
+	case "cat":
+		return streamRead(ctx, "cat", false, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, streamUsage)
+		return nil
+	}
+	return errUsage(fmt.Errorf("stream: unknown subcommand %q\n\n%s", args[0], streamUsage))
+}
+
+func streamRead(ctx context.Context, name string, follow bool, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("stream "+name, streamUsage, stderr)
+	var cf clientFlags
+	cf.register(fs)
+	from := fs.Int64("from", 0, "first record offset to read (0: the start)")
+	viewName := fs.String("view", "live", "live (every record as written) or committed (successful attempts only)")
+	records := fs.Bool("records", false, "print every record as a line: offset, kind, writer, attempt, seq, data")
+	sse := false
+	if follow {
+		fs.BoolVar(&sse, "sse", false, "follow with Server-Sent Events instead of long-polls")
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return errUsage(fmt.Errorf("stream %s: want a run id and a stream name", name))
+	}
+	if *from < 0 {
+		return errUsage(fmt.Errorf("stream %s: --from must be 0 or more", name))
+	}
+	view, ok := stream.ParseView(*viewName)
+	if !ok {
+		return errUsage(fmt.Errorf("stream %s: --view %q: want live or committed", name, *viewName))
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	out := bufio.NewWriter(stdout)
+	defer out.Flush()
+	opts := &client.ReadOptions{From: *from, View: view, Follow: follow, SSE: sse}
+	for rec, err := range c.Read(ctx, pos[0], pos[1], opts) {
+		if err != nil {
+			if follow && errors.Is(err, context.Canceled) {
+				return nil // interrupted: a normal way to stop tailing
+			}
+			return err
+		}
+		if *records {
+			printRecord(out, &rec)
+		} else if rec.Kind == stream.KindData {
+			_, _ = out.Write(rec.Data)
+		} else if view == weir.LiveView && rec.Kind != stream.KindClose {
+			_ = out.Flush()
+			fmt.Fprintf(stderr, "\n[%s]\n", describeRecord(&rec))
+		}
+		if follow {
+			if err := out.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return out.Flush()
+}
+
+func printRecord(w io.Writer, r *client.Record) {
+	fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d", r.Offset, r.Kind, orDash(r.Writer), r.Attempt, r.Seq)
+	if r.Kind == stream.KindData {
+		fmt.Fprintf(w, "\t%s", strconv.Quote(string(r.Data)))
+	}
+	fmt.Fprintln(w)
+}
+
+func describeRecord(r *client.Record) string {
+	switch r.Kind {
+	case stream.KindAbort:
+		return fmt.Sprintf("abort at %d: %s attempt %d voids its earlier attempts' chunks from seq %d", r.Offset, r.Writer, r.Attempt, r.Seq)
+	case stream.KindCommit:
+		return fmt.Sprintf("commit at %d: %s attempt %d, %d chunks", r.Offset, r.Writer, r.Attempt, r.Seq)
+	}
+	return fmt.Sprintf("%s at %d", r.Kind, r.Offset)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
