@@ -6,19 +6,20 @@ import (
 	"strings"
 
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/store/sqlitestore"
 )
 
 // storeOpeners opens a store from a --store value, by scheme. A backend is
 // one line here.
 var storeOpeners = map[string]func(ctx context.Context, dsn string) (store.Store, error){
-	"sqlite": openSQLite,
-	// "postgres":   openPostgres, // store/pgstore: dsn is the whole postgres://… URL
-	// "postgresql": openPostgres,
+	"sqlite":     openSQLite,
+	"postgres":   openPostgres,
+	"postgresql": openPostgres,
 }
 
 // openStore opens the store a --store value names: sqlite:PATH, or
-// SCHEME://… for a backend keyed by its URL scheme.
+// postgres://… (any backend keyed by its URL scheme gets the whole URL).
 func openStore(ctx context.Context, spec string) (store.Store, error) {
 	scheme, rest, ok := strings.Cut(spec, ":")
 	if !ok || scheme == "" {
@@ -40,6 +41,15 @@ func storeSchemes() []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// openPostgres opens a PostgreSQL store; dsn is the whole postgres://… URL.
+func openPostgres(ctx context.Context, dsn string) (store.Store, error) {
+	s, err := pgstore.Open(ctx, dsn, nil)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 func openSQLite(ctx context.Context, path string) (store.Store, error) {
