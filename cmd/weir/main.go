@@ -22,6 +22,8 @@ Usage:
   weir stream tail|cat RUN NAME    read a run's stream from a server
   weir bench [WORKLOAD…] [--store S] [--url U] [--json]
                                    measure weir against same-run baselines
+  weir torture [--trials N] [--seed S] [--store sqlite:DIR|postgres://…] [--soak D]
+                                   prove exactly-once under faults (docs/reliability.md)
   weir version                     print the version
 
 Run 'weir demo' first. 'weir COMMAND -h' tells more.
@@ -52,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = streamCmd(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = benchCmd(ctx, args[1:], stdout)
+	case "torture":
+		err = tortureCmd(ctx, args[1:], stdout)
 	case "version":
 		fmt.Fprintln(stdout, "weir", version)
 	case "help", "-h", "--help":

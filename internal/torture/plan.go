@@ -180,7 +180,7 @@ func Generate(seed uint64, prefix string, o GenOptions) *Trial {
 		after := 0
 		for range n {
 			f := Fault{Kind: o.Faults[r.IntN(len(o.Faults))]}
-			after += 1 + r.IntN(12)
+			after += 1 + r.IntN(8)
 			f.After = after
 			switch f.Kind {
 			case FaultCommitCrash:

@@ -421,3 +421,30 @@ func tail(b *bytes.Buffer) string {
 	}
 	return s
 }
+
+// Print writes the report for people.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "weir torture: %d trials on %s, seeds %d..%d, %s\n", r.Trials, r.StoreKind, r.Seed, r.Seed+uint64(max(r.Trials, 1))-1, r.Duration.Round(time.Millisecond))
+	st := r.Stats
+	fmt.Fprintf(w, "  runs %d (completed %d, failed as planned %d), steps %d, attempts started %d, worker processes %d\n",
+		st.Runs, st.Completed, st.Failed, st.Steps, st.Attempts, r.Workers)
+	fmt.Fprintf(w, "  streams %d, records %d, committed chunks %d (%d bytes), aborts %d\n", st.Streams, st.Records, st.Committed, st.Bytes, st.Aborts)
+	fmt.Fprintf(w, "  faults struck (planned):")
+	for _, k := range AllFaults {
+		if r.Planned[k] > 0 || r.Injected[k] > 0 {
+			fmt.Fprintf(w, " %s %d (%d)", k, r.Injected[k], r.Planned[k])
+		}
+	}
+	fmt.Fprintln(w)
+	n := 0
+	for _, f := range r.Failures {
+		n += len(f.Violations)
+	}
+	fmt.Fprintf(w, "  violations: %d\n", n)
+	for _, f := range r.Failures {
+		fmt.Fprintf(w, "  seed %d (files kept in %s):\n", f.Seed, f.Dir)
+		for _, v := range f.Violations {
+			fmt.Fprintf(w, "    %v\n", v)
+		}
+	}
+}
