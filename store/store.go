@@ -49,6 +49,13 @@ var (
 	ErrRunConflict = errors.New("run id exists for another workflow")
 	// ErrClosedStore is returned after Close.
 	ErrClosedStore = errors.New("store closed")
+	// ErrGone is returned for a stream that was deleted while forks still
+	// referenced it (StreamInfo.Deleted, "soft-deleted"): it keeps its
+	// records for them but takes no appends and cannot be forked again.
+	ErrGone = errors.New("stream deleted")
+	// ErrKeyReused is returned for an append whose Idempotency-Key was used
+	// before, on the same stream, with another request digest.
+	ErrKeyReused = errors.New("idempotency key reused with another request")
 )
 
 // Limits every backend enforces.
@@ -59,6 +66,8 @@ const (
 	MaxAppendBytes = 16 << 20
 	// MaxAppendChunks is the most chunks in one append request.
 	MaxAppendChunks = 10_000
+	// MaxKeyLen bounds an idempotency key and a producer id.
+	MaxKeyLen = 1 << 10
 )
 
 // Store is weir's storage. Implementations are safe for concurrent use.
@@ -119,8 +128,49 @@ type Store interface {
 	// and ErrInvalid for a From past the stream's next offset.
 	Read(ctx context.Context, p *ReadParams) (*ReadResult, error)
 	// Wait blocks until stream id has a record at offset >= next or is closed,
-	// and returns nil; or returns ctx.Err(). Returns ErrNotFound.
+	// and returns nil; or returns ctx.Err(). Returns ErrNotFound, also when
+	// the stream is deleted while Wait waits.
 	Wait(ctx context.Context, id int64, next int64) error
+
+	// The methods below serve the Durable Streams protocol's standalone
+	// streams (package server): creation with options and forks, deletion,
+	// and the sliding TTL. Append's optional preconditions (AppendParams:
+	// Producer, StreamSeq, Close, IdempotencyKey) serve it too.
+
+	// CreateStream creates a standalone stream with p's options, or returns
+	// the stream already at p.Path with created false, whatever its
+	// configuration and state (soft-deleted and expired included): comparing
+	// it with the request is the caller's job. A fork (p.Fork) is a copy:
+	// see ForkParams. p.Chunks become the stream's first records, anonymous
+	// and committed; with p.Closed the stream is then closed. The new
+	// stream's LastAccess is p.Now. All of it is one transaction.
+	//
+	// Returns ErrInvalid (an empty path, a path under "runs/", a negative
+	// TTL, a fork offset past the source's NextOffset, a sub-offset past what
+	// follows the fork offset), ErrTooLarge (p.Chunks over the append limits),
+	// ErrNotFound (the fork source does not exist) and ErrGone (the fork
+	// source is soft-deleted).
+	CreateStream(ctx context.Context, p *CreateStreamParams) (info *StreamInfo, created bool, err error)
+	// DeleteStream deletes a standalone stream. A stream that forks still
+	// reference (Forks > 0) is only soft-deleted: it keeps its records and
+	// answers ErrGone from then on. Otherwise it is deleted with everything
+	// it holds, its ID is never reused, its waiters wake (and get
+	// ErrNotFound), and if it is a fork its source loses a reference: a
+	// soft-deleted source left with none is deleted in turn, and so on up the
+	// chain, in the same transaction.
+	//
+	// With p.IfExpiredAt set it is the Durable Streams protocol's lazy
+	// expiry: the stream is deleted (or soft-deleted) only if it is expired
+	// at that time (StreamInfo.Expired), and a stream that is not, or is
+	// already soft-deleted, is left alone (DeleteKept, nil).
+	//
+	// Returns ErrNotFound, ErrGone (already soft-deleted, without
+	// IfExpiredAt) and ErrInvalid (a run's stream).
+	DeleteStream(ctx context.Context, p *DeleteStreamParams) (DeleteResult, error)
+	// TouchStream renews a stream's sliding TTL: its LastAccess becomes p.At
+	// unless it is later already. A stream without a TTL is left alone.
+	// Returns ErrNotFound.
+	TouchStream(ctx context.Context, p *TouchStreamParams) error
 
 	// Close releases the store; closing twice is harmless. Operations after it
 	// return ErrClosedStore.
@@ -272,14 +322,130 @@ type Finish struct {
 
 // StreamInfo describes a stream.
 type StreamInfo struct {
-	ID          int64
+	ID          int64  // never reused, even after DeleteStream
 	Path        string // unique; a run's stream is at RunStreamPath(run, name)
 	RunID       string // empty for a standalone stream
 	Name        string // the name within its run
-	ContentType string
+	ContentType string // as given at creation, parameters included
 	NextOffset  int64
 	Closed      bool
 	CreatedAt   time.Time
+
+	// Durable Streams metadata. Run streams have none: no expiry, no forks.
+
+	// Expiry is when the stream expires; the zero value never does.
+	Expiry Expiry
+	// LastAccess is when the sliding TTL was last renewed: at creation, by
+	// every append (AppendParams.Now) and by TouchStream.
+	LastAccess time.Time
+	// ClosedBy is the idempotent producer request that closed the stream,
+	// if one did (AppendParams.Producer with Close): its retries are
+	// acknowledged.
+	ClosedBy *stream.Producer
+	// StreamSeq is the last Stream-Seq an append carried; empty if none.
+	StreamSeq string
+	// Fork describes where a fork was forked from; nil for other streams.
+	Fork *ForkInfo
+	// Forks counts the forks of this stream that exist (soft-deleted ones
+	// included): a stream with forks is only soft-deleted by DeleteStream.
+	Forks int64
+	// Deleted marks a soft-deleted stream (see ErrGone).
+	Deleted bool
+}
+
+// Expiry is a standalone stream's lifetime, as the Durable Streams protocol
+// sets it: a sliding TTL that reads and appends renew, and/or an absolute
+// time. The zero value never expires.
+type Expiry struct {
+	TTL    time.Duration // the sliding window, if HasTTL (0 is valid: already expired)
+	HasTTL bool
+	At     time.Time // the absolute expiry; zero: none
+}
+
+// Expired reports whether the stream is expired at now: its sliding TTL ran
+// out since LastAccess, or its absolute expiry passed. Both are exact to the
+// nanosecond the store keeps.
+func (si *StreamInfo) Expired(now time.Time) bool {
+	if si.Expiry.HasTTL && !now.Before(si.LastAccess.Add(si.Expiry.TTL)) {
+		return true
+	}
+	return !si.Expiry.At.IsZero() && !now.Before(si.Expiry.At)
+}
+
+// ForkInfo is where a fork came from, as its creation gave it.
+type ForkInfo struct {
+	SourceID   int64
+	SourcePath string
+	Offset     int64 // the fork offset, resolved (ForkParams.Offset -1 is stored as the source's NextOffset)
+	SubOffset  int64 // as requested; 0 for none
+}
+
+// CreateStreamParams creates a standalone stream.
+type CreateStreamParams struct {
+	Path        string   // required; not under "runs/"
+	ContentType string   // empty: application/octet-stream
+	Expiry      Expiry   // zero: never expires
+	Chunks      [][]byte // initial records, anonymous and committed; the limits of CheckAppend apply
+	Closed      bool     // close the stream after Chunks
+	Fork        *ForkParams
+	Now         time.Time // creation time and first LastAccess; zero: the store's clock
+}
+
+// ForkParams makes CreateStream create a fork: a new stream that starts as a
+// copy of the live log of stream SourceID below Offset, at the same offsets,
+// except that
+//   - the source's close record is not copied: a fork starts open;
+//   - a writer whose attempt is still open at Offset gets an
+//     abort{fromSeq 0} record at the fork's first own offsets: its chunks
+//     can never commit in the fork;
+//   - nothing of the source's writer, producer or Stream-Seq state is
+//     copied: the copied records never count toward the fork's writers
+//     (a writer that writes on the fork starts afresh, and Writer.Replay
+//     must not see the copied records), producers start anew.
+//
+// The fork's NextOffset is then at least Offset. The source gains a
+// reference (Forks) in the same transaction.
+type ForkParams struct {
+	SourceID int64
+	// Offset is the fork point: records at offsets below it are copied. -1
+	// means the source's NextOffset. Past the source's NextOffset is
+	// ErrInvalid.
+	Offset int64
+	// SubOffset > 0 moves the fork point into what follows Offset, where
+	// the first data record at or after Offset is (ErrInvalid if there is
+	// none):
+	//   - with SubRecords, SubOffset data records from there on are copied
+	//     too, with whatever records lie between them (ErrInvalid if the
+	//     source has fewer);
+	//   - otherwise the fork gets a new anonymous record holding the first
+	//     SubOffset bytes of that data record, at that record's offset
+	//     (ErrInvalid if the record is shorter).
+	SubOffset  int64
+	SubRecords bool
+}
+
+// DeleteStreamParams deletes a standalone stream.
+type DeleteStreamParams struct {
+	ID int64
+	// IfExpiredAt, if set, deletes the stream only if it is expired at that
+	// time (see DeleteStream).
+	IfExpiredAt time.Time
+}
+
+// DeleteResult says what DeleteStream did.
+type DeleteResult uint8
+
+// DeleteStream results.
+const (
+	DeleteKept DeleteResult = iota // nothing: not expired at IfExpiredAt, or already soft-deleted
+	DeleteSoft                     // soft-deleted: forks still reference it
+	DeleteFull                     // deleted
+)
+
+// TouchStreamParams renews a stream's sliding TTL.
+type TouchStreamParams struct {
+	ID int64
+	At time.Time // zero: the store's clock
 }
 
 // RunStreamPath is the path of a run's stream.
@@ -295,18 +461,80 @@ type OpenStreamParams struct {
 }
 
 // AppendParams is one append request.
+//
+// The fields after Chunks are the Durable Streams protocol's request-level
+// options. The store applies them, with the chunk rules, in one transaction,
+// in this order; the first that refuses the request ends it and nothing is
+// written:
+//
+//  1. The stream: ErrNotFound if it does not exist or is expired at Now
+//     (StreamInfo.Expired); ErrGone if it is soft-deleted.
+//  2. IdempotencyKey: a key this stream saw before with the same
+//     RequestDigest, and not yet expired, returns that request's result again
+//     (AppendResult.Replayed) and nothing else happens; with another digest,
+//     ErrKeyReused.
+//  3. A closed stream: a retry of the request that closed it (Producer equal
+//     to StreamInfo.ClosedBy) is acknowledged (Duplicate); so is a close
+//     alone (Close without Chunks, Writer or Producer); a Writer's exact
+//     retransmits are acknowledged by the chunk rules; anything else is
+//     stream.ErrClosed.
+//  4. Producer (stream.Produce): a retry of an accepted request is
+//     acknowledged as Duplicate and nothing else happens (no chunk, no
+//     close, no Stream-Seq); or *stream.StaleEpochError,
+//     stream.ErrEpochSeq, *stream.ProducerGapError.
+//  5. StreamSeq (stream.CheckStreamSeq): *stream.StreamSeqError.
+//  6. The chunks (stream.Append), as without the options.
+//  7. Close closes the stream (stream.Close), recording Producer as
+//     StreamInfo.ClosedBy.
+//
+// On success the producer's state, the Stream-Seq, LastAccess (= Now, for a
+// stream with a TTL) and the idempotency key (with the result) are saved
+// with the records.
 type AppendParams struct {
 	StreamID int64
 	Writer   string // empty: anonymous, committed at once
 	Attempt  int64  // 0: committed at append
 	FirstSeq int64
-	Chunks   [][]byte
+	// Chunks are the chunks; at least one, unless Close is set.
+	Chunks [][]byte
+
+	// Producer is a Durable Streams idempotent producer's request. It needs
+	// an anonymous append (Writer empty): the producer rule replaces the
+	// chunk-level dedupe.
+	Producer *stream.Producer
+	// StreamSeq is the request's Stream-Seq; empty for none.
+	StreamSeq string
+	// Close closes the stream after the chunks (which may then be none).
+	Close bool
+	// IdempotencyKey, if set, makes the append idempotent per (stream, key)
+	// for KeyTTL: RequestDigest (up to 64 bytes, compared exactly) tells
+	// the same request from another one.
+	IdempotencyKey string
+	RequestDigest  []byte
+	KeyTTL         time.Duration // 0: 24h
+	// Now is the time for expiry, TTL renewal and the key's lifetime; zero:
+	// the store's clock.
+	Now time.Time
 }
 
 // AppendResult is the reply to an append.
 type AppendResult struct {
-	Acks       []stream.Ack // one per chunk
+	Acks       []stream.Ack // one per chunk; none for a Duplicate
 	NextOffset int64        // the stream's next offset after the append
+	// Closed reports that the stream is closed after the append.
+	Closed bool
+	// Duplicate reports a retry of an accepted producer request (or of the
+	// request that closed the stream) that was acknowledged without writing.
+	Duplicate bool
+	// ProducerEpoch and ProducerSeq are the producer's state after the
+	// request: for a Duplicate, the highest seq accepted (or the closing
+	// request's seq).
+	ProducerEpoch int64
+	ProducerSeq   int64
+	// Replayed reports the stored result of an earlier request with the
+	// same IdempotencyKey and RequestDigest; all other fields are that
+	// request's.
+	Replayed bool
 }
 
 // FinishWriterParams commits or aborts one writer on one stream.
@@ -334,8 +562,22 @@ type ReadResult struct {
 
 // CheckAppend validates an append's shape; every backend calls it first.
 func CheckAppend(p *AppendParams) error {
-	if len(p.Chunks) == 0 {
+	if len(p.Chunks) == 0 && !p.Close {
 		return fmt.Errorf("%w: append has no chunks", ErrInvalid)
+	}
+	if p.Producer != nil {
+		if p.Writer != "" {
+			return fmt.Errorf("%w: a producer append has no writer", ErrInvalid)
+		}
+		if p.Producer.ID == "" || len(p.Producer.ID) > MaxKeyLen || p.Producer.Epoch < 0 || p.Producer.Seq < 0 {
+			return fmt.Errorf("%w: a producer needs an id of 1 to %d bytes, and an epoch and seq >= 0", ErrInvalid, MaxKeyLen)
+		}
+	}
+	if len(p.RequestDigest) > 64 || p.IdempotencyKey == "" && len(p.RequestDigest) > 0 {
+		return fmt.Errorf("%w: a request digest goes with an idempotency key and has at most 64 bytes", ErrInvalid)
+	}
+	if len(p.IdempotencyKey) > MaxKeyLen {
+		return fmt.Errorf("%w: idempotency key of %d bytes, the limit is %d", ErrInvalid, len(p.IdempotencyKey), MaxKeyLen)
 	}
 	if len(p.Chunks) > MaxAppendChunks {
 		return fmt.Errorf("%w: append has %d chunks, the limit is %d", ErrTooLarge, len(p.Chunks), MaxAppendChunks)

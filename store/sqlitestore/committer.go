@@ -69,6 +69,9 @@ type committer struct {
 	batch   []*op
 	dirty   []cacheKey // cache entries changed by ops of this transaction
 	notify  []int64    // streams that got records in this transaction
+	// keysSaved counts idempotency keys saved, to purge expired ones now
+	// and then.
+	keysSaved int
 }
 
 // streamState is the cached part of a stream the rules need.
@@ -76,6 +79,15 @@ type streamState struct {
 	id    int64
 	runID string
 	head  stream.Head
+	// The Durable Streams metadata appends check and change (ds.go).
+	ttl        int64 // nanoseconds; -1: no sliding TTL
+	expiresAt  int64 // unix nanoseconds; 0: none
+	lastAccess int64 // unix nanoseconds
+	closedBy   *stream.Producer
+	streamSeq  string
+	forkSource int64 // 0: not a fork
+	forks      int64
+	deleted    bool
 }
 
 type writerKey struct {

@@ -96,6 +96,52 @@ CREATE TABLE batches (
 );
 CREATE UNIQUE INDEX batches_stream ON batches (stream_id, last_offset);
 `,
+	// 2: the Durable Streams protocol's metadata of standalone streams,
+	// idempotent producers, idempotency keys, and stream ids that deleted
+	// streams never give back.
+	`
+ALTER TABLE streams ADD COLUMN ttl INTEGER;                       -- nanoseconds; NULL: no sliding TTL
+ALTER TABLE streams ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE streams ADD COLUMN last_access INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE streams ADD COLUMN closed_by TEXT;                    -- producer id; NULL: none
+ALTER TABLE streams ADD COLUMN closed_by_epoch INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE streams ADD COLUMN closed_by_seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE streams ADD COLUMN stream_seq TEXT NOT NULL DEFAULT '';
+ALTER TABLE streams ADD COLUMN fork_source INTEGER;               -- NULL: not a fork
+ALTER TABLE streams ADD COLUMN fork_source_path TEXT NOT NULL DEFAULT '';
+ALTER TABLE streams ADD COLUMN fork_offset INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE streams ADD COLUMN fork_sub_offset INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE streams ADD COLUMN forks INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE streams ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
+
+CREATE TABLE producers (
+	stream_id INTEGER NOT NULL REFERENCES streams (id),
+	producer  TEXT    NOT NULL,
+	epoch     INTEGER NOT NULL,
+	last_seq  INTEGER NOT NULL,
+	PRIMARY KEY (stream_id, producer)
+) WITHOUT ROWID;
+
+-- A rowid table: a stored result holds one ack per chunk and can be large.
+CREATE TABLE idempotency_keys (
+	id         INTEGER PRIMARY KEY,
+	stream_id  INTEGER NOT NULL REFERENCES streams (id),
+	key        TEXT    NOT NULL,
+	digest     BLOB    NOT NULL,
+	result     BLOB    NOT NULL,
+	expires_at INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX idempotency_keys_stream ON idempotency_keys (stream_id, key);
+CREATE INDEX idempotency_keys_expiry ON idempotency_keys (expires_at);
+
+-- High-water marks: 'stream_id' is the largest stream id ever given, so that
+-- a deleted stream's id is never given again (a plain rowid table would
+-- reuse the largest one).
+CREATE TABLE counters (
+	name  TEXT    PRIMARY KEY,
+	value INTEGER NOT NULL
+) WITHOUT ROWID;
+`,
 }
 
 // migrate brings the file's schema to the latest version, one transaction per

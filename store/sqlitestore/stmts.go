@@ -10,7 +10,17 @@ import (
 const runCols = `id, workflow, status, input, output, error, created_at, updated_at,
 	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested`
 
-const streamCols = `id, path, COALESCE(run_id, ''), name, content_type, next_offset, closed, created_at`
+const streamCols = `id, path, COALESCE(run_id, ''), name, content_type, next_offset, closed, created_at,
+	ttl, expires_at, last_access, closed_by, closed_by_epoch, closed_by_seq, stream_seq,
+	fork_source, fork_source_path, fork_offset, fork_sub_offset, forks, deleted`
+
+// headCols are what the committer caches of a stream: see streamState.
+const headCols = `COALESCE(run_id, ''), next_offset, closed, ttl, expires_at, last_access,
+	closed_by, closed_by_epoch, closed_by_seq, stream_seq, COALESCE(fork_source, 0), forks, deleted`
+
+// nextStreamID is the id a new stream gets: never one a deleted stream had.
+const nextStreamID = `(SELECT max(COALESCE((SELECT max(id) FROM streams), 0),
+	COALESCE((SELECT value FROM counters WHERE name = 'stream_id'), 0)) + 1)`
 
 // wstmts are prepared once on the write connection: the committer runs them
 // thousands of times a second.
@@ -26,7 +36,16 @@ type wstmts struct {
 	claim, renew, cancel, updateRun  *sql.Stmt
 	lastEvent, insertEvent           *sql.Stmt
 	writerStreams, openRunStreams    *sql.Stmt
-	all                              []*sql.Stmt
+	// Durable Streams
+	createStream, setMeta, setForks    *sql.Stmt
+	streamInfo, touch                  *sql.Stmt
+	producer, putProducer              *sql.Stmt
+	key, putKey, purgeKeys             *sql.Stmt
+	attemptWriters, batchesBelow       *sql.Stmt
+	batchesFrom                        *sql.Stmt
+	delBatches, delWriters, delStream  *sql.Stmt
+	delProducers, delKeys, bumpCounter *sql.Stmt
+	all                                []*sql.Stmt
 }
 
 func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
@@ -48,10 +67,11 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 		p(&w.release, `RELEASE op`),
 		p(&w.rollbackTo, `ROLLBACK TO op`),
 
-		p(&w.streamHead, `SELECT COALESCE(run_id, ''), next_offset, closed FROM streams WHERE id = ?`),
+		p(&w.streamHead, `SELECT `+headCols+` FROM streams WHERE id = ?`),
 		p(&w.streamByPath, `SELECT `+streamCols+` FROM streams WHERE path = ?`),
-		p(&w.insertStream, `INSERT INTO streams (path, run_id, name, content_type, created_at)
-			VALUES (?, NULLIF(?, ''), ?, ?, ?) RETURNING `+streamCols),
+		p(&w.streamInfo, `SELECT `+streamCols+` FROM streams WHERE id = ?`),
+		p(&w.insertStream, `INSERT INTO streams (id, path, run_id, name, content_type, created_at, last_access)
+			VALUES (`+nextStreamID+`, ?1, NULLIF(?2, ''), ?3, ?4, ?5, ?5) RETURNING `+streamCols),
 		p(&w.setHead, `UPDATE streams SET next_offset = ?, closed = ? WHERE id = ?`),
 
 		p(&w.writer, `SELECT attempt, next, diverged, status FROM writers WHERE stream_id = ? AND writer = ?`),
@@ -96,6 +116,34 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 		p(&w.writerStreams, `SELECT w.stream_id FROM writers w JOIN streams s ON s.id = w.stream_id
 			WHERE s.run_id = ? AND w.writer = ? ORDER BY w.stream_id`),
 		p(&w.openRunStreams, `SELECT id FROM streams WHERE run_id = ? AND closed = 0 ORDER BY id`),
+
+		p(&w.createStream, `INSERT INTO streams (id, path, name, content_type, created_at, last_access, ttl, expires_at,
+				fork_source, fork_source_path, fork_offset, fork_sub_offset)
+			VALUES (`+nextStreamID+`, ?1, '', ?2, ?3, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING id`),
+		p(&w.setMeta, `UPDATE streams SET last_access = ?, closed_by = ?, closed_by_epoch = ?, closed_by_seq = ?,
+			stream_seq = ? WHERE id = ?`),
+		p(&w.setForks, `UPDATE streams SET forks = ?, deleted = ? WHERE id = ?`),
+		p(&w.touch, `UPDATE streams SET last_access = ? WHERE id = ?`),
+		p(&w.producer, `SELECT epoch, last_seq FROM producers WHERE stream_id = ? AND producer = ?`),
+		p(&w.putProducer, `INSERT INTO producers (stream_id, producer, epoch, last_seq) VALUES (?, ?, ?, ?)
+			ON CONFLICT (stream_id, producer) DO UPDATE SET epoch = excluded.epoch, last_seq = excluded.last_seq`),
+		p(&w.key, `SELECT digest, result, expires_at FROM idempotency_keys WHERE stream_id = ? AND key = ?`),
+		p(&w.putKey, `INSERT INTO idempotency_keys (stream_id, key, digest, result, expires_at) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (stream_id, key) DO UPDATE SET digest = excluded.digest, result = excluded.result,
+				expires_at = excluded.expires_at`),
+		p(&w.purgeKeys, `DELETE FROM idempotency_keys WHERE id IN
+			(SELECT id FROM idempotency_keys WHERE expires_at <= ? ORDER BY expires_at LIMIT 256)`),
+		p(&w.attemptWriters, `SELECT writer FROM writers WHERE stream_id = ? AND attempt > 0`),
+		p(&w.batchesBelow, `SELECT first_offset, last_offset, writer, data FROM batches
+			WHERE stream_id = ? AND first_offset < ? AND last_offset > ? ORDER BY last_offset LIMIT 64`),
+		p(&w.batchesFrom, `SELECT first_offset, data FROM batches WHERE stream_id = ? AND last_offset >= ? ORDER BY last_offset`),
+		p(&w.delBatches, `DELETE FROM batches WHERE stream_id = ?`),
+		p(&w.delWriters, `DELETE FROM writers WHERE stream_id = ?`),
+		p(&w.delProducers, `DELETE FROM producers WHERE stream_id = ?`),
+		p(&w.delKeys, `DELETE FROM idempotency_keys WHERE stream_id = ?`),
+		p(&w.delStream, `DELETE FROM streams WHERE id = ?`),
+		p(&w.bumpCounter, `INSERT INTO counters (name, value) VALUES (?, ?)
+			ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)`),
 	)
 	if err != nil {
 		w.close()

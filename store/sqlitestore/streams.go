@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
@@ -17,11 +18,27 @@ type rowScanner interface{ Scan(dest ...any) error }
 
 func scanStream(row rowScanner) (*store.StreamInfo, error) {
 	var si store.StreamInfo
-	var created int64
-	if err := row.Scan(&si.ID, &si.Path, &si.RunID, &si.Name, &si.ContentType, &si.NextOffset, &si.Closed, &created); err != nil {
+	var created, expires, access, cbEpoch, cbSeq, forkOffset, forkSub int64
+	var ttl, forkSource sql.NullInt64
+	var closedBy sql.NullString
+	var forkPath string
+	if err := row.Scan(&si.ID, &si.Path, &si.RunID, &si.Name, &si.ContentType, &si.NextOffset, &si.Closed, &created,
+		&ttl, &expires, &access, &closedBy, &cbEpoch, &cbSeq, &si.StreamSeq,
+		&forkSource, &forkPath, &forkOffset, &forkSub, &si.Forks, &si.Deleted); err != nil {
 		return nil, err
 	}
 	si.CreatedAt = fromNanos(created)
+	si.LastAccess = fromNanos(access)
+	if ttl.Valid {
+		si.Expiry.HasTTL, si.Expiry.TTL = true, time.Duration(ttl.Int64)
+	}
+	si.Expiry.At = fromNanos(expires)
+	if closedBy.Valid {
+		si.ClosedBy = &stream.Producer{ID: closedBy.String, Epoch: cbEpoch, Seq: cbSeq}
+	}
+	if forkSource.Valid {
+		si.Fork = &store.ForkInfo{SourceID: forkSource.Int64, SourcePath: forkPath, Offset: forkOffset, SubOffset: forkSub}
+	}
 	return &si, nil
 }
 
@@ -128,15 +145,20 @@ func (s *Store) ListStreams(ctx context.Context, runID string) ([]*store.StreamI
 	return out, nil
 }
 
-// Append applies one append request. The chunks are not retained.
+// Append applies one append request, with its Durable Streams options (see
+// store.AppendParams). The chunks are not retained.
 func (s *Store) Append(ctx context.Context, p *store.AppendParams) (*store.AppendResult, error) {
 	if err := store.CheckAppend(p); err != nil {
 		return nil, fmt.Errorf("append: %w", err)
 	}
+	now := p.Now
+	if now.IsZero() {
+		now = s.cfg.Now()
+	}
 	var res *store.AppendResult
 	err := s.write(ctx, func(tx *wtx) error {
 		var err error
-		res, err = tx.append(p)
+		res, err = tx.append(p, now.UnixNano())
 		return err
 	})
 	if err != nil {
@@ -145,14 +167,119 @@ func (s *Store) Append(ctx context.Context, p *store.AppendParams) (*store.Appen
 	return res, nil
 }
 
-func (tx *wtx) append(p *store.AppendParams) (*store.AppendResult, error) {
+func (tx *wtx) append(p *store.AppendParams, now int64) (*store.AppendResult, error) {
 	st, err := tx.stream(p.StreamID)
 	if err != nil {
 		return nil, err
 	}
+	if st.deleted {
+		return nil, fmt.Errorf("stream %d: %w", st.id, store.ErrGone)
+	}
+	if st.expired(now) {
+		return nil, fmt.Errorf("stream %d expired: %w", st.id, store.ErrNotFound)
+	}
+	if p.IdempotencyKey != "" {
+		if res, err := tx.replayKey(st.id, p, now); res != nil || err != nil {
+			return res, err
+		}
+	}
+	res, err := tx.appendOnce(st, p, now)
+	if err != nil {
+		return nil, err
+	}
+	if p.IdempotencyKey != "" {
+		if err := tx.saveKey(st.id, p, res, now); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// appendOnce applies steps 3 to 7 of store.AppendParams.
+func (tx *wtx) appendOnce(st *streamState, p *store.AppendParams, now int64) (*store.AppendResult, error) {
+	// 3. A closed stream.
+	if st.head.Closed {
+		switch {
+		case p.Producer != nil && st.closedBy != nil && *p.Producer == *st.closedBy:
+			return &store.AppendResult{NextOffset: st.head.NextOffset, Closed: true, Duplicate: true,
+				ProducerEpoch: p.Producer.Epoch, ProducerSeq: p.Producer.Seq}, nil
+		case p.Close && len(p.Chunks) == 0 && p.Writer == "" && p.Producer == nil:
+			return &store.AppendResult{NextOffset: st.head.NextOffset, Closed: true}, nil
+		case p.Writer == "":
+			return nil, stream.ErrClosed
+		}
+	}
+	// 4. The producer.
+	res := &store.AppendResult{}
+	var prod stream.ProducerState
+	if p.Producer != nil {
+		cur, err := tx.producer(st.id, p.Producer.ID)
+		if err != nil {
+			return nil, err
+		}
+		var dup bool
+		prod, dup, err = stream.Produce(cur, *p.Producer)
+		if err != nil {
+			return nil, err
+		}
+		res.ProducerEpoch, res.ProducerSeq = prod.Epoch, prod.LastSeq
+		if dup {
+			res.Duplicate, res.NextOffset, res.Closed = true, st.head.NextOffset, st.head.Closed
+			return res, nil
+		}
+	}
+	// 5. Stream-Seq.
+	if err := stream.CheckStreamSeq(st.streamSeq, p.StreamSeq); err != nil {
+		return nil, err
+	}
+	// 6. The chunks.
+	if len(p.Chunks) > 0 {
+		acks, err := tx.appendChunks(st, p)
+		if err != nil {
+			return nil, err
+		}
+		res.Acks = acks
+	}
+	// 7. Close, and the metadata.
+	if p.Close {
+		if _, err := tx.closeStream(st); err != nil {
+			return nil, err
+		}
+	}
+	metaChanged := false
+	if p.Producer != nil {
+		if err := tx.saveProducer(st.id, p.Producer.ID, prod); err != nil {
+			return nil, err
+		}
+		if p.Close {
+			tx.changed(st, nil)
+			pr := *p.Producer
+			st.closedBy, metaChanged = &pr, true
+		}
+	}
+	if p.StreamSeq != "" {
+		tx.changed(st, nil)
+		st.streamSeq, metaChanged = p.StreamSeq, true
+	}
+	if st.ttl >= 0 && now > st.lastAccess {
+		tx.changed(st, nil)
+		st.lastAccess, metaChanged = now, true
+	}
+	if metaChanged {
+		if err := tx.saveMeta(st); err != nil {
+			return nil, err
+		}
+	}
+	res.NextOffset, res.Closed = st.head.NextOffset, st.head.Closed
+	return res, nil
+}
+
+// appendChunks applies the chunk rules (stream.Append) to p's chunks.
+func (tx *wtx) appendChunks(st *streamState, p *store.AppendParams) ([]stream.Ack, error) {
 	req := stream.AppendRequest{Attempt: p.Attempt, FirstSeq: p.FirstSeq, Chunks: p.Chunks}
 	var w *stream.Writer
 	fresh := false
+	var err error
 	if p.Writer != "" {
 		if w, err = tx.writer(st, p.Writer); err != nil {
 			return nil, err
@@ -174,9 +301,8 @@ func (tx *wtx) append(p *store.AppendParams) (*store.AppendResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &store.AppendResult{Acks: acks, NextOffset: st.head.NextOffset}
 	if len(recs) == 0 && (w == nil || !fresh && sameState(&before, w)) {
-		return res, nil // retransmits only: nothing to write
+		return acks, nil // retransmits only: nothing to write
 	}
 	tx.changed(st, w)
 	if fresh {
@@ -190,7 +316,7 @@ func (tx *wtx) append(p *store.AppendParams) (*store.AppendResult, error) {
 			return nil, err
 		}
 	}
-	return res, nil
+	return acks, nil
 }
 
 // sameState reports whether the persisted fields of a and b are equal.

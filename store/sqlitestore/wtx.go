@@ -30,7 +30,19 @@ func (tx *wtx) stream(id int64) (*streamState, error) {
 		return st, nil
 	}
 	st := &streamState{id: id}
-	err := tx.w.streamHead.QueryRowContext(bg, id).Scan(&st.runID, &st.head.NextOffset, &st.head.Closed)
+	var ttl sql.NullInt64
+	var closedBy sql.NullString
+	var cbEpoch, cbSeq int64
+	err := tx.w.streamHead.QueryRowContext(bg, id).Scan(&st.runID, &st.head.NextOffset, &st.head.Closed,
+		&ttl, &st.expiresAt, &st.lastAccess, &closedBy, &cbEpoch, &cbSeq, &st.streamSeq,
+		&st.forkSource, &st.forks, &st.deleted)
+	st.ttl = -1
+	if ttl.Valid {
+		st.ttl = ttl.Int64
+	}
+	if closedBy.Valid {
+		st.closedBy = &stream.Producer{ID: closedBy.String, Epoch: cbEpoch, Seq: cbSeq}
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("stream %d: %w", id, store.ErrNotFound)
 	}

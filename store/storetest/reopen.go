@@ -17,6 +17,8 @@ func testReopen(t *testing.T, h Harness) {
 		t.Skip("no Reopen hook")
 	}
 
+	t.Run("DurableStreamsStateSurvives", func(t *testing.T) { t.Parallel(); testDSReopen(t, h) })
+
 	t.Run("WriterStateSurvives", func(t *testing.T) {
 		t.Parallel()
 		// The same history, once without and once with restarts, must give
