@@ -54,6 +54,7 @@ type Report struct {
 	Planned    map[FaultKind]int // in the schedules
 	Injected   map[FaultKind]int // actually struck (a worker that finished first escapes)
 	Workers    int               // worker processes started
+	Fenced     int               // zombie attempts that saw ErrFenced
 	Failures   []TrialFailure
 	Duration   time.Duration
 	StoreKind  string
@@ -154,6 +155,7 @@ func RunTrials(ctx context.Context, opts Options) (*Report, error) {
 		}
 		rep.Trials++
 		rep.Workers += tr.workers
+		rep.Fenced += tr.fenced
 		for _, f := range t.Faults {
 			rep.Planned[f.Kind]++
 		}
@@ -205,6 +207,7 @@ type trialResult struct {
 	violations []Violation
 	injected   map[FaultKind]int
 	workers    int
+	fenced     int
 }
 
 func (r *trialResult) total() int {
@@ -345,6 +348,8 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 			switch {
 			case m.line == "DONE":
 				p.done = true
+			case strings.HasPrefix(m.line, "Z "):
+				res.fenced++
 			case strings.HasPrefix(m.line, "V "):
 				res.violations = append(res.violations, Violation{"worker", fmt.Sprintf("worker %d", p.id), m.line[2:]})
 			case strings.HasPrefix(m.line, "P "):
@@ -428,6 +433,7 @@ func (r *Report) Print(w io.Writer) {
 	st := r.Stats
 	fmt.Fprintf(w, "  runs %d (completed %d, failed as planned %d), steps %d, attempts started %d, worker processes %d\n",
 		st.Runs, st.Completed, st.Failed, st.Steps, st.Attempts, r.Workers)
+	fmt.Fprintf(w, "  zombie attempts fenced (ErrFenced seen by step code): %d\n", r.Fenced)
 	fmt.Fprintf(w, "  streams %d, records %d, committed chunks %d (%d bytes), aborts %d\n", st.Streams, st.Records, st.Committed, st.Bytes, st.Aborts)
 	fmt.Fprintf(w, "  faults struck (planned):")
 	for _, k := range AllFaults {

@@ -47,6 +47,7 @@ func (o *output) line(format string, args ...any) {
 //
 //	P <engine> <what…>   a progress event (the fault schedule counts them)
 //	V <message>          a violation seen from inside (an unexpected error)
+//	Z <what…>            a zombie attempt was fenced
 //	DONE                 every run ended
 //
 // SIGUSR1 freezes the engine that reported progress last; SIGUSR2 thaws it.
@@ -99,7 +100,7 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 			out.line("P %d "+format, append([]any{idx}, args...)...)
 		}
 		weir.Register(e, WorkflowName, func(ctx weir.Context, rs RunSpec) (int, error) {
-			return runWorkflow(ctx, &rs, report)
+			return runWorkflow(ctx, &rs, report, out)
 		})
 		engines[i] = e
 	}
@@ -188,7 +189,7 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 // runWorkflow is the trial workflow: its items in order.
-func runWorkflow(ctx weir.Context, rs *RunSpec, report func(string, ...any)) (int, error) {
+func runWorkflow(ctx weir.Context, rs *RunSpec, report func(string, ...any), out *output) (int, error) {
 	wfSeq := map[string]int{}
 	completed := 0
 	for idx := range rs.Items {
@@ -207,7 +208,12 @@ func runWorkflow(ctx weir.Context, rs *RunSpec, report func(string, ...any)) (in
 			weir.Sleep(ctx, time.Duration(it.SleepMillis)*time.Millisecond)
 		case ItemStep:
 			_, err := weir.Step(ctx, it.Name, func(sc weir.StepContext) (int, error) {
-				return runStep(sc, rs, it, report)
+				n, err := runStep(sc, rs, it, report)
+				if errors.Is(err, weir.ErrFenced) {
+					// A zombie attempt: a newer one exists and refused it.
+					out.line("Z fenced %s %d %d", rs.ID, it.Op, sc.Attempt())
+				}
+				return n, err
 			}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: it.MaxAttempts}))
 			if err != nil {
 				if !rs.ContinueOnFail {
