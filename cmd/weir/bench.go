@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/weirhq/weir/internal/bench"
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/pgstore"
 )
 
 const benchUsage = `Usage: weir bench [WORKLOAD…] [flags]
@@ -34,6 +36,7 @@ func benchCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	fs.IntVar(&c.ChunkSize, "chunk-size", 0, "bytes per chunk (default 100)")
 	fs.DurationVar(&c.Duration, "duration", 0, "run append and http for this long instead of their counts")
+	fs.DurationVar(&c.Linger, "linger", 0, "step writers' linger (default: the engine's, 2ms)")
 	fs.IntVar(&c.Chunks, "chunks", 0, "append: total chunks (default 1,000,000)")
 	fs.IntVar(&c.Writers, "writers", 0, "append: writers at once (default 16)")
 	fs.IntVar(&c.AdoptChunks, "adopt-chunks", 0, "adopt, diverge: chunks of the retried step (default 100,000)")
@@ -81,6 +84,7 @@ func benchCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		args = fs.Args()[1:]
 	}
 
+	bench.OpenStore = openBenchStore
 	if *tailReader {
 		if c.Store == "" || *runID == "" {
 			return errors.New("--tail-reader needs --store and --run")
@@ -149,4 +153,20 @@ func startProfiles(cpu, mem string) (func() error, error) {
 		}
 		return errors.Join(errs...)
 	}, nil
+}
+
+// openBenchStore opens --store with the command's opener (store.go), except
+// that PostgreSQL gets a schema of the bench's own.
+func openBenchStore(ctx context.Context, dsn string) (store.Store, func() error, error) {
+	var s store.Store
+	var err error
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		s, err = pgstore.Open(ctx, dsn, &pgstore.Config{Schema: bench.PostgresSchema})
+	} else {
+		s, err = openStore(ctx, dsn)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, s.Close, nil
 }

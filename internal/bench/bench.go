@@ -53,6 +53,9 @@ type Config struct {
 	Requests int
 	// Samples is the tail workload's count. Defaults to 1,000.
 	Samples int
+	// Linger is the step writers' linger (weir.WriterConfig.Linger).
+	// Defaults to the engine's default.
+	Linger time.Duration
 	// Interval is the pause between tail samples and fanout messages.
 	// Defaults to 2ms (tail) and 20ms (fanout).
 	Interval time.Duration
@@ -277,8 +280,14 @@ func storeLabel(dsn string) string {
 	return dsn
 }
 
+// PostgresSchema is the schema the bench uses in a PostgreSQL database.
+const PostgresSchema = "weir_bench"
+
 // OpenStore opens a store by DSN: "sqlite:PATH" (durable commits) or
-// "postgres://…". The returned function closes it.
+// "postgres://…" (in schema PostgresSchema: the bench's engines claim any
+// runnable run, so they must not share a deployment's schema). The returned
+// function closes it. This package opens SQLite only; the weir command
+// replaces it with its own opener, which knows every backend.
 var OpenStore = func(ctx context.Context, dsn string) (store.Store, func() error, error) {
 	switch {
 	case strings.HasPrefix(dsn, "sqlite:"):
@@ -288,8 +297,8 @@ var OpenStore = func(ctx context.Context, dsn string) (store.Store, func() error
 			return nil, nil, err
 		}
 		return s, s.Close, nil
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return nil, nil, errors.New("postgres stores are not supported by this build yet (store/pgstore has no opener)")
+	case multiProcess(dsn):
+		return nil, nil, errors.New("this build opens no PostgreSQL store (the weir command sets OpenStore to one that does)")
 	}
 	return nil, nil, fmt.Errorf("store %q: want sqlite:PATH or postgres://…", dsn)
 }
@@ -316,6 +325,7 @@ func (v *env) engine(ctx context.Context, conc int) (*weir.Engine, func(), error
 		PollInterval: 50 * time.Millisecond,
 		Retry:        weir.RetryPolicy{InitialInterval: time.Millisecond, MaxInterval: 10 * time.Millisecond, Jitter: -1},
 		Logger:       v.cfg.Logger,
+		Writer:       weir.WriterConfig{Linger: v.cfg.Linger},
 	})
 	if err != nil {
 		return nil, nil, err
@@ -330,16 +340,20 @@ func (v *env) engine(ctx context.Context, conc int) (*weir.Engine, func(), error
 	}, nil
 }
 
-// chunk fills b with a chunk that differs for every (tag, i).
+// fillChunk makes b a chunk that differs for every (tag, i): the tag and i
+// in ten digits, then a fixed pattern (written once per buffer).
 func fillChunk(b []byte, tag byte, i int) {
-	for j := range b {
-		b[j] = 'a' + byte((i+j)%26)
+	if n := len(b); n > 11 && b[n-1] != 'a'+byte((n-1)%26) {
+		for j := 11; j < n; j++ {
+			b[j] = 'a' + byte(j%26)
+		}
 	}
 	if len(b) > 0 {
 		b[0] = tag
 	}
-	for j := 1; j <= 10 && j < len(b); j++ {
-		b[j] = '0' + byte(i/int(math.Pow10(10-j))%10)
+	for j := min(10, len(b)-1); j >= 1; j-- {
+		b[j] = '0' + byte(i%10)
+		i /= 10
 	}
 }
 

@@ -78,7 +78,7 @@ func runTail(ctx context.Context, v *env) (*Result, error) {
 	r.latencies(lat)
 	r.Ratio = r.P50Ms / r.BaselineP50Ms
 	r.extra("interval_ms", ms(gap))
-	r.extra("writer_linger_ms", ms(weir.Config{}.WithDefaults().Writer.Linger))
+	r.extra("writer_linger_ms", ms(weir.Config{Writer: weir.WriterConfig{Linger: v.cfg.Linger}}.WithDefaults().Writer.Linger))
 	r.target("p50 ≤ 1 ms and p99 ≤ 5 ms embedded", r.P50Ms <= 1 && r.P99Ms <= 5)
 
 	switch {
