@@ -38,6 +38,7 @@ func tortureCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	timeout := fs.Duration("trial-timeout", 90*time.Second, "fail a trial whose runs have not all ended by then")
 	soak := fs.Duration("soak", 0, "instead of trials: sustained writes and reads for this long")
 	quiet := fs.Bool("quiet", false, "no line per trial")
+	useHTTP := fs.Bool("http", true, "start some runs over HTTP (POST /v1/runs, with and without Idempotency-Key) through a proxy that cuts replies")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,7 +52,7 @@ func tortureCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		return nil
 	}
-	opts := torture.Options{Trials: *trials, Seed: *seed, Store: *dsn, Scale: *scale, KeepGoing: *keepGoing, TrialTimeout: *timeout}
+	opts := torture.Options{Trials: *trials, Seed: *seed, Store: *dsn, Scale: *scale, KeepGoing: *keepGoing, TrialTimeout: *timeout, HTTP: *useHTTP}
 	if !*quiet {
 		opts.Log = stdout
 	}

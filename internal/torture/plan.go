@@ -39,10 +39,17 @@ const (
 	FaultFreeze FaultKind = "freeze"
 	// FaultPGRestart restarts the PostgreSQL cluster under the workers.
 	FaultPGRestart FaultKind = "pg-restart"
+	// FaultServerKill SIGKILLs a worker process that serves the HTTP API
+	// the trial's HTTP runs are started through.
+	FaultServerKill FaultKind = "server-kill"
+	// FaultProxyCut is a connection the harness's TCP proxy cut after the
+	// server replied to POST /v1/runs; the client resends. Counted, not
+	// scheduled: each HTTP trial cuts its first 0-3 connections.
+	FaultProxyCut FaultKind = "proxy-cut"
 )
 
 // AllFaults lists every fault kind, in report order.
-var AllFaults = []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultPGRestart}
+var AllFaults = []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultPGRestart, FaultServerKill, FaultProxyCut}
 
 // Trial is everything one trial does, derived from its seed.
 type Trial struct {
@@ -54,6 +61,19 @@ type Trial struct {
 	Writer    WriterSpec
 	Engines   int // engines per worker process
 	Workers   int // worker processes at once (1 on SQLite)
+	// HTTPCuts is how many connections the proxy cuts after the server
+	// replied, when some runs start over HTTP.
+	HTTPCuts int
+}
+
+// HasHTTP reports whether some run starts over HTTP.
+func (t *Trial) HasHTTP() bool {
+	for _, r := range t.Runs {
+		if r.Start != StartDirect {
+			return true
+		}
+	}
+	return false
 }
 
 // WriterSpec is the step writers' batching, so batches page differently.
@@ -79,6 +99,7 @@ type Fault struct {
 type RunSpec struct {
 	ID    string
 	Seed  uint64
+	Start string // StartDirect, StartHTTPID or StartHTTPKey
 	Items []Item
 	// ContinueOnFail: the workflow carries on after a step fails for good (the
 	// run completes); otherwise it returns the error (the run fails).
@@ -147,6 +168,9 @@ type GenOptions struct {
 	Postgres bool
 	// Scale multiplies run and chunk counts (1 = default).
 	Scale float64
+	// HTTP starts some runs through the HTTP API (POST /v1/runs, with and
+	// without Idempotency-Key) behind a proxy that cuts replies.
+	HTTP bool
 }
 
 // Generate derives trial seed's schedule. Run ids and stream paths start
@@ -170,6 +194,12 @@ func Generate(seed uint64, prefix string, o GenOptions) *Trial {
 	for i := range nRuns {
 		t.Runs = append(t.Runs, genRun(r, fmt.Sprintf("%s-r%d", t.Prefix, i), scale))
 	}
+	if o.HTTP && r.IntN(2) == 0 {
+		for i := range t.Runs {
+			t.Runs[i].Start = []string{StartDirect, StartHTTPID, StartHTTPKey}[r.IntN(3)]
+		}
+		t.HTTPCuts = r.IntN(4)
+	}
 	if r.IntN(2) == 0 {
 		p := ProducerSpec{Path: fmt.Sprintf("torture/%s/p", t.Prefix), Writers: 1 + r.IntN(4), Count: 1 + int(float64(r.IntN(150))*scale), Seed: r.Uint64()}
 		p.MinLen, p.MaxLen = sizes(r)
@@ -180,6 +210,9 @@ func Generate(seed uint64, prefix string, o GenOptions) *Trial {
 		after := 0
 		for range n {
 			f := Fault{Kind: o.Faults[r.IntN(len(o.Faults))]}
+			if f.Kind == FaultProxyCut {
+				f.Kind = FaultKill
+			}
 			after += 1 + r.IntN(8)
 			f.After = after
 			switch f.Kind {

@@ -39,6 +39,9 @@ type Options struct {
 	TrialTimeout time.Duration
 	// KeepGoing runs every trial even after a violation.
 	KeepGoing bool
+	// HTTP starts some runs over HTTP through a proxy that cuts replies,
+	// from the worker processes' HTTP servers (which SIGKILLs hit too).
+	HTTP bool
 	// PGRestart restarts the PostgreSQL cluster; default runs
 	// `pg_ctlcluster --skip-systemctl-redirect 15 main restart`.
 	PGRestart func(ctx context.Context) error
@@ -54,7 +57,7 @@ type Report struct {
 	Planned    map[FaultKind]int // in the schedules
 	Injected   map[FaultKind]int // actually struck (a worker that finished first escapes)
 	Workers    int               // worker processes started
-	Fenced     int               // zombie attempts that saw ErrFenced
+	Fenced     int               // zombie attempts stopped: ErrFenced or lease lost
 	Failures   []TrialFailure
 	Duration   time.Duration
 	StoreKind  string
@@ -139,7 +142,7 @@ func RunTrials(ctx context.Context, opts Options) (*Report, error) {
 		if pg {
 			prefix = fmt.Sprintf("t%x-%s", seed, nonce)
 		}
-		t := Generate(seed, prefix, GenOptions{Faults: opts.Faults, Postgres: pg, Scale: opts.Scale})
+		t := Generate(seed, prefix, GenOptions{Faults: opts.Faults, Postgres: pg, Scale: opts.Scale, HTTP: opts.HTTP})
 		dir := filepath.Join(tmp, fmt.Sprintf("trial-%d", seed))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return rep, err
@@ -157,7 +160,11 @@ func RunTrials(ctx context.Context, opts Options) (*Report, error) {
 		rep.Workers += tr.workers
 		rep.Fenced += tr.fenced
 		for _, f := range t.Faults {
-			rep.Planned[f.Kind]++
+			k := f.Kind
+			if k == FaultKill && t.HasHTTP() {
+				k = FaultServerKill
+			}
+			rep.Planned[k]++
 		}
 		for k, n := range tr.injected {
 			rep.Injected[k] += n
@@ -249,9 +256,17 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 	var procs []*proc
 	var wg sync.WaitGroup
 	incarnation := 0
+	addrFile := ""
+	if t.HasHTTP() {
+		addrFile = filepath.Join(dir, "addr")
+	}
 	start := func() error {
 		incarnation++
-		cmd := opts.WorkerCommand([]string{"--store", dsn, "--trial", trialPath, "--incarnation", fmt.Sprint(incarnation)})
+		args := []string{"--store", dsn, "--trial", trialPath, "--incarnation", fmt.Sprint(incarnation)}
+		if addrFile != "" {
+			args = append(args, "--http", addrFile)
+		}
+		cmd := opts.WorkerCommand(args)
 		p := &proc{id: incarnation, cmd: cmd, stderr: &bytes.Buffer{}}
 		cmd.Stderr = &limitedBuffer{b: p.stderr, max: 64 << 10}
 		out, err := cmd.StdoutPipe()
@@ -291,6 +306,42 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 		}
 	}
 
+	type httpResult struct {
+		ids   map[string]string
+		cut   int64
+		viols []Violation
+		err   error
+	}
+	httpDone := make(chan httpResult, 1)
+	if addrFile != "" {
+		hctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			ids, cut, viols, err := startOverHTTP(hctx, t, addrFile, t.HTTPCuts)
+			httpDone <- httpResult{ids, cut, viols, err}
+		}()
+	}
+	finish := func() (*trialResult, error) {
+		if addrFile == "" {
+			return res, nil
+		}
+		select {
+		case h := <-httpDone:
+			if h.err != nil {
+				return nil, h.err
+			}
+			res.injected[FaultProxyCut] += int(h.cut)
+			res.violations = append(res.violations, h.viols...)
+			for i := range t.Runs {
+				if id := h.ids[t.Runs[i].ID]; id != "" {
+					t.Runs[i].ID = id
+				}
+			}
+			return res, nil
+		case <-time.After(10 * time.Second):
+			return nil, errors.New("the HTTP starts did not finish though every run ended")
+		}
+	}
 	deadline := time.NewTimer(opts.TrialTimeout)
 	defer deadline.Stop()
 	progress, fi := 0, 0
@@ -341,7 +392,7 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 					}
 				}
 				if live() == 0 && anyDone {
-					return res, nil
+					return finish()
 				}
 				continue
 			}
@@ -360,7 +411,11 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 				f := t.Faults[fi]
 				fi++
 				busy = true
-				res.injected[f.Kind]++
+				kind := f.Kind
+				if kind == FaultKill && addrFile != "" {
+					kind = FaultServerKill // this worker serves the HTTP API
+				}
+				res.injected[kind]++
 				go func() { faultDone <- strike(ctx, opts, f, p) }()
 				if f.Kind == FaultKill || f.Kind == FaultCommitCrash {
 					p.killed = true
@@ -433,7 +488,7 @@ func (r *Report) Print(w io.Writer) {
 	st := r.Stats
 	fmt.Fprintf(w, "  runs %d (completed %d, failed as planned %d), steps %d, attempts started %d, worker processes %d\n",
 		st.Runs, st.Completed, st.Failed, st.Steps, st.Attempts, r.Workers)
-	fmt.Fprintf(w, "  zombie attempts fenced (ErrFenced seen by step code): %d\n", r.Fenced)
+	fmt.Fprintf(w, "  zombie attempts stopped (step code saw ErrFenced or a lost lease): %d\n", r.Fenced)
 	fmt.Fprintf(w, "  streams %d, records %d, committed chunks %d (%d bytes), aborts %d\n", st.Streams, st.Records, st.Committed, st.Bytes, st.Aborts)
 	fmt.Fprintf(w, "  faults struck (planned):")
 	for _, k := range AllFaults {

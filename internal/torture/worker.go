@@ -9,14 +9,18 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/server"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
 )
@@ -56,6 +60,7 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	dsn := fs.String("store", "", "store")
 	trialPath := fs.String("trial", "", "trial file")
 	inc := fs.Int("incarnation", 0, "worker incarnation")
+	httpAddr := fs.String("http", "", "serve the HTTP API on loopback and write its address to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -126,7 +131,26 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}()
 
+	if *httpAddr != "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: server.New(engines[0], &server.Config{Logger: slog.New(slog.DiscardHandler)})}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		tmp := *httpAddr + fmt.Sprintf(".%d", os.Getpid())
+		if err := os.WriteFile(tmp, []byte(ln.Addr().String()), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, *httpAddr); err != nil {
+			return err
+		}
+	}
 	for _, rs := range t.Runs {
+		if rs.Start != StartDirect {
+			continue // the harness starts it over HTTP
+		}
 		in, _ := json.Marshal(rs)
 		for {
 			_, _, err := engines[0].StartRun(ctx, WorkflowName, in, &weir.StartOptions{ID: rs.ID})
@@ -158,11 +182,30 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	go func() { prodWG.Wait(); close(prodDone) }()
 
 	// Wait for every run to end, asking the store directly.
+	// Runs started with an Idempotency-Key get ids the server derives; the
+	// harness writes them to ids.json once it has them.
 	pending := map[string]bool{}
+	unresolved := map[string]bool{}
 	for _, rs := range t.Runs {
-		pending[rs.ID] = true
+		if rs.Start == StartHTTPKey {
+			unresolved[rs.ID] = true
+		} else {
+			pending[rs.ID] = true
+		}
 	}
-	for len(pending) > 0 {
+	idsPath := filepath.Join(filepath.Dir(*trialPath), "ids.json")
+	for len(pending)+len(unresolved) > 0 {
+		if len(unresolved) > 0 {
+			var ids map[string]string
+			if b, err := os.ReadFile(idsPath); err == nil && json.Unmarshal(b, &ids) == nil {
+				for spec := range unresolved {
+					if id := ids[spec]; id != "" {
+						pending[id] = true
+						delete(unresolved, spec)
+					}
+				}
+			}
+		}
 		for id := range pending {
 			r, err := s.GetRun(ctx, id)
 			if err == nil && r.Status.Terminal() {
@@ -209,9 +252,9 @@ func runWorkflow(ctx weir.Context, rs *RunSpec, report func(string, ...any), out
 		case ItemStep:
 			_, err := weir.Step(ctx, it.Name, func(sc weir.StepContext) (int, error) {
 				n, err := runStep(sc, rs, it, report)
-				if errors.Is(err, weir.ErrFenced) {
-					// A zombie attempt: a newer one exists and refused it.
-					out.line("Z fenced %s %d %d", rs.ID, it.Op, sc.Attempt())
+				if errors.Is(err, weir.ErrFenced) || errors.Is(err, store.ErrLeaseLost) {
+					// A zombie attempt: another worker took the run over.
+					out.line("Z %s %d %d %v", rs.ID, it.Op, sc.Attempt(), err)
 				}
 				return n, err
 			}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: it.MaxAttempts}))
