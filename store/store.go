@@ -521,6 +521,9 @@ type AppendParams struct {
 type AppendResult struct {
 	Acks       []stream.Ack // one per chunk; none for a Duplicate
 	NextOffset int64        // the stream's next offset after the append
+	// Aborted reports that the append wrote an abort record: its writer's
+	// attempt diverged from an earlier attempt's bytes (semantics.md).
+	Aborted bool
 	// Closed reports that the stream is closed after the append.
 	Closed bool
 	// Duplicate reports a retry of an accepted producer request (or of the

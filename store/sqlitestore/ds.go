@@ -67,6 +67,7 @@ func (tx *wtx) saveMeta(st *streamState) error {
 type keyResult struct {
 	Acks          [][2]int64 `json:"a,omitempty"` // offset, outcome
 	NextOffset    int64      `json:"n"`
+	Aborted       bool       `json:"ab,omitempty"`
 	Closed        bool       `json:"c,omitempty"`
 	Duplicate     bool       `json:"d,omitempty"`
 	ProducerEpoch int64      `json:"pe,omitempty"`
@@ -92,7 +93,7 @@ func (tx *wtx) replayKey(streamID int64, p *store.AppendParams, now int64) (*sto
 	if err := json.Unmarshal(result, &kr); err != nil {
 		return nil, fmt.Errorf("idempotency key %q: stored result: %w", p.IdempotencyKey, err)
 	}
-	res := &store.AppendResult{NextOffset: kr.NextOffset, Closed: kr.Closed, Duplicate: kr.Duplicate,
+	res := &store.AppendResult{NextOffset: kr.NextOffset, Aborted: kr.Aborted, Closed: kr.Closed, Duplicate: kr.Duplicate,
 		ProducerEpoch: kr.ProducerEpoch, ProducerSeq: kr.ProducerSeq, Replayed: true}
 	if len(kr.Acks) > 0 {
 		res.Acks = make([]stream.Ack, len(kr.Acks))
@@ -106,7 +107,7 @@ func (tx *wtx) replayKey(streamID int64, p *store.AppendParams, now int64) (*sto
 // saveKey remembers res as the result of p's idempotency key, and now and
 // then forgets expired keys.
 func (tx *wtx) saveKey(streamID int64, p *store.AppendParams, res *store.AppendResult, now int64) error {
-	kr := keyResult{NextOffset: res.NextOffset, Closed: res.Closed, Duplicate: res.Duplicate,
+	kr := keyResult{NextOffset: res.NextOffset, Aborted: res.Aborted, Closed: res.Closed, Duplicate: res.Duplicate,
 		ProducerEpoch: res.ProducerEpoch, ProducerSeq: res.ProducerSeq}
 	if len(res.Acks) > 0 {
 		kr.Acks = make([][2]int64, len(res.Acks))
@@ -244,7 +245,7 @@ func (tx *wtx) createStream(p *store.CreateStreamParams, now int64) (*store.Stre
 		}
 	}
 	if len(p.Chunks) > 0 {
-		if _, err := tx.appendChunks(st, &store.AppendParams{StreamID: id, Chunks: p.Chunks}); err != nil {
+		if _, _, err := tx.appendChunks(st, &store.AppendParams{StreamID: id, Chunks: p.Chunks}); err != nil {
 			return nil, false, err
 		}
 	}

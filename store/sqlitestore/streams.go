@@ -234,11 +234,11 @@ func (tx *wtx) appendOnce(st *streamState, p *store.AppendParams, now int64) (*s
 	}
 	// 6. The chunks.
 	if len(p.Chunks) > 0 {
-		acks, err := tx.appendChunks(st, p)
+		acks, aborted, err := tx.appendChunks(st, p)
 		if err != nil {
 			return nil, err
 		}
-		res.Acks = acks
+		res.Acks, res.Aborted = acks, aborted
 	}
 	// 7. Close, and the metadata.
 	if p.Close {
@@ -274,22 +274,23 @@ func (tx *wtx) appendOnce(st *streamState, p *store.AppendParams, now int64) (*s
 	return res, nil
 }
 
-// appendChunks applies the chunk rules (stream.Append) to p's chunks.
-func (tx *wtx) appendChunks(st *streamState, p *store.AppendParams) ([]stream.Ack, error) {
+// appendChunks applies the chunk rules (stream.Append) to p's chunks, and
+// reports whether they wrote an abort record.
+func (tx *wtx) appendChunks(st *streamState, p *store.AppendParams) ([]stream.Ack, bool, error) {
 	req := stream.AppendRequest{Attempt: p.Attempt, FirstSeq: p.FirstSeq, Chunks: p.Chunks}
 	var w *stream.Writer
 	fresh := false
 	var err error
 	if p.Writer != "" {
 		if w, err = tx.writer(st, p.Writer); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if w == nil {
 			w, fresh = &stream.Writer{ID: p.Writer}, true
 		}
 		if st.runID != "" {
 			if req.Fence, err = tx.fence(st.runID, p.Writer); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		}
 	}
@@ -299,24 +300,28 @@ func (tx *wtx) appendChunks(st *streamState, p *store.AppendParams) ([]stream.Ac
 	}
 	acks, recs, err := stream.Append(&st.head, w, &req)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if len(recs) == 0 && (w == nil || !fresh && sameState(&before, w)) {
-		return acks, nil // retransmits only: nothing to write
+		return acks, false, nil // retransmits only: nothing to write
 	}
 	tx.changed(st, w)
 	if fresh {
 		tx.c.writers.put(writerKey{st.id, w.ID}, w)
 	}
 	if err := tx.writeRecords(st, recs); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if w != nil {
 		if err := tx.saveWriter(st.id, w); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
-	return acks, nil
+	aborted := false
+	for i := range recs {
+		aborted = aborted || recs[i].Kind == stream.KindAbort
+	}
+	return acks, aborted, nil
 }
 
 // sameState reports whether the persisted fields of a and b are equal.

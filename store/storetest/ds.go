@@ -23,6 +23,20 @@ func testDS(t *testing.T, h Harness) {
 	t.Run("Expiry", func(t *testing.T) { t.Parallel(); testExpiry(t, h) })
 	t.Run("Fork", func(t *testing.T) { t.Parallel(); testFork(t, h) })
 	t.Run("Delete", func(t *testing.T) { t.Parallel(); testDelete(t, h) })
+	t.Run("AbortedIsReported", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		si := create(t, s, store.CreateStreamParams{Path: "a"})
+		if res := appendOK(t, s, si.ID, "w", 1, 0, "a", "b"); res.Aborted {
+			t.Fatal("a first append reported an abort")
+		}
+		if res := appendOK(t, s, si.ID, "w", 2, 0, "a"); res.Aborted {
+			t.Fatal("an adopting retry reported an abort")
+		}
+		if res := appendOK(t, s, si.ID, "w", 2, 1, "X"); !res.Aborted {
+			t.Fatal("a diverging retry reported no abort")
+		}
+	})
 }
 
 // t0 is the suite's clock for expiry tests: far from the store's own.
