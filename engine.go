@@ -48,8 +48,10 @@ type Config struct {
 
 // WriterConfig configures the batching of step stream writers.
 type WriterConfig struct {
-	// Linger is how long a writer waits for more chunks before it sends a
-	// batch. Defaults to 2ms.
+	// Linger is how long a writer holds a batch for more chunks before it
+	// sends it. Defaults to 0: a batch goes as soon as the previous one is
+	// acknowledged, and the chunks written meanwhile form the next one, so
+	// batches grow with the write rate without delaying a lone chunk.
 	Linger time.Duration
 	// MaxBatchChunks sends a batch once it has this many chunks. Defaults to
 	// 1000.
@@ -88,9 +90,6 @@ func (c Config) WithDefaults() Config {
 	}
 	c.Retry = c.Retry.WithDefaults()
 	w := &c.Writer
-	if w.Linger == 0 {
-		w.Linger = 2 * time.Millisecond
-	}
 	if w.MaxBatchChunks == 0 {
 		w.MaxBatchChunks = 1000
 	}
