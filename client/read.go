@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -84,6 +85,15 @@ func (c *Client) Read(ctx context.Context, runID, name string, opts *ReadOptions
 // runs/<run>/<name>).
 func (c *Client) ReadPath(ctx context.Context, path string, opts *ReadOptions) iter.Seq2[Record, error] {
 	return c.read(ctx, path, "", opts)
+}
+
+// dataEncodingOf returns the reply's Weir-Data-Encoding: base64 if absent.
+func dataEncodingOf(h http.Header) string {
+	switch e := strings.ToLower(h.Get("Weir-Data-Encoding")); e {
+	case encodingJSON, encodingText:
+		return e
+	}
+	return encodingBase64
 }
 
 // maxLineBytes bounds one NDJSON record (a 4 MiB chunk in base64, and room).
@@ -201,7 +211,7 @@ func (r *reader) get(ctx context.Context, live string, yield func(Record, error)
 	if live == "sse" {
 		return r.sse(resp, yield)
 	}
-	recs, err := decodeNDJSON(resp.Body)
+	recs, err := decodeNDJSON(resp.Body, dataEncodingOf(resp.Header))
 	if err != nil {
 		return readState{}, fmt.Errorf("client: read %s: %w", r.path, err)
 	}
@@ -216,7 +226,9 @@ func (r *reader) get(ctx context.Context, live string, yield func(Record, error)
 // after it; the last one resumes at the response's next offset.
 func (r *reader) yieldAll(recs []Record, yield func(Record, error) bool) error {
 	for i := range recs {
-		recs[i].NextOffset = FormatOffset(recs[i].Offset + 1)
+		if recs[i].NextOffset == "" {
+			recs[i].NextOffset = FormatOffset(recs[i].Offset + 1)
+		}
 		if i == len(recs)-1 {
 			recs[i].NextOffset = r.offset
 		}
@@ -244,6 +256,7 @@ func (r *reader) sse(resp *http.Response, yield func(Record, error) bool) (readS
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
 	b64 := strings.EqualFold(resp.Header.Get("Stream-SSE-Data-Encoding"), "base64")
+	enc := dataEncodingOf(resp.Header)
 	var event string
 	var data strings.Builder
 	var pending []Record
@@ -259,11 +272,20 @@ func (r *reader) sse(resp *http.Response, yield func(Record, error) bool) (readS
 				}
 				payload = string(raw)
 			}
-			recs, err := decodeNDJSON(strings.NewReader(payload))
+			recs, err := decodeNDJSON(strings.NewReader(payload), enc)
 			if err != nil {
 				return err
 			}
 			pending = append(pending, recs...)
+		case "error":
+			var e struct {
+				Error string `json:"error"`
+			}
+			_ = json.Unmarshal([]byte(data.String()), &e)
+			if e.Error == "" {
+				e.Error = data.String()
+			}
+			return fmt.Errorf("client: read %s: the server ended the stream: %s", r.path, e.Error)
 		case "control":
 			var ctl struct {
 				StreamNextOffset string `json:"streamNextOffset"`
@@ -325,31 +347,50 @@ func (r *reader) sse(resp *http.Response, yield func(Record, error) bool) (readS
 	return st, nil
 }
 
-// wireRecord is one NDJSON line of format=ndjson.
+// wireRecord is one NDJSON line of format=ndjson:
+//
+//	{"offset":3,"next_offset":"…","kind":"data","writer":"step/1","attempt":2,"seq":0,"data":…}
+//	{"offset":4,"next_offset":"…","kind":"abort","writer":"step/1","attempt":2,"from":1}
+//	{"offset":5,"next_offset":"…","kind":"commit","writer":"step/1","attempt":2,"count":1}
+//	{"offset":6,"next_offset":"…","kind":"close"}
+//
+// data is the value itself (JSON streams), a string (text streams) or base64
+// (binary streams), as the reply's Weir-Data-Encoding says; a record whose
+// bytes do not fit its stream's encoding says "encoding":"base64".
 type wireRecord struct {
-	Offset   json.Number     `json:"offset"`
-	Kind     string          `json:"kind"`
-	Writer   string          `json:"writer"`
-	Attempt  int64           `json:"attempt"`
-	Seq      int64           `json:"seq"`
-	Data     json.RawMessage `json:"data"`
-	Encoding string          `json:"encoding"`
+	Offset     json.Number     `json:"offset"`
+	NextOffset string          `json:"next_offset"`
+	Kind       string          `json:"kind"`
+	Writer     string          `json:"writer"`
+	Attempt    int64           `json:"attempt"`
+	Seq        int64           `json:"seq"`
+	From       *int64          `json:"from"`
+	Count      *int64          `json:"count"`
+	Data       json.RawMessage `json:"data"`
+	Encoding   string          `json:"encoding"`
 }
 
-func decodeNDJSON(rd io.Reader) ([]Record, error) {
+// Data encodings of format=ndjson (the Weir-Data-Encoding header).
+const (
+	encodingJSON   = "json"
+	encodingText   = "text"
+	encodingBase64 = "base64"
+)
+
+func decodeNDJSON(rd io.Reader, enc string) ([]Record, error) {
 	sc := bufio.NewScanner(rd)
 	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
 	var out []Record
 	for sc.Scan() {
 		line := sc.Bytes()
-		if len(strings.TrimSpace(string(line))) == 0 {
+		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
 		var w wireRecord
 		if err := json.Unmarshal(line, &w); err != nil {
 			return nil, fmt.Errorf("NDJSON record: %w", err)
 		}
-		rec, err := w.record()
+		rec, err := w.record(enc)
 		if err != nil {
 			return nil, err
 		}
@@ -361,7 +402,7 @@ func decodeNDJSON(rd io.Reader) ([]Record, error) {
 	return out, nil
 }
 
-func (w *wireRecord) record() (Record, error) {
+func (w *wireRecord) record(enc string) (Record, error) {
 	off, err := strconv.ParseInt(w.Offset.String(), 10, 64)
 	if err != nil {
 		off, err = ParseOffset(w.Offset.String())
@@ -373,19 +414,33 @@ func (w *wireRecord) record() (Record, error) {
 	if !ok {
 		return Record{}, fmt.Errorf("NDJSON record at %d: unknown kind %q", off, w.Kind)
 	}
-	rec := Record{Offset: off, Kind: kind, Writer: w.Writer, Attempt: w.Attempt, Seq: w.Seq}
-	if len(w.Data) > 0 && string(w.Data) != "null" {
-		var s string
-		if err := json.Unmarshal(w.Data, &s); err != nil {
-			// A JSON stream's value, as it is.
-			rec.Data = []byte(w.Data)
-		} else if w.Encoding == "base64" {
-			if rec.Data, err = base64.StdEncoding.DecodeString(s); err != nil {
-				return Record{}, fmt.Errorf("NDJSON record at %d: data: %w", off, err)
-			}
-		} else {
-			rec.Data = []byte(s)
-		}
+	rec := Record{Offset: off, Kind: kind, Writer: w.Writer, Attempt: w.Attempt, Seq: w.Seq, NextOffset: w.NextOffset}
+	switch {
+	case kind == stream.KindAbort && w.From != nil:
+		rec.Seq = *w.From
+	case kind == stream.KindCommit && w.Count != nil:
+		rec.Seq = *w.Count
+	}
+	if kind != stream.KindData || len(w.Data) == 0 {
+		return rec, nil
+	}
+	if w.Encoding != "" {
+		enc = w.Encoding
+	}
+	if enc == encodingJSON {
+		rec.Data = []byte(w.Data) // the value as it is
+		return rec, nil
+	}
+	var s string
+	if err := json.Unmarshal(w.Data, &s); err != nil {
+		return Record{}, fmt.Errorf("NDJSON record at %d: data is not a string: %w", off, err)
+	}
+	if enc == encodingText {
+		rec.Data = []byte(s)
+		return rec, nil
+	}
+	if rec.Data, err = base64.StdEncoding.DecodeString(s); err != nil {
+		return Record{}, fmt.Errorf("NDJSON record at %d: data: %w", off, err)
 	}
 	return rec, nil
 }

@@ -62,7 +62,6 @@ func ndjson(recs []client.Record) string {
 		m := map[string]any{"offset": r.Offset, "kind": r.Kind.String(), "writer": r.Writer, "attempt": r.Attempt, "seq": r.Seq}
 		if r.Kind == stream.KindData {
 			m["data"] = base64.StdEncoding.EncodeToString(r.Data)
-			m["encoding"] = "base64"
 		}
 		line, _ := json.Marshal(m)
 		b.Write(line)
@@ -96,6 +95,7 @@ func (f *fakeStream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch q.Get("live") {
 	case "sse":
 		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Weir-Data-Encoding", "base64")
 		end := time.After(300 * time.Millisecond) // the SSE time limit: the client reconnects
 		for {
 			next := off + int64(len(recs))
@@ -140,6 +140,7 @@ func (f *fakeStream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		recs = recs[:3]
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Weir-Data-Encoding", "base64")
 	w.Header().Set("Stream-Next-Offset", client.FormatOffset(off+int64(len(recs))))
 	if upToDate {
 		w.Header().Set("Stream-Up-To-Date", "true")
