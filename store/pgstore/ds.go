@@ -3,23 +3,498 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
 )
 
-var errTODO = errors.New("pgstore: not implemented yet")
+// This file holds what the Durable Streams protocol needs beyond the
+// exactly-once rules: creation with options and forks, deletion and the
+// TTL. The producer and Stream-Seq rules (package stream) are applied by
+// Append (streams.go).
 
-// CreateStream is not implemented yet.
+// CreateStream creates a standalone stream, or returns the one at p.Path.
 func (s *Store) CreateStream(ctx context.Context, p *store.CreateStreamParams) (*store.StreamInfo, bool, error) {
-	return nil, false, errTODO
+	switch {
+	case p.Path == "":
+		return nil, false, fmt.Errorf("create stream: %w: empty path", store.ErrInvalid)
+	case strings.HasPrefix(p.Path, "runs/"):
+		return nil, false, fmt.Errorf("create stream: %w: path %q is reserved for run streams", store.ErrInvalid, p.Path)
+	case p.Expiry.HasTTL && p.Expiry.TTL < 0:
+		return nil, false, fmt.Errorf("create stream: %w: negative TTL", store.ErrInvalid)
+	case p.Fork != nil && (p.Fork.Offset < -1 || p.Fork.SubOffset < 0):
+		return nil, false, fmt.Errorf("create stream: %w: negative fork offset", store.ErrInvalid)
+	}
+	if len(p.Chunks) > 0 {
+		if err := store.CheckAppend(&store.AppendParams{Chunks: p.Chunks}); err != nil {
+			return nil, false, fmt.Errorf("create stream: %w", err)
+		}
+	}
+	now := p.Now
+	if now.IsZero() {
+		now = s.cfg.Now()
+	}
+	var si *store.StreamInfo
+	var created bool
+	var wrote []int64
+	// Idempotent: a retry after a lost reply finds the stream (created false).
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		var err error
+		// A retried create finds its stream without a transaction.
+		si, err = scanStream(s.pool.QueryRow(ctx, s.q.streamByPath, p.Path))
+		if err == nil {
+			created = false
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		x, err := s.acquire(ctx, t)
+		if err != nil {
+			return err
+		}
+		defer x.release()
+		var id int64
+		id, wrote, err = s.createStream(ctx, x, p, nanos(now))
+		if err != nil {
+			return err
+		}
+		si, err = scanStream(s.pool.QueryRow(ctx, s.q.streamByID, id))
+		created = id != 0 && err == nil
+		return err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("create stream: %w", err)
+	}
+	s.wrote(wrote...)
+	return si, created, nil
 }
 
-// DeleteStream is not implemented yet.
+// createStream creates p's stream in one transaction on x and returns its
+// id; or, if a stream at p.Path appeared meanwhile, the existing one's.
+func (s *Store) createStream(ctx context.Context, x *txn, p *store.CreateStreamParams, now int64) (int64, []int64, error) {
+	if _, err := x.c.Exec(ctx, "BEGIN"); err != nil {
+		return 0, nil, err
+	}
+	var (
+		srcPath             string
+		srcHead             stream.Head
+		srcDeleted          bool
+		fork                *int64
+		forkOffset, forkSub int64
+		wrote               []int64
+		ttl                 *int64
+		contentType         = p.ContentType
+	)
+	if contentType == "" {
+		contentType = defaultContentType
+	}
+	if p.Expiry.HasTTL {
+		v := int64(p.Expiry.TTL)
+		ttl = &v
+	}
+	if fp := p.Fork; fp != nil {
+		err := x.c.QueryRow(ctx, s.q.lockSource, fp.SourceID).Scan(&srcPath, &srcHead.NextOffset, &srcHead.Closed, &srcDeleted)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, nil, fmt.Errorf("fork source %d: %w", fp.SourceID, store.ErrNotFound)
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		if srcDeleted {
+			return 0, nil, fmt.Errorf("fork source %d: %w", fp.SourceID, store.ErrGone)
+		}
+		forkOffset, forkSub = fp.Offset, fp.SubOffset
+		if forkOffset == -1 {
+			forkOffset = srcHead.NextOffset
+		}
+		if forkOffset > srcHead.NextOffset {
+			return 0, nil, fmt.Errorf("%w: fork offset %d is past the source's next offset %d", store.ErrInvalid, forkOffset, srcHead.NextOffset)
+		}
+		fork = &fp.SourceID
+	}
+	var id int64
+	err := x.c.QueryRow(ctx, s.q.createStream, p.Path, contentType, now, ttl, nanos(p.Expiry.At),
+		fork, srcPath, forkOffset, forkSub).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Created by another transaction since our look: look again.
+		return 0, nil, errCreatedElsewhere
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	head := stream.Head{}
+	if fp := p.Fork; fp != nil {
+		if head, err = s.copyFork(ctx, x, fp.SourceID, &srcHead, id, fp, forkOffset); err != nil {
+			return 0, nil, err
+		}
+		if _, err := x.c.Exec(ctx, `UPDATE `+s.q.schema+`.streams SET forks = forks + 1 WHERE id = $1`, fp.SourceID); err != nil {
+			return 0, nil, err
+		}
+	}
+	var batches [][]stream.Record
+	if len(p.Chunks) > 0 {
+		_, recs, err := stream.Append(&head, nil, &stream.AppendRequest{Chunks: p.Chunks})
+		if err != nil {
+			return 0, nil, err
+		}
+		batches = append(batches, recs)
+	}
+	if p.Closed {
+		_, recs := stream.Close(&head)
+		batches = append(batches, recs)
+	}
+	b := &pgx.Batch{}
+	for _, recs := range batches {
+		b.Queue(s.q.insertBatch, id, recs[len(recs)-1].Offset, recs[0].Offset, "", stream.EncodeBatch(nil, recs))
+	}
+	b.Queue(s.q.setHead, id, head.NextOffset, head.Closed)
+	b.Queue("COMMIT")
+	if err := x.commit(ctx, b); err != nil {
+		return 0, nil, err
+	}
+	if head.NextOffset > 0 {
+		wrote = append(wrote, id)
+	}
+	return id, wrote, nil
+}
+
+// errCreatedElsewhere makes CreateStream look again: another transaction
+// created the stream at the path first.
+var errCreatedElsewhere = &retryError{"stream created concurrently"}
+
+// copyFork makes stream dst, new and empty, a copy of src's log below the
+// fork point (store.ForkParams), and returns dst's head. The caller holds
+// src's row lock.
+func (s *Store) copyFork(ctx context.Context, x *txn, src int64, srcHead *stream.Head, dst int64, fp *store.ForkParams, offset int64) (stream.Head, error) {
+	upTo := offset // records below upTo are copied
+	var prefix *stream.Record
+	if fp.SubOffset > 0 {
+		rec, next, err := s.subOffset(ctx, x, src, offset, fp.SubOffset, fp.SubRecords)
+		if err != nil {
+			return stream.Head{}, err
+		}
+		if fp.SubRecords {
+			upTo = next
+		} else {
+			upTo = rec.Offset
+			prefix = &stream.Record{Offset: rec.Offset, Kind: stream.KindData, Data: rec.Data[:fp.SubOffset]}
+			prefix.Digest = stream.Sum(prefix.Data)
+		}
+	}
+	// Writers that wrote with attempts may be open at the fork point; their
+	// batches are tagged with their id in src (a fork's inherited batches
+	// are untagged, and settled).
+	rows, err := x.c.Query(ctx, s.q.attemptWriters, src)
+	if err != nil {
+		return stream.Head{}, err
+	}
+	writers, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return stream.Head{}, err
+	}
+	isWriter := map[string]bool{}
+	for _, w := range writers {
+		isWriter[w] = true
+	}
+	closeAt := int64(-1) // the close record's offset, if src is closed
+	if srcHead.Closed {
+		closeAt = srcHead.NextOffset - 1
+	}
+	if writers == nil {
+		writers = []string{}
+	}
+	// Batches taken whole are copied by the server.
+	if _, err := x.c.Exec(ctx, s.q.copyBatches, src, dst, upTo, writers, closeAt); err != nil {
+		return stream.Head{}, fmt.Errorf("fork: copy records: %w", err)
+	}
+	// The others are decoded here: one straddling the fork point, one
+	// holding the close record, and every batch of a writer that may be
+	// open at the fork point, whose fate the copy must settle.
+	type batch struct {
+		first, last int64
+		writer      string
+		data        []byte
+	}
+	rows, err = x.c.Query(ctx, s.q.specialBatches, src, upTo, writers, closeAt)
+	if err != nil {
+		return stream.Head{}, err
+	}
+	special, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (batch, error) {
+		var b batch
+		err := r.Scan(&b.first, &b.last, &b.writer, &b.data)
+		return b, err
+	})
+	if err != nil {
+		return stream.Head{}, fmt.Errorf("fork: %w", err)
+	}
+	type openWriter struct {
+		attempt int64
+		seqs    []int64 // data seqs not yet committed or voided
+	}
+	open := map[string]*openWriter{}
+	track := func(r *stream.Record) {
+		if !isWriter[r.Writer] {
+			return
+		}
+		switch r.Kind {
+		case stream.KindData:
+			if r.Attempt > 0 {
+				ow := open[r.Writer]
+				if ow == nil {
+					ow = &openWriter{}
+					open[r.Writer] = ow
+				}
+				ow.attempt = r.Attempt
+				ow.seqs = append(ow.seqs, r.Seq)
+			}
+		case stream.KindCommit:
+			delete(open, r.Writer)
+		case stream.KindAbort:
+			if ow := open[r.Writer]; ow != nil {
+				keep := ow.seqs[:0]
+				for _, q := range ow.seqs {
+					if q < r.FromSeq() {
+						keep = append(keep, q)
+					}
+				}
+				ow.seqs = keep
+				if len(keep) == 0 {
+					delete(open, r.Writer)
+				}
+			}
+		}
+	}
+	b := &pgx.Batch{}
+	for _, sb := range special {
+		recs, err := stream.DecodeBatch(nil, sb.data, sb.first, sb.first)
+		if err != nil {
+			return stream.Head{}, fmt.Errorf("fork: %w", err)
+		}
+		keep := recs[:0]
+		for i := range recs {
+			r := &recs[i]
+			if r.Offset >= upTo || r.Kind == stream.KindClose {
+				continue
+			}
+			track(r)
+			keep = append(keep, *r)
+		}
+		if len(keep) == 0 {
+			continue
+		}
+		b.Queue(s.q.insertBatch, dst, keep[len(keep)-1].Offset, keep[0].Offset, "", stream.EncodeBatch(nil, keep))
+	}
+	next := max(offset, upTo)
+	var recs []stream.Record
+	if prefix != nil {
+		recs = append(recs, *prefix)
+		next = prefix.Offset + 1
+	}
+	ids := make([]string, 0, len(open))
+	for w := range open {
+		ids = append(ids, w)
+	}
+	slices.Sort(ids)
+	for _, w := range ids {
+		recs = append(recs, stream.Record{Offset: next, Kind: stream.KindAbort, Writer: w, Attempt: open[w].attempt})
+		next++
+	}
+	if len(recs) > 0 {
+		b.Queue(s.q.insertBatch, dst, recs[len(recs)-1].Offset, recs[0].Offset, "", stream.EncodeBatch(nil, recs))
+	}
+	if b.Len() > 0 {
+		if err := x.c.SendBatch(ctx, b).Close(); err != nil {
+			return stream.Head{}, fmt.Errorf("fork: copy records: %w", err)
+		}
+	}
+	return stream.Head{NextOffset: next}, nil
+}
+
+// subOffset resolves a fork's sub-offset: the first data record at or after
+// offset (bytes), or the offset after the n-th data record from offset on
+// (records).
+func (s *Store) subOffset(ctx context.Context, x *txn, src, offset, n int64, records bool) (*stream.Record, int64, error) {
+	rows, err := x.c.Query(ctx, s.q.batchesFrom, src, offset)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	seen := int64(0)
+	for rows.Next() {
+		var first int64
+		var data []byte
+		if err := rows.Scan(&first, &data); err != nil {
+			return nil, 0, err
+		}
+		recs, err := stream.DecodeBatch(nil, data, first, offset)
+		if err != nil {
+			return nil, 0, fmt.Errorf("fork: %w", err)
+		}
+		for i := range recs {
+			r := &recs[i]
+			if r.Kind != stream.KindData {
+				continue
+			}
+			if !records {
+				if int64(len(r.Data)) < n {
+					return nil, 0, fmt.Errorf("%w: fork sub-offset %d is past the %d bytes of the record at offset %d", store.ErrInvalid, n, len(r.Data), r.Offset)
+				}
+				return r, 0, nil
+			}
+			if seen++; seen == n {
+				return r, r.Offset + 1, nil
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	if records {
+		return nil, 0, fmt.Errorf("%w: fork sub-offset %d is past the %d records after offset %d", store.ErrInvalid, n, seen, offset)
+	}
+	return nil, 0, fmt.Errorf("%w: fork sub-offset %d: no data after offset %d", store.ErrInvalid, n, offset)
+}
+
+// DeleteStream deletes (or soft-deletes) a standalone stream.
 func (s *Store) DeleteStream(ctx context.Context, p *store.DeleteStreamParams) (store.DeleteResult, error) {
-	return 0, errTODO
+	var res store.DeleteResult
+	var wrote []int64
+	// Idempotent enough: a retry after a lost reply finds the stream gone
+	// (ErrNotFound) or soft-deleted (ErrGone).
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		x, err := s.acquire(ctx, t)
+		if err != nil {
+			return err
+		}
+		defer x.release()
+		res, wrote, err = s.deleteStream(ctx, x, p)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("delete stream: %w", err)
+	}
+	if len(wrote) > 0 {
+		s.writers.forget(setOf(wrote))
+		s.wrote(wrote...)
+	}
+	return res, nil
 }
 
-// TouchStream is not implemented yet.
+func setOf(ids []int64) map[int64]bool {
+	m := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}
+
+// forLock is a stream as DeleteStream sees it.
+type forLock struct {
+	runID      string
+	meta       streamMeta
+	forkSource int64
+	forks      int64
+	deleted    bool
+}
+
+func (s *Store) lockForDelete(ctx context.Context, x *txn, id int64) (*forLock, error) {
+	var f forLock
+	err := x.c.QueryRow(ctx, s.q.lockForDelete, id).Scan(&f.runID, &f.meta.ttl, &f.meta.expiresAt, &f.meta.lastAccess,
+		&f.forkSource, &f.forks, &f.deleted)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("stream %d: %w", id, store.ErrNotFound)
+	}
+	return &f, err
+}
+
+// deleteStream deletes p's stream in one transaction on x, and the sources
+// it releases up its fork chain (each locked after its fork: a fork's
+// creation locks only its source, so this order cannot deadlock with it).
+func (s *Store) deleteStream(ctx context.Context, x *txn, p *store.DeleteStreamParams) (store.DeleteResult, []int64, error) {
+	if _, err := x.c.Exec(ctx, "BEGIN"); err != nil {
+		return 0, nil, err
+	}
+	st, err := s.lockForDelete(ctx, x, p.ID)
+	if err != nil {
+		return 0, nil, err
+	}
+	if st.runID != "" {
+		return 0, nil, fmt.Errorf("%w: stream %d is a run's stream", store.ErrInvalid, p.ID)
+	}
+	if !p.IfExpiredAt.IsZero() {
+		if st.deleted || !st.meta.expired(nanos(p.IfExpiredAt)) {
+			return store.DeleteKept, nil, nil
+		}
+	} else if st.deleted {
+		return 0, nil, fmt.Errorf("stream %d: %w", p.ID, store.ErrGone)
+	}
+	b := &pgx.Batch{}
+	if st.forks > 0 {
+		b.Queue(s.q.setForks, p.ID, st.forks, true)
+		b.Queue("COMMIT")
+		if err := x.commit(ctx, b); err != nil {
+			return 0, nil, err
+		}
+		return store.DeleteSoft, []int64{p.ID}, nil
+	}
+	// Delete, and release the source up the chain.
+	var gone []int64
+	id := p.ID
+	for {
+		for _, q := range []string{s.q.delBatches, s.q.delWriters, s.q.delProducers, s.q.delKeys, s.q.delStream} {
+			b.Queue(q, id)
+		}
+		gone = append(gone, id)
+		if st.forkSource == 0 {
+			break
+		}
+		parent, err := s.lockForDelete(ctx, x, st.forkSource)
+		if errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		parent.forks--
+		if parent.forks <= 0 && parent.deleted {
+			id, st = st.forkSource, parent
+			continue
+		}
+		b.Queue(s.q.setForks, st.forkSource, max(parent.forks, 0), parent.deleted)
+		break
+	}
+	b.Queue("COMMIT")
+	if err := x.commit(ctx, b); err != nil {
+		return 0, nil, err
+	}
+	return store.DeleteFull, gone, nil
+}
+
+// TouchStream renews a stream's sliding TTL.
 func (s *Store) TouchStream(ctx context.Context, p *store.TouchStreamParams) error {
-	return errTODO
+	at := p.At
+	if at.IsZero() {
+		at = s.cfg.Now()
+	}
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		var exists bool
+		t.committing = true
+		if err := s.pool.QueryRow(ctx, s.q.touch, p.ID, nanos(at)).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			return fmt.Errorf("stream %d: %w", p.ID, store.ErrNotFound)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("touch stream: %w", err)
+	}
+	return nil
 }

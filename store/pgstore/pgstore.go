@@ -7,8 +7,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,7 +19,6 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/weirhq/weir/store"
-	"github.com/weirhq/weir/stream"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -116,6 +117,8 @@ type Store struct {
 	hub     hub
 	pub     *publisher
 	lis     *listener
+
+	keysSaved atomic.Int64 // idempotency keys saved: expired ones are purged every 256
 
 	mu      sync.Mutex
 	closed  bool
@@ -263,6 +266,10 @@ func retryable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
+	var re *retryError
+	if errors.As(err, &re) {
+		return true
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch pe.Code {
@@ -370,11 +377,6 @@ func interpretError(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return context.DeadlineExceeded
 	}
-	for _, own := range ownErrors {
-		if errors.Is(err, own) {
-			return err
-		}
-	}
 	var e *Error
 	if errors.As(err, &e) {
 		return err
@@ -382,22 +384,63 @@ func interpretError(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		msg := pe.Message + " (SQLSTATE " + pe.Code + ")"
-		if s := err.Error(); !strings.HasSuffix(s, pe.Error()) {
-			msg = s // not ours to rephrase
-		} else if prefix := strings.TrimSuffix(s, pe.Error()); prefix != "" {
-			msg = prefix + msg
+		if s := err.Error(); strings.HasSuffix(s, pe.Error()) {
+			msg = strings.TrimSuffix(s, pe.Error()) + msg
 		}
 		return &Error{Code: pe.Code, Retryable: retryable(err), msg: msg}
 	}
-	return &Error{Retryable: retryable(err), msg: err.Error()}
+	if fromDriver(err) {
+		return &Error{Retryable: retryable(err), msg: err.Error()}
+	}
+	return err
 }
 
-// ownErrors are the errors interpretError passes through.
-var ownErrors = []error{
-	store.ErrNotFound, store.ErrLeaseLost, store.ErrTooLarge, store.ErrInvalid, store.ErrRunConflict, store.ErrClosedStore,
-	stream.ErrClosed, stream.ErrFenced, stream.ErrGap, stream.ErrConflict, stream.ErrWriterFinished,
-	stream.ErrUnknownWriter, stream.ErrMode, stream.ErrCorrupt, ErrSchemaTooNew,
+// fromDriver reports whether err's chain holds a type of the driver (or of
+// the network below it): such errors become an *Error.
+func fromDriver(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) || retryable(err) {
+		return true
+	}
+	for _, e := range chain(err) {
+		t := reflect.TypeOf(e)
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if strings.HasPrefix(t.PkgPath(), "github.com/jackc/") {
+			return true
+		}
+	}
+	return false
 }
+
+// chain lists err and every error it wraps.
+func chain(err error) []error {
+	var out []error
+	var walk func(error)
+	walk = func(e error) {
+		if e == nil || len(out) > 64 {
+			return
+		}
+		out = append(out, e)
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		case interface{ Unwrap() []error }:
+			for _, x := range u.Unwrap() {
+				walk(x)
+			}
+		}
+	}
+	walk(err)
+	return out
+}
+
+// retryError is an error of this package that a new attempt cures: a row
+// changed between two statements of an operation.
+type retryError struct{ msg string }
+
+func (e *retryError) Error() string { return e.msg }
 
 // newToken returns a random token identifying one write, so that its retry
 // can tell whether it committed. Never 0, the columns' default.

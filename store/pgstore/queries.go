@@ -9,7 +9,13 @@ import (
 const runCols = `id, workflow, status, input, output, error, created_at, updated_at,
 	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested`
 
-const streamCols = `id, path, COALESCE(run_id, ''), name, content_type, next_offset, closed, created_at`
+const streamCols = `id, path, COALESCE(run_id, ''), name, content_type, next_offset, closed, created_at,
+	ttl, expires_at, last_access, closed_by, closed_by_epoch, closed_by_seq, stream_seq,
+	fork_source, fork_source_path, fork_offset, fork_sub_offset, forks, deleted`
+
+// metaCols are what an append checks and changes of a stream: see streamMeta.
+const metaCols = `COALESCE(run_id, ''), next_offset, closed, ttl, expires_at, last_access,
+	closed_by, closed_by_epoch, closed_by_seq, stream_seq, deleted`
 
 // queries are the store's SQL with its schema filled in ($S). pgx prepares
 // each once per connection and caches it.
@@ -25,7 +31,14 @@ type queries struct {
 	lockRunOfStream, lockStream, streamFence, writer         string
 	writerBatches, insertBatch, setHead, putWriter           string
 	insertBatches, setHeads, updateWriters                   string
-	appendAnon, read                                         string
+	appendAnon, closeStream, read, setStream, touch          string
+	lockStreamOnly                                           string
+
+	producer, putProducer, key, putKey, purgeKeys         string
+	createStream, lockSource, attemptWriters, copyBatches string
+	specialBatches, batchesFrom, setForks, lockForDelete  string
+	delBatches, delWriters, delProducers, delKeys         string
+	delStream                                             string
 
 	purgeLock, purgeBatches, purgeWriters, purgeStreams string
 	purgeFences, purgeEvents, purgeRuns                 string
@@ -133,15 +146,15 @@ func newQueries(schema string) *queries {
 	set(&q.streamByPath, `SELECT `+streamCols+` FROM $S.streams WHERE path = $1`)
 	set(&q.streamByID, `SELECT `+streamCols+` FROM $S.streams WHERE id = $1`)
 	set(&q.runStreams, `SELECT `+streamCols+` FROM $S.streams WHERE run_id = $1 ORDER BY name`)
-	set(&q.insertStream, `INSERT INTO $S.streams (path, run_id, name, content_type, created_at)
-		VALUES ($1, NULLIF($2, ''), $3, $4, $5)
+	set(&q.insertStream, `INSERT INTO $S.streams (path, run_id, name, content_type, created_at, last_access)
+		VALUES ($1, NULLIF($2, ''), $3, $4, $5, $5)
 		ON CONFLICT (path) DO NOTHING RETURNING `+streamCols)
 	set(&q.head, `SELECT next_offset, closed FROM $S.streams WHERE id = $1`)
 	// An append locks its run (if any) before its stream, as Record does:
 	// FOR KEY SHARE lets appends to the run's streams and lease renewals run
 	// side by side, and waits for a Record holding the run.
 	set(&q.lockRunOfStream, `SELECT 1 FROM $S.runs WHERE id = (SELECT run_id FROM $S.streams WHERE id = $1) FOR KEY SHARE`)
-	set(&q.lockStream, `SELECT COALESCE(run_id, ''), next_offset, closed FROM $S.streams WHERE id = $1 FOR UPDATE`)
+	set(&q.lockStream, `SELECT `+metaCols+` FROM $S.streams WHERE id = $1 FOR UPDATE`)
 	set(&q.streamFence, `SELECT attempt FROM $S.fences
 		WHERE run_id = (SELECT run_id FROM $S.streams WHERE id = $1) AND writer = $2`)
 	set(&q.writer, `SELECT attempt, next, diverged, status, version, token FROM $S.writers
@@ -151,6 +164,12 @@ func newQueries(schema string) *queries {
 	set(&q.insertBatch, `INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data)
 		VALUES ($1, $2, $3, $4, $5)`)
 	set(&q.setHead, `UPDATE $S.streams SET next_offset = $2, closed = $3 WHERE id = $1`)
+	set(&q.setStream, `UPDATE $S.streams SET next_offset = $2, closed = $3, last_access = $4,
+		closed_by = $5, closed_by_epoch = $6, closed_by_seq = $7, stream_seq = $8 WHERE id = $1`)
+	set(&q.touch, `WITH u AS (
+			UPDATE $S.streams SET last_access = $2 WHERE id = $1 AND ttl IS NOT NULL AND last_access < $2
+		)
+		SELECT EXISTS (SELECT 1 FROM $S.streams WHERE id = $1)`)
 	set(&q.putWriter, `INSERT INTO $S.writers AS w (stream_id, writer, attempt, next, diverged, status, version, token)
 		VALUES ($1, $2, $3, $4, $5, $6, 1, $7)
 		ON CONFLICT (stream_id, writer) DO UPDATE SET attempt = excluded.attempt, next = excluded.next,
@@ -164,18 +183,42 @@ func newQueries(schema string) *queries {
 		FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::boolean[], $6::smallint[])
 			AS u(stream_id, attempt, next, diverged, status)
 		WHERE w.stream_id = u.stream_id AND w.writer = $1`)
-	// appendAnon is an anonymous append in one statement: its records depend
-	// on no state, only their offsets do. With $4 it is a close.
+	// appendAnon is an anonymous append without options, in one statement:
+	// its records depend on no state, only their offsets do. It appends
+	// only to a stream that is open, not deleted and not expired at $4, and
+	// renews a sliding TTL.
 	set(&q.appendAnon, `WITH s AS (
+			SELECT id, next_offset, closed, deleted, ttl, expires_at, last_access
+			FROM $S.streams WHERE id = $1 FOR UPDATE
+		), dup AS (
+			SELECT first_offset FROM $S.batches WHERE $6 AND stream_id = $1 AND token = $5 LIMIT 1
+		), ok AS (
+			SELECT * FROM s WHERE NOT closed AND NOT deleted
+				AND NOT (ttl IS NOT NULL AND $4 - last_access >= ttl)
+				AND NOT (expires_at <> 0 AND $4 >= expires_at)
+				AND NOT EXISTS (SELECT 1 FROM dup)
+		), b AS (
+			INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data, token)
+			SELECT id, next_offset + $2 - 1, next_offset, '', $3, $5 FROM ok
+		), u AS (
+			UPDATE $S.streams x SET next_offset = ok.next_offset + $2,
+				last_access = CASE WHEN ok.ttl IS NOT NULL AND $4 > ok.last_access THEN $4 ELSE ok.last_access END
+			FROM ok WHERE x.id = ok.id
+		)
+		SELECT next_offset, closed, deleted, EXISTS (SELECT 1 FROM ok), (SELECT first_offset FROM dup) FROM s`)
+	set(&q.lockStreamOnly, `SELECT 1 FROM $S.streams WHERE id = $1 FOR UPDATE`)
+	// closeStream closes a stream in one statement: the close record depends
+	// on nothing.
+	set(&q.closeStream, `WITH s AS (
 			SELECT id, next_offset, closed FROM $S.streams WHERE id = $1 FOR UPDATE
 		), b AS (
 			INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data)
-			SELECT id, next_offset + $2 - 1, next_offset, '', $3 FROM s WHERE NOT closed
+			SELECT id, next_offset, next_offset, '', $2 FROM s WHERE NOT closed
 		), u AS (
-			UPDATE $S.streams x SET next_offset = s.next_offset + $2, closed = $4::boolean
+			UPDATE $S.streams x SET next_offset = s.next_offset + 1, closed = true
 			FROM s WHERE x.id = s.id AND NOT s.closed
 		)
-		SELECT next_offset, closed FROM s`)
+		SELECT closed FROM s`)
 	// read returns the head with the batches from $2 on, in one snapshot;
 	// at most $3 batches, and none that starts past $4 bytes of data.
 	set(&q.read, `WITH h AS (SELECT next_offset, closed FROM $S.streams WHERE id = $1)
@@ -197,5 +240,43 @@ func newQueries(schema string) *queries {
 	set(&q.purgeFences, `DELETE FROM $S.fences WHERE run_id = ANY($1)`)
 	set(&q.purgeEvents, `DELETE FROM $S.events WHERE run_id = ANY($1)`)
 	set(&q.purgeRuns, `DELETE FROM $S.runs WHERE id = ANY($1)`)
+
+	// Durable Streams.
+	set(&q.producer, `SELECT epoch, last_seq FROM $S.producers WHERE stream_id = $1 AND producer = $2`)
+	set(&q.putProducer, `INSERT INTO $S.producers (stream_id, producer, epoch, last_seq) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (stream_id, producer) DO UPDATE SET epoch = excluded.epoch, last_seq = excluded.last_seq`)
+	set(&q.key, `SELECT digest, result, expires_at FROM $S.idempotency_keys WHERE stream_id = $1 AND key = $2`)
+	set(&q.putKey, `INSERT INTO $S.idempotency_keys (stream_id, key, digest, result, expires_at) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (stream_id, key) DO UPDATE SET digest = excluded.digest, result = excluded.result,
+			expires_at = excluded.expires_at`)
+	set(&q.purgeKeys, `DELETE FROM $S.idempotency_keys WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM $S.idempotency_keys WHERE expires_at <= $1 ORDER BY expires_at LIMIT 256))`)
+	set(&q.createStream, `INSERT INTO $S.streams (path, name, content_type, created_at, last_access, ttl, expires_at,
+			fork_source, fork_source_path, fork_offset, fork_sub_offset, next_offset)
+		VALUES ($1, '', $2, $3, $3, $4, $5, $6, $7, $8, $9, 0)
+		ON CONFLICT (path) DO NOTHING RETURNING id`)
+	set(&q.lockSource, `SELECT path, next_offset, closed, deleted FROM $S.streams WHERE id = $1 FOR UPDATE`)
+	set(&q.attemptWriters, `SELECT writer FROM $S.writers WHERE stream_id = $1 AND attempt > 0`)
+	// copyBatches copies, server-side, the source's batches that a fork
+	// takes as they are: wholly below the fork point, of no writer that may
+	// be open, not holding the close record. The copy is untagged: it never
+	// counts toward the fork's writers.
+	set(&q.copyBatches, `INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data)
+		SELECT $2, last_offset, first_offset, '', data FROM $S.batches
+		WHERE stream_id = $1 AND last_offset < $3 AND writer <> ALL ($4::text[]) AND last_offset <> $5`)
+	// specialBatches are the others below the fork point.
+	set(&q.specialBatches, `SELECT first_offset, last_offset, writer, data FROM $S.batches
+		WHERE stream_id = $1 AND first_offset < $2 AND (last_offset >= $2 OR writer = ANY ($3::text[]) OR last_offset = $4)
+		ORDER BY last_offset`)
+	set(&q.batchesFrom, `SELECT first_offset, data FROM $S.batches WHERE stream_id = $1 AND last_offset >= $2
+		ORDER BY last_offset`)
+	set(&q.setForks, `UPDATE $S.streams SET forks = $2, deleted = $3 WHERE id = $1`)
+	set(&q.lockForDelete, `SELECT COALESCE(run_id, ''), ttl, expires_at, last_access, COALESCE(fork_source, 0), forks, deleted
+		FROM $S.streams WHERE id = $1 FOR UPDATE`)
+	set(&q.delBatches, `DELETE FROM $S.batches WHERE stream_id = $1`)
+	set(&q.delWriters, `DELETE FROM $S.writers WHERE stream_id = $1`)
+	set(&q.delProducers, `DELETE FROM $S.producers WHERE stream_id = $1`)
+	set(&q.delKeys, `DELETE FROM $S.idempotency_keys WHERE stream_id = $1`)
+	set(&q.delStream, `DELETE FROM $S.streams WHERE id = $1`)
 	return q
 }

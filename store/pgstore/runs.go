@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
@@ -54,7 +53,7 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 		r, err = scanRun(s.pool.QueryRow(ctx, s.q.run, p.ID))
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Purged between the two statements: try again.
-			return &pgconn.PgError{Code: "40001", Message: "run vanished during create"}
+			return &retryError{"run vanished during create"}
 		}
 		if err != nil {
 			return err

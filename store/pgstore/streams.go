@@ -1,10 +1,13 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -17,11 +20,27 @@ const defaultContentType = "application/octet-stream"
 
 func scanStream(row pgx.Row) (*store.StreamInfo, error) {
 	var si store.StreamInfo
-	var created int64
-	if err := row.Scan(&si.ID, &si.Path, &si.RunID, &si.Name, &si.ContentType, &si.NextOffset, &si.Closed, &created); err != nil {
+	var created, expires, access, cbEpoch, cbSeq, forkOffset, forkSub int64
+	var ttl, forkSource *int64
+	var closedBy *string
+	var forkPath string
+	if err := row.Scan(&si.ID, &si.Path, &si.RunID, &si.Name, &si.ContentType, &si.NextOffset, &si.Closed, &created,
+		&ttl, &expires, &access, &closedBy, &cbEpoch, &cbSeq, &si.StreamSeq,
+		&forkSource, &forkPath, &forkOffset, &forkSub, &si.Forks, &si.Deleted); err != nil {
 		return nil, err
 	}
 	si.CreatedAt = fromNanos(created)
+	si.LastAccess = fromNanos(access)
+	if ttl != nil {
+		si.Expiry.HasTTL, si.Expiry.TTL = true, time.Duration(*ttl)
+	}
+	si.Expiry.At = fromNanos(expires)
+	if closedBy != nil {
+		si.ClosedBy = &stream.Producer{ID: *closedBy, Epoch: cbEpoch, Seq: cbSeq}
+	}
+	if forkSource != nil {
+		si.Fork = &store.ForkInfo{SourceID: *forkSource, SourcePath: forkPath, Offset: forkOffset, SubOffset: forkSub}
+	}
 	return &si, nil
 }
 
@@ -77,7 +96,7 @@ func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*sto
 		if errors.Is(err, pgx.ErrNoRows) {
 			if p.Create {
 				// Purged between the two statements: try again.
-				return &pgconn.PgError{Code: "40001", Message: "stream vanished during create"}
+				return &retryError{"stream vanished during create"}
 			}
 			return fmt.Errorf("stream %q: %w", path, store.ErrNotFound)
 		}
@@ -142,24 +161,30 @@ func (s *Store) ListStreams(ctx context.Context, runID string) ([]*store.StreamI
 	return out, nil
 }
 
-// Append applies one append request. The chunks are not retained.
+// Append applies one append request, with its Durable Streams options (see
+// store.AppendParams). The chunks are not retained.
 //
-// An append by a writer is one transaction of two pipelined round trips:
-// the first locks the run (FOR KEY SHARE) and the stream (FOR UPDATE) and
-// reads the fence and the writer's row; the rules run here; the second
-// writes the batch, the head and the writer, and commits. Appends to one
-// stream are serialized by its row lock, nothing else. An anonymous append
-// is one statement.
+// An append by a writer, or with options, is one transaction of two
+// pipelined round trips: the first locks the run (FOR KEY SHARE, for a
+// writer) and the stream (FOR UPDATE) and reads what the rules need (the
+// fence, the writer's row, the producer, the idempotency key); the rules run
+// here; the second writes the batch, the stream, the writer and the rest,
+// and commits. Appends to one stream are serialized by its row lock, nothing
+// else. An anonymous append without options is one statement.
 func (s *Store) Append(ctx context.Context, p *store.AppendParams) (*store.AppendResult, error) {
 	if err := store.CheckAppend(p); err != nil {
 		return nil, fmt.Errorf("append: %w", err)
 	}
+	now := p.Now
+	if now.IsZero() {
+		now = s.cfg.Now()
+	}
 	var res *store.AppendResult
 	var err error
-	if p.Writer == "" {
-		res, err = s.appendAnon(ctx, p)
+	if p.Writer == "" && p.Producer == nil && p.StreamSeq == "" && !p.Close && p.IdempotencyKey == "" {
+		res, err = s.appendAnon(ctx, p, nanos(now))
 	} else {
-		res, err = s.appendWriter(ctx, p)
+		res, err = s.appendTx(ctx, p, nanos(now))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("append: %w", err)
@@ -167,27 +192,65 @@ func (s *Store) Append(ctx context.Context, p *store.AppendParams) (*store.Appen
 	return res, nil
 }
 
-func (s *Store) appendAnon(ctx context.Context, p *store.AppendParams) (*store.AppendResult, error) {
+func (s *Store) appendAnon(ctx context.Context, p *store.AppendParams, now int64) (*store.AppendResult, error) {
 	// The records do not depend on the stream: only their offsets do.
 	var h stream.Head
 	acks, recs, _ := stream.Append(&h, nil, &stream.AppendRequest{Chunks: p.Chunks})
 	data := stream.EncodeBatch(make([]byte, 0, encodedSize(p.Chunks)), recs)
+	token := newToken()
 	var base int64
-	// Not idempotent: an anonymous append whose reply was lost cannot tell
-	// whether it landed, so it is not retried then.
-	err := s.do(ctx, false, func(ctx context.Context, t *try) error {
-		var closed bool
-		t.committing = true
+	// Idempotent: the batch carries the token, so a retry after a lost
+	// reply finds it if that try committed. The retry looks in a
+	// transaction that first locks the stream: an earlier try still in
+	// flight on a connection we lost commits or aborts before the look.
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		var closed, deleted, ok bool
+		var dup *int64
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 		defer cancel()
-		err := s.pool.QueryRow(cctx, s.q.appendAnon, p.StreamID, int64(len(recs)), data, false).Scan(&base, &closed)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("stream %d: %w", p.StreamID, store.ErrNotFound)
+		args := []any{p.StreamID, int64(len(recs)), data, now, token, t.n > 0}
+		var err error
+		t.committing = true
+		if t.n == 0 {
+			err = s.pool.QueryRow(cctx, s.q.appendAnon, args...).Scan(&base, &closed, &deleted, &ok, &dup)
+		} else {
+			b := &pgx.Batch{}
+			b.Queue("BEGIN")
+			b.Queue(s.q.lockStreamOnly, p.StreamID)
+			b.Queue(s.q.appendAnon, args...)
+			b.Queue("COMMIT")
+			err = func() error {
+				br := s.pool.SendBatch(cctx, b)
+				defer br.Close()
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
+				if err := br.QueryRow().Scan(&base, &closed, &deleted, &ok, &dup); err != nil {
+					return err
+				}
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
+				return br.Close()
+			}()
 		}
-		if err == nil && closed {
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("stream %d: %w", p.StreamID, store.ErrNotFound)
+		case err != nil || ok:
+			return err
+		case dup != nil:
+			base = *dup // an earlier try committed
+			return nil
+		case deleted:
+			return fmt.Errorf("stream %d: %w", p.StreamID, store.ErrGone)
+		case closed:
 			return stream.ErrClosed
 		}
-		return err
+		return fmt.Errorf("stream %d expired: %w", p.StreamID, store.ErrNotFound)
 	})
 	if err != nil {
 		return nil, err
@@ -207,119 +270,376 @@ func encodedSize(chunks [][]byte) int {
 	return n
 }
 
-// lockedWriter is what the first round trip of a writer's operation reads.
-type lockedWriter struct {
-	runID  string
-	head   stream.Head
-	fence  int64
-	row    writerRow
-	hasRow bool
+// streamMeta is a stream as an append sees it, read with its row locked.
+type streamMeta struct {
+	runID      string
+	head       stream.Head
+	ttl        *int64
+	expiresAt  int64
+	lastAccess int64
+	closedBy   *stream.Producer
+	streamSeq  string
+	deleted    bool
 }
 
-// lockWriter begins x's transaction: it locks stream id's run and the stream,
-// and reads the fence and writer's row.
-func (s *Store) lockWriter(ctx context.Context, x *txn, id int64, writer string) (*lockedWriter, error) {
+func (m *streamMeta) scan(row pgx.Row) error {
+	var closedBy *string
+	var cbEpoch, cbSeq int64
+	if err := row.Scan(&m.runID, &m.head.NextOffset, &m.head.Closed, &m.ttl, &m.expiresAt, &m.lastAccess,
+		&closedBy, &cbEpoch, &cbSeq, &m.streamSeq, &m.deleted); err != nil {
+		return err
+	}
+	if closedBy != nil {
+		m.closedBy = &stream.Producer{ID: *closedBy, Epoch: cbEpoch, Seq: cbSeq}
+	}
+	return nil
+}
+
+// expired reports whether the stream is expired at now (StreamInfo.Expired).
+func (m *streamMeta) expired(now int64) bool {
+	if m.ttl != nil && now-m.lastAccess >= *m.ttl {
+		return true
+	}
+	return m.expiresAt != 0 && now >= m.expiresAt
+}
+
+// locked is what the first round trip of an append or a finish reads.
+type locked struct {
+	streamMeta
+	fence    int64
+	row      writerRow
+	hasRow   bool
+	producer *stream.ProducerState
+	key      *storedKey
+}
+
+type storedKey struct {
+	digest, result []byte
+	expiresAt      int64
+}
+
+// lock begins x's transaction: it locks stream id's run (for a writer) and
+// the stream, and reads the fence and the writer's row (for a writer), the
+// producer's state and the idempotency key.
+func (s *Store) lock(ctx context.Context, x *txn, id int64, writer, producer, key string) (*locked, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(s.q.lockRunOfStream, id)
+	if writer != "" {
+		b.Queue(s.q.lockRunOfStream, id)
+	}
 	b.Queue(s.q.lockStream, id)
-	b.Queue(s.q.streamFence, id, writer)
-	b.Queue(s.q.writer, id, writer)
+	if writer != "" {
+		b.Queue(s.q.streamFence, id, writer)
+		b.Queue(s.q.writer, id, writer)
+	}
+	if producer != "" {
+		b.Queue(s.q.producer, id, producer)
+	}
+	if key != "" {
+		b.Queue(s.q.key, id, key)
+	}
 	br := x.send(ctx, b)
 	defer br.Close()
-	var lw lockedWriter
+	var l locked
 	if _, err := br.Exec(); err != nil {
 		return nil, err
 	}
-	if _, err := br.Exec(); err != nil {
-		return nil, err
+	if writer != "" {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
 	}
-	err := br.QueryRow().Scan(&lw.runID, &lw.head.NextOffset, &lw.head.Closed)
+	err := l.scan(br.QueryRow())
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("stream %d: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := br.QueryRow().Scan(&lw.fence); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, err
+	if writer != "" {
+		if err := br.QueryRow().Scan(&l.fence); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
+		err = l.row.scan(br.QueryRow())
+		l.hasRow = err == nil
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
 	}
-	err = lw.row.scan(br.QueryRow())
-	lw.hasRow = err == nil
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, err
+	if producer != "" {
+		var ps stream.ProducerState
+		err := br.QueryRow().Scan(&ps.Epoch, &ps.LastSeq)
+		if err == nil {
+			l.producer = &ps
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
 	}
-	return &lw, br.Close()
+	if key != "" {
+		var k storedKey
+		err := br.QueryRow().Scan(&k.digest, &k.result, &k.expiresAt)
+		if err == nil {
+			l.key = &k
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
+	}
+	return &l, br.Close()
 }
 
-// saveWriter queues the writes of one rules call of writer w on stream id
-// and the commit.
-func (s *Store) saveWriter(b *pgx.Batch, id int64, h *stream.Head, w *stream.Writer, recs []stream.Record, token int64) {
-	if len(recs) > 0 {
-		data := stream.EncodeBatch(nil, recs)
-		b.Queue(s.q.insertBatch, id, recs[len(recs)-1].Offset, recs[0].Offset, recs[0].Writer, data)
-		b.Queue(s.q.setHead, id, h.NextOffset, h.Closed)
-	}
-	b.Queue(s.q.putWriter, id, w.ID, w.Attempt, w.Next, w.Diverged, int16(w.Status), token)
-	b.Queue("COMMIT")
-}
-
-func (s *Store) appendWriter(ctx context.Context, p *store.AppendParams) (*store.AppendResult, error) {
+// appendTx is an append by a writer or with options.
+func (s *Store) appendTx(ctx context.Context, p *store.AppendParams, now int64) (*store.AppendResult, error) {
 	key := writerKey{p.StreamID, p.Writer}
 	token := newToken()
+	var producerID string
+	if p.Producer != nil {
+		producerID = p.Producer.ID
+	}
 	var res, sent *store.AppendResult
-	// Idempotent: a retry whose earlier try committed finds its token on
-	// the writer's row and returns that try's reply.
-	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+	var wroteRecs bool
+	// A retry after a lost reply is safe for a writer (its token on the
+	// writer's row tells whether the lost try committed), a producer (the
+	// retry is a duplicate) and a key (the retry is replayed).
+	idempotent := p.Writer != "" || p.Producer != nil || p.IdempotencyKey != ""
+	err := s.do(ctx, idempotent, func(ctx context.Context, t *try) error {
 		x, err := s.acquire(ctx, t)
 		if err != nil {
 			return err
 		}
 		defer x.release()
-		lw, err := s.lockWriter(ctx, x, p.StreamID, p.Writer)
+		l, err := s.lock(ctx, x, p.StreamID, p.Writer, producerID, p.IdempotencyKey)
 		if err != nil {
 			return err
 		}
-		if sent != nil && lw.hasRow && lw.row.token == token {
+		if sent != nil && l.hasRow && l.row.token == token {
 			res = sent
 			return nil
 		}
-		w := &stream.Writer{ID: p.Writer}
-		if lw.hasRow {
-			if w, err = s.loadWriter(ctx, x, p.StreamID, p.Writer, &lw.row); err != nil {
+		// 1. The stream.
+		if l.deleted {
+			return fmt.Errorf("stream %d: %w", p.StreamID, store.ErrGone)
+		}
+		if l.expired(now) {
+			return fmt.Errorf("stream %d expired: %w", p.StreamID, store.ErrNotFound)
+		}
+		// 2. The idempotency key.
+		if l.key != nil && l.key.expiresAt > now {
+			if !bytes.Equal(l.key.digest, p.RequestDigest) {
+				return fmt.Errorf("%w: key %q", store.ErrKeyReused, p.IdempotencyKey)
+			}
+			res, err = decodeKeyResult(l.key.result)
+			if err != nil {
+				return fmt.Errorf("idempotency key %q: stored result: %w", p.IdempotencyKey, err)
+			}
+			return nil
+		}
+		var w *stream.Writer
+		var version int64
+		if l.hasRow {
+			if w, err = s.loadWriter(ctx, x, p.StreamID, p.Writer, &l.row); err != nil {
 				return err
 			}
+			version = l.row.version
 		}
-		before := *w
-		acks, recs, err := stream.Append(&lw.head, w, &stream.AppendRequest{
-			Attempt: p.Attempt, FirstSeq: p.FirstSeq, Chunks: p.Chunks, Fence: lw.fence,
-		})
-		if err != nil {
-			if lw.hasRow {
-				s.writers.put(key, w, lw.row.version) // the rules change nothing on error
+		r, plan, err := s.applyAppend(p, &l.streamMeta, l.fence, w, l.producer, now)
+		if err != nil || plan == nil {
+			if w != nil {
+				s.writers.put(key, w, version) // unchanged: the rules change nothing on error
 			}
+			res = r
 			return err
 		}
-		r := &store.AppendResult{Acks: acks, NextOffset: lw.head.NextOffset}
-		if len(recs) == 0 && lw.hasRow && sameState(&before, w) {
-			s.writers.put(key, w, lw.row.version)
-			res = r
-			return nil // retransmits only: nothing to write
-		}
 		b := &pgx.Batch{}
-		s.saveWriter(b, p.StreamID, &lw.head, w, recs, token)
+		s.queueAppend(b, p, &l.streamMeta, plan, r, token, now)
 		sent = r
 		if err := x.commit(ctx, b); err != nil {
 			return err
 		}
-		s.writers.put(key, w, lw.row.version+1)
-		res = r
-		if len(recs) > 0 {
-			s.wrote(p.StreamID)
+		if plan.writer != nil {
+			s.writers.put(key, plan.writer, version+1)
 		}
+		res, wroteRecs = r, len(plan.batches) > 0
 		return nil
 	})
-	return res, err
+	if err != nil {
+		return nil, err
+	}
+	if wroteRecs {
+		s.wrote(p.StreamID)
+	}
+	return res, nil
+}
+
+// appendPlan is what an append writes; nil when it writes nothing.
+type appendPlan struct {
+	batches  [][]stream.Record // one per rules call, each one writer's
+	writer   *stream.Writer    // to save, if any
+	producer *stream.ProducerState
+	meta     bool // the stream's head or metadata changed
+}
+
+// applyAppend applies steps 3 to 7 of store.AppendParams to m (which it
+// changes) and w: the reply, and what to write (nil for nothing).
+func (s *Store) applyAppend(p *store.AppendParams, m *streamMeta, fence int64, w *stream.Writer,
+	prod *stream.ProducerState, now int64) (*store.AppendResult, *appendPlan, error) {
+	// 3. A closed stream.
+	if m.head.Closed {
+		switch {
+		case p.Producer != nil && m.closedBy != nil && *p.Producer == *m.closedBy:
+			return &store.AppendResult{NextOffset: m.head.NextOffset, Closed: true, Duplicate: true,
+				ProducerEpoch: p.Producer.Epoch, ProducerSeq: p.Producer.Seq}, nil, nil
+		case p.Close && len(p.Chunks) == 0 && p.Writer == "" && p.Producer == nil:
+			return &store.AppendResult{NextOffset: m.head.NextOffset, Closed: true}, nil, nil
+		case p.Writer == "":
+			return nil, nil, stream.ErrClosed
+		}
+	}
+	res := &store.AppendResult{}
+	plan := &appendPlan{}
+	// 4. The producer.
+	if p.Producer != nil {
+		next, dup, err := stream.Produce(prod, *p.Producer)
+		if err != nil {
+			return nil, nil, err
+		}
+		res.ProducerEpoch, res.ProducerSeq = next.Epoch, next.LastSeq
+		if dup {
+			res.Duplicate, res.NextOffset, res.Closed = true, m.head.NextOffset, m.head.Closed
+			return res, nil, nil
+		}
+		plan.producer = &next
+	}
+	// 5. Stream-Seq.
+	if err := stream.CheckStreamSeq(m.streamSeq, p.StreamSeq); err != nil {
+		return nil, nil, err
+	}
+	// 6. The chunks.
+	if len(p.Chunks) > 0 {
+		fresh := w == nil && p.Writer != ""
+		if fresh {
+			w = &stream.Writer{ID: p.Writer}
+		}
+		var before stream.Writer
+		if w != nil {
+			before = *w
+		}
+		acks, recs, err := stream.Append(&m.head, w, &stream.AppendRequest{
+			Attempt: p.Attempt, FirstSeq: p.FirstSeq, Chunks: p.Chunks, Fence: fence,
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		res.Acks = acks
+		if len(recs) > 0 {
+			plan.batches = append(plan.batches, recs)
+			plan.meta = true
+		}
+		for i := range recs {
+			res.Aborted = res.Aborted || recs[i].Kind == stream.KindAbort
+		}
+		if w != nil && (fresh || !sameState(&before, w)) {
+			plan.writer = w
+		}
+	}
+	// 7. Close, and the metadata.
+	if p.Close {
+		if r, recs := stream.Close(&m.head); r == stream.Done {
+			plan.batches = append(plan.batches, recs)
+			plan.meta = true
+		}
+		if p.Producer != nil {
+			pr := *p.Producer
+			m.closedBy = &pr
+		}
+	}
+	if p.StreamSeq != "" {
+		m.streamSeq, plan.meta = p.StreamSeq, true
+	}
+	if m.ttl != nil && now > m.lastAccess {
+		m.lastAccess, plan.meta = now, true
+	}
+	res.NextOffset, res.Closed = m.head.NextOffset, m.head.Closed
+	if len(plan.batches) == 0 && plan.writer == nil && plan.producer == nil && !plan.meta && p.IdempotencyKey == "" {
+		return res, nil, nil // retransmits only: nothing to write
+	}
+	return res, plan, nil
+}
+
+// queueAppend queues plan's writes, the key's and the commit.
+func (s *Store) queueAppend(b *pgx.Batch, p *store.AppendParams, m *streamMeta, plan *appendPlan, res *store.AppendResult, token, now int64) {
+	for _, recs := range plan.batches {
+		b.Queue(s.q.insertBatch, p.StreamID, recs[len(recs)-1].Offset, recs[0].Offset, recs[0].Writer, stream.EncodeBatch(nil, recs))
+	}
+	if plan.meta {
+		var cb *string
+		var cbEpoch, cbSeq int64
+		if m.closedBy != nil {
+			cb, cbEpoch, cbSeq = &m.closedBy.ID, m.closedBy.Epoch, m.closedBy.Seq
+		}
+		b.Queue(s.q.setStream, p.StreamID, m.head.NextOffset, m.head.Closed, m.lastAccess, cb, cbEpoch, cbSeq, m.streamSeq)
+	}
+	if w := plan.writer; w != nil {
+		b.Queue(s.q.putWriter, p.StreamID, w.ID, w.Attempt, w.Next, w.Diverged, int16(w.Status), token)
+	}
+	if ps := plan.producer; ps != nil {
+		b.Queue(s.q.putProducer, p.StreamID, p.Producer.ID, ps.Epoch, ps.LastSeq)
+	}
+	if p.IdempotencyKey != "" {
+		ttl := p.KeyTTL
+		if ttl <= 0 {
+			ttl = 24 * time.Hour
+		}
+		digest := p.RequestDigest
+		if digest == nil {
+			digest = []byte{}
+		}
+		b.Queue(s.q.putKey, p.StreamID, p.IdempotencyKey, digest, encodeKeyResult(res), now+int64(ttl))
+		if s.keysSaved.Add(1)%256 == 0 {
+			b.Queue(s.q.purgeKeys, now)
+		}
+	}
+	b.Queue("COMMIT")
+}
+
+// keyResult is an append result as an idempotency key keeps it (the same
+// JSON as the SQLite store's).
+type keyResult struct {
+	Acks          [][2]int64 `json:"a,omitempty"` // offset, outcome
+	NextOffset    int64      `json:"n"`
+	Aborted       bool       `json:"ab,omitempty"`
+	Closed        bool       `json:"c,omitempty"`
+	Duplicate     bool       `json:"d,omitempty"`
+	ProducerEpoch int64      `json:"pe,omitempty"`
+	ProducerSeq   int64      `json:"ps,omitempty"`
+}
+
+func encodeKeyResult(res *store.AppendResult) []byte {
+	kr := keyResult{NextOffset: res.NextOffset, Aborted: res.Aborted, Closed: res.Closed, Duplicate: res.Duplicate,
+		ProducerEpoch: res.ProducerEpoch, ProducerSeq: res.ProducerSeq}
+	if len(res.Acks) > 0 {
+		kr.Acks = make([][2]int64, len(res.Acks))
+		for i, a := range res.Acks {
+			kr.Acks[i] = [2]int64{a.Offset, int64(a.Outcome)}
+		}
+	}
+	b, _ := json.Marshal(kr) // cannot fail: plain fields
+	return b
+}
+
+func decodeKeyResult(b []byte) (*store.AppendResult, error) {
+	var kr keyResult
+	if err := json.Unmarshal(b, &kr); err != nil {
+		return nil, err
+	}
+	res := &store.AppendResult{NextOffset: kr.NextOffset, Aborted: kr.Aborted, Closed: kr.Closed, Duplicate: kr.Duplicate,
+		ProducerEpoch: kr.ProducerEpoch, ProducerSeq: kr.ProducerSeq, Replayed: true}
+	if len(kr.Acks) > 0 {
+		res.Acks = make([]stream.Ack, len(kr.Acks))
+		for i, a := range kr.Acks {
+			res.Acks[i] = stream.Ack{Offset: a[0], Outcome: stream.Outcome(a[1])}
+		}
+	}
+	return res, nil
 }
 
 // sameState reports whether the persisted fields of a and b are equal.
@@ -342,7 +662,7 @@ func (s *Store) FinishWriter(ctx context.Context, p *store.FinishWriterParams) (
 			return err
 		}
 		defer x.release()
-		lw, err := s.lockWriter(ctx, x, p.StreamID, p.Writer)
+		lw, err := s.lock(ctx, x, p.StreamID, p.Writer, "", "")
 		if err != nil {
 			return err
 		}
@@ -373,7 +693,10 @@ func (s *Store) FinishWriter(ctx context.Context, p *store.FinishWriterParams) (
 			return err
 		}
 		b := &pgx.Batch{}
-		s.saveWriter(b, p.StreamID, &lw.head, w, recs, token)
+		b.Queue(s.q.insertBatch, p.StreamID, recs[len(recs)-1].Offset, recs[0].Offset, recs[0].Writer, stream.EncodeBatch(nil, recs))
+		b.Queue(s.q.setHead, p.StreamID, lw.head.NextOffset, lw.head.Closed)
+		b.Queue(s.q.putWriter, p.StreamID, w.ID, w.Attempt, w.Next, w.Diverged, int16(w.Status), token)
+		b.Queue("COMMIT")
 		sent = true
 		if err := x.commit(ctx, b); err != nil {
 			return err
@@ -398,12 +721,11 @@ func (s *Store) CloseStream(ctx context.Context, id int64) (stream.Result, error
 	var res stream.Result
 	// Idempotent: a retry after a lost reply finds the stream closed.
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
-		var base int64
 		var closed bool
 		t.committing = true
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 		defer cancel()
-		err := s.pool.QueryRow(cctx, s.q.appendAnon, id, int64(1), data, true).Scan(&base, &closed)
+		err := s.pool.QueryRow(cctx, s.q.closeStream, id, data).Scan(&closed)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("stream %d: %w", id, store.ErrNotFound)
 		}
