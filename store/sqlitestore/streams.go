@@ -426,7 +426,7 @@ rows:
 			if r.Data != nil {
 				// RawBytes die with the next row: copy into one arena per call.
 				if cap(arena)-len(arena) < len(r.Data) {
-					arena = make([]byte, 0, max(len(r.Data), 2*cap(arena), min(maxBytes, 64<<10)))
+					arena = make([]byte, 0, max(len(r.Data), 2*cap(arena), min(maxBytes, 4<<10)))
 				}
 				n := len(arena)
 				arena = append(arena, r.Data...)
