@@ -73,6 +73,7 @@ type Server struct {
 	mux   *http.ServeMux
 
 	metrics *metrics // see metrics.go
+	ds      dsState  // the streams handler's own state (stream.go)
 
 	// drained is cancelled by Drain (health_drain.go): live reads end.
 	drained     context.Context
@@ -130,18 +131,23 @@ func httpError(w http.ResponseWriter, err error) {
 func statusOf(err error) int {
 	var fe *stream.FencedError
 	switch {
-	case errors.As(err, &fe), errors.Is(err, stream.ErrFenced):
+	case errors.As(err, &fe), errors.Is(err, stream.ErrFenced), errors.Is(err, stream.ErrStaleEpoch):
 		return http.StatusForbidden
+	case errors.Is(err, errConflict):
+		return http.StatusConflict
+	case errors.Is(err, store.ErrGone):
+		return http.StatusGone
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, stream.ErrUnknownWriter), errors.Is(err, weir.ErrUnknownWorkflow):
 		return http.StatusNotFound
-	case errors.Is(err, stream.ErrConflict), errors.Is(err, errKeyReused):
+	case errors.Is(err, stream.ErrConflict), errors.Is(err, errKeyReused), errors.Is(err, store.ErrKeyReused):
 		return http.StatusUnprocessableEntity
 	case errors.Is(err, stream.ErrGap), errors.Is(err, stream.ErrClosed), errors.Is(err, stream.ErrWriterFinished),
-		errors.Is(err, stream.ErrMode), errors.Is(err, store.ErrRunConflict):
+		errors.Is(err, stream.ErrMode), errors.Is(err, store.ErrRunConflict),
+		errors.Is(err, stream.ErrProducerGap), errors.Is(err, stream.ErrStreamSeq):
 		return http.StatusConflict
 	case errors.Is(err, store.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, store.ErrInvalid), errors.Is(err, errBadRequest):
+	case errors.Is(err, store.ErrInvalid), errors.Is(err, errBadRequest), errors.Is(err, stream.ErrEpochSeq):
 		return http.StatusBadRequest
 	case errors.Is(err, errUnauthorized):
 		return http.StatusUnauthorized

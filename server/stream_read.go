@@ -1,0 +1,614 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
+)
+
+// Reads.
+//
+// A GET reads from an offset, in one of two views and two formats:
+//   - view=committed (the default of raw reads): the data of committed
+//     writers only, each chunk once; the next offset a reader gets is the
+//     last stable offset (stream.Committed);
+//   - view=live: every data record as written, the default of format=ndjson;
+//   - format=raw (the default): the data bytes alone, as any Durable Streams
+//     client expects them (a JSON stream's values as one array);
+//   - format=ndjson: one JSON object per record, every kind (data, abort,
+//     commit, close), for readers that apply aborts themselves.
+//
+// A raw live reader cannot be told to drop bytes it already got: in the live
+// modes (long-poll, SSE), reaching an abort record ends the read with an
+// error (409 / an "error" event) naming the abort, so the reader re-reads.
+
+// maxPageBytes bounds the data of one catch-up or long-poll response (at
+// least one record is always sent).
+const maxPageBytes = 4 << 20
+
+// sseWriteTimeout is how long one SSE write may block on a client that does
+// not read before the response ends.
+const sseWriteTimeout = 10 * time.Second
+
+// dsReader reads pages of one view of a stream from an offset on. It keeps
+// the committed filter's state between pages, so a live reader's pages join
+// up exactly.
+type dsReader struct {
+	st          store.Store
+	id          int64
+	ndjson      bool
+	stopAtAbort bool // raw live view in a live mode: an abort ends the read
+	pos         int64
+	filter      *stream.Committed // committed view
+	ready       []stream.Record   // released by the filter, not yet sent
+}
+
+// dsPage is one page of a read.
+type dsPage struct {
+	recs     []stream.Record // to send: data records (raw), every record (ndjson)
+	bytes    int
+	next     int64 // where the reader resumes
+	head     int64 // the stream's next offset when read
+	upToDate bool  // the page reaches the end of what the view has now
+	closed   bool  // ... and the stream is closed: nothing will follow
+	abort    *stream.Record
+}
+
+func newReader(st store.Store, id int64, q *readQuery, from int64) *dsReader {
+	rd := &dsReader{st: st, id: id, ndjson: q.ndjson, pos: from}
+	if q.view == stream.CommittedView {
+		rd.filter = stream.NewCommitted(from)
+	} else {
+		rd.stopAtAbort = !q.ndjson && q.live != ""
+	}
+	return rd
+}
+
+// read returns the next page, of about maxBytes of data at most.
+func (rd *dsReader) read(ctx context.Context, maxBytes int) (*dsPage, error) {
+	pg := &dsPage{}
+	take := func(r *stream.Record) bool {
+		if !rd.ndjson && r.Kind != stream.KindData {
+			return true // raw readers get data only
+		}
+		if len(pg.recs) > 0 && pg.bytes+len(r.Data) > maxBytes {
+			return false
+		}
+		pg.recs = append(pg.recs, *r)
+		pg.bytes += len(r.Data)
+		return true
+	}
+	drain := func() bool {
+		for len(rd.ready) > 0 {
+			if !take(&rd.ready[0]) {
+				return false
+			}
+			rd.ready = rd.ready[1:]
+		}
+		return true
+	}
+	full := !drain()
+	closed := false
+	for !full {
+		res, err := rd.st.Read(ctx, &store.ReadParams{StreamID: rd.id, From: rd.pos, MaxBytes: maxBytes})
+		if err != nil {
+			return nil, err
+		}
+		pg.head, closed = res.NextOffset, res.Closed
+		for i := range res.Records {
+			r := &res.Records[i]
+			if rd.filter != nil {
+				rd.pos = r.Offset + 1
+				rd.filter.Push(r, func(c *stream.Record) { rd.ready = append(rd.ready, *c) })
+				if full = !drain(); full {
+					break
+				}
+				continue
+			}
+			if r.Kind == stream.KindAbort && rd.stopAtAbort {
+				full = true
+				if len(pg.recs) == 0 {
+					rd.pos = r.Offset + 1
+					a := *r
+					pg.abort = &a
+				}
+				break
+			}
+			if full = !take(r); full {
+				break
+			}
+			rd.pos = r.Offset + 1
+		}
+		if !full && rd.pos >= res.NextOffset {
+			pg.upToDate = len(rd.ready) == 0
+			break
+		}
+	}
+	pg.next = rd.pos
+	if rd.filter != nil {
+		pg.next = rd.filter.NextOffset()
+		if len(rd.ready) > 0 {
+			pg.next = rd.ready[0].Offset
+		}
+	}
+	pg.closed = pg.upToDate && closed && rd.pos >= pg.head
+	return pg, nil
+}
+
+// handleRead serves GET: catch-up, long-poll and SSE.
+func (s *Server) handleRead(w http.ResponseWriter, r *http.Request, path string) {
+	ctx := r.Context()
+	now := time.Now()
+	info, err := s.lookup(ctx, path, now)
+	if err != nil {
+		s.streamError(w, err)
+		return
+	}
+	q, err := parseReadQuery(r.URL.RawQuery)
+	if err != nil {
+		s.streamError(w, err)
+		return
+	}
+	if info.Expiry.HasTTL {
+		// Reads renew the sliding TTL, live ones when they begin.
+		if err := s.store.TouchStream(ctx, &store.TouchStreamParams{ID: info.ID, At: now}); err != nil {
+			s.streamError(w, err)
+			return
+		}
+	}
+	from := max(q.offset, 0)
+	if q.now {
+		from = info.NextOffset
+	}
+	if from > info.NextOffset {
+		s.streamError(w, fmt.Errorf("%w: offset %s is past the stream's end %s", errBadRequest, formatOffset(from), formatOffset(info.NextOffset)))
+		return
+	}
+	rd := newReader(s.store, info.ID, q, from)
+	switch q.live {
+	case "long-poll":
+		s.longPoll(w, r, info, q, rd)
+	case "sse":
+		s.serveSSE(w, r, info, q, rd)
+	default:
+		s.catchUp(w, r, info, q, rd)
+	}
+}
+
+// catchUp serves a plain GET: one page from the offset.
+func (s *Server) catchUp(w http.ResponseWriter, r *http.Request, info *store.StreamInfo, q *readQuery, rd *dsReader) {
+	var pg *dsPage
+	if q.now {
+		// Nothing before the tail: the page is empty and up to date.
+		pg = &dsPage{next: info.NextOffset, head: info.NextOffset, upToDate: true, closed: info.Closed}
+	} else {
+		var err error
+		if pg, err = rd.read(r.Context(), maxPageBytes); err != nil {
+			s.streamError(w, err)
+			return
+		}
+	}
+	h := w.Header()
+	if q.now {
+		h.Set("Cache-Control", "no-store")
+	} else {
+		start := "-1"
+		if q.hasOff {
+			start = q.rawOff
+		}
+		etag := fmt.Sprintf(`"%d:%s:%s:%s`, info.ID, viewTag(q), start, formatOffset(pg.next))
+		if pg.closed {
+			etag += ":c"
+		}
+		etag += `"`
+		h.Set("ETag", etag)
+		if etagMatches(r.Header.Get("If-None-Match"), etag) {
+			s.pageHeaders(h, info, q, pg)
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+	}
+	s.writePage(w, info, q, pg, http.StatusOK)
+}
+
+func viewTag(q *readQuery) string {
+	t := "l"
+	if q.view == stream.CommittedView {
+		t = "c"
+	}
+	if q.ndjson {
+		t += "n"
+	}
+	return t
+}
+
+// etagMatches reports whether an If-None-Match header names etag.
+func etagMatches(inm, etag string) bool {
+	if inm == "" {
+		return false
+	}
+	for part := range strings.SplitSeq(inm, ",") {
+		part = strings.TrimPrefix(strings.TrimSpace(part), "W/")
+		if part == etag || part == "*" {
+			return true
+		}
+	}
+	return false
+}
+
+// pageHeaders sets the headers of a page reply.
+func (s *Server) pageHeaders(h http.Header, info *store.StreamInfo, q *readQuery, pg *dsPage) {
+	if q.ndjson {
+		h.Set("Content-Type", "application/x-ndjson")
+		h.Set("Weir-Data-Encoding", dataEncoding(info.ContentType))
+	} else {
+		h.Set("Content-Type", info.ContentType)
+	}
+	h.Set("Stream-Next-Offset", formatOffset(pg.next))
+	if pg.upToDate {
+		h.Set("Stream-Up-To-Date", "true")
+	}
+	if pg.closed {
+		h.Set("Stream-Closed", "true")
+	}
+}
+
+// writePage writes a page as the reply body.
+func (s *Server) writePage(w http.ResponseWriter, info *store.StreamInfo, q *readQuery, pg *dsPage, status int) {
+	s.pageHeaders(w.Header(), info, q, pg)
+	body := pageBody(info.ContentType, q.ndjson, pg.recs)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// pageBody is a page's bytes: ndjson lines, a JSON stream's values as one
+// array, or the data bytes.
+func pageBody(contentType string, ndjson bool, recs []stream.Record) []byte {
+	switch {
+	case ndjson:
+		enc := dataEncoding(contentType)
+		var b []byte
+		for i := range recs {
+			b = appendNDJSON(b, &recs[i], enc)
+		}
+		return b
+	case isJSONType(contentType):
+		n := 2
+		for i := range recs {
+			n += len(recs[i].Data) + 1
+		}
+		b := make([]byte, 0, n)
+		b = append(b, '[')
+		for i := range recs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, recs[i].Data...)
+		}
+		return append(b, ']')
+	}
+	n := 0
+	for i := range recs {
+		n += len(recs[i].Data)
+	}
+	b := make([]byte, 0, n)
+	for i := range recs {
+		b = append(b, recs[i].Data...)
+	}
+	return b
+}
+
+// dataEncoding is how format=ndjson carries a stream's data: "json" (the
+// value itself), "text" (a string) or "base64" (a string).
+func dataEncoding(contentType string) string {
+	switch {
+	case isJSONType(contentType):
+		return "json"
+	case isTextType(contentType):
+		return "text"
+	}
+	return "base64"
+}
+
+// appendNDJSON appends one record as a line of JSON:
+//
+//	{"offset":3,"next_offset":"…","kind":"data","writer":"step/1","attempt":2,"seq":0,"data":…}
+//	{"offset":4,"next_offset":"…","kind":"abort","writer":"step/1","attempt":2,"from":1}
+//	{"offset":5,"next_offset":"…","kind":"commit","writer":"step/1","attempt":2,"count":1}
+//	{"offset":6,"next_offset":"…","kind":"close"}
+//
+// A data record of a text stream that is not UTF-8, or of a JSON stream that
+// is not JSON, is sent in base64 with "encoding":"base64".
+func appendNDJSON(b []byte, r *stream.Record, enc string) []byte {
+	b = append(b, `{"offset":`...)
+	b = strconv.AppendInt(b, r.Offset, 10)
+	b = append(b, `,"next_offset":"`...)
+	b = append(b, formatOffset(r.Offset+1)...)
+	b = append(b, `","kind":"`...)
+	b = append(b, r.Kind.String()...)
+	b = append(b, '"')
+	if r.Kind != stream.KindClose {
+		b = append(b, `,"writer":`...)
+		w, _ := json.Marshal(r.Writer)
+		b = append(b, w...)
+		b = append(b, `,"attempt":`...)
+		b = strconv.AppendInt(b, r.Attempt, 10)
+	}
+	switch r.Kind {
+	case stream.KindData:
+		b = append(b, `,"seq":`...)
+		b = strconv.AppendInt(b, r.Seq, 10)
+		b = append(b, `,"data":`...)
+		switch {
+		case enc == "json" && json.Valid(r.Data):
+			b = append(b, compact(r.Data)...)
+		case enc == "text" && utf8.Valid(r.Data):
+			s, _ := json.Marshal(string(r.Data))
+			b = append(b, s...)
+		default:
+			b = append(b, '"')
+			b = base64.StdEncoding.AppendEncode(b, r.Data)
+			b = append(b, '"')
+			if enc != "base64" {
+				b = append(b, `,"encoding":"base64"`...)
+			}
+		}
+	case stream.KindAbort:
+		b = append(b, `,"from":`...)
+		b = strconv.AppendInt(b, r.FromSeq(), 10)
+	case stream.KindCommit:
+		b = append(b, `,"count":`...)
+		b = strconv.AppendInt(b, r.Count(), 10)
+	}
+	return append(b, "}\n"...)
+}
+
+// cursorEpoch and cursorInterval are the protocol's cursor clock.
+var cursorEpoch = time.Date(2024, 10, 9, 0, 0, 0, 0, time.UTC)
+
+const cursorInterval = 20 * time.Second
+
+// nextCursor returns the Stream-Cursor for a live response: the current
+// interval, or a value past the client's if it echoed one at or beyond it
+// (so that CDN-collapsed requests move on).
+func nextCursor(client string, now time.Time) string {
+	interval := int64(now.Sub(cursorEpoch) / cursorInterval)
+	if c, err := strconv.ParseInt(client, 10, 64); err == nil && c >= interval && c < 1<<62 {
+		jitter := 1 + rand.Int64N(3600) // seconds
+		return strconv.FormatInt(c+max(1, (jitter+19)/20), 10)
+	}
+	return strconv.FormatInt(interval, 10)
+}
+
+// longPoll serves live=long-poll: data at once if there is some, else wait
+// up to Config.LongPollTimeout for some: 200 with it, 204 on timeout or
+// when the stream closes.
+func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, info *store.StreamInfo, q *readQuery, rd *dsReader) {
+	if s.metrics != nil {
+		s.metrics.readerOpened(readerLongPoll)
+		defer s.metrics.readerClosed(readerLongPoll)
+	}
+	ctx := r.Context()
+	deadline := time.Now().Add(s.cfg.LongPollTimeout)
+	h := w.Header()
+	for {
+		pg, err := rd.read(ctx, maxPageBytes)
+		if err != nil {
+			if ctx.Err() != nil && !s.draining() {
+				return // the client left
+			}
+			s.streamError(w, err)
+			return
+		}
+		if pg.abort != nil {
+			h.Set("Weir-Aborted-At", formatOffset(pg.abort.Offset))
+			h.Set("Stream-Next-Offset", formatOffset(pg.next))
+			s.streamError(w, fmt.Errorf("%w: the abort record at offset %d voids data of writer %q that this live reader already got: re-read (view=committed or format=ndjson never see voided bytes)",
+				errConflict, pg.abort.Offset, pg.abort.Writer))
+			return
+		}
+		if len(pg.recs) > 0 {
+			h.Set("Stream-Cursor", nextCursor(q.cursor, time.Now()))
+			s.writePage(w, info, q, pg, http.StatusOK)
+			return
+		}
+		if pg.closed {
+			s.pageHeaders(h, info, q, pg)
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if pg.upToDate {
+			wctx, cancel := context.WithDeadline(ctx, deadline)
+			err = s.store.Wait(wctx, info.ID, rd.pos)
+			cancel()
+		}
+		switch {
+		case err == nil:
+			continue
+		case ctx.Err() != nil && !s.draining():
+			return // the client left
+		case ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
+			// Timed out (or the server drains): the client polls again from
+			// the same offset.
+			pg.upToDate = true
+			s.pageHeaders(h, info, q, pg)
+			h.Set("Stream-Cursor", nextCursor(q.cursor, time.Now()))
+			w.WriteHeader(http.StatusNoContent)
+			return
+		default:
+			s.streamError(w, err)
+			return
+		}
+	}
+}
+
+// draining reports whether Drain was called.
+func (s *Server) draining() bool { return s.drained != nil && s.drained.Err() != nil }
+
+// sseControl is the JSON of a control event.
+type sseControl struct {
+	StreamNextOffset string `json:"streamNextOffset"`
+	StreamCursor     string `json:"streamCursor,omitempty"`
+	UpToDate         bool   `json:"upToDate,omitempty"`
+	StreamClosed     bool   `json:"streamClosed,omitempty"`
+}
+
+// serveSSE serves live=sse: a data event per page, each followed by a
+// control event, until the stream closes, the client leaves, or
+// Config.SSEMaxDuration passes. A comment line keeps an idle connection
+// alive every Config.LongPollTimeout.
+func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, info *store.StreamInfo, q *readQuery, rd *dsReader) {
+	if s.metrics != nil {
+		s.metrics.readerOpened(readerSSE)
+		defer s.metrics.readerClosed(readerSSE)
+	}
+	ctx := r.Context()
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	switch {
+	case q.ndjson:
+		h.Set("Weir-Data-Encoding", dataEncoding(info.ContentType))
+	case !isTextType(info.ContentType):
+		h.Set("Stream-SSE-Data-Encoding", "base64")
+	}
+	w.WriteHeader(http.StatusOK)
+	var buf bytes.Buffer
+	flush := func() bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+		_, err := w.Write(buf.Bytes())
+		buf.Reset()
+		if err == nil {
+			err = rc.Flush()
+		}
+		return err == nil
+	}
+	if !flush() {
+		return
+	}
+	end := time.Now().Add(s.cfg.SSEMaxDuration)
+	for first := true; ; first = false {
+		pg, err := rd.read(ctx, maxPageBytes)
+		if err != nil {
+			if ctx.Err() == nil {
+				writeSSEError(&buf, err.Error(), nil)
+				flush()
+			}
+			return
+		}
+		if len(pg.recs) > 0 {
+			writeSSEEvent(&buf, "data", ssePayload(info.ContentType, q.ndjson, pg.recs))
+		}
+		if len(pg.recs) > 0 || first || pg.closed {
+			c := sseControl{StreamNextOffset: formatOffset(pg.next), UpToDate: pg.upToDate, StreamClosed: pg.closed}
+			if !pg.closed {
+				c.StreamCursor = nextCursor(q.cursor, time.Now())
+			}
+			b, _ := json.Marshal(c)
+			writeSSEEvent(&buf, "control", b)
+		}
+		if pg.abort != nil {
+			writeSSEError(&buf, fmt.Sprintf("the abort record at offset %d voids data of writer %q that this live reader already got: re-read", pg.abort.Offset, pg.abort.Writer), pg.abort)
+		}
+		if buf.Len() > 0 && !flush() {
+			return
+		}
+		if pg.closed || pg.abort != nil {
+			return
+		}
+		if !pg.upToDate {
+			continue
+		}
+		wait := min(s.cfg.LongPollTimeout, time.Until(end))
+		if wait <= 0 {
+			return
+		}
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		err = s.store.Wait(wctx, info.ID, rd.pos)
+		cancel()
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, context.DeadlineExceeded):
+			if !time.Now().Before(end) {
+				return
+			}
+			buf.WriteString(":\n\n") // keep-alive
+			if !flush() {
+				return
+			}
+		default:
+			writeSSEError(&buf, err.Error(), nil)
+			flush()
+			return
+		}
+	}
+}
+
+// ssePayload is a data event's payload: a JSON stream's values as one array,
+// a text stream's bytes, a binary stream's bytes in base64 (one string per
+// event, so each event decodes alone), or ndjson lines.
+func ssePayload(contentType string, ndjson bool, recs []stream.Record) []byte {
+	b := pageBody(contentType, ndjson, recs)
+	switch {
+	case ndjson:
+		return bytes.TrimSuffix(b, []byte("\n"))
+	case !isTextType(contentType):
+		return base64.StdEncoding.AppendEncode(nil, b)
+	}
+	return b
+}
+
+// writeSSEEvent appends one event: each line of the payload (split at CR,
+// LF and CRLF) becomes a data: line, so no payload can forge an event.
+func writeSSEEvent(buf *bytes.Buffer, event string, payload []byte) {
+	buf.WriteString("event: ")
+	buf.WriteString(event)
+	buf.WriteByte('\n')
+	for {
+		i := bytes.IndexAny(payload, "\r\n")
+		if i < 0 {
+			break
+		}
+		buf.WriteString("data:")
+		buf.Write(payload[:i])
+		buf.WriteByte('\n')
+		if payload[i] == '\r' && i+1 < len(payload) && payload[i+1] == '\n' {
+			i++
+		}
+		payload = payload[i+1:]
+	}
+	buf.WriteString("data:")
+	buf.Write(payload)
+	buf.WriteString("\n\n")
+}
+
+// writeSSEError appends an "error" event: the read ends after it.
+func writeSSEError(buf *bytes.Buffer, msg string, abort *stream.Record) {
+	e := struct {
+		Error     string `json:"error"`
+		AbortedAt string `json:"abortedAt,omitempty"`
+		Next      string `json:"streamNextOffset,omitempty"`
+	}{Error: msg}
+	if abort != nil {
+		e.AbortedAt, e.Next = formatOffset(abort.Offset), formatOffset(abort.Offset+1)
+	}
+	b, _ := json.Marshal(e)
+	writeSSEEvent(buf, "error", b)
+}
