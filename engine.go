@@ -44,6 +44,12 @@ type Config struct {
 	// NoWorker makes this engine start and read runs but never execute them
 	// (a client of a database other processes work on). Defaults to false.
 	NoWorker bool
+	// Retention is how long a finished run (completed, failed or cancelled)
+	// is kept, with its event log and streams, after it ends. A worker
+	// engine deletes older ones in the background, a batch at a time (see
+	// store.Store.PurgeRuns), without holding up writers. Defaults to 0:
+	// finished runs are kept forever.
+	Retention time.Duration
 }
 
 // WriterConfig configures the batching of step stream writers.
@@ -114,6 +120,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: Concurrency %d, want >= 1", c.Concurrency)
 	case c.LeaseTTL < 100*time.Millisecond:
 		return fmt.Errorf("config: LeaseTTL %v, want >= 100ms", c.LeaseTTL)
+	case c.Retention < 0:
+		return fmt.Errorf("config: Retention %v, want >= 0 (0: keep forever)", c.Retention)
 	case c.PollInterval <= 0 || c.ParkAfter < 0:
 		return fmt.Errorf("config: PollInterval and ParkAfter must be positive")
 	case c.Writer.MaxBatchChunks < 1 || c.Writer.MaxBatchChunks > store.MaxAppendChunks:
@@ -214,6 +222,10 @@ func (e *Engine) Start(ctx context.Context) error {
 	ctx, e.stop = context.WithCancel(context.WithoutCancel(ctx))
 	e.loopWG.Add(1)
 	go e.claimLoop(ctx)
+	if e.cfg.Retention > 0 {
+		e.loopWG.Add(1)
+		go e.retentionLoop(ctx)
+	}
 	return nil
 }
 

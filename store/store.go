@@ -100,6 +100,15 @@ type Store interface {
 	// a writer cannot be committed or aborted (a Finish below the writer's
 	// fence is *stream.FencedError). On error nothing is written.
 	Record(ctx context.Context, p *RecordParams) error
+	// PurgeRuns deletes up to p.Limit finished runs (completed, failed or
+	// cancelled) that ended before p.Before, oldest first, with everything
+	// they hold: events, fences, streams and the streams' records and
+	// state. It returns how many it deleted; call it again while that is
+	// p.Limit. Each call is one short transaction that never waits for a
+	// run another transaction holds (it is left for a later call), so it
+	// does not block writers. A purged run's id may be used again. Returns
+	// ErrInvalid for a zero Before or a negative Limit.
+	PurgeRuns(ctx context.Context, p *PurgeRunsParams) (int, error)
 
 	// OpenStream returns the stream at p.Path, creating it if p.Create.
 	// Returns ErrNotFound if it does not exist and p.Create is false, or if
@@ -278,6 +287,12 @@ type Event struct {
 	Final   bool      // step_failed: no more attempts
 	At      time.Time // when it was recorded; set by the store if zero
 	WakeAt  time.Time // sleep_scheduled: fire time; step_failed: retry time
+}
+
+// PurgeRunsParams selects the finished runs PurgeRuns deletes.
+type PurgeRunsParams struct {
+	Before time.Time // required: runs that ended before it
+	Limit  int       // the most runs deleted; 0: 100
 }
 
 // RecordParams is one engine transaction on a run.

@@ -42,6 +42,7 @@ type queries struct {
 
 	purgeLock, purgeBatches, purgeWriters, purgeStreams string
 	purgeFences, purgeEvents, purgeRuns                 string
+	purgeProducers, purgeStreamKeys                     string
 }
 
 func newQueries(schema string) *queries {
@@ -236,6 +237,8 @@ func newQueries(schema string) *queries {
 		ORDER BY ended_at LIMIT $2 FOR UPDATE SKIP LOCKED`)
 	set(&q.purgeBatches, `DELETE FROM $S.batches WHERE stream_id IN (SELECT id FROM $S.streams WHERE run_id = ANY($1))`)
 	set(&q.purgeWriters, `DELETE FROM $S.writers WHERE stream_id IN (SELECT id FROM $S.streams WHERE run_id = ANY($1))`)
+	set(&q.purgeProducers, `DELETE FROM $S.producers WHERE stream_id IN (SELECT id FROM $S.streams WHERE run_id = ANY($1))`)
+	set(&q.purgeStreamKeys, `DELETE FROM $S.idempotency_keys WHERE stream_id IN (SELECT id FROM $S.streams WHERE run_id = ANY($1))`)
 	set(&q.purgeStreams, `DELETE FROM $S.streams WHERE run_id = ANY($1) RETURNING id`)
 	set(&q.purgeFences, `DELETE FROM $S.fences WHERE run_id = ANY($1)`)
 	set(&q.purgeEvents, `DELETE FROM $S.events WHERE run_id = ANY($1)`)

@@ -142,6 +142,11 @@ CREATE TABLE counters (
 	value INTEGER NOT NULL
 ) WITHOUT ROWID;
 `,
+	// 3: retention (PurgeRuns) finds finished runs by when they ended; a
+	// finished run's updated_at never changes again.
+	`
+CREATE INDEX runs_ended ON runs (updated_at) WHERE status IN ('completed', 'failed', 'cancelled');
+`,
 }
 
 // migrate brings the file's schema to the latest version, one transaction per

@@ -58,6 +58,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Concurrency", func(t *testing.T) { t.Parallel(); testConcurrency(t, h) })
 	t.Run("Invariants", func(t *testing.T) { t.Parallel(); testInvariants(t, h) })
 	t.Run("DurableStreams", func(t *testing.T) { t.Parallel(); testDS(t, h) })
+	t.Run("Purge", func(t *testing.T) { t.Parallel(); testPurge(t, h) })
 }
 
 // ctx is the context of the suite's calls: the test's own, so a hung store
