@@ -34,7 +34,7 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, serverUsage); fs.PrintDefaults() }
 	addr := fs.String("addr", "127.0.0.1:4437", "address to listen on; beyond loopback a token is required")
-	storeSpec := fs.String("store", "sqlite:./weir.db", "the store: sqlite:PATH, or a postgres:// URL")
+	storeSpec := fs.String("store", "sqlite:./weir.db", "the store: sqlite:PATH[?synchronous=NORMAL], or a postgres:// URL")
 	token := fs.String("token", "", "bearer token that writes (and, beyond loopback, reads) must carry (default $WEIR_TOKEN)")
 	longPoll := fs.Duration("long-poll-timeout", 20*time.Second, "how long a long-poll read waits for data before answering 204")
 	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests and runs to stop")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/weirhq/weir/store"
@@ -52,11 +53,31 @@ func openPostgres(ctx context.Context, dsn string) (store.Store, error) {
 	return s, nil
 }
 
-func openSQLite(ctx context.Context, path string) (store.Store, error) {
+// openSQLite opens sqlite:PATH[?synchronous=FULL|NORMAL|OFF|EXTRA]. FULL,
+// the default, fsyncs every commit: an acknowledged write survives a power
+// loss. NORMAL does not sync each commit: acknowledged writes survive a crash
+// of the process, and the last ones may be lost to a power loss.
+func openSQLite(ctx context.Context, spec string) (store.Store, error) {
+	path, query, _ := strings.Cut(spec, "?")
 	if path == "" {
 		return nil, fmt.Errorf("--store sqlite:PATH needs a path")
 	}
-	s, err := sqlitestore.Open(ctx, path, nil)
+	cfg := &sqlitestore.Config{}
+	if query != "" {
+		q, err := url.ParseQuery(query)
+		if err != nil {
+			return nil, fmt.Errorf("--store sqlite:%s: %v", spec, err)
+		}
+		for k, v := range q {
+			switch k {
+			case "synchronous":
+				cfg.Synchronous = strings.ToUpper(v[len(v)-1])
+			default:
+				return nil, fmt.Errorf("--store sqlite:%s: unknown option %q (have: synchronous)", spec, k)
+			}
+		}
+	}
+	s, err := sqlitestore.Open(ctx, path, cfg)
 	if err != nil {
 		return nil, err
 	}
