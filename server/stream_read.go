@@ -38,9 +38,10 @@ import (
 // least one record is always sent).
 const maxPageBytes = 4 << 20
 
-// sseWriteTimeout is how long one SSE write may block on a client that does
-// not read before the response ends.
-const sseWriteTimeout = 10 * time.Second
+// streamWriteTimeout is how long writing one reply (or one SSE flush) may
+// block on a client that does not read before the response ends. A variable
+// for tests.
+var streamWriteTimeout = 30 * time.Second
 
 // dsReader reads pages of one view of a stream from an offset on. It keeps
 // the committed filter's state between pages, so a live reader's pages join
@@ -265,13 +266,27 @@ func (s *Server) pageHeaders(h http.Header, info *store.StreamInfo, q *readQuery
 	}
 }
 
-// writePage writes a page as the reply body.
+// writePage writes a page as the reply body, with a write deadline.
 func (s *Server) writePage(w http.ResponseWriter, info *store.StreamInfo, q *readQuery, pg *dsPage, status int) {
 	s.pageHeaders(w.Header(), info, q, pg)
 	body := pageBody(info.ContentType, q.ndjson, pg.recs)
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	if len(body) > 0 {
+		defer writeDeadline(w)()
+		_, _ = w.Write(body)
+	}
+}
+
+// writeDeadline bounds the writes that follow, so a client that never reads
+// cannot hold the handler, and returns the func that lifts the deadline
+// again (it would otherwise outlive the request on a kept-alive connection).
+func writeDeadline(w http.ResponseWriter) func() {
+	rc := http.NewResponseController(w)
+	if rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)) != nil {
+		return func() {}
+	}
+	return func() { _ = rc.SetWriteDeadline(time.Time{}) }
 }
 
 // pageBody is a page's bytes: ndjson lines, a JSON stream's values as one
@@ -488,9 +503,10 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, info *store.St
 		h.Set("Stream-SSE-Data-Encoding", "base64")
 	}
 	w.WriteHeader(http.StatusOK)
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
 	var buf bytes.Buffer
 	flush := func() bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
 		_, err := w.Write(buf.Bytes())
 		buf.Reset()
 		if err == nil {
