@@ -124,7 +124,7 @@ function runsPage() {
       const run = await runsAPI.start("demo.tokens", {
         text: "Exactly once means every chunk reaches the reader once, even when the step that wrote it is retried.",
         retry_text: "Exactly once means every chunk reaches the reader once, even when the retry writes something else.",
-        fail_after: 9,
+        fail_after: 14,
         delay: 150e6,
       });
       location.hash = `#/runs/${encodeURIComponent(runField.id(run.run ?? run))}`;
@@ -262,8 +262,9 @@ class StreamView {
       }
       if (res.status === 200) {
         const text = await res.text();
+        const b64 = res.headers.get("Weir-Data-Encoding") === "base64";
         for (const line of text.split("\n")) {
-          if (line.trim()) this.records.push(normalize(JSON.parse(line)));
+          if (line.trim()) this.records.push(normalize(JSON.parse(line), b64));
         }
         this.render(view());
       } else if (res.status !== 204) {
@@ -296,11 +297,15 @@ class StreamView {
   }
 }
 
-function normalize(r) {
+const utf8 = new TextDecoder();
+// normalize turns one NDJSON record into the shape the views use. Data of a
+// binary stream comes base64-encoded (the response says so in
+// Weir-Data-Encoding); it is shown as UTF-8 text.
+function normalize(r, b64) {
   const kind = r.kind;
   let data = r.data ?? "";
-  if (r.encoding === "base64" || r.data_base64 !== undefined) {
-    try { data = atob(r.data_base64 ?? r.data); } catch { /* keep as is */ }
+  if (b64 && data) {
+    try { data = utf8.decode(Uint8Array.from(atob(data), (c) => c.charCodeAt(0))); } catch { /* keep as is */ }
   }
   return {
     offset: Number(r.offset), kind, writer: r.writer || "", attempt: Number(r.attempt || 0), seq: Number(r.seq || 0),
