@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,13 +14,13 @@ import (
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/internal/demo"
 	"github.com/weirhq/weir/store"
-	"github.com/weirhq/weir/store/sqlitestore"
+	"github.com/weirhq/weir/store/open"
 	"github.com/weirhq/weir/stream"
 )
 
 func demoCmd(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	dbPath := fs.String("db", "", "SQLite file to use (default: a fresh file in a temporary folder)")
+	dbPath := fs.String("db", "", "the store: a SQLite file or a postgres:// URL (default: a fresh SQLite file in a temporary folder)")
 	fast := fs.Bool("fast", false, "no pause between tokens")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -33,11 +34,17 @@ func demoCmd(ctx context.Context, args []string, out io.Writer) error {
 		defer os.RemoveAll(dir)
 		path = filepath.Join(dir, "weir.db")
 	}
-	s, err := sqlitestore.Open(ctx, path, nil)
+	s, err := open.Open(ctx, path)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	var where string
+	if kind, target := open.Parse(path); kind == "postgres" {
+		where = "PostgreSQL at " + redactURL(target)
+	} else {
+		where = "SQLite at " + target
+	}
 	e, err := weir.New(s, &weir.Config{PollInterval: 20 * time.Millisecond})
 	if err != nil {
 		return err
@@ -52,7 +59,7 @@ func demoCmd(ctx context.Context, args []string, out io.Writer) error {
 	if *fast {
 		delay = 0
 	}
-	fmt.Fprintf(out, "weir demo: a step streams tokens to a live reader, fails midway, and is retried.\nstore: SQLite at %s (durable commits)\n", path)
+	fmt.Fprintf(out, "weir demo: a step streams tokens to a live reader, fails midway, and is retried.\nstore: %s (durable commits)\n", where)
 
 	fmt.Fprintf(out, "\n1. The retry writes the same tokens (a deterministic step)\n\n")
 	same := demo.TokensInput{
@@ -166,4 +173,13 @@ func demoRun(ctx context.Context, out io.Writer, e *weir.Engine, wf *weir.Workfl
 	fmt.Fprintf(out, "   a bare append would have shown %d chunks: attempt 1's %d, then all %d of attempt %d again\n",
 		firstTry+res.Tokens, firstTry, res.Tokens, res.Attempts)
 	return nil
+}
+
+// redactURL hides a URL's password.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(a database URL)"
+	}
+	return u.Redacted()
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	neturl "net/url"
 	"reflect"
 	"strings"
 	"sync"
@@ -129,7 +130,23 @@ type Store struct {
 // Open connects to the database at url (a postgres:// URL or a key=value
 // connection string, as pgx parses them), migrates cfg.Schema to the current
 // version and returns a Store that owns its connection pool.
+//
+// A URL may name the schema with a schema parameter
+// (postgres://host/db?schema=weir_staging), which Open removes before
+// connecting; cfg.Schema, if set, wins.
 func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
+	url, schema, err := schemaParam(url)
+	if err != nil {
+		return nil, err
+	}
+	if schema != "" && (cfg == nil || cfg.Schema == "") {
+		c := Config{}
+		if cfg != nil {
+			c = *cfg
+		}
+		c.Schema = schema
+		cfg = &c
+	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -152,6 +169,25 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	}
 	s.ownPool = true
 	return s, nil
+}
+
+// schemaParam removes the schema parameter from a postgres:// URL.
+func schemaParam(raw string) (string, string, error) {
+	if !strings.HasPrefix(raw, "postgres://") && !strings.HasPrefix(raw, "postgresql://") {
+		return raw, "", nil
+	}
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return "", "", fmt.Errorf("%w: database url: %v", store.ErrInvalid, err)
+	}
+	q := u.Query()
+	schema := q.Get("schema")
+	if !q.Has("schema") {
+		return raw, "", nil
+	}
+	q.Del("schema")
+	u.RawQuery = q.Encode()
+	return u.String(), schema, nil
 }
 
 // New returns a Store on pool, migrating cfg.Schema to the current version.

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/store"
+	storeopen "github.com/weirhq/weir/store/open"
 	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/store/storetest"
 )
@@ -197,5 +198,24 @@ func TestClosedStore(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// open.Open picks PostgreSQL for a postgres:// URL, whose schema parameter
+// names the schema (and is not sent to the server).
+func TestOpenURLWithSchema(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	s, err := storeopen.Open(t.Context(), databaseURL()+"&schema="+schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ps, ok := s.(*pgstore.Store)
+	if !ok || ps.Schema() != schema {
+		t.Fatalf("opened %T with schema %q", s, ps.Schema())
+	}
+	if _, _, err := s.CreateRun(t.Context(), &store.CreateRunParams{ID: "r", Workflow: "wf"}); err != nil {
+		t.Fatal(err)
 	}
 }
