@@ -69,6 +69,7 @@ type committer struct {
 	batch   []*op
 	dirty   []cacheKey // cache entries changed by ops of this transaction
 	notify  []int64    // streams that got records in this transaction
+	tails   []tailAdd  // their records, for the tail cache
 	// keysSaved counts idempotency keys saved, to purge expired ones now
 	// and then.
 	keysSaved int
@@ -163,7 +164,7 @@ func (c *committer) commit() {
 	if len(ops) == 0 {
 		return
 	}
-	c.dirty, c.notify = c.dirty[:0], c.notify[:0]
+	c.dirty, c.notify, c.tails = c.dirty[:0], c.notify[:0], c.tails[:0]
 	ctx := context.Background() // one caller's context must not cut the others' transaction
 	if _, err := c.w.begin.ExecContext(ctx); err != nil {
 		c.fail(ops, fmt.Errorf("begin: %w", translate(err)))
@@ -179,7 +180,7 @@ func (c *committer) commit() {
 				return
 			}
 		}
-		c.tx.dirty, c.tx.notify = c.tx.dirty[:0], c.tx.notify[:0]
+		c.tx.dirty, c.tx.notify, c.tx.tails = c.tx.dirty[:0], c.tx.notify[:0], c.tx.tails[:0]
 		o.err = c.run(o)
 		if o.err != nil {
 			c.evict(c.tx.dirty)
@@ -202,6 +203,7 @@ func (c *committer) commit() {
 		}
 		c.dirty = append(c.dirty, c.tx.dirty...)
 		c.notify = append(c.notify, c.tx.notify...)
+		c.tails = append(c.tails, c.tx.tails...)
 		ok++
 	}
 	if ok == 0 {
@@ -216,6 +218,9 @@ func (c *committer) commit() {
 		c.abandon(ops, fmt.Errorf("commit: %w", translate(err)))
 		return
 	}
+	// The tail cache first: a woken reader or a replied writer reads it.
+	c.s.tail.apply(c.tails, c.notify, c.s.notify.has)
+	clear(c.tails)
 	c.s.notify.wake(c.notify)
 	c.reply(ops)
 	if cap(c.tx.buf) > 4<<20 {
@@ -318,6 +323,14 @@ func (n *notifier) subscribe(id int64) *waiters {
 	}
 	w.n++
 	return w
+}
+
+// has reports whether stream id has waiters.
+func (n *notifier) has(id int64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, ok := n.m[id]
+	return ok
 }
 
 func (n *notifier) unsubscribe(id int64, w *waiters) {

@@ -113,6 +113,7 @@ type Store struct {
 	committed chan struct{} // closed when the committer has exited
 
 	notify notifier
+	tail   *tailCache // newest records of followed streams; see tail.go
 	c      *committer // owned by the committer goroutine
 }
 
@@ -132,6 +133,7 @@ func Open(ctx context.Context, path string, cfg *Config) (*Store, error) {
 		ops:       make(chan *op, cfg.MaxBatch),
 		closing:   make(chan struct{}),
 		committed: make(chan struct{}),
+		tail:      newTailCache(1024),
 	}
 	if err := s.open(ctx, path); err != nil {
 		s.closeDBs()

@@ -383,6 +383,9 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 	if s.isClosed() {
 		return nil, store.ErrClosedStore
 	}
+	if recs, next, closed, ok := s.tail.read(p.StreamID, p.From, limit, maxBytes); ok {
+		return &store.ReadResult{Records: recs, NextOffset: next, Closed: closed}, nil
+	}
 	res := &store.ReadResult{}
 	// The head first: records committed after it are left for the next read,
 	// so the page and NextOffset agree without a read transaction.
@@ -462,10 +465,11 @@ func (s *Store) waitOnce(ctx context.Context, id int64, next int64) (done bool, 
 	if s.isClosed() {
 		return true, store.ErrClosedStore
 	}
-	var n int64
-	var closed bool
-	if err := s.r.head.QueryRowContext(ctx, id).Scan(&n, &closed); err != nil {
-		return true, fmt.Errorf("wait stream %d: %w", id, s.readErr(err))
+	n, closed, ok := s.tail.head(id)
+	if !ok {
+		if err := s.r.head.QueryRowContext(ctx, id).Scan(&n, &closed); err != nil {
+			return true, fmt.Errorf("wait stream %d: %w", id, s.readErr(err))
+		}
 	}
 	if n > next || closed {
 		return true, nil

@@ -18,6 +18,7 @@ type wtx struct {
 	w      *wstmts
 	dirty  []cacheKey
 	notify []int64
+	tails  []tailAdd       // records for the tail cache, see tail.go
 	buf    []byte          // EncodeBatch scratch
 	recs   []stream.Record // DecodeBatch scratch
 }
@@ -160,6 +161,9 @@ func (tx *wtx) writeRecords(st *streamState, recs []stream.Record) error {
 		return fmt.Errorf("save stream head: %w", translate(err))
 	}
 	tx.notify = append(tx.notify, st.id)
+	if s := tx.c.s; s.tail.has(st.id) || s.notify.has(st.id) {
+		tx.tails = append(tx.tails, tailAdd{id: st.id, recs: copyRecords(recs)})
+	}
 	return nil
 }
 
