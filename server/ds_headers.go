@@ -24,12 +24,14 @@ import (
 // and the second is weir's record offset, so offsets are what the spec asks
 // of them: opaque, unique, strictly increasing, and ordered as strings.
 const (
+	maxOffset   = 9_999_999_999_999_999 // 16 digits
 	offsetLen   = 33
 	zeroPrefix  = "0000000000000000_"
 	maxStreamID = 1<<53 - 1 // producer epochs and seqs are JSON-safe integers
 )
 
-// formatOffset returns record offset n as a Durable Streams offset.
+// formatOffset returns record offset n (at most maxOffset: a stream of 10^16
+// records is beyond any store) as a Durable Streams offset.
 func formatOffset(n int64) string {
 	var b [offsetLen]byte
 	copy(b[:], zeroPrefix)
@@ -51,7 +53,7 @@ func parseOffset(s string) (int64, error) {
 	}
 	h, err1 := strconv.ParseUint(hi, 10, 64)
 	l, err2 := strconv.ParseUint(lo, 10, 63)
-	if err1 != nil || err2 != nil || h != 0 {
+	if err1 != nil || err2 != nil || h != 0 || l > maxOffset {
 		return 0, fmt.Errorf("%w: offset %q does not exist on this server", errBadRequest, clip(s))
 	}
 	return int64(l), nil

@@ -19,7 +19,7 @@ import (
 
 // dsServer is a Server on a real SQLite file, for the streams tests.
 type dsServer struct {
-	t   *testing.T
+	t   testing.TB
 	st  *sqlitestore.Store
 	e   *weir.Engine
 	srv *Server
@@ -27,7 +27,7 @@ type dsServer struct {
 }
 
 // newDSServer starts a server; register workflows on e before starting runs.
-func newDSServer(t *testing.T, cfg *Config) *dsServer {
+func newDSServer(t testing.TB, cfg *Config) *dsServer {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "weir.db"), &sqlitestore.Config{Synchronous: "OFF"})
@@ -97,7 +97,7 @@ func (d *dsServer) call(method, path string, body []byte, hdr ...string) *dsRepl
 }
 
 // must checks the status (and that an error reply is one line).
-func (r *dsReply) must(t *testing.T, status int) *dsReply {
+func (r *dsReply) must(t testing.TB, status int) *dsReply {
 	t.Helper()
 	if r.status != status {
 		t.Fatalf("status %d, want %d; body %q", r.status, status, r.body)
@@ -110,7 +110,7 @@ func (r *dsReply) must(t *testing.T, status int) *dsReply {
 	return r
 }
 
-func (r *dsReply) header(t *testing.T, name, want string) *dsReply {
+func (r *dsReply) header(t testing.TB, name, want string) *dsReply {
 	t.Helper()
 	if got := r.h.Get(name); got != want {
 		t.Fatalf("%s = %q, want %q (body %q)", name, got, want, r.body)
