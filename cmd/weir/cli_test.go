@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -196,17 +198,20 @@ func TestUsageErrors(t *testing.T) {
 
 func TestStoreSpecs(t *testing.T) {
 	ctx := context.Background()
-	for _, spec := range []string{"nope", "mysql://x", ":x", "sqlite:"} {
+	for _, spec := range []string{"", "mysql://x", "sqlite:", "sqlite:?synchronous=OFF", "sqlite:x.db?bogus=1", "sqlite:x.db?synchronous=SOMETIMES", "sqlite:x.db?%zz"} {
 		if s, err := openStore(ctx, spec); err == nil {
 			s.Close()
 			t.Errorf("--store %q opened", spec)
 		}
 	}
-	s, err := openStore(ctx, "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
-	if err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	for _, spec := range []string{"sqlite:" + filepath.Join(dir, "a.db"), "sqlite:" + filepath.Join(dir, "b.db") + "?synchronous=normal", filepath.Join(dir, "c.db")} {
+		s, err := openStore(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
 	}
-	s.Close()
 }
 
 func TestIsLoopback(t *testing.T) {
@@ -218,5 +223,37 @@ func TestIsLoopback(t *testing.T) {
 		if err != nil || got != want {
 			t.Errorf("isLoopback(%q) = %v, %v; want %v", addr, got, err, want)
 		}
+	}
+}
+
+func TestStreamCommands(t *testing.T) {
+	url := startServer(t, "--long-poll-timeout", "1s")
+	t.Setenv("WEIR_URL", url)
+	text := "tail follows the tokens as the step writes them"
+	id := strings.TrimSpace(mustWeir(t, "runs", "start", "demo.tokens", "--input", `{"text":"`+text+`","fail_after":3,"delay":10000000}`))
+
+	// tail starts before the stream exists and follows it to its close.
+	for _, args := range [][]string{{}, {"--sse"}, {"--view", "committed"}} {
+		code, out, errOut := runWeir(t, append([]string{"stream", "tail", id, "tokens"}, args...)...)
+		if code != 0 || out != text {
+			t.Fatalf("stream tail %v: exit %d, %q %s", args, code, out, errOut)
+		}
+	}
+	code, out, errOut := runWeir(t, "stream", "cat", id, "tokens")
+	if code != 0 || out != text || !strings.Contains(errOut, "[commit at") {
+		t.Fatalf("stream cat: exit %d %q %q", code, out, errOut)
+	}
+	out = mustWeir(t, "stream", "cat", id, "tokens", "--records", "--from", "2")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if !strings.HasPrefix(lines[0], "2\tdata\tstep/1\t") || !strings.HasPrefix(lines[len(lines)-1], strconv.Itoa(len(lines)+1)+"\tclose") {
+		t.Fatalf("--records --from 2:\n%s", out)
+	}
+	out = mustWeir(t, "stream", "cat", id, "status", "--view", "committed")
+	if out != fmt.Sprintf("generated %d tokens in 2 attempts", len(strings.Fields(text))) {
+		t.Fatalf("status stream %q", out)
+	}
+	code, _, errOut = runWeir(t, "stream", "cat", "nope", "tokens")
+	if code != 1 || !strings.Contains(errOut, "404") {
+		t.Fatalf("stream cat of an unknown run: exit %d %q", code, errOut)
 	}
 }

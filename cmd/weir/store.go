@@ -7,56 +7,28 @@ import (
 	"strings"
 
 	"github.com/weirhq/weir/store"
-	"github.com/weirhq/weir/store/pgstore"
+	"github.com/weirhq/weir/store/open"
 	"github.com/weirhq/weir/store/sqlitestore"
 )
 
-// storeOpeners opens a store from a --store value, by scheme. A backend is
-// one line here.
-var storeOpeners = map[string]func(ctx context.Context, dsn string) (store.Store, error){
-	"sqlite":     openSQLite,
-	"postgres":   openPostgres,
-	"postgresql": openPostgres,
-}
-
-// openStore opens the store a --store value names: sqlite:PATH, or
-// postgres://… (any backend keyed by its URL scheme gets the whole URL).
+// openStore opens the store a --store value names, as package store/open
+// reads it (sqlite:PATH, a bare path, postgres://…), plus SQLite options:
+// sqlite:PATH?synchronous=NORMAL.
 func openStore(ctx context.Context, spec string) (store.Store, error) {
-	scheme, rest, ok := strings.Cut(spec, ":")
-	if !ok || scheme == "" {
-		return nil, fmt.Errorf("--store %q: want sqlite:PATH (or a database URL)", spec)
+	if kind, target := open.Parse(spec); kind == "sqlite" {
+		return openSQLite(ctx, target)
 	}
-	open := storeOpeners[strings.ToLower(scheme)]
-	if open == nil {
-		return nil, fmt.Errorf("--store %q: unknown store %q (have: %s)", spec, scheme, strings.Join(storeSchemes(), ", "))
-	}
-	if strings.HasPrefix(rest, "//") {
-		return open(ctx, spec) // a URL: the backend parses it whole
-	}
-	return open(ctx, rest)
-}
-
-func storeSchemes() []string {
-	var out []string
-	for k := range storeOpeners {
-		out = append(out, k)
-	}
-	return out
-}
-
-// openPostgres opens a PostgreSQL store; dsn is the whole postgres://… URL.
-func openPostgres(ctx context.Context, dsn string) (store.Store, error) {
-	s, err := pgstore.Open(ctx, dsn, nil)
+	s, err := open.Open(ctx, spec)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--store: %w", err)
 	}
 	return s, nil
 }
 
-// openSQLite opens sqlite:PATH[?synchronous=FULL|NORMAL|OFF|EXTRA]. FULL,
-// the default, fsyncs every commit: an acknowledged write survives a power
-// loss. NORMAL does not sync each commit: acknowledged writes survive a crash
-// of the process, and the last ones may be lost to a power loss.
+// openSQLite opens PATH[?synchronous=FULL|NORMAL|OFF|EXTRA]. FULL, the
+// default, fsyncs every commit: an acknowledged write survives a power loss.
+// NORMAL does not sync each commit: acknowledged writes survive a crash of
+// the process, and the last ones may be lost to a power loss.
 func openSQLite(ctx context.Context, spec string) (store.Store, error) {
 	path, query, _ := strings.Cut(spec, "?")
 	if path == "" {
