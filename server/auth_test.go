@@ -29,8 +29,13 @@ func TestAuthWritesNeedTheToken(t *testing.T) {
 	// The stream endpoints are covered too: writes need the token, reads
 	// and preflights do not.
 	for _, m := range []string{"PUT", "POST", "DELETE"} {
-		s.do(m, "/v1/stream/some/stream", "x", "Content-Type", "text/plain").want(t, http.StatusUnauthorized)
+		r := s.do(m, "/v1/stream/some/stream", "x", "Content-Type", "text/plain").want(t, http.StatusUnauthorized)
+		if r.header.Get("Access-Control-Allow-Origin") != "*" {
+			t.Fatalf("%s: a stream 401 without CORS headers: %v", m, r.header)
+		}
 	}
+	// With the token, the write goes through to the streams handler.
+	s.do("PUT", "/v1/stream/some/stream", "", "Content-Type", "text/plain", "Authorization", "Bearer s3cret").want(t, http.StatusCreated)
 	if r := s.do("GET", "/v1/stream/some/stream", ""); r.status == http.StatusUnauthorized {
 		t.Fatal("a stream read needed the token")
 	}
