@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -38,39 +40,67 @@ var listening = regexp.MustCompile(`listening on (http://\S+)`)
 // until the test ends, and returns its URL.
 func startServer(t *testing.T, args ...string) string {
 	t.Helper()
+	srv := launchServer(t, filepath.Join(t.TempDir(), "weir.db"), args...)
+	t.Cleanup(func() { srv.stop(t) })
+	return srv.url
+}
+
+// runningServer is a `weir server` started by launchServer.
+type runningServer struct {
+	url     string
+	cancel  context.CancelFunc
+	code    chan int
+	out     *syncBuffer
+	errOut  *syncBuffer
+	stopped bool
+}
+
+// launchServer runs `weir server` on a free port and the SQLite file db.
+func launchServer(t *testing.T, db string, args ...string) *runningServer {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
-	db := filepath.Join(t.TempDir(), "weir.db")
+	s := &runningServer{cancel: cancel, code: make(chan int, 1), out: &syncBuffer{}, errOut: &syncBuffer{}}
 	args = append([]string{"server", "--addr", "127.0.0.1:0", "--store", "sqlite:" + db}, args...)
-	code := make(chan int, 1)
-	go func() { code <- run(ctx, args, &out, &errOut) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case c := <-code:
-			if c != 0 {
-				t.Errorf("weir server exited %d: %s", c, errOut.String())
-			}
-			if !strings.Contains(out.String(), "weir server: stopped") {
-				t.Errorf("weir server did not say it stopped: %s", out.String())
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("weir server did not stop")
-		}
-	})
+	go func() { s.code <- run(ctx, args, s.out, s.errOut) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if m := listening.FindStringSubmatch(out.String()); m != nil {
-			return m[1]
+		if m := listening.FindStringSubmatch(s.out.String()); m != nil {
+			s.url = m[1]
+			return s
 		}
 		select {
-		case c := <-code:
-			t.Fatalf("weir server exited %d: %s", c, errOut.String())
+		case c := <-s.code:
+			cancel()
+			t.Fatalf("weir server exited %d: %s", c, s.errOut.String())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	t.Fatalf("weir server did not start: %s %s", out.String(), errOut.String())
-	return ""
+	cancel()
+	t.Fatalf("weir server did not start: %s %s", s.out.String(), s.errOut.String())
+	return nil
+}
+
+// stop stops the server as SIGTERM does and checks it exits cleanly.
+func (s *runningServer) stop(t *testing.T) time.Duration {
+	t.Helper()
+	if s.stopped {
+		return 0
+	}
+	s.stopped = true
+	start := time.Now()
+	s.cancel()
+	select {
+	case c := <-s.code:
+		if c != 0 {
+			t.Errorf("weir server exited %d: %s", c, s.errOut.String())
+		}
+		if !strings.Contains(s.out.String(), "weir server: stopped") {
+			t.Errorf("weir server did not say it stopped: %s", s.out.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("weir server did not stop")
+	}
+	return time.Since(start)
 }
 
 // runWeir runs the command with args and returns its exit code and output.
@@ -255,5 +285,71 @@ func TestStreamCommands(t *testing.T) {
 	code, _, errOut = runWeir(t, "stream", "cat", "nope", "tokens")
 	if code != 1 || !strings.Contains(errOut, "404") {
 		t.Fatalf("stream cat of an unknown run: exit %d %q", code, errOut)
+	}
+}
+
+// SIGTERM drains: a long-poll in progress ends at once rather than at its
+// timeout, the server exits promptly, and what it acknowledged is there
+// when it starts again on the same file.
+func TestServerShutdownDrainsAndLosesNothing(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "weir.db")
+	srv := launchServer(t, db, "--long-poll-timeout", "30s")
+	defer srv.stop(t)
+	do := func(method, url, body string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "text/plain")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, url, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	stream := srv.url + "/v1/stream/drain-test"
+	if resp, body := do("PUT", stream, ""); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("PUT: %d %s", resp.StatusCode, body)
+	}
+	for _, chunk := range []string{"acknowledged ", "before ", "the stop"} {
+		if resp, body := do("POST", stream, chunk); resp.StatusCode/100 != 2 {
+			t.Fatalf("POST: %d %s", resp.StatusCode, body)
+		}
+	}
+	resp, _ := do("GET", stream+"?offset=-1", "")
+	tail := resp.Header.Get("Stream-Next-Offset")
+
+	// A long-poll at the tail waits for data that never comes.
+	polled := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(stream + "?offset=" + tail + "&live=long-poll")
+		if err != nil {
+			polled <- -1
+			return
+		}
+		resp.Body.Close()
+		polled <- resp.StatusCode
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if d := srv.stop(t); d > 10*time.Second {
+		t.Fatalf("the stop took %v with a long-poll open", d)
+	}
+	select {
+	case <-polled: // answered (204) or cut: either way, not held for 30 s
+	case <-time.After(5 * time.Second):
+		t.Fatal("the long-poll was still open after the server stopped")
+	}
+
+	again := launchServer(t, db)
+	defer again.stop(t)
+	req, _ := http.NewRequest("GET", again.url+"/v1/stream/drain-test?offset=-1", nil)
+	r2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Body.Close()
+	b, _ := io.ReadAll(r2.Body)
+	if string(b) != "acknowledged before the stop" {
+		t.Fatalf("after a restart the stream holds %q", b)
 	}
 }
