@@ -383,3 +383,37 @@ func TestDSSSEClientThatNeverReads(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Drain ends live reads at once: a long-poll answers 204 (the client polls
+// again elsewhere), an SSE response ends.
+func TestDSDrainEndsLiveReads(t *testing.T) {
+	d := newDSServer(t, &Config{LongPollTimeout: time.Minute})
+	d.create("s", "text/plain")
+	done := make(chan *dsReply, 1)
+	go func() { done <- d.call("GET", "s?offset=now&live=long-poll", nil) }()
+	sse := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(d.ts.URL + streamPrefix + "s?offset=now&live=sse")
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		sse <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	d.srv.Drain()
+	select {
+	case r := <-done:
+		r.must(t, 204).header(t, "Stream-Next-Offset", formatOffset(0))
+	case <-time.After(5 * time.Second):
+		t.Fatal("a long-poll outlived Drain")
+	}
+	select {
+	case err := <-sse:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an SSE read outlived Drain")
+	}
+}

@@ -419,15 +419,23 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, info *store.St
 	ctx := r.Context()
 	deadline := time.Now().Add(s.cfg.LongPollTimeout)
 	h := w.Header()
+	next := rd.pos // where the client resumes if the server drains
 	for {
 		pg, err := rd.read(ctx, maxPageBytes)
 		if err != nil {
-			if ctx.Err() != nil && !s.draining() {
+			switch {
+			case ctx.Err() != nil && !s.draining():
 				return // the client left
+			case ctx.Err() != nil:
+				h.Set("Stream-Next-Offset", formatOffset(next))
+				h.Set("Stream-Cursor", nextCursor(q.cursor, time.Now()))
+				w.WriteHeader(http.StatusNoContent)
+			default:
+				s.streamError(w, err)
 			}
-			s.streamError(w, err)
 			return
 		}
+		next = pg.next
 		if pg.abort != nil {
 			h.Set("Weir-Aborted-At", formatOffset(pg.abort.Offset))
 			h.Set("Stream-Next-Offset", formatOffset(pg.next))
