@@ -17,24 +17,30 @@
 // writers row: an entry is used only while the versions match, and a writer
 // another process changed is rebuilt from its stream's log.
 //
-// # Transactions and locks
+// # Group commit, transactions and locks
 //
-//   - A claim takes runnable runs with FOR NO KEY UPDATE SKIP LOCKED: claimers
-//     never wait for each other nor share a run.
-//   - An append by a writer locks its run FOR KEY SHARE, then its stream FOR
-//     UPDATE, reads the fence and the writer's row, applies the rules of
-//     package stream here and writes one batch row, the stream's head and the
-//     writer's row. Appends to one stream are serialized by its row lock and
-//     by nothing else; the two round trips are pipelined batches (BEGIN and
-//     the reads; the writes and COMMIT). An anonymous append and a close are
-//     one statement each.
-//   - Record locks its run FOR UPDATE, which waits for the appends in flight
-//     on the run's streams and holds off new ones, then its streams in id
-//     order: a fence it raises is seen by every later append. A Record
-//     without stream work is one statement.
+// Every write the stream rules decide (Append, Record, FinishWriter,
+// CloseStream) goes through the store's committers ([Config.Committers]):
+// each takes the writes waiting, up to [Config.MaxBatch], and applies them
+// in one transaction of two pipelined round trips. The first locks every run
+// and stream they touch and reads, set-wise, what the rules need (writer
+// rows, fences, producers, idempotency keys); the rules run here, write
+// after write; the second writes everything, set-wise (one INSERT of all
+// batches, one UPDATE of all stream heads, …), and commits. Concurrent
+// writers so share one commit, and a group of many writes costs about as
+// many statements as one. A write the rules or a lost lease refuse writes
+// nothing and gets its own error; the others go on.
 //
-// Locks are always taken run first, then streams in id order, so these
-// transactions cannot deadlock one another.
+//   - Locks are taken runs first, then streams, each set in id order, in one
+//     statement each: groups in any number of processes cannot deadlock one
+//     another. Appends to one stream are serialized by its row lock and by
+//     nothing else.
+//   - A Record locks its run FOR UPDATE, and so does an append by a writer to
+//     one of the run's streams: an append reads the run's fences after any
+//     Record that raises one has committed, so a zombie attempt is fenced on
+//     every stream from the moment the new attempt's start commits.
+//   - A claim takes runnable runs with FOR NO KEY UPDATE SKIP LOCKED:
+//     claimers never wait for each other nor share a run.
 //
 // # Errors and retries
 //
@@ -42,11 +48,13 @@
 // package store and stream, a context's error, or an [*Error]. Errors that a
 // new attempt may cure (a lost connection, a server restart, a serialization
 // failure or deadlock) are retried for up to [Config.RetryFor]. When the
-// connection is lost after the commit was sent, the outcome is unknown:
-// Record, Append by a writer and FinishWriter carry a token saved with their
-// writes, so their retry finds out whether the first attempt committed and
-// is never applied twice; claims and anonymous appends are not retried then
-// and return an [*Error] with Unknown set.
+// connection is lost after the commit was sent, the outcome is unknown: each
+// group saves a random token with the rows it writes (the run of a Record,
+// the writer row of an append or finish, the batch of an anonymous append),
+// so a retried write finds out whether its group committed and is never
+// applied twice. Claims are not retried then and return an [*Error] with
+// Unknown set: the runs a lost claim leased are taken again when the lease
+// expires.
 //
 // # Live tails
 //

@@ -57,6 +57,12 @@ type Config struct {
 	// sends. Streams written meanwhile share the next one, so a busy process
 	// sends at most one per interval. Defaults to 2ms.
 	NotifyInterval time.Duration
+	// MaxBatch is the most write operations one group commit applies in one
+	// transaction. Defaults to 256.
+	MaxBatch int
+	// Committers is how many group commits may be in flight at once, each
+	// on its own connection. Defaults to 2.
+	Committers int
 	// RetryFor is how long an operation is retried after an error that is
 	// safe to retry: a lost connection, a server restart, a serialization
 	// failure or deadlock. Defaults to 10s; a negative value disables
@@ -88,6 +94,12 @@ func (c *Config) WithDefaults() *Config {
 	if out.NotifyInterval == 0 {
 		out.NotifyInterval = 2 * time.Millisecond
 	}
+	if out.MaxBatch == 0 {
+		out.MaxBatch = 256
+	}
+	if out.Committers == 0 {
+		out.Committers = 2
+	}
 	if out.RetryFor == 0 {
 		out.RetryFor = 10 * time.Second
 	}
@@ -98,7 +110,7 @@ func (c *Config) WithDefaults() *Config {
 }
 
 func (c *Config) validate() error {
-	if c.MaxConns < 0 || c.CacheWriters < 0 || c.PollInterval < 0 || c.NotifyInterval < 0 {
+	if c.MaxConns < 0 || c.CacheWriters < 0 || c.PollInterval < 0 || c.NotifyInterval < 0 || c.MaxBatch < 0 || c.Committers < 0 {
 		return fmt.Errorf("%w: negative config value", store.ErrInvalid)
 	}
 	if len(c.Schema) > 50 {
@@ -120,6 +132,15 @@ type Store struct {
 	lis     *listener
 
 	keysSaved atomic.Int64 // idempotency keys saved: expired ones are purged every 256
+
+	stats      struct{ groups, ops atomic.Int64 }
+	ops        chan *op // to the committers
+	opsMu      sync.RWMutex
+	opsClosed  bool
+	committers sync.WaitGroup
+
+	streamRunsMu sync.Mutex
+	streamRuns   map[int64]string // stream id -> its run ("" standalone): never changes
 
 	mu      sync.Mutex
 	closed  bool
@@ -220,7 +241,31 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, err
 	s.lis = newListener(s)
 	s.bg.Add(1)
 	go func() { defer s.bg.Done(); s.pub.loop() }()
+	s.ops = make(chan *op, cfg.MaxBatch)
+	s.streamRuns = make(map[int64]string)
+	for range cfg.Committers {
+		s.committers.Add(1)
+		go func() { defer s.committers.Done(); s.committer() }()
+	}
 	return s, nil
+}
+
+// streamRun returns the run of stream id ("" for a standalone stream), if
+// this process has seen the stream.
+func (s *Store) streamRun(id int64) (string, bool) {
+	s.streamRunsMu.Lock()
+	defer s.streamRunsMu.Unlock()
+	run, ok := s.streamRuns[id]
+	return run, ok
+}
+
+func (s *Store) setStreamRun(id int64, run string) {
+	s.streamRunsMu.Lock()
+	defer s.streamRunsMu.Unlock()
+	if len(s.streamRuns) >= 1<<16 {
+		clear(s.streamRuns) // a stream's run never changes: any entry may go
+	}
+	s.streamRuns[id] = run
 }
 
 // Pool returns the store's connection pool.
@@ -239,8 +284,9 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	close(s.closing)
 	s.mu.Unlock()
+	s.closeOps() // the writes queued finish first
+	close(s.closing)
 	s.bg.Wait()
 	if s.ownPool {
 		s.pool.Close()

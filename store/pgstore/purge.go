@@ -36,7 +36,7 @@ func (s *Store) PurgeRuns(ctx context.Context, p *store.PurgeRunsParams) (int, e
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
 		b.Queue(s.q.purgeLock, nanos(p.Before), limit)
-		br := x.send(ctx, b)
+		br := x.c.SendBatch(ctx, b)
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return err

@@ -22,27 +22,7 @@ const metaCols = `COALESCE(run_id, ''), next_offset, closed, ttl, expires_at, la
 type queries struct {
 	schema string // quoted
 
-	insertRun, run, runExists, runLease, claim, renew, cancel string
-	events, recordSimple, recordLock                          string
-	insertEvents, putFence, updateRun                         string
-	lockRunStreams, lockWriterStreams, writersOfRun, fence    string
-
-	streamByPath, streamByID, runStreams, insertStream, head string
-	lockRunOfStream, lockStream, streamFence, writer         string
-	writerBatches, insertBatch, setHead, putWriter           string
-	insertBatches, setHeads, updateWriters                   string
-	appendAnon, closeStream, read, setStream, touch          string
-	lockStreamOnly                                           string
-
-	producer, putProducer, key, putKey, purgeKeys         string
-	createStream, lockSource, attemptWriters, copyBatches string
-	specialBatches, batchesFrom, setForks, lockForDelete  string
-	delBatches, delWriters, delProducers, delKeys         string
-	delStream                                             string
-
-	purgeLock, purgeBatches, purgeWriters, purgeStreams string
-	purgeFences, purgeEvents, purgeRuns                 string
-	purgeProducers, purgeStreamKeys                     string
+	insertRun, run, runExists, runLease, claim, renew, cancel, events, streamByPath, streamByID, runStreams, insertStream, head, insertBatch, setHead, touch, read, purgeLock, purgeBatches, purgeWriters, purgeProducers, purgeStreamKeys, purgeStreams, purgeFences, purgeEvents, purgeRuns, purgeKeys, createStream, lockSource, attemptWriters, copyBatches, specialBatches, batchesFrom, setForks, lockForDelete, delBatches, delWriters, delProducers, delKeys, delStream, lockRuns, lockStreams, readWriters, readFences, readProducers, readKeys, readAnonTokens, replayWriters, insertEventsMany, putFences, insertBatchesMany, setStreams, putWriters, putProducers, putKeys, updateRuns string
 }
 
 func newQueries(schema string) *queries {
@@ -97,51 +77,6 @@ func newQueries(schema string) *queries {
 			ended_at = CASE WHEN $20 THEN $19 ELSE x.ended_at END,
 			last_event = x.last_event + cardinality($3::text[]),
 			record_token = $21`
-	// recordSimple is a Record with no stream work, in one statement: it
-	// writes only if the lease holds, and returns whether it did.
-	set(&q.recordSimple, `WITH r AS (
-			SELECT id, last_event FROM $S.runs
-			WHERE id = $1 AND lease_epoch = $2 AND lease_owner <> '' AND status IN ('pending', 'running')
-			FOR UPDATE
-		), ev AS (
-			INSERT INTO $S.events (run_id, seq, type, op, name, attempt, data, error, final, at, wake_at)
-			SELECT r.id, r.last_event + e.ord, e.type, e.op, e.name, e.attempt, e.data, e.error, e.final, e.at, e.wake_at
-			FROM r, `+eventsFrom+`
-		), f AS (
-			INSERT INTO $S.fences AS f (run_id, writer, attempt)
-			SELECT r.id, $12, $13 FROM r WHERE $12 <> ''
-			ON CONFLICT (run_id, writer) DO UPDATE SET attempt = GREATEST(f.attempt, excluded.attempt)
-		), u AS (
-			`+runUpdate+` FROM r WHERE x.id = r.id
-		)
-		SELECT EXISTS (SELECT 1 FROM r)`)
-	set(&q.recordLock, `SELECT last_event, lease_epoch, lease_owner, status, record_token
-		FROM $S.runs WHERE id = $1 FOR UPDATE`)
-	set(&q.insertEvents, `INSERT INTO $S.events (run_id, seq, type, op, name, attempt, data, error, final, at, wake_at)
-		SELECT $1, $2 + e.ord, e.type, e.op, e.name, e.attempt, e.data, e.error, e.final, e.at, e.wake_at
-		FROM `+eventsFrom)
-	set(&q.putFence, `INSERT INTO $S.fences AS f (run_id, writer, attempt) VALUES ($1, $2, $3)
-		ON CONFLICT (run_id, writer) DO UPDATE SET attempt = GREATEST(f.attempt, excluded.attempt)`)
-	set(&q.updateRun, `UPDATE $S.runs x SET
-			status = CASE WHEN $2 = '' THEN x.status ELSE $2 END,
-			output = CASE WHEN $2 = '' THEN x.output ELSE $3 END,
-			error = CASE WHEN $2 = '' THEN x.error ELSE $4 END,
-			lease_owner = CASE WHEN $5 THEN '' ELSE x.lease_owner END,
-			lease_expires = CASE WHEN $5 THEN 0 ELSE x.lease_expires END,
-			wake_at = CASE WHEN $5 THEN $6 ELSE x.wake_at END,
-			updated_at = $7,
-			ended_at = CASE WHEN $8 THEN $7 ELSE x.ended_at END,
-			last_event = $9,
-			record_token = $10
-		WHERE x.id = $1`)
-	set(&q.lockRunStreams, `SELECT id, next_offset, closed FROM $S.streams
-		WHERE run_id = $1 ORDER BY id FOR UPDATE`)
-	set(&q.lockWriterStreams, `SELECT s.id, s.next_offset, s.closed FROM $S.streams s
-		WHERE s.run_id = $1 AND EXISTS (SELECT 1 FROM $S.writers w WHERE w.stream_id = s.id AND w.writer = $2)
-		ORDER BY s.id FOR UPDATE`)
-	set(&q.writersOfRun, `SELECT stream_id, attempt, next, diverged, status, version, token FROM $S.writers
-		WHERE writer = $2 AND stream_id IN (SELECT id FROM $S.streams WHERE run_id = $1)`)
-	set(&q.fence, `SELECT attempt FROM $S.fences WHERE run_id = $1 AND writer = $2`)
 
 	// Streams.
 	set(&q.streamByPath, `SELECT `+streamCols+` FROM $S.streams WHERE path = $1`)
@@ -151,75 +86,13 @@ func newQueries(schema string) *queries {
 		VALUES ($1, NULLIF($2, ''), $3, $4, $5, $5)
 		ON CONFLICT (path) DO NOTHING RETURNING `+streamCols)
 	set(&q.head, `SELECT next_offset, closed FROM $S.streams WHERE id = $1`)
-	// An append locks its run (if any) before its stream, as Record does:
-	// FOR KEY SHARE lets appends to the run's streams and lease renewals run
-	// side by side, and waits for a Record holding the run.
-	set(&q.lockRunOfStream, `SELECT 1 FROM $S.runs WHERE id = (SELECT run_id FROM $S.streams WHERE id = $1) FOR KEY SHARE`)
-	set(&q.lockStream, `SELECT `+metaCols+` FROM $S.streams WHERE id = $1 FOR UPDATE`)
-	set(&q.streamFence, `SELECT attempt FROM $S.fences
-		WHERE run_id = (SELECT run_id FROM $S.streams WHERE id = $1) AND writer = $2`)
-	set(&q.writer, `SELECT attempt, next, diverged, status, version, token FROM $S.writers
-		WHERE stream_id = $1 AND writer = $2`)
-	set(&q.writerBatches, `SELECT first_offset, data FROM $S.batches
-		WHERE stream_id = $1 AND writer = $2 ORDER BY last_offset`)
 	set(&q.insertBatch, `INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data)
 		VALUES ($1, $2, $3, $4, $5)`)
 	set(&q.setHead, `UPDATE $S.streams SET next_offset = $2, closed = $3 WHERE id = $1`)
-	set(&q.setStream, `UPDATE $S.streams SET next_offset = $2, closed = $3, last_access = $4,
-		closed_by = $5, closed_by_epoch = $6, closed_by_seq = $7, stream_seq = $8 WHERE id = $1`)
 	set(&q.touch, `WITH u AS (
 			UPDATE $S.streams SET last_access = $2 WHERE id = $1 AND ttl IS NOT NULL AND last_access < $2
 		)
 		SELECT EXISTS (SELECT 1 FROM $S.streams WHERE id = $1)`)
-	set(&q.putWriter, `INSERT INTO $S.writers AS w (stream_id, writer, attempt, next, diverged, status, version, token)
-		VALUES ($1, $2, $3, $4, $5, $6, 1, $7)
-		ON CONFLICT (stream_id, writer) DO UPDATE SET attempt = excluded.attempt, next = excluded.next,
-			diverged = excluded.diverged, status = excluded.status, version = w.version + 1, token = excluded.token`)
-	set(&q.insertBatches, `INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data)
-		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::bytea[])`)
-	set(&q.setHeads, `UPDATE $S.streams s SET next_offset = u.next, closed = u.closed
-		FROM unnest($1::bigint[], $2::bigint[], $3::boolean[]) AS u(id, next, closed) WHERE s.id = u.id`)
-	set(&q.updateWriters, `UPDATE $S.writers w SET attempt = u.attempt, next = u.next, diverged = u.diverged,
-			status = u.status, version = w.version + 1, token = $7
-		FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::boolean[], $6::smallint[])
-			AS u(stream_id, attempt, next, diverged, status)
-		WHERE w.stream_id = u.stream_id AND w.writer = $1`)
-	// appendAnon is an anonymous append without options, in one statement:
-	// its records depend on no state, only their offsets do. It appends
-	// only to a stream that is open, not deleted and not expired at $4, and
-	// renews a sliding TTL.
-	set(&q.appendAnon, `WITH s AS (
-			SELECT id, next_offset, closed, deleted, ttl, expires_at, last_access
-			FROM $S.streams WHERE id = $1 FOR UPDATE
-		), dup AS (
-			SELECT first_offset FROM $S.batches WHERE $6 AND stream_id = $1 AND token = $5 LIMIT 1
-		), ok AS (
-			SELECT * FROM s WHERE NOT closed AND NOT deleted
-				AND NOT (ttl IS NOT NULL AND $4 - last_access >= ttl)
-				AND NOT (expires_at <> 0 AND $4 >= expires_at)
-				AND NOT EXISTS (SELECT 1 FROM dup)
-		), b AS (
-			INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data, token)
-			SELECT id, next_offset + $2 - 1, next_offset, '', $3, $5 FROM ok
-		), u AS (
-			UPDATE $S.streams x SET next_offset = ok.next_offset + $2,
-				last_access = CASE WHEN ok.ttl IS NOT NULL AND $4 > ok.last_access THEN $4 ELSE ok.last_access END
-			FROM ok WHERE x.id = ok.id
-		)
-		SELECT next_offset, closed, deleted, EXISTS (SELECT 1 FROM ok), (SELECT first_offset FROM dup) FROM s`)
-	set(&q.lockStreamOnly, `SELECT 1 FROM $S.streams WHERE id = $1 FOR UPDATE`)
-	// closeStream closes a stream in one statement: the close record depends
-	// on nothing.
-	set(&q.closeStream, `WITH s AS (
-			SELECT id, next_offset, closed FROM $S.streams WHERE id = $1 FOR UPDATE
-		), b AS (
-			INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data)
-			SELECT id, next_offset, next_offset, '', $2 FROM s WHERE NOT closed
-		), u AS (
-			UPDATE $S.streams x SET next_offset = s.next_offset + 1, closed = true
-			FROM s WHERE x.id = s.id AND NOT s.closed
-		)
-		SELECT closed FROM s`)
 	// read returns the head with the batches from $2 on, in one snapshot;
 	// at most $3 batches, and none that starts past $4 bytes of data.
 	set(&q.read, `WITH h AS (SELECT next_offset, closed FROM $S.streams WHERE id = $1)
@@ -244,14 +117,6 @@ func newQueries(schema string) *queries {
 	set(&q.purgeEvents, `DELETE FROM $S.events WHERE run_id = ANY($1)`)
 	set(&q.purgeRuns, `DELETE FROM $S.runs WHERE id = ANY($1)`)
 
-	// Durable Streams.
-	set(&q.producer, `SELECT epoch, last_seq FROM $S.producers WHERE stream_id = $1 AND producer = $2`)
-	set(&q.putProducer, `INSERT INTO $S.producers (stream_id, producer, epoch, last_seq) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (stream_id, producer) DO UPDATE SET epoch = excluded.epoch, last_seq = excluded.last_seq`)
-	set(&q.key, `SELECT digest, result, expires_at FROM $S.idempotency_keys WHERE stream_id = $1 AND key = $2`)
-	set(&q.putKey, `INSERT INTO $S.idempotency_keys (stream_id, key, digest, result, expires_at) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (stream_id, key) DO UPDATE SET digest = excluded.digest, result = excluded.result,
-			expires_at = excluded.expires_at`)
 	set(&q.purgeKeys, `DELETE FROM $S.idempotency_keys WHERE ctid = ANY (ARRAY(
 		SELECT ctid FROM $S.idempotency_keys WHERE expires_at <= $1 ORDER BY expires_at LIMIT 256))`)
 	set(&q.createStream, `INSERT INTO $S.streams (path, name, content_type, created_at, last_access, ttl, expires_at,
@@ -281,5 +146,94 @@ func newQueries(schema string) *queries {
 	set(&q.delProducers, `DELETE FROM $S.producers WHERE stream_id = $1`)
 	set(&q.delKeys, `DELETE FROM $S.idempotency_keys WHERE stream_id = $1`)
 	set(&q.delStream, `DELETE FROM $S.streams WHERE id = $1`)
+
+	// Group commit: each statement serves every op of a group.
+	// The reads look rows up key by key (LATERAL), so their plans are index
+	// lookups whatever the tables' statistics say. The locks are taken in
+	// the order of the keys, which the group sorts.
+	set(&q.lockRuns, `SELECT r.id, r.last_event, r.lease_epoch, r.lease_owner, r.status, r.record_token
+		FROM unnest($1::text[]) AS k(id), LATERAL (
+			SELECT id, last_event, lease_epoch, lease_owner, status, record_token
+			FROM $S.runs WHERE id = k.id FOR UPDATE
+		) r`)
+	set(&q.lockStreams, `SELECT s.* FROM (
+			SELECT id FROM unnest($1::bigint[]) AS k(id)
+			UNION
+			SELECT x.id FROM unnest($2::text[]) AS k(run_id), LATERAL (
+				SELECT id FROM $S.streams WHERE run_id = k.run_id
+			) x
+			ORDER BY id
+		) k, LATERAL (
+			SELECT id, `+metaCols+` FROM $S.streams WHERE id = k.id FOR UPDATE
+		) s`)
+	set(&q.readWriters, `SELECT w.* FROM unnest($1::bigint[], $2::text[]) AS k(stream_id, writer), LATERAL (
+			SELECT stream_id, writer, attempt, next, diverged, status, version, token
+			FROM $S.writers WHERE stream_id = k.stream_id AND writer = k.writer
+		) w
+		UNION
+		SELECT w.* FROM unnest($3::text[], $4::text[]) AS k(run_id, writer), LATERAL (
+			SELECT w.stream_id, w.writer, w.attempt, w.next, w.diverged, w.status, w.version, w.token
+			FROM $S.streams s JOIN $S.writers w ON w.stream_id = s.id AND w.writer = k.writer
+			WHERE s.run_id = k.run_id
+		) w`)
+	set(&q.readFences, `SELECT f.* FROM unnest($1::text[], $2::text[]) AS k(run_id, writer), LATERAL (
+			SELECT run_id, writer, attempt FROM $S.fences WHERE run_id = k.run_id AND writer = k.writer
+		) f`)
+	set(&q.readProducers, `SELECT p.* FROM unnest($1::bigint[], $2::text[]) AS k(stream_id, producer), LATERAL (
+			SELECT stream_id, producer, epoch, last_seq FROM $S.producers
+			WHERE stream_id = k.stream_id AND producer = k.producer
+		) p`)
+	set(&q.readKeys, `SELECT i.* FROM unnest($1::bigint[], $2::text[]) AS k(stream_id, key), LATERAL (
+			SELECT stream_id, key, digest, result, expires_at FROM $S.idempotency_keys
+			WHERE stream_id = k.stream_id AND key = k.key
+		) i`)
+	set(&q.readAnonTokens, `SELECT b.* FROM unnest($1::bigint[], $2::bigint[]) AS k(stream_id, token), LATERAL (
+			SELECT stream_id, token FROM $S.batches WHERE stream_id = k.stream_id AND token = k.token AND token <> 0
+		) b`)
+	set(&q.replayWriters, `SELECT b.* FROM unnest($1::bigint[], $2::text[]) AS k(stream_id, writer), LATERAL (
+			SELECT stream_id, writer, first_offset, data FROM $S.batches
+			WHERE stream_id = k.stream_id AND writer = k.writer ORDER BY last_offset
+		) b`)
+	set(&q.insertEventsMany, `INSERT INTO $S.events (run_id, seq, type, op, name, attempt, data, error, final, at, wake_at)
+		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::bigint[],
+			$7::bytea[], $8::text[], $9::boolean[], $10::bigint[], $11::bigint[])`)
+	set(&q.putFences, `INSERT INTO $S.fences AS f (run_id, writer, attempt)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
+		ON CONFLICT (run_id, writer) DO UPDATE SET attempt = GREATEST(f.attempt, excluded.attempt)`)
+	set(&q.insertBatchesMany, `INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data, token)
+		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::bytea[], $6::bigint[])`)
+	set(&q.setStreams, `UPDATE $S.streams x SET next_offset = u.next, closed = u.closed, last_access = u.access,
+			closed_by = u.closed_by, closed_by_epoch = u.cb_epoch, closed_by_seq = u.cb_seq, stream_seq = u.seq
+		FROM unnest($1::bigint[], $2::bigint[], $3::boolean[], $4::bigint[], $5::text[], $6::bigint[], $7::bigint[], $8::text[])
+			AS u(id, next, closed, access, closed_by, cb_epoch, cb_seq, seq)
+		WHERE x.id = u.id`)
+	set(&q.putWriters, `INSERT INTO $S.writers AS w (stream_id, writer, attempt, next, diverged, status, version, token)
+		SELECT u.stream_id, u.writer, u.attempt, u.next, u.diverged, u.status, 1, $7
+		FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::boolean[], $6::smallint[])
+			AS u(stream_id, writer, attempt, next, diverged, status)
+		ON CONFLICT (stream_id, writer) DO UPDATE SET attempt = excluded.attempt, next = excluded.next,
+			diverged = excluded.diverged, status = excluded.status, version = w.version + 1, token = excluded.token`)
+	set(&q.putProducers, `INSERT INTO $S.producers (stream_id, producer, epoch, last_seq)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[])
+		ON CONFLICT (stream_id, producer) DO UPDATE SET epoch = excluded.epoch, last_seq = excluded.last_seq`)
+	set(&q.putKeys, `INSERT INTO $S.idempotency_keys (stream_id, key, digest, result, expires_at)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[], $4::bytea[], $5::bigint[])
+		ON CONFLICT (stream_id, key) DO UPDATE SET digest = excluded.digest, result = excluded.result,
+			expires_at = excluded.expires_at`)
+	set(&q.updateRuns, `UPDATE $S.runs x SET
+			status = CASE WHEN u.set_status THEN u.status ELSE x.status END,
+			output = CASE WHEN u.set_status THEN u.output ELSE x.output END,
+			error = CASE WHEN u.set_status THEN u.error ELSE x.error END,
+			lease_owner = CASE WHEN u.release THEN '' ELSE x.lease_owner END,
+			lease_expires = CASE WHEN u.release THEN 0 ELSE x.lease_expires END,
+			wake_at = CASE WHEN u.release THEN u.wake ELSE x.wake_at END,
+			updated_at = u.now,
+			ended_at = CASE WHEN u.ended THEN u.now ELSE x.ended_at END,
+			last_event = u.last_event,
+			record_token = $11
+		FROM unnest($1::text[], $2::boolean[], $3::text[], $4::bytea[], $5::text[], $6::boolean[], $7::bigint[],
+			$8::bigint[], $9::boolean[], $10::bigint[])
+			AS u(id, set_status, status, output, error, release, wake, now, ended, last_event)
+		WHERE x.id = u.id`)
 	return q
 }

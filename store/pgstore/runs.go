@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/store"
-	"github.com/weirhq/weir/stream"
 )
 
 func scanRun(row pgx.Row, extra ...any) (*store.Run, error) {
@@ -402,270 +401,21 @@ func newRunChange(p *store.RecordParams, now time.Time) *runChange {
 }
 
 // Record applies one engine transaction, in this order: events, fence,
-// finish, status, stream closes, lease release. Any failure undoes all of it.
+// finish, status, stream closes, lease release; in a group commit. Any
+// failure undoes all of it.
 //
-// Each Record carries a random token, saved on the run row with it: when the
-// connection is lost after the commit was sent, the retry finds the token
-// and knows the Record committed. So a Record is never applied twice, and an
-// error still means nothing was written.
+// The group saves its random token on the run row: when the connection is
+// lost after the commit was sent, the retry finds the token and knows the
+// Record committed. So a Record is never applied twice, and an error still
+// means nothing was written.
 func (s *Store) Record(ctx context.Context, p *store.RecordParams) error {
 	if err := checkRecord(p); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	now := s.cfg.Now()
-	token := newToken()
-	evs := newEventArrays(p.Events, now)
-	chg := newRunChange(p, now)
-	var wrote []int64
-	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
-		if p.Finish == nil && !p.CloseStreams && t.n == 0 {
-			return s.recordSimple(ctx, t, p, evs, chg, token)
-		}
-		var err error
-		wrote, err = s.recordTx(ctx, t, p, evs, chg, token)
-		return err
-	})
-	if err != nil {
+	o := &op{kind: opRecord, record: p, evs: newEventArrays(p.Events, now), chg: newRunChange(p, now)}
+	if err := s.exec(ctx, o); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
-	s.wrote(wrote...)
 	return nil
-}
-
-// recordSimple is a Record without stream work: one statement.
-func (s *Store) recordSimple(ctx context.Context, t *try, p *store.RecordParams, evs *eventArrays, c *runChange, token int64) error {
-	args := append([]any{p.RunID, p.LeaseEpoch}, evs.args()...)
-	args = append(args, c.fenceWriter, c.fenceAttempt,
-		c.status, c.output, c.errMsg, c.release, c.wake, c.now, c.terminal, token)
-	var ok bool
-	t.committing = true
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cancel()
-	if err := s.pool.QueryRow(cctx, s.q.recordSimple, args...).Scan(&ok); err != nil {
-		return err
-	}
-	if !ok {
-		t.committing = false
-		return s.leaseLost(ctx, p.RunID, p.LeaseEpoch)
-	}
-	return nil
-}
-
-// lockedStream is a stream whose row a transaction holds.
-type lockedStream struct {
-	id    int64
-	head  stream.Head
-	dirty bool // head changed
-}
-
-// streamWrites collects the writes of one transaction's rules calls.
-type streamWrites struct {
-	bStream, bLast, bFirst []int64
-	bWriter                []string
-	bData                  [][]byte
-}
-
-// add stores recs, the records of one rules call on stream id, as one batch.
-func (sw *streamWrites) add(id int64, recs []stream.Record) {
-	if len(recs) == 0 {
-		return
-	}
-	sw.bStream = append(sw.bStream, id)
-	sw.bFirst = append(sw.bFirst, recs[0].Offset)
-	sw.bLast = append(sw.bLast, recs[len(recs)-1].Offset)
-	sw.bWriter = append(sw.bWriter, recs[0].Writer)
-	sw.bData = append(sw.bData, stream.EncodeBatch(nil, recs))
-}
-
-// recordTx is a Record with stream work: one transaction of two batches
-// (more if a writer's state must be rebuilt).
-func (s *Store) recordTx(ctx context.Context, t *try, p *store.RecordParams, evs *eventArrays, c *runChange, token int64) (wrote []int64, err error) {
-	x, err := s.acquire(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	defer x.release()
-	f := p.Finish
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(s.q.recordLock, p.RunID)
-	switch {
-	case p.CloseStreams:
-		b.Queue(s.q.lockRunStreams, p.RunID)
-	case f != nil:
-		b.Queue(s.q.lockWriterStreams, p.RunID, f.Writer)
-	}
-	if f != nil {
-		b.Queue(s.q.writersOfRun, p.RunID, f.Writer)
-		b.Queue(s.q.fence, p.RunID, f.Writer)
-	}
-	var (
-		lastEvent, epoch, runToken int64
-		owner, status              string
-		streams                    []*lockedStream
-		rows                       = map[int64]*writerRow{}
-		fence                      int64
-	)
-	br := x.send(ctx, b)
-	err = func() error {
-		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		err := br.QueryRow().Scan(&lastEvent, &epoch, &owner, &status, &runToken)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("run %q: %w", p.RunID, store.ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		if p.CloseStreams || f != nil {
-			rs, err := br.Query()
-			if err != nil {
-				return err
-			}
-			for rs.Next() {
-				ls := &lockedStream{}
-				if err := rs.Scan(&ls.id, &ls.head.NextOffset, &ls.head.Closed); err != nil {
-					rs.Close()
-					return err
-				}
-				streams = append(streams, ls)
-			}
-			if rs.Close(); rs.Err() != nil {
-				return rs.Err()
-			}
-		}
-		if f != nil {
-			rs, err := br.Query()
-			if err != nil {
-				return err
-			}
-			for rs.Next() {
-				var id int64
-				r := &writerRow{}
-				if err := rs.Scan(&id, &r.attempt, &r.next, &r.diverged, &r.status, &r.version, &r.token); err != nil {
-					rs.Close()
-					return err
-				}
-				rows[id] = r
-			}
-			if rs.Close(); rs.Err() != nil {
-				return rs.Err()
-			}
-			if err := br.QueryRow().Scan(&fence); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-		}
-		return br.Close()
-	}()
-	if err != nil {
-		return nil, err
-	}
-	if t.n > 0 && runToken == token {
-		return nil, nil // an earlier try committed: its reply was lost
-	}
-	if epoch != p.LeaseEpoch || owner == "" || store.RunStatus(status).Terminal() {
-		return nil, leaseLostErr(p.RunID, p.LeaseEpoch, epoch, owner, status)
-	}
-
-	b = &pgx.Batch{}
-	if len(p.Events) > 0 {
-		b.Queue(s.q.insertEvents, append([]any{p.RunID, lastEvent}, evs.args()...)...)
-	}
-	if pf := p.Fence; pf != nil {
-		b.Queue(s.q.putFence, p.RunID, pf.Writer, pf.Attempt)
-		if f != nil && pf.Writer == f.Writer {
-			fence = max(fence, pf.Attempt)
-		}
-	}
-	var sw streamWrites
-	type taken struct {
-		key     writerKey
-		w       *stream.Writer
-		version int64
-		changed bool
-	}
-	var ws []taken
-	// On failure the writers taken out of the cache stay out: some may be
-	// half-changed by the rules, and the next use rebuilds them.
-	if f != nil {
-		for _, ls := range streams {
-			row := rows[ls.id]
-			if row == nil {
-				continue // the writer never wrote here
-			}
-			w, err := s.loadWriter(ctx, x, ls.id, f.Writer, row)
-			if err != nil {
-				return nil, err
-			}
-			ws = append(ws, taken{key: writerKey{ls.id, f.Writer}, w: w, version: row.version})
-			if f.Attempt < fence {
-				return nil, fmt.Errorf("finish writer %q on stream %d: %w", f.Writer, ls.id,
-					&stream.FencedError{Attempt: f.Attempt, Current: fence})
-			}
-			rule := stream.Abort
-			if f.Commit {
-				rule = stream.Commit
-			}
-			res, recs, err := rule(&ls.head, w, f.Attempt)
-			if err != nil {
-				return nil, fmt.Errorf("finish writer %q on stream %d: %w", f.Writer, ls.id, err)
-			}
-			if res == stream.Already {
-				continue
-			}
-			ws[len(ws)-1].changed = true
-			ls.dirty = true
-			sw.add(ls.id, recs)
-		}
-	}
-	if p.CloseStreams {
-		for _, ls := range streams {
-			if res, recs := stream.Close(&ls.head); res == stream.Done {
-				ls.dirty = true
-				sw.add(ls.id, recs)
-			}
-		}
-	}
-	if len(sw.bStream) > 0 {
-		b.Queue(s.q.insertBatches, sw.bStream, sw.bLast, sw.bFirst, sw.bWriter, sw.bData)
-		var ids, next []int64
-		var closed []bool
-		for _, ls := range streams {
-			if ls.dirty {
-				ids, next, closed = append(ids, ls.id), append(next, ls.head.NextOffset), append(closed, ls.head.Closed)
-				wrote = append(wrote, ls.id)
-			}
-		}
-		b.Queue(s.q.setHeads, ids, next, closed)
-	}
-	if f != nil {
-		var ids, attempt, next []int64
-		var diverged []bool
-		var st []int16
-		for _, tw := range ws {
-			if tw.changed {
-				ids, attempt, next = append(ids, tw.key.stream), append(attempt, tw.w.Attempt), append(next, tw.w.Next)
-				diverged, st = append(diverged, tw.w.Diverged), append(st, int16(tw.w.Status))
-			}
-		}
-		if len(ids) > 0 {
-			b.Queue(s.q.updateWriters, f.Writer, ids, attempt, next, diverged, st, token)
-		}
-	}
-	b.Queue(s.q.updateRun, p.RunID, c.status, c.output, c.errMsg, c.release, c.wake, c.now, c.terminal,
-		lastEvent+int64(len(p.Events)), token)
-	b.Queue("COMMIT")
-	if err := x.commit(ctx, b); err != nil {
-		return nil, err
-	}
-	for _, tw := range ws {
-		v := tw.version
-		if tw.changed {
-			v++
-		}
-		s.writers.put(tw.key, tw.w, v)
-	}
-	return wrote, nil
 }

@@ -1,7 +1,6 @@
 package pgstore
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -105,6 +104,7 @@ func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*sto
 	if err != nil {
 		return nil, fmt.Errorf("open stream: %w", err)
 	}
+	s.setStreamRun(si.ID, si.RunID)
 	return si, nil
 }
 
@@ -133,6 +133,7 @@ func (s *Store) GetStream(ctx context.Context, id int64) (*store.StreamInfo, err
 	if err != nil {
 		return nil, fmt.Errorf("get stream %d: %w", id, err)
 	}
+	s.setStreamRun(si.ID, si.RunID)
 	return si, nil
 }
 
@@ -162,15 +163,8 @@ func (s *Store) ListStreams(ctx context.Context, runID string) ([]*store.StreamI
 }
 
 // Append applies one append request, with its Durable Streams options (see
-// store.AppendParams). The chunks are not retained.
-//
-// An append by a writer, or with options, is one transaction of two
-// pipelined round trips: the first locks the run (FOR KEY SHARE, for a
-// writer) and the stream (FOR UPDATE) and reads what the rules need (the
-// fence, the writer's row, the producer, the idempotency key); the rules run
-// here; the second writes the batch, the stream, the writer and the rest,
-// and commits. Appends to one stream are serialized by its row lock, nothing
-// else. An anonymous append without options is one statement.
+// store.AppendParams), in a group commit (committer.go). The chunks are not
+// retained.
 func (s *Store) Append(ctx context.Context, p *store.AppendParams) (*store.AppendResult, error) {
 	if err := store.CheckAppend(p); err != nil {
 		return nil, fmt.Errorf("append: %w", err)
@@ -179,95 +173,11 @@ func (s *Store) Append(ctx context.Context, p *store.AppendParams) (*store.Appen
 	if now.IsZero() {
 		now = s.cfg.Now()
 	}
-	var res *store.AppendResult
-	var err error
-	if p.Writer == "" && p.Producer == nil && p.StreamSeq == "" && !p.Close && p.IdempotencyKey == "" {
-		res, err = s.appendAnon(ctx, p, nanos(now))
-	} else {
-		res, err = s.appendTx(ctx, p, nanos(now))
-	}
-	if err != nil {
+	o := &op{kind: opAppend, append: p, now: nanos(now)}
+	if err := s.exec(ctx, o); err != nil {
 		return nil, fmt.Errorf("append: %w", err)
 	}
-	return res, nil
-}
-
-func (s *Store) appendAnon(ctx context.Context, p *store.AppendParams, now int64) (*store.AppendResult, error) {
-	// The records do not depend on the stream: only their offsets do.
-	var h stream.Head
-	acks, recs, _ := stream.Append(&h, nil, &stream.AppendRequest{Chunks: p.Chunks})
-	data := stream.EncodeBatch(make([]byte, 0, encodedSize(p.Chunks)), recs)
-	token := newToken()
-	var base int64
-	// Idempotent: the batch carries the token, so a retry after a lost
-	// reply finds it if that try committed. The retry looks in a
-	// transaction that first locks the stream: an earlier try still in
-	// flight on a connection we lost commits or aborts before the look.
-	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
-		var closed, deleted, ok bool
-		var dup *int64
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-		defer cancel()
-		args := []any{p.StreamID, int64(len(recs)), data, now, token, t.n > 0}
-		var err error
-		t.committing = true
-		if t.n == 0 {
-			err = s.pool.QueryRow(cctx, s.q.appendAnon, args...).Scan(&base, &closed, &deleted, &ok, &dup)
-		} else {
-			b := &pgx.Batch{}
-			b.Queue("BEGIN")
-			b.Queue(s.q.lockStreamOnly, p.StreamID)
-			b.Queue(s.q.appendAnon, args...)
-			b.Queue("COMMIT")
-			err = func() error {
-				br := s.pool.SendBatch(cctx, b)
-				defer br.Close()
-				if _, err := br.Exec(); err != nil {
-					return err
-				}
-				if _, err := br.Exec(); err != nil {
-					return err
-				}
-				if err := br.QueryRow().Scan(&base, &closed, &deleted, &ok, &dup); err != nil {
-					return err
-				}
-				if _, err := br.Exec(); err != nil {
-					return err
-				}
-				return br.Close()
-			}()
-		}
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("stream %d: %w", p.StreamID, store.ErrNotFound)
-		case err != nil || ok:
-			return err
-		case dup != nil:
-			base = *dup // an earlier try committed
-			return nil
-		case deleted:
-			return fmt.Errorf("stream %d: %w", p.StreamID, store.ErrGone)
-		case closed:
-			return stream.ErrClosed
-		}
-		return fmt.Errorf("stream %d expired: %w", p.StreamID, store.ErrNotFound)
-	})
-	if err != nil {
-		return nil, err
-	}
-	for i := range acks {
-		acks[i].Offset += base
-	}
-	s.wrote(p.StreamID)
-	return &store.AppendResult{Acks: acks, NextOffset: base + int64(len(recs))}, nil
-}
-
-func encodedSize(chunks [][]byte) int {
-	n := 0
-	for _, c := range chunks {
-		n += len(c) + stream.DigestSize + 8
-	}
-	return n
+	return o.res, nil
 }
 
 // streamMeta is a stream as an append sees it, read with its row locked.
@@ -282,19 +192,6 @@ type streamMeta struct {
 	deleted    bool
 }
 
-func (m *streamMeta) scan(row pgx.Row) error {
-	var closedBy *string
-	var cbEpoch, cbSeq int64
-	if err := row.Scan(&m.runID, &m.head.NextOffset, &m.head.Closed, &m.ttl, &m.expiresAt, &m.lastAccess,
-		&closedBy, &cbEpoch, &cbSeq, &m.streamSeq, &m.deleted); err != nil {
-		return err
-	}
-	if closedBy != nil {
-		m.closedBy = &stream.Producer{ID: *closedBy, Epoch: cbEpoch, Seq: cbSeq}
-	}
-	return nil
-}
-
 // expired reports whether the stream is expired at now (StreamInfo.Expired).
 func (m *streamMeta) expired(now int64) bool {
 	if m.ttl != nil && now-m.lastAccess >= *m.ttl {
@@ -303,171 +200,9 @@ func (m *streamMeta) expired(now int64) bool {
 	return m.expiresAt != 0 && now >= m.expiresAt
 }
 
-// locked is what the first round trip of an append or a finish reads.
-type locked struct {
-	streamMeta
-	fence    int64
-	row      writerRow
-	hasRow   bool
-	producer *stream.ProducerState
-	key      *storedKey
-}
-
 type storedKey struct {
 	digest, result []byte
 	expiresAt      int64
-}
-
-// lock begins x's transaction: it locks stream id's run (for a writer) and
-// the stream, and reads the fence and the writer's row (for a writer), the
-// producer's state and the idempotency key.
-func (s *Store) lock(ctx context.Context, x *txn, id int64, writer, producer, key string) (*locked, error) {
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	if writer != "" {
-		b.Queue(s.q.lockRunOfStream, id)
-	}
-	b.Queue(s.q.lockStream, id)
-	if writer != "" {
-		b.Queue(s.q.streamFence, id, writer)
-		b.Queue(s.q.writer, id, writer)
-	}
-	if producer != "" {
-		b.Queue(s.q.producer, id, producer)
-	}
-	if key != "" {
-		b.Queue(s.q.key, id, key)
-	}
-	br := x.send(ctx, b)
-	defer br.Close()
-	var l locked
-	if _, err := br.Exec(); err != nil {
-		return nil, err
-	}
-	if writer != "" {
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
-	}
-	err := l.scan(br.QueryRow())
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("stream %d: %w", id, store.ErrNotFound)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if writer != "" {
-		if err := br.QueryRow().Scan(&l.fence); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, err
-		}
-		err = l.row.scan(br.QueryRow())
-		l.hasRow = err == nil
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, err
-		}
-	}
-	if producer != "" {
-		var ps stream.ProducerState
-		err := br.QueryRow().Scan(&ps.Epoch, &ps.LastSeq)
-		if err == nil {
-			l.producer = &ps
-		} else if !errors.Is(err, pgx.ErrNoRows) {
-			return nil, err
-		}
-	}
-	if key != "" {
-		var k storedKey
-		err := br.QueryRow().Scan(&k.digest, &k.result, &k.expiresAt)
-		if err == nil {
-			l.key = &k
-		} else if !errors.Is(err, pgx.ErrNoRows) {
-			return nil, err
-		}
-	}
-	return &l, br.Close()
-}
-
-// appendTx is an append by a writer or with options.
-func (s *Store) appendTx(ctx context.Context, p *store.AppendParams, now int64) (*store.AppendResult, error) {
-	key := writerKey{p.StreamID, p.Writer}
-	token := newToken()
-	var producerID string
-	if p.Producer != nil {
-		producerID = p.Producer.ID
-	}
-	var res, sent *store.AppendResult
-	var wroteRecs bool
-	// A retry after a lost reply is safe for a writer (its token on the
-	// writer's row tells whether the lost try committed), a producer (the
-	// retry is a duplicate) and a key (the retry is replayed).
-	idempotent := p.Writer != "" || p.Producer != nil || p.IdempotencyKey != ""
-	err := s.do(ctx, idempotent, func(ctx context.Context, t *try) error {
-		x, err := s.acquire(ctx, t)
-		if err != nil {
-			return err
-		}
-		defer x.release()
-		l, err := s.lock(ctx, x, p.StreamID, p.Writer, producerID, p.IdempotencyKey)
-		if err != nil {
-			return err
-		}
-		if sent != nil && l.hasRow && l.row.token == token {
-			res = sent
-			return nil
-		}
-		// 1. The stream.
-		if l.deleted {
-			return fmt.Errorf("stream %d: %w", p.StreamID, store.ErrGone)
-		}
-		if l.expired(now) {
-			return fmt.Errorf("stream %d expired: %w", p.StreamID, store.ErrNotFound)
-		}
-		// 2. The idempotency key.
-		if l.key != nil && l.key.expiresAt > now {
-			if !bytes.Equal(l.key.digest, p.RequestDigest) {
-				return fmt.Errorf("%w: key %q", store.ErrKeyReused, p.IdempotencyKey)
-			}
-			res, err = decodeKeyResult(l.key.result)
-			if err != nil {
-				return fmt.Errorf("idempotency key %q: stored result: %w", p.IdempotencyKey, err)
-			}
-			return nil
-		}
-		var w *stream.Writer
-		var version int64
-		if l.hasRow {
-			if w, err = s.loadWriter(ctx, x, p.StreamID, p.Writer, &l.row); err != nil {
-				return err
-			}
-			version = l.row.version
-		}
-		r, plan, err := s.applyAppend(p, &l.streamMeta, l.fence, w, l.producer, now)
-		if err != nil || plan == nil {
-			if w != nil {
-				s.writers.put(key, w, version) // unchanged: the rules change nothing on error
-			}
-			res = r
-			return err
-		}
-		b := &pgx.Batch{}
-		s.queueAppend(b, p, &l.streamMeta, plan, r, token, now)
-		sent = r
-		if err := x.commit(ctx, b); err != nil {
-			return err
-		}
-		if plan.writer != nil {
-			s.writers.put(key, plan.writer, version+1)
-		}
-		res, wroteRecs = r, len(plan.batches) > 0
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if wroteRecs {
-		s.wrote(p.StreamID)
-	}
-	return res, nil
 }
 
 // appendPlan is what an append writes; nil when it writes nothing.
@@ -565,42 +300,6 @@ func (s *Store) applyAppend(p *store.AppendParams, m *streamMeta, fence int64, w
 	return res, plan, nil
 }
 
-// queueAppend queues plan's writes, the key's and the commit.
-func (s *Store) queueAppend(b *pgx.Batch, p *store.AppendParams, m *streamMeta, plan *appendPlan, res *store.AppendResult, token, now int64) {
-	for _, recs := range plan.batches {
-		b.Queue(s.q.insertBatch, p.StreamID, recs[len(recs)-1].Offset, recs[0].Offset, recs[0].Writer, stream.EncodeBatch(nil, recs))
-	}
-	if plan.meta {
-		var cb *string
-		var cbEpoch, cbSeq int64
-		if m.closedBy != nil {
-			cb, cbEpoch, cbSeq = &m.closedBy.ID, m.closedBy.Epoch, m.closedBy.Seq
-		}
-		b.Queue(s.q.setStream, p.StreamID, m.head.NextOffset, m.head.Closed, m.lastAccess, cb, cbEpoch, cbSeq, m.streamSeq)
-	}
-	if w := plan.writer; w != nil {
-		b.Queue(s.q.putWriter, p.StreamID, w.ID, w.Attempt, w.Next, w.Diverged, int16(w.Status), token)
-	}
-	if ps := plan.producer; ps != nil {
-		b.Queue(s.q.putProducer, p.StreamID, p.Producer.ID, ps.Epoch, ps.LastSeq)
-	}
-	if p.IdempotencyKey != "" {
-		ttl := p.KeyTTL
-		if ttl <= 0 {
-			ttl = 24 * time.Hour
-		}
-		digest := p.RequestDigest
-		if digest == nil {
-			digest = []byte{}
-		}
-		b.Queue(s.q.putKey, p.StreamID, p.IdempotencyKey, digest, encodeKeyResult(res), now+int64(ttl))
-		if s.keysSaved.Add(1)%256 == 0 {
-			b.Queue(s.q.purgeKeys, now)
-		}
-	}
-	b.Queue("COMMIT")
-}
-
 // keyResult is an append result as an idempotency key keeps it (the same
 // JSON as the SQLite store's).
 type keyResult struct {
@@ -647,101 +346,27 @@ func sameState(a, b *stream.Writer) bool {
 	return a.Attempt == b.Attempt && a.Next == b.Next && a.Diverged == b.Diverged && a.Status == b.Status
 }
 
-// FinishWriter commits or aborts one writer on one stream.
+// FinishWriter commits or aborts one writer on one stream, in a group
+// commit.
 func (s *Store) FinishWriter(ctx context.Context, p *store.FinishWriterParams) (stream.Result, error) {
 	if p.Writer == "" || p.Attempt < 0 {
 		return 0, fmt.Errorf("finish writer: %w: a writer and an attempt >= 0 are required", store.ErrInvalid)
 	}
-	key := writerKey{p.StreamID, p.Writer}
-	token := newToken()
-	var res stream.Result
-	var sent bool
-	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
-		x, err := s.acquire(ctx, t)
-		if err != nil {
-			return err
-		}
-		defer x.release()
-		lw, err := s.lock(ctx, x, p.StreamID, p.Writer, "", "")
-		if err != nil {
-			return err
-		}
-		if sent && lw.hasRow && lw.row.token == token {
-			res = stream.Done
-			return nil
-		}
-		var w *stream.Writer
-		if lw.hasRow {
-			if w, err = s.loadWriter(ctx, x, p.StreamID, p.Writer, &lw.row); err != nil {
-				return err
-			}
-			if lw.runID != "" && p.Attempt < lw.fence {
-				s.writers.put(key, w, lw.row.version)
-				return &stream.FencedError{Attempt: p.Attempt, Current: lw.fence}
-			}
-		}
-		rule := stream.Abort
-		if p.Commit {
-			rule = stream.Commit
-		}
-		r, recs, err := rule(&lw.head, w, p.Attempt)
-		if err != nil || r == stream.Already {
-			if w != nil {
-				s.writers.put(key, w, lw.row.version)
-			}
-			res = r
-			return err
-		}
-		b := &pgx.Batch{}
-		b.Queue(s.q.insertBatch, p.StreamID, recs[len(recs)-1].Offset, recs[0].Offset, recs[0].Writer, stream.EncodeBatch(nil, recs))
-		b.Queue(s.q.setHead, p.StreamID, lw.head.NextOffset, lw.head.Closed)
-		b.Queue(s.q.putWriter, p.StreamID, w.ID, w.Attempt, w.Next, w.Diverged, int16(w.Status), token)
-		b.Queue("COMMIT")
-		sent = true
-		if err := x.commit(ctx, b); err != nil {
-			return err
-		}
-		s.writers.put(key, w, lw.row.version+1)
-		res = r
-		s.wrote(p.StreamID)
-		return nil
-	})
-	if err != nil {
+	o := &op{kind: opFinish, finish: p}
+	if err := s.exec(ctx, o); err != nil {
 		return 0, fmt.Errorf("finish writer: %w", err)
 	}
-	return res, nil
+	return o.result, nil
 }
 
-// CloseStream closes a stream; the second close writes nothing and returns
-// stream.Already. One statement: the close record depends on nothing.
+// CloseStream closes a stream, in a group commit; the second close writes
+// nothing and returns stream.Already.
 func (s *Store) CloseStream(ctx context.Context, id int64) (stream.Result, error) {
-	h := stream.Head{}
-	_, recs := stream.Close(&h)
-	data := stream.EncodeBatch(nil, recs)
-	var res stream.Result
-	// Idempotent: a retry after a lost reply finds the stream closed.
-	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
-		var closed bool
-		t.committing = true
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-		defer cancel()
-		err := s.pool.QueryRow(cctx, s.q.closeStream, id, data).Scan(&closed)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("stream %d: %w", id, store.ErrNotFound)
-		}
-		res = stream.Done
-		if closed {
-			res = stream.Already
-		}
-		return err
-	})
-	if err != nil {
+	o := &op{kind: opClose, stream: id}
+	if err := s.exec(ctx, o); err != nil {
 		return 0, fmt.Errorf("close stream: %w", err)
 	}
-	if res == stream.Done {
-		s.wrote(id)
-	}
-	return res, nil
+	return o.result, nil
 }
 
 // Read returns a page of the live view: the stream's head and its batches

@@ -35,11 +35,6 @@ func (x *txn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, err
 	return x.c.Query(ctx, sql, args...)
 }
 
-// send sends b and returns its results.
-func (x *txn) send(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return x.c.SendBatch(ctx, b)
-}
-
 // commit sends b, which must end with COMMIT, and reads every result.
 func (x *txn) commit(ctx context.Context, b *pgx.Batch) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)

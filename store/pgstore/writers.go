@@ -1,12 +1,7 @@
 package pgstore
 
 import (
-	"context"
-	"fmt"
 	"sync"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/weirhq/weir/stream"
 )
@@ -100,62 +95,11 @@ func (c *writerCache) unlink(e *cachedWriter) {
 	e.prev, e.next = nil, nil
 }
 
-// writerRow is the persisted part of a writer, as read with the stream locked.
+// writerRow is the persisted part of a writer, as a group reads it.
 type writerRow struct {
 	attempt, next int64
 	diverged      bool
 	status        int16
 	version       int64
 	token         int64
-}
-
-func (r *writerRow) scan(row pgx.Row) error {
-	return row.Scan(&r.attempt, &r.next, &r.diverged, &r.status, &r.version, &r.token)
-}
-
-// load returns writer id's state on stream st from the cache if its version
-// matches row, or else rebuilds Live from the writer's batches (in tx, which
-// holds the stream's lock).
-func (s *Store) loadWriter(ctx context.Context, tx querier, st int64, id string, row *writerRow) (*stream.Writer, error) {
-	w, ok := s.writers.take(writerKey{st, id}, row.version)
-	if !ok {
-		w = &stream.Writer{ID: id}
-		if err := s.replay(ctx, tx, st, w); err != nil {
-			return nil, fmt.Errorf("rebuild writer %q of stream %d: %w", id, st, err)
-		}
-	}
-	w.Attempt, w.Next, w.Diverged, w.Status = row.attempt, row.next, row.diverged, stream.Status(row.status)
-	return w, nil
-}
-
-// replay rebuilds w.Live from the writer's data and abort records.
-func (s *Store) replay(ctx context.Context, tx querier, st int64, w *stream.Writer) error {
-	rows, err := tx.Query(ctx, s.q.writerBatches, st, w.ID)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	var recs []stream.Record
-	var first int64
-	var data pgtype.DriverBytes // aliases the connection's buffer: decoded before the next row
-	for rows.Next() {
-		if err := rows.Scan(&first, &data); err != nil {
-			return err
-		}
-		recs, err = stream.DecodeBatch(recs[:0], data, first, 0)
-		if err != nil {
-			return err
-		}
-		for i := range recs {
-			if r := &recs[i]; r.Writer == w.ID {
-				w.Replay(r)
-			}
-		}
-	}
-	return rows.Err()
-}
-
-// querier is what loads need of a connection.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
