@@ -172,7 +172,7 @@ func (s *Store) runGroup(ops []*op) {
 		close(o.done)
 	}
 	if err == nil {
-		s.wrote(g.wrote...)
+		s.wroteHeads(g.wrote)
 	}
 }
 

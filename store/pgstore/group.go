@@ -41,7 +41,7 @@ type group struct {
 	events  eventRows
 	batches batchRows
 	undo    []func()
-	wrote   []int64
+	wrote   []head // the streams that got records, with their new heads
 }
 
 type fenceKey struct{ run, writer string }
@@ -799,7 +799,8 @@ func (g *group) writes() *pgx.Batch {
 		for _, id := range bt.stream {
 			if !seen[id] {
 				seen[id] = true
-				g.wrote = append(g.wrote, id)
+				h := g.streams[id].meta.head
+				g.wrote = append(g.wrote, head{id: id, next: h.NextOffset, closed: h.Closed, known: true})
 			}
 		}
 	}

@@ -43,13 +43,37 @@ func channel(schema string) string {
 	return c
 }
 
-// wrote reports that records were committed on the streams ids.
+// head is what a wake tells a waiter of a stream: its next offset and
+// whether it is closed, if known.
+type head struct {
+	id     int64
+	next   int64
+	closed bool
+	known  bool
+}
+
+// wrote reports that the streams ids changed (records committed, deleted):
+// their waiters look at them again.
 func (s *Store) wrote(ids ...int64) {
 	if len(ids) == 0 {
 		return
 	}
-	s.hub.wake(ids)
-	s.pub.add(ids)
+	hs := make([]head, len(ids))
+	for i, id := range ids {
+		hs[i] = head{id: id}
+	}
+	s.wroteHeads(hs)
+}
+
+// wroteHeads reports commits on streams whose new heads are known: a
+// waiter, here or in another process, that sees its offset reached returns
+// without a read.
+func (s *Store) wroteHeads(hs []head) {
+	if len(hs) == 0 {
+		return
+	}
+	s.hub.wake(hs)
+	s.pub.add(hs)
 }
 
 // hub wakes the Wait calls of this process. Only streams with waiters have an
@@ -61,8 +85,9 @@ type hub struct {
 }
 
 type waiters struct {
-	ch chan struct{}
-	n  int
+	ch   chan struct{}
+	n    int
+	head head // set before ch is closed
 }
 
 func (h *hub) subscribe(id int64) *waiters {
@@ -89,13 +114,14 @@ func (h *hub) unsubscribe(id int64, w *waiters) {
 	}
 }
 
-func (h *hub) wake(ids []int64) {
+func (h *hub) wake(hs []head) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, id := range ids {
-		if w, ok := h.m[id]; ok {
+	for _, hd := range hs {
+		if w, ok := h.m[hd.id]; ok {
+			w.head = hd
 			close(w.ch)
-			delete(h.m, id)
+			delete(h.m, hd.id)
 		}
 	}
 }
@@ -115,18 +141,23 @@ type publisher struct {
 	s       *Store
 	channel string
 	mu      sync.Mutex
-	pending map[int64]struct{}
+	pending map[int64]head
 	kick    chan struct{}
 }
 
 func newPublisher(s *Store) *publisher {
-	return &publisher{s: s, channel: channel(s.cfg.Schema), pending: make(map[int64]struct{}), kick: make(chan struct{}, 1)}
+	return &publisher{s: s, channel: channel(s.cfg.Schema), pending: make(map[int64]head), kick: make(chan struct{}, 1)}
 }
 
-func (p *publisher) add(ids []int64) {
+func (p *publisher) add(hs []head) {
 	p.mu.Lock()
-	for _, id := range ids {
-		p.pending[id] = struct{}{}
+	for _, h := range hs {
+		if old, ok := p.pending[h.id]; ok {
+			// Heads only grow; an unknown one makes the receiver look.
+			h.known = h.known && old.known
+			h.next, h.closed = max(h.next, old.next), h.closed || old.closed
+		}
+		p.pending[h.id] = h
 	}
 	p.mu.Unlock()
 	select {
@@ -153,7 +184,7 @@ func (p *publisher) loop() {
 			}
 			payloads = payloads[:0]
 			var b strings.Builder
-			for id := range p.pending {
+			for _, h := range p.pending {
 				if b.Len() > maxPayload {
 					payloads = append(payloads, b.String())
 					b.Reset()
@@ -161,7 +192,7 @@ func (p *publisher) loop() {
 				if b.Len() > 0 {
 					b.WriteByte(',')
 				}
-				b.WriteString(strconv.FormatInt(id, 10))
+				b.WriteString(formatHead(h))
 			}
 			payloads = append(payloads, b.String())
 			clear(p.pending)
@@ -254,20 +285,50 @@ func (l *listener) listen(ctx context.Context, listening func()) error {
 	}
 	listening()
 	l.s.hub.wakeAll() // anything sent before the LISTEN was missed
-	var ids []int64
+	var hs []head
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		ids = ids[:0]
+		hs = hs[:0]
 		for f := range strings.SplitSeq(n.Payload, ",") {
-			if id, err := strconv.ParseInt(f, 10, 64); err == nil {
-				ids = append(ids, id)
+			if h, ok := parseHead(f); ok {
+				hs = append(hs, h)
 			}
 		}
-		l.s.hub.wake(ids)
+		l.s.hub.wake(hs)
 	}
+}
+
+// formatHead is a head as a notification carries it: "id", "id:next" or
+// "id:next:c" (closed).
+func formatHead(h head) string {
+	s := strconv.FormatInt(h.id, 10)
+	if !h.known {
+		return s
+	}
+	s += ":" + strconv.FormatInt(h.next, 10)
+	if h.closed {
+		s += ":c"
+	}
+	return s
+}
+
+func parseHead(f string) (head, bool) {
+	idS, rest, hasNext := strings.Cut(f, ":")
+	id, err := strconv.ParseInt(idS, 10, 64)
+	if err != nil {
+		return head{}, false
+	}
+	h := head{id: id}
+	if hasNext {
+		nextS, c, _ := strings.Cut(rest, ":")
+		if next, err := strconv.ParseInt(nextS, 10, 64); err == nil {
+			h.next, h.closed, h.known = next, c == "c", true
+		}
+	}
+	return h, true
 }
 
 // Wait blocks until stream id has a record at offset >= next or is closed.
@@ -306,6 +367,11 @@ func (s *Store) Wait(ctx context.Context, id int64, next int64) error {
 		}
 		select {
 		case <-w.ch:
+			// A commit told us its head: no need to look.
+			if hd := w.head; hd.known && (hd.next > next || hd.closed) {
+				s.hub.unsubscribe(id, w)
+				return nil
+			}
 		case <-t.C:
 		case <-ctx.Done():
 			s.hub.unsubscribe(id, w)

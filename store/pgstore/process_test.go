@@ -38,6 +38,22 @@ const (
 // reporting it on progress), and another workflow write.
 func registerProcessWorkflows(e *weir.Engine, progress io.Writer, delay time.Duration) *weir.Workflow[int, int] {
 	var mu sync.Mutex
+	// tail writes n chunks holding the time they were written, one every
+	// interval: the live tail benchmark's source.
+	weir.Register(e, "tail", func(ctx weir.Context, in tailInput) (int, error) {
+		return weir.Step(ctx, "emit", func(sc weir.StepContext) (int, error) {
+			w := sc.Stream("out")
+			next := time.Now()
+			for range in.N {
+				if _, err := w.Write(strconv.AppendInt(nil, time.Now().UnixNano(), 10)); err != nil {
+					return 0, err
+				}
+				next = next.Add(in.Interval)
+				time.Sleep(time.Until(next))
+			}
+			return in.N, nil
+		})
+	})
 	return weir.Register(e, "multi", func(ctx weir.Context, n int) (int, error) {
 		if _, err := ctx.Stream("out").WriteString("begin"); err != nil {
 			return 0, err
@@ -70,6 +86,11 @@ func registerProcessWorkflows(e *weir.Engine, progress io.Writer, delay time.Dur
 	})
 }
 
+type tailInput struct {
+	N        int
+	Interval time.Duration
+}
+
 func wantChunks(n int) []string {
 	out := []string{"begin"}
 	for i := range n {
@@ -88,7 +109,8 @@ func TestPGWorkerProcess(t *testing.T) {
 	delay, _ := time.ParseDuration(os.Getenv(envWorkerDelay))
 	lease, _ := time.ParseDuration(os.Getenv(envWorkerLease))
 	ctx := context.Background()
-	s, err := pgstore.Open(ctx, databaseURL(), &pgstore.Config{Schema: schema, MaxConns: 8})
+	notify, _ := time.ParseDuration(os.Getenv("WEIR_TEST_PG_NOTIFY_INTERVAL"))
+	s, err := pgstore.Open(ctx, databaseURL(), &pgstore.Config{Schema: schema, MaxConns: 8, NotifyInterval: notify})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +152,7 @@ type worker struct {
 	done  bool
 }
 
-func startWorker(t *testing.T, schema string, delay, lease time.Duration) *worker {
+func startWorker(t testing.TB, schema string, delay, lease time.Duration) *worker {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestPGWorkerProcess$", "-test.v=false", "-test.count=1")
 	cmd.Env = append(os.Environ(), envWorkerSchema+"="+schema, envWorkerDelay+"="+delay.String(), envWorkerLease+"="+lease.String(),
@@ -163,7 +185,7 @@ func startWorker(t *testing.T, schema string, delay, lease time.Duration) *worke
 }
 
 // waitFor waits until ok holds for the worker's output so far.
-func (w *worker) waitFor(t *testing.T, what string, ok func(lines []string) bool) {
+func (w *worker) waitFor(t testing.TB, what string, ok func(lines []string) bool) {
 	t.Helper()
 	timer := time.AfterFunc(30*time.Second, func() {
 		w.mu.Lock()
