@@ -30,6 +30,8 @@ const (
 	opRecord
 	opFinish
 	opClose
+	opCreateRun
+	opOpenStream
 )
 
 // op is one write waiting for a committer.
@@ -42,6 +44,9 @@ type op struct {
 	chg    *runChange
 	finish *store.FinishWriterParams
 	stream int64 // CloseStream's
+	create *store.CreateRunParams
+	open   *store.OpenStreamParams // with its Path set and Create true
+	openCT string                  // its content type
 
 	// prevToken is the token of the group that last sent this op's commit
 	// without an answer; 0 if none. The group checks the rows this op
@@ -54,6 +59,9 @@ type op struct {
 	// Outcome.
 	computed    *store.AppendResult // the result computed in the last group, even if it failed
 	computedFin stream.Result
+	run         *store.Run          // create run
+	created     bool                // create run
+	info        *store.StreamInfo   // open stream
 	res         *store.AppendResult // append
 	result      stream.Result       // finish, close
 	err         error

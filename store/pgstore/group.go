@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/weirhq/weir/store"
@@ -37,6 +38,11 @@ type group struct {
 	producers map[prodKey]*gProducer
 	keys      map[prodKey]*gKey
 	anonDone  map[anonKey]bool // a retried anonymous append's batch exists
+
+	inserted map[string]bool              // runs this group created
+	existing map[string]*store.Run        // the runs create ops name, after the inserts
+	opened   map[string]*store.StreamInfo // the streams open ops name, after the inserts
+	creates  bool                         // the inserts wrote rows
 
 	events  eventRows
 	batches batchRows
@@ -220,6 +226,12 @@ func (g *group) lockAndRead() error {
 		kStream         []int64
 		kKey            []string
 		aStream, aToken []int64
+		cID, cWF        []string // runs to create
+		cInput          [][]byte
+		cNow, cWake     []int64
+		sPath, sRun     []string // streams to create
+		sName, sCT      []string
+		sNow            []int64
 		seenRun         = map[string]bool{}
 		seenStream      = map[int64]bool{}
 		seenFence       = map[fenceKey]bool{}
@@ -274,6 +286,14 @@ func (g *group) lockAndRead() error {
 			addFence(run, p.Writer)
 		case opClose:
 			addStream(o.stream)
+		case opCreateRun:
+			p := o.create
+			cID, cWF, cInput = append(cID, p.ID), append(cWF, p.Workflow), append(cInput, p.Input)
+			cNow, cWake = append(cNow, o.now), append(cWake, nanos(p.WakeAt))
+		case opOpenStream:
+			p := o.open
+			sPath, sRun, sName = append(sPath, p.Path), append(sRun, p.RunID), append(sName, p.Name)
+			sCT, sNow = append(sCT, o.openCT), append(sNow, o.now)
 		case opRecord:
 			p := o.record
 			addRun(p.RunID)
@@ -388,6 +408,50 @@ func (g *group) lockAndRead() error {
 			return rows.Err()
 		})
 	}
+	// Creations come last: an insert waits only for another transaction
+	// inserting the same key, so every lock the group takes is taken before.
+	if len(cID) > 0 {
+		g.inserted, g.existing = map[string]bool{}, map[string]*store.Run{}
+		b.Queue(q.insertRuns, cID, cWF, cInput, cNow, cWake).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				g.inserted[id], g.creates = true, true
+			}
+			return rows.Err()
+		})
+		b.Queue(q.runsByID, cID).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				r, err := scanRun(rows)
+				if err != nil {
+					return err
+				}
+				g.existing[r.ID] = r
+			}
+			return rows.Err()
+		})
+	}
+	if len(sPath) > 0 {
+		g.opened = map[string]*store.StreamInfo{}
+		b.Queue(q.insertStreams, sPath, sRun, sName, sCT, sNow).Exec(func(ct pgconn.CommandTag) error {
+			if ct.RowsAffected() > 0 {
+				g.creates = true
+			}
+			return nil
+		})
+		b.Queue(q.streamsByPath, sPath).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				si, err := scanStream(rows)
+				if err != nil {
+					return err
+				}
+				g.opened[si.Path] = si
+			}
+			return rows.Err()
+		})
+	}
 	return g.x.c.SendBatch(g.ctx, b).Close()
 }
 
@@ -457,7 +521,7 @@ func (g *group) putWriters(committed bool) {
 }
 
 func (g *group) dirty() bool {
-	if len(g.events.run) > 0 || len(g.batches.stream) > 0 {
+	if g.creates || len(g.events.run) > 0 || len(g.batches.stream) > 0 {
 		return true
 	}
 	for _, r := range g.runs {
@@ -507,6 +571,10 @@ func (g *group) apply(o *op) {
 		err = g.applyFinish(o)
 	case opClose:
 		err = g.applyClose(o)
+	case opCreateRun:
+		err = g.applyCreateRun(o)
+	case opOpenStream:
+		err = g.applyOpenStream(o)
 	}
 	if err != nil {
 		for i := len(g.undo) - 1; i >= 0; i-- {
@@ -773,6 +841,34 @@ func (g *group) applyClose(o *op) error {
 	return nil
 }
 
+func (g *group) applyCreateRun(o *op) error {
+	p := o.create
+	r := g.existing[p.ID]
+	if r == nil {
+		return &retryError{"run vanished during create"} // purged since
+	}
+	if r.Workflow != p.Workflow {
+		return fmt.Errorf("%w: run %q is of workflow %q, not %q", store.ErrRunConflict, p.ID, r.Workflow, p.Workflow)
+	}
+	// The first op of the group with this id created it.
+	o.run, o.created = r, g.inserted[p.ID]
+	delete(g.inserted, p.ID)
+	return nil
+}
+
+func (g *group) applyOpenStream(o *op) error {
+	p := o.open
+	si := g.opened[p.Path]
+	if si == nil {
+		if p.RunID != "" {
+			return fmt.Errorf("run %q: %w", p.RunID, store.ErrNotFound)
+		}
+		return &retryError{"stream vanished during create"} // deleted since
+	}
+	o.info = si
+	return nil
+}
+
 // writes is the group's second round trip: every change, set-wise, and
 // COMMIT.
 func (g *group) writes() *pgx.Batch {
@@ -877,7 +973,7 @@ func (g *group) writes() *pgx.Batch {
 		if len(ids) > 0 {
 			b.Queue(q.putKeys, ids, keys, digests, result, expires)
 			if n := g.s.keysSaved.Add(int64(len(ids))); n/256 != (n-int64(len(ids)))/256 {
-				b.Queue(q.purgeKeys, g.ops[0].now)
+				b.Queue(q.purgeKeys, nanos(g.s.cfg.Now()))
 			}
 		}
 	}

@@ -22,7 +22,7 @@ const metaCols = `COALESCE(run_id, ''), next_offset, closed, ttl, expires_at, la
 type queries struct {
 	schema string // quoted
 
-	insertRun, run, runExists, runLease, claim, renew, cancel, events, streamByPath, streamByID, runStreams, insertStream, head, insertBatch, setHead, touch, read, purgeLock, purgeBatches, purgeWriters, purgeProducers, purgeStreamKeys, purgeStreams, purgeFences, purgeEvents, purgeRuns, purgeKeys, createStream, lockSource, attemptWriters, copyBatches, specialBatches, batchesFrom, setForks, lockForDelete, delBatches, delWriters, delProducers, delKeys, delStream, lockRuns, lockStreams, readWriters, readFences, readProducers, readKeys, readAnonTokens, replayWriters, insertEventsMany, putFences, insertBatchesMany, setStreams, putWriters, putProducers, putKeys, updateRuns string
+	insertRun, run, runExists, runLease, claim, renew, cancel, events, streamByPath, streamByID, runStreams, insertStream, head, insertBatch, setHead, touch, read, purgeLock, purgeBatches, purgeWriters, purgeProducers, purgeStreamKeys, purgeStreams, purgeFences, purgeEvents, purgeRuns, purgeKeys, createStream, lockSource, attemptWriters, copyBatches, specialBatches, batchesFrom, setForks, lockForDelete, delBatches, delWriters, delProducers, delKeys, delStream, lockRuns, lockStreams, readWriters, readFences, readProducers, readKeys, readAnonTokens, replayWriters, insertEventsMany, putFences, insertBatchesMany, setStreams, putWriters, putProducers, putKeys, updateRuns, insertRuns, runsByID, insertStreams, streamsByPath string
 }
 
 func newQueries(schema string) *queries {
@@ -235,5 +235,21 @@ func newQueries(schema string) *queries {
 			$8::bigint[], $9::boolean[], $10::bigint[])
 			AS u(id, set_status, status, output, error, release, wake, now, ended, last_event)
 		WHERE x.id = u.id`)
+	set(&q.insertRuns, `INSERT INTO $S.runs (id, workflow, status, input, created_at, updated_at, wake_at)
+		SELECT u.id, u.workflow, 'pending', u.input, u.now, u.now, u.wake
+		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[]) AS u(id, workflow, input, now, wake)
+		ON CONFLICT (id) DO NOTHING RETURNING id`)
+	set(&q.runsByID, `SELECT r.* FROM unnest($1::text[]) AS k(id), LATERAL (
+			SELECT `+runCols+` FROM $S.runs WHERE id = k.id
+		) r`)
+	// A run stream is created only for a run that exists.
+	set(&q.insertStreams, `INSERT INTO $S.streams (path, run_id, name, content_type, created_at, last_access)
+		SELECT u.path, NULLIF(u.run_id, ''), u.name, u.content_type, u.now, u.now
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) AS u(path, run_id, name, content_type, now)
+		WHERE u.run_id = '' OR EXISTS (SELECT 1 FROM $S.runs WHERE id = u.run_id)
+		ON CONFLICT (path) DO NOTHING`)
+	set(&q.streamsByPath, `SELECT s.* FROM unnest($1::text[]) AS k(path), LATERAL (
+			SELECT `+streamCols+` FROM $S.streams WHERE path = k.path
+		) s`)
 	return q
 }

@@ -34,39 +34,13 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 	if p.ID == "" || p.Workflow == "" {
 		return nil, false, fmt.Errorf("create run: %w: a run needs an id and a workflow", store.ErrInvalid)
 	}
-	now := nanos(s.cfg.Now())
-	var run *store.Run
-	var created bool
-	// Idempotent: a retry finds the run its lost reply created.
-	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
-		t.committing = true
-		r, err := scanRun(s.pool.QueryRow(ctx, s.q.insertRun, p.ID, p.Workflow, p.Input, now, nanos(p.WakeAt)))
-		if err == nil {
-			run, created = r, true
-			return nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		t.committing = false
-		r, err = scanRun(s.pool.QueryRow(ctx, s.q.run, p.ID))
-		if errors.Is(err, pgx.ErrNoRows) {
-			// Purged between the two statements: try again.
-			return &retryError{"run vanished during create"}
-		}
-		if err != nil {
-			return err
-		}
-		if r.Workflow != p.Workflow {
-			return fmt.Errorf("%w: run %q is of workflow %q, not %q", store.ErrRunConflict, p.ID, r.Workflow, p.Workflow)
-		}
-		run, created = r, false
-		return nil
-	})
-	if err != nil {
+	o := &op{kind: opCreateRun, create: p, now: nanos(s.cfg.Now())}
+	// Idempotent: a retry finds the run its lost reply created (then as
+	// created false).
+	if err := s.exec(ctx, o); err != nil {
 		return nil, false, fmt.Errorf("create run: %w", err)
 	}
-	return run, created, nil
+	return o.run, o.created, nil
 }
 
 // GetRun returns a run.

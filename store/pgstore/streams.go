@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
@@ -74,36 +73,20 @@ func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*sto
 	if ct == "" {
 		ct = defaultContentType
 	}
-	now := nanos(s.cfg.Now())
 	var si *store.StreamInfo
-	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+	if !p.Create {
 		var err error
-		if p.Create {
-			// Create first: the engine opens a stream once per run, new.
-			t.committing = true
-			si, err = scanStream(s.pool.QueryRow(ctx, s.q.insertStream, path, p.RunID, p.Name, ct, now))
-			var pe *pgconn.PgError
-			if errors.As(err, &pe) && pe.Code == "23503" { // foreign key: no such run
-				return fmt.Errorf("run %q: %w", p.RunID, store.ErrNotFound)
-			}
-			if !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-			t.committing = false
+		if si, err = s.GetStreamByPath(ctx, path); err != nil {
+			return nil, fmt.Errorf("open stream: %w", err)
 		}
-		si, err = scanStream(s.pool.QueryRow(ctx, s.q.streamByPath, path))
-		if errors.Is(err, pgx.ErrNoRows) {
-			if p.Create {
-				// Purged between the two statements: try again.
-				return &retryError{"stream vanished during create"}
-			}
-			return fmt.Errorf("stream %q: %w", path, store.ErrNotFound)
-		}
-		return err
-	})
-	if err != nil {
+		return si, nil
+	}
+	// Created in a group commit, or found there if it exists.
+	o := &op{kind: opOpenStream, open: &store.OpenStreamParams{Path: path, RunID: p.RunID, Name: p.Name}, openCT: ct, now: nanos(s.cfg.Now())}
+	if err := s.exec(ctx, o); err != nil {
 		return nil, fmt.Errorf("open stream: %w", err)
 	}
+	si = o.info
 	s.setStreamRun(si.ID, si.RunID)
 	return si, nil
 }
@@ -119,6 +102,7 @@ func (s *Store) GetStreamByPath(ctx context.Context, path string) (*store.Stream
 	if err != nil {
 		return nil, fmt.Errorf("get stream %q: %w", path, err)
 	}
+	s.setStreamRun(si.ID, si.RunID)
 	return si, nil
 }
 
