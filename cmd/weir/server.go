@@ -38,6 +38,7 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	token := fs.String("token", "", "bearer token that writes (and, beyond loopback, reads) must carry (default $WEIR_TOKEN)")
 	longPoll := fs.Duration("long-poll-timeout", 20*time.Second, "how long a long-poll read waits for data before answering 204")
 	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests and runs to stop")
+	retention := fs.Duration("retention", 0, "delete finished runs, with their streams, this long after they end (0: keep them forever)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage(err)
 	}
@@ -69,7 +70,7 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	ist := server.InstrumentStore(st)
-	e, err := weir.New(ist, &weir.Config{Logger: log})
+	e, err := weir.New(ist, &weir.Config{Logger: log, Retention: *retention})
 	if err != nil {
 		closeStore()
 		return err
