@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/pgstore"
+	"github.com/weirhq/weir/store/sqlitestore"
 	"github.com/weirhq/weir/stream"
 )
 
@@ -66,8 +68,23 @@ func benchEngine(b *testing.B, s store.Store) *weir.Engine {
 
 // BenchmarkStepStreamRuns runs the workload once per iteration and reports
 // chunks/s (every chunk committed exactly once, each run ended) and runs/s.
+// The sub-benchmarks are the same workload on PostgreSQL and, as the
+// baseline of the same run, on SQLite (one process, durable commits).
 func BenchmarkStepStreamRuns(b *testing.B) {
-	s := open(b, newSchema(b), &pgstore.Config{MaxConns: 24})
+	b.Run("postgres", func(b *testing.B) {
+		benchStepStreamRuns(b, open(b, newSchema(b), &pgstore.Config{MaxConns: 24}))
+	})
+	b.Run("sqlite", func(b *testing.B) {
+		s, err := sqlitestore.Open(b.Context(), filepath.Join(b.TempDir(), "bench.db"), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		benchStepStreamRuns(b, s)
+	})
+}
+
+func benchStepStreamRuns(b *testing.B, s store.Store) {
 	e := benchEngine(b, s)
 	wf := registerStreamer(e)
 	if err := e.Start(b.Context()); err != nil {
