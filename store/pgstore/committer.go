@@ -32,6 +32,7 @@ const (
 	opClose
 	opCreateRun
 	opOpenStream
+	opClaim
 )
 
 // op is one write waiting for a committer.
@@ -47,6 +48,7 @@ type op struct {
 	create *store.CreateRunParams
 	open   *store.OpenStreamParams // with its Path set and Create true
 	openCT string                  // its content type
+	claim  *store.ClaimRunsParams  // with Now set
 
 	// prevToken is the token of the group that last sent this op's commit
 	// without an answer; 0 if none. The group checks the rows this op
@@ -62,6 +64,7 @@ type op struct {
 	run         *store.Run          // create run
 	created     bool                // create run
 	info        *store.StreamInfo   // open stream
+	claimed     []claimedRun        // claim
 	res         *store.AppendResult // append
 	result      stream.Result       // finish, close
 	err         error

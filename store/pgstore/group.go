@@ -433,6 +433,31 @@ func (g *group) lockAndRead() error {
 			return rows.Err()
 		})
 	}
+	// Claims come after the creations, so a run created in this group can
+	// be claimed in it, and skip the runs the group holds: the group read
+	// their leases before, and its ops rely on them.
+	for _, o := range g.ops {
+		if o.kind != opClaim || o.err != nil {
+			continue
+		}
+		p := o.claim
+		if runIDs == nil {
+			runIDs = []string{}
+		}
+		b.Queue(q.claimIn, p.Owner, nanos(p.Now.Add(p.LeaseTTL)), nanos(p.Now), p.Limit, runIDs, g.token, o.prevToken).Query(func(rows pgx.Rows) error {
+			o.claimed = o.claimed[:0]
+			for rows.Next() {
+				var c claimedRun
+				var err error
+				if c.run, err = scanRun(rows, &c.seq); err != nil {
+					return err
+				}
+				o.claimed = append(o.claimed, c)
+				g.creates = true
+			}
+			return rows.Err()
+		})
+	}
 	if len(sPath) > 0 {
 		g.opened = map[string]*store.StreamInfo{}
 		b.Queue(q.insertStreams, sPath, sRun, sName, sCT, sNow).Exec(func(ct pgconn.CommandTag) error {
@@ -575,6 +600,8 @@ func (g *group) apply(o *op) {
 		err = g.applyCreateRun(o)
 	case opOpenStream:
 		err = g.applyOpenStream(o)
+	case opClaim:
+		// Done in the first round trip.
 	}
 	if err != nil {
 		for i := len(g.undo) - 1; i >= 0; i-- {

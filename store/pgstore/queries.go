@@ -22,7 +22,7 @@ const metaCols = `COALESCE(run_id, ''), next_offset, closed, ttl, expires_at, la
 type queries struct {
 	schema string // quoted
 
-	insertRun, run, runExists, runLease, claim, renew, cancel, events, streamByPath, streamByID, runStreams, insertStream, head, insertBatch, setHead, touch, read, purgeLock, purgeBatches, purgeWriters, purgeProducers, purgeStreamKeys, purgeStreams, purgeFences, purgeEvents, purgeRuns, purgeKeys, createStream, lockSource, attemptWriters, copyBatches, specialBatches, batchesFrom, setForks, lockForDelete, delBatches, delWriters, delProducers, delKeys, delStream, lockRuns, lockStreams, readWriters, readFences, readProducers, readKeys, readAnonTokens, replayWriters, insertEventsMany, putFences, insertBatchesMany, setStreams, putWriters, putProducers, putKeys, updateRuns, insertRuns, runsByID, insertStreams, streamsByPath string
+	insertRun, run, runExists, runLease, claim, renew, cancel, events, streamByPath, streamByID, runStreams, insertStream, head, insertBatch, setHead, touch, read, purgeLock, purgeBatches, purgeWriters, purgeProducers, purgeStreamKeys, purgeStreams, purgeFences, purgeEvents, purgeRuns, purgeKeys, createStream, lockSource, attemptWriters, copyBatches, specialBatches, batchesFrom, setForks, lockForDelete, delBatches, delWriters, delProducers, delKeys, delStream, lockRuns, lockStreams, readWriters, readFences, readProducers, readKeys, readAnonTokens, replayWriters, insertEventsMany, putFences, insertBatchesMany, setStreams, putWriters, putProducers, putKeys, updateRuns, insertRuns, runsByID, insertStreams, streamsByPath, claimIn string
 }
 
 func newQueries(schema string) *queries {
@@ -251,5 +251,27 @@ func newQueries(schema string) *queries {
 	set(&q.streamsByPath, `SELECT s.* FROM unnest($1::text[]) AS k(path), LATERAL (
 			SELECT `+streamCols+` FROM $S.streams WHERE path = k.path
 		) s`)
+	// claimIn is a claim inside a group: it skips the runs the group holds
+	// ($5), marks the runs it claims with the group's token ($6), and, for
+	// a retry, returns the runs the lost try claimed ($7, its token) rather
+	// than claiming more.
+	set(&q.claimIn, `WITH prev AS (
+			SELECT id, workflow, status, input, output, error, created_at, updated_at,
+				wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, seq
+			FROM $S.runs WHERE $7 <> 0 AND record_token = $7 AND lease_owner = $1 AND status IN ('pending', 'running')
+		), c AS (
+			SELECT id FROM $S.runs
+			WHERE NOT EXISTS (SELECT 1 FROM prev) AND id <> ALL ($5::text[])
+				AND status IN ('pending', 'running') AND wake_at <= $3 AND (lease_owner = '' OR lease_expires <= $3)
+			ORDER BY wake_at, seq LIMIT $4
+			FOR NO KEY UPDATE SKIP LOCKED
+		), u AS (
+			UPDATE $S.runs r SET status = 'running', lease_owner = $1, lease_expires = $2,
+				lease_epoch = r.lease_epoch + 1, updated_at = $3, record_token = $6
+			FROM c WHERE r.id = c.id
+			RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error, r.created_at, r.updated_at,
+				r.wake_at, r.lease_owner, r.lease_expires, r.lease_epoch, r.cancel_requested, r.seq
+		)
+		SELECT * FROM u UNION ALL SELECT * FROM prev`)
 	return q
 }

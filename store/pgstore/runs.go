@@ -14,6 +14,12 @@ import (
 	"github.com/weirhq/weir/store"
 )
 
+// claimedRun is a run a claim took, with its creation order.
+type claimedRun struct {
+	run *store.Run
+	seq int64
+}
+
 func scanRun(row pgx.Row, extra ...any) (*store.Run, error) {
 	var r store.Run
 	var status string
@@ -137,36 +143,14 @@ func (s *Store) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*sto
 	if now.IsZero() {
 		now = s.cfg.Now()
 	}
-	type claimed struct {
-		run *store.Run
-		seq int64
-	}
-	var out []claimed
-	// Not idempotent: a claim whose reply was lost leases runs nobody runs
-	// until the lease expires. Retrying would claim others on top.
-	err := s.do(ctx, false, func(ctx context.Context, t *try) error {
-		out = out[:0]
-		t.committing = true
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-		defer cancel()
-		rows, err := s.pool.Query(ctx, s.q.claim, p.Owner, nanos(now.Add(p.LeaseTTL)), nanos(now), p.Limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var c claimed
-			if c.run, err = scanRun(rows, &c.seq); err != nil {
-				return err
-			}
-			out = append(out, c)
-		}
-		return rows.Err()
-	})
-	if err != nil {
+	o := &op{kind: opClaim, claim: &store.ClaimRunsParams{Owner: p.Owner, Limit: p.Limit, LeaseTTL: p.LeaseTTL, Now: now}}
+	// In a group commit. A retry after a lost reply returns the runs the
+	// lost try claimed, found by its token, instead of claiming more.
+	if err := s.exec(ctx, o); err != nil {
 		return nil, fmt.Errorf("claim runs: %w", err)
 	}
-	slices.SortFunc(out, func(a, b claimed) int {
+	out := o.claimed
+	slices.SortFunc(out, func(a, b claimedRun) int {
 		if c := a.run.WakeAt.Compare(b.run.WakeAt); c != 0 {
 			return c
 		}
