@@ -17,9 +17,10 @@ const healthProbeTimeout = 2 * time.Second
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), healthProbeTimeout)
 	defer cancel()
-	// A read of a run that cannot exist: any answer but ErrNotFound (or
-	// the run) means the store is unwell.
-	_, err := s.store.GetRun(ctx, "\x00healthz")
+	// A read of a run that should not exist: any answer but ErrNotFound (or
+	// the run) means the store is unwell. (The id must be one every store
+	// accepts: PostgreSQL refuses a NUL byte in text.)
+	_, err := s.store.GetRun(ctx, "weir-healthz-probe")
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		if !errors.Is(err, store.ErrClosedStore) {
 			s.log.Warn("weir server: health probe", "err", err)
