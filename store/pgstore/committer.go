@@ -11,8 +11,9 @@ import (
 
 // Group commit.
 //
-// Every write that the stream rules decide (Append, Record, FinishWriter,
-// CloseStream) is an op handed to the store's committers. A committer takes
+// Every write (Append, Record, FinishWriter, CloseStream, CreateRun,
+// OpenStream's creation, ClaimRuns) is an op handed to the store's
+// committers. A committer takes
 // the ops waiting, up to Config.MaxBatch, and applies them in one
 // transaction of two pipelined round trips (see group.go): the first locks
 // every run and stream the ops touch and reads their state, set-wise; the

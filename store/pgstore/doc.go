@@ -19,8 +19,9 @@
 //
 // # Group commit, transactions and locks
 //
-// Every write the stream rules decide (Append, Record, FinishWriter,
-// CloseStream) goes through the store's committers ([Config.Committers]):
+// Every write (Append, Record, FinishWriter, CloseStream, CreateRun,
+// OpenStream's creation, ClaimRuns) goes through the store's committers
+// ([Config.Committers]):
 // each takes the writes waiting, up to [Config.MaxBatch], and applies them
 // in one transaction of two pipelined round trips. The first locks every run
 // and stream they touch and reads, set-wise, what the rules need (writer
@@ -40,7 +41,8 @@
 //     Record that raises one has committed, so a zombie attempt is fenced on
 //     every stream from the moment the new attempt's start commits.
 //   - A claim takes runnable runs with FOR NO KEY UPDATE SKIP LOCKED:
-//     claimers never wait for each other nor share a run.
+//     claimers never wait for each other nor share a run. It skips the runs
+//     its own group holds.
 //
 // # Errors and retries
 //
@@ -52,9 +54,7 @@
 // group saves a random token with the rows it writes (the run of a Record,
 // the writer row of an append or finish, the batch of an anonymous append),
 // so a retried write finds out whether its group committed and is never
-// applied twice. Claims are not retried then and return an [*Error] with
-// Unknown set: the runs a lost claim leased are taken again when the lease
-// expires.
+// applied twice (a retried claim gets back the runs its lost try took).
 //
 // # Live tails
 //
