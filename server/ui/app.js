@@ -351,6 +351,8 @@ window.addEventListener("hashchange", route);
 window.addEventListener("DOMContentLoaded", () => {
   const tok = $("#token");
   tok.value = localStorage.getItem("weir.token") || "";
-  tok.onchange = () => { localStorage.setItem("weir.token", tok.value); route(); };
+  // Keep the token as it is typed; the next request uses it. (Re-rendering
+  // on change would swallow the click that blurs the field.)
+  tok.oninput = tok.onchange = () => localStorage.setItem("weir.token", tok.value);
   route();
 });

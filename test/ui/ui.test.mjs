@@ -6,6 +6,10 @@
 //
 //   WEIR_BIN=/path/to/weir node --test ui.test.mjs
 //
+// WEIR_STORE picks the server's store (default: a fresh SQLite file);
+// WEIR_UI_TOKEN runs the server with a bearer token, which the test types
+// into the page as a user would.
+//
 // Needs Debian's chromium at /usr/bin/chromium (or CHROMIUM=...). Writes a
 // screenshot to $SCREENSHOT_DIR (default: this folder).
 import { test } from "node:test";
@@ -20,6 +24,7 @@ import { chromium } from "playwright-core";
 const bin = process.env.WEIR_BIN || "weir";
 const chromePath = process.env.CHROMIUM || "/usr/bin/chromium";
 const shots = process.env.SCREENSHOT_DIR || new URL(".", import.meta.url).pathname;
+const token = process.env.WEIR_UI_TOKEN || "";
 
 function freePort() {
   return new Promise((resolve, reject) => {
@@ -42,7 +47,10 @@ test("the UI shows a retried step's stream live, with the abort struck through",
   const dir = mkdtempSync(join(tmpdir(), "weir-ui-"));
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const server = spawn(bin, ["server", "--addr", `127.0.0.1:${port}`, "--store", `sqlite:${join(dir, "weir.db")}`], { stdio: ["ignore", "inherit", "inherit"] });
+  const storeArg = process.env.WEIR_STORE || `sqlite:${join(dir, "weir.db")}`;
+  const args = ["server", "--addr", `127.0.0.1:${port}`, "--store", storeArg];
+  if (token) args.push("--token", token);
+  const server = spawn(bin, args, { stdio: ["ignore", "inherit", "inherit"] });
   t.after(() => { server.kill("SIGTERM"); rmSync(dir, { recursive: true, force: true }); });
   await waitHealthy(url);
 
@@ -57,6 +65,12 @@ test("the UI shows a retried step's stream live, with the abort struck through",
   page.on("pageerror", (e) => consoleErrors.push(e.message));
 
   await page.goto(url + "/ui/");
+  if (token) {
+    // Without the token the server refuses the start; with it, it goes on.
+    await page.getByRole("button", { name: "Start demo run" }).click();
+    await page.locator("#runs-error", { hasText: "401" }).waitFor({ timeout: 10_000 });
+    await page.locator("#token").fill(token);
+  }
   await page.getByRole("button", { name: "Start demo run" }).click();
   await page.waitForURL(/#\/runs\//);
 
@@ -80,14 +94,15 @@ test("the UI shows a retried step's stream live, with the abort struck through",
   assert.ok(voided > 0, "no struck-through chunk");
   const strike = await stream.locator(".chunk.void").first().evaluate((e) => getComputedStyle(e).textDecorationLine);
   assert.equal(strike, "line-through");
-  await page.screenshot({ path: join(shots, "ui-live.png"), fullPage: true });
+  const tag = token ? "-token" : "";
+  await page.screenshot({ path: join(shots, `ui-live${tag}.png`), fullPage: true });
 
   // The committed view holds exactly the final attempt's output.
   await page.getByLabel("committed").check();
   const committed = await stream.locator(".body").innerText();
   assert.equal(committed, "Exactly once means every chunk reaches the reader once, even when the retry writes something else.");
   assert.equal(await stream.locator(".chunk.void").count(), 0);
-  await page.screenshot({ path: join(shots, "ui-committed.png"), fullPage: true });
+  await page.screenshot({ path: join(shots, `ui-committed${tag}.png`), fullPage: true });
 
   // The runs list shows the run as completed.
   await page.goto(url + "/ui/#/");
