@@ -179,12 +179,10 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	if !strings.Contains(url, "pool_max_conns") {
 		pc.MaxConns = cfg.MaxConns
 	}
-	// Generic plans: the store's statements are key lookups whose custom
-	// plans (PostgreSQL's default for the first executions, and for good
-	// when array parameters make them look cheaper) cost a planning per
-	// execution, a fifth of the server's time.
-	if _, ok := pc.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
-		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	for k, v := range sessionSettings {
+		if _, ok := pc.ConnConfig.RuntimeParams[k]; !ok {
+			pc.ConnConfig.RuntimeParams[k] = v
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -197,6 +195,21 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	}
 	s.ownPool = true
 	return s, nil
+}
+
+// sessionSettings are the settings Open gives its connections, unless the
+// URL sets them. Every statement of the store is a lookup by key, through an
+// index, driven by a few keys. Generic plans save a planning per execution
+// (custom plans, PostgreSQL's default for the first executions and for good
+// when array parameters make them look cheaper, cost a fifth of the
+// server's time); without seq scans and hash or merge joins, a generic plan
+// made while the tables were small (just after the migration) stays an
+// index lookup once they are large, instead of scanning them.
+var sessionSettings = map[string]string{
+	"plan_cache_mode":  "force_generic_plan",
+	"enable_seqscan":   "off",
+	"enable_hashjoin":  "off",
+	"enable_mergejoin": "off",
 }
 
 // schemaParam removes the schema parameter from a postgres:// URL.
@@ -220,8 +233,10 @@ func schemaParam(raw string) (string, string, error) {
 
 // New returns a Store on pool, migrating cfg.Schema to the current version.
 // The caller keeps the pool: Close leaves it open. cfg.MaxConns is ignored.
-// Open sets the connections' plan_cache_mode to force_generic_plan, which
-// saves the server a fifth of its work; a pool given to New should too.
+// Open gives its connections the settings that keep the store's plans cheap
+// and index-driven (plan_cache_mode, enable_seqscan, enable_hashjoin,
+// enable_mergejoin: see sessionSettings); a pool given to New should have
+// them too.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", store.ErrInvalid)
