@@ -28,6 +28,9 @@ type checker struct {
 	s     store.Store
 	out   []Violation
 	stats Stats
+	// base is a server.Server on s ("http://…/v1/stream/"): every stream is
+	// also read over HTTP. Empty: not.
+	base string
 }
 
 // Stats counts what a check read.
@@ -37,6 +40,9 @@ type Stats struct {
 	Streams, Records        int
 	Committed, Aborts       int
 	Bytes                   int64
+	// HTTP stream writers checked, by kind, and the chunks acknowledged to
+	// weir writers that were checked against the stream.
+	HTTPStreams, HTTPWeir, HTTPIdem, HTTPProducer, HTTPAcks int
 }
 
 func (s *Stats) add(o Stats) {
@@ -50,6 +56,11 @@ func (s *Stats) add(o Stats) {
 	s.Committed += o.Committed
 	s.Aborts += o.Aborts
 	s.Bytes += o.Bytes
+	s.HTTPStreams += o.HTTPStreams
+	s.HTTPWeir += o.HTTPWeir
+	s.HTTPIdem += o.HTTPIdem
+	s.HTTPProducer += o.HTTPProducer
+	s.HTTPAcks += o.HTTPAcks
 }
 
 func (c *checker) fail(inv, where, format string, args ...any) {
@@ -63,7 +74,13 @@ func (c *checker) fail(inv, where, format string, args ...any) {
 // against semantics.md's invariants and the bytes the seed says the
 // successful attempts wrote.
 func Check(ctx context.Context, s store.Store, t *Trial) ([]Violation, Stats, error) {
-	c := &checker{s: s}
+	return check(ctx, s, t, "")
+}
+
+// check is Check; with base (a server's "http://…/v1/stream/"), every
+// stream is read over HTTP too.
+func check(ctx context.Context, s store.Store, t *Trial, base string) ([]Violation, Stats, error) {
+	c := &checker{s: s, base: base}
 	for i := range t.Runs {
 		if err := c.checkRun(ctx, &t.Runs[i]); err != nil {
 			return c.out, c.stats, err
@@ -71,6 +88,11 @@ func Check(ctx context.Context, s store.Store, t *Trial) ([]Violation, Stats, er
 	}
 	for i := range t.Producers {
 		if err := c.checkProducer(ctx, &t.Producers[i]); err != nil {
+			return c.out, c.stats, err
+		}
+	}
+	for i := range t.HTTPStreams {
+		if err := c.checkHTTPStream(ctx, t, &t.HTTPStreams[i]); err != nil {
 			return c.out, c.stats, err
 		}
 	}
@@ -236,7 +258,7 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 	for _, info := range infos {
 		seen[info.Name] = true
 		wantByWriter := exp[info.Name]
-		if err := c.checkStream(ctx, info, wantByWriter, run.Status.Terminal(), func(writer string) (string, bool) {
+		if _, _, err := c.checkStream(ctx, info, wantByWriter, run.Status.Terminal(), func(writer string) (string, bool) {
 			// Which attempt did the log commit this writer at, if a step?
 			if !strings.HasPrefix(writer, "step/") {
 				return "", false
@@ -303,19 +325,22 @@ type liveEntry struct {
 // its committed chunks (nil map: only writers found are checked for
 // duplicates and density). commitAttempt says at which attempt the log
 // completed a step writer. relaxed lists writers whose live view may hold
-// aborts and rewritten seqs.
+// aborts and rewritten seqs. Anonymous data (writer "") is left to the
+// caller when want has "" (with any value). It returns the live view and
+// the committed data, for the caller's own checks (nil when the offsets
+// are not dense).
 func (c *checker) checkStream(ctx context.Context, info *store.StreamInfo, want map[string][][]byte, mustClose bool,
-	commitAttempt func(string) (string, bool), relaxed map[string]bool) error {
+	commitAttempt func(string) (string, bool), relaxed map[string]bool) ([]stream.Record, []*stream.Record, error) {
 	where := "stream " + info.Path
 	live, res, err := ReadLive(ctx, c.s, info.ID)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", info.Path, err)
+		return nil, nil, fmt.Errorf("read %s: %w", info.Path, err)
 	}
 	// Invariant 3: dense offsets.
 	for i := range live {
 		if live[i].Offset != int64(i) {
 			c.fail("3", where, "record %d has offset %d", i, live[i].Offset)
-			return nil
+			return nil, nil, nil
 		}
 	}
 	c.stats.Streams++
@@ -420,7 +445,7 @@ func (c *checker) checkStream(ctx context.Context, info *store.StreamInfo, want 
 	var read []*stream.Record
 	for r, err := range weir.ReadStream(ctx, c.s, info.ID, &weir.ReadOptions{View: weir.CommittedView, PageSize: 97}) {
 		if err != nil {
-			return fmt.Errorf("committed read of %s: %w", info.Path, err)
+			return nil, nil, fmt.Errorf("committed read of %s: %w", info.Path, err)
 		}
 		if r.Kind == stream.KindData {
 			cp := r.Record
@@ -433,6 +458,12 @@ func (c *checker) checkStream(ctx context.Context, info *store.StreamInfo, want 
 	}
 	if d := diffRecs(model, filtered); d != "" {
 		c.fail("5", where, "live view with aborts applied differs from stream.Committed: %s", d)
+	}
+	// Over HTTP, both views are what the store holds.
+	if c.base != "" {
+		if err := c.checkHTTPViews(ctx, info, live, read, res.Closed); err != nil {
+			return nil, nil, err
+		}
 	}
 
 	// Invariants 1 and 2, and content: per writer, the committed view is
@@ -449,6 +480,9 @@ func (c *checker) checkStream(ctx context.Context, info *store.StreamInfo, want 
 		}
 	}
 	for w, chunks := range want {
+		if w == "" {
+			continue // the caller's
+		}
 		recs := got[w]
 		for i, r := range recs {
 			if r.Seq != int64(i) {
@@ -494,7 +528,7 @@ func (c *checker) checkStream(ctx context.Context, info *store.StreamInfo, want 
 			}
 		}
 	}
-	return nil
+	return live, read, nil
 }
 
 func diffRecs(a, b []*stream.Record) string {
@@ -521,5 +555,6 @@ func (c *checker) checkProducer(ctx context.Context, p *ProducerSpec) error {
 			want[producerWriter(w)] = append(want[producerWriter(w)], Chunk(p.Seed, int64(w), "prod", seq, 0, p.MinLen, p.MaxLen))
 		}
 	}
-	return c.checkStream(ctx, info, want, false, func(string) (string, bool) { return "", false }, relaxed)
+	_, _, err = c.checkStream(ctx, info, want, false, func(string) (string, bool) { return "", false }, relaxed)
+	return err
 }

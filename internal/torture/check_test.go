@@ -88,7 +88,7 @@ func TestCheckerCatchesPlantedViolations(t *testing.T) {
 				want[producerWriter(w)] = append(want[producerWriter(w)], Chunk(p.Seed, int64(w), "prod", seq, 0, p.MinLen, p.MaxLen))
 			}
 		}
-		if err := c.checkStream(ctx, info, want, false, func(string) (string, bool) { return "", false }, map[string]bool{"ext": true}); err != nil {
+		if _, _, err := c.checkStream(ctx, info, want, false, func(string) (string, bool) { return "", false }, map[string]bool{"ext": true}); err != nil {
 			t.Fatal(err)
 		}
 		return c.out

@@ -23,25 +23,26 @@ const (
 	StartHTTPKey = "http-key" // POST /v1/runs with an Idempotency-Key header
 )
 
-// cutProxy is a loopback TCP proxy in front of the worker's HTTP server. It
-// cuts the first cuts connections after the server has replied: the server
-// committed, the client never heard. The backend's address is read anew for
-// every connection (a killed server comes back elsewhere).
+// cutProxy is a loopback TCP proxy in front of the workers' HTTP servers.
+// It cuts the connections cutConn picks (by their number, from 1) after the
+// server has replied: the server committed, the client never heard. The
+// backend's address is asked anew for every connection (a killed server
+// comes back elsewhere).
 type cutProxy struct {
 	ln      net.Listener
 	backend func() string
-	cuts    atomic.Int64
+	cutConn func(n int64) bool
+	conns   atomic.Int64
 	cut     atomic.Int64 // connections cut after a reply
 	wg      sync.WaitGroup
 }
 
-func newCutProxy(backend func() string, cuts int) (*cutProxy, error) {
+func newCutProxy(backend func() string, cutConn func(n int64) bool) (*cutProxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &cutProxy{ln: ln, backend: backend}
-	p.cuts.Store(int64(cuts))
+	p := &cutProxy{ln: ln, backend: backend, cutConn: cutConn}
 	p.wg.Add(1)
 	go p.serve()
 	return p, nil
@@ -70,7 +71,7 @@ func (p *cutProxy) serve() {
 				return
 			}
 			defer s.Close()
-			cut := p.cuts.Add(-1) >= 0
+			cut := p.cutConn(p.conns.Add(1))
 			go func() { _, _ = io.Copy(s, c) }()
 			if !cut {
 				_, _ = io.Copy(c, s)
@@ -97,7 +98,7 @@ func startOverHTTP(ctx context.Context, t *Trial, addrFile string, cuts int) (ma
 		b, _ := os.ReadFile(addrFile)
 		return strings.TrimSpace(string(b))
 	}
-	p, err := newCutProxy(backend, cuts)
+	p, err := newCutProxy(backend, func(n int64) bool { return n <= int64(cuts) })
 	if err != nil {
 		return nil, 0, nil, err
 	}

@@ -46,10 +46,19 @@ const (
 	// server replied to POST /v1/runs; the client resends. Counted, not
 	// scheduled: each HTTP trial cuts its first 0-3 connections.
 	FaultProxyCut FaultKind = "proxy-cut"
+	// FaultStreamCut: the proxy in front of the HTTP stream writers cuts
+	// Cuts connections, from the Request-th stream request on, after the
+	// server replied (the append committed, the writer never heard); the
+	// writer resends.
+	FaultStreamCut FaultKind = "stream-cut"
+	// FaultStreamKill SIGKILLs a process serving /v1/stream/ after the
+	// After-th progress event, once an HTTP stream writer reports progress
+	// (mid-stream); another starts on the same store.
+	FaultStreamKill FaultKind = "stream-kill"
 )
 
 // AllFaults lists every fault kind, in report order.
-var AllFaults = []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultPGRestart, FaultServerKill, FaultProxyCut}
+var AllFaults = []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultPGRestart, FaultServerKill, FaultProxyCut, FaultStreamCut, FaultStreamKill}
 
 // Trial is everything one trial does, derived from its seed.
 type Trial struct {
@@ -64,10 +73,25 @@ type Trial struct {
 	// HTTPCuts is how many connections the proxy cuts after the server
 	// replied, when some runs start over HTTP.
 	HTTPCuts int
+	// HTTPStreams are standalone streams written over HTTP, through a
+	// cutting proxy, by external writers (httpstream.go).
+	HTTPStreams []HTTPStreamSpec
+
+	// http is what the HTTP stream writers were acknowledged, for the
+	// checker (not part of the schedule).
+	http *httpRun
 }
 
-// HasHTTP reports whether some run starts over HTTP.
+// HasHTTP reports whether the trial talks HTTP to its worker processes:
+// some run starts over HTTP, or HTTP writers write streams.
 func (t *Trial) HasHTTP() bool {
+	if len(t.HTTPStreams) > 0 {
+		return true
+	}
+	return t.hasHTTPRuns()
+}
+
+func (t *Trial) hasHTTPRuns() bool {
 	for _, r := range t.Runs {
 		if r.Start != StartDirect {
 			return true
@@ -93,6 +117,10 @@ type Fault struct {
 	DelayMicros int
 	// HoldMillis is how long a stop or freeze lasts.
 	HoldMillis int
+	// Request and Cuts: a stream-cut cuts Cuts connections from the
+	// Request-th stream request on (After plays no part).
+	Request int `json:",omitempty"`
+	Cuts    int `json:",omitempty"`
 }
 
 // RunSpec is one run: its workflow executes Items in order.
@@ -220,8 +248,28 @@ func Generate(seed uint64, prefix string, o GenOptions) *Trial {
 				f.DelayMicros = r.IntN(4000)
 			case FaultStop, FaultFreeze:
 				f.HoldMillis = leaseMillis*3/2 + r.IntN(leaseMillis)
+			case FaultStreamCut:
+				f.Request = 1 + r.IntN(24)
+				f.Cuts = 1 + r.IntN(4)
 			}
 			t.Faults = append(t.Faults, f)
+		}
+	}
+	// HTTP stream writers: in half the trials, and in every trial whose
+	// schedule has a stream fault.
+	streamFault := false
+	for _, f := range t.Faults {
+		streamFault = streamFault || f.Kind == FaultStreamCut || f.Kind == FaultStreamKill
+	}
+	if o.HTTP && (streamFault || r.IntN(2) == 0) {
+		for i := range 1 + r.IntN(2) {
+			t.HTTPStreams = append(t.HTTPStreams, genHTTPStream(r, fmt.Sprintf("torture-%s-%d", t.Prefix, i), scale))
+		}
+	} else {
+		for i := range t.Faults {
+			if k := t.Faults[i].Kind; k == FaultStreamCut || k == FaultStreamKill {
+				t.Faults[i] = Fault{Kind: FaultKill, After: t.Faults[i].After}
+			}
 		}
 	}
 	return t

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,17 +53,20 @@ type Options struct {
 
 // Report sums up RunTrials.
 type Report struct {
-	Trials     int
-	Seed       uint64
-	Stats      Stats
-	Planned    map[FaultKind]int // in the schedules
-	Injected   map[FaultKind]int // actually struck (a worker that finished first escapes)
-	Workers    int               // worker processes started
-	Fenced     int               // zombie attempts stopped: ErrFenced or lease lost
-	Failures   []TrialFailure
-	Duration   time.Duration
-	StoreKind  string
-	FaultKinds []FaultKind
+	Trials   int
+	Seed     uint64
+	Stats    Stats
+	Planned  map[FaultKind]int // in the schedules
+	Injected map[FaultKind]int // actually struck (a worker that finished first escapes)
+	Workers  int               // worker processes started
+	// HTTPRequests counts the HTTP stream writers' requests, resends
+	// included.
+	HTTPRequests int64
+	Fenced       int // zombie attempts stopped: ErrFenced or lease lost
+	Failures     []TrialFailure
+	Duration     time.Duration
+	StoreKind    string
+	FaultKinds   []FaultKind
 }
 
 // TrialFailure is a trial with violations, and the seed that replays it.
@@ -74,9 +79,9 @@ type TrialFailure struct {
 // DefaultFaults are the fault kinds a store allows.
 func DefaultFaults(dsn string) []FaultKind {
 	if IsPostgres(dsn) {
-		return []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultPGRestart}
+		return []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultPGRestart, FaultStreamCut, FaultStreamKill}
 	}
-	return []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze}
+	return []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultStreamCut, FaultStreamKill}
 }
 
 // DefaultWorkerCommand re-executes this program with WorkerEnv=1.
@@ -164,8 +169,14 @@ func RunTrials(ctx context.Context, opts Options) (*Report, error) {
 			if k == FaultKill && t.HasHTTP() {
 				k = FaultServerKill
 			}
+			if k == FaultStreamCut {
+				continue
+			}
 			rep.Planned[k]++
 		}
+		_, nCuts := streamCuts(t)
+		rep.Planned[FaultStreamCut] += nCuts
+		rep.HTTPRequests += tr.httpRequests
 		for k, n := range tr.injected {
 			rep.Injected[k] += n
 		}
@@ -207,14 +218,15 @@ func checkTrial(ctx context.Context, dsn string, t *Trial) ([]Violation, Stats, 
 	defer s.Close()
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return Check(cctx, s, t)
+	return checkOverHTTP(cctx, s, t)
 }
 
 type trialResult struct {
-	violations []Violation
-	injected   map[FaultKind]int
-	workers    int
-	fenced     int
+	violations   []Violation
+	injected     map[FaultKind]int
+	workers      int
+	fenced       int
+	httpRequests int64
 }
 
 func (r *trialResult) total() int {
@@ -232,6 +244,39 @@ type proc struct {
 	killed bool
 	done   bool // printed DONE
 	exited bool
+	addr   string // where it serves HTTP ("A addr")
+}
+
+// servers are the live worker processes' HTTP addresses, for the stream
+// writers' proxy: each connection goes to one of them at random.
+type servers struct {
+	mu    sync.Mutex
+	addrs map[int]string
+	r     *rand.Rand
+}
+
+func (s *servers) set(id int, addr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if addr == "" {
+		delete(s.addrs, id)
+	} else {
+		s.addrs[id] = addr
+	}
+}
+
+func (s *servers) pick() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var as []string
+	for _, a := range s.addrs {
+		as = append(as, a)
+	}
+	if len(as) == 0 {
+		return ""
+	}
+	slices.Sort(as)
+	return as[s.r.IntN(len(as))]
 }
 
 type procMsg struct {
@@ -260,6 +305,7 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 	if t.HasHTTP() {
 		addrFile = filepath.Join(dir, "addr")
 	}
+	srvs := &servers{addrs: map[int]string{}, r: rand.New(rand.NewPCG(t.Seed, 0x5e7))}
 	start := func() error {
 		incarnation++
 		args := []string{"--store", dsn, "--trial", trialPath, "--incarnation", fmt.Sprint(incarnation)}
@@ -313,6 +359,28 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 		err   error
 	}
 	httpDone := make(chan httpResult, 1)
+	type streamResult struct {
+		run *httpRun
+		err error
+	}
+	streamDone := make(chan streamResult, 1)
+	streamProgress := make(chan struct{}, 4096)
+	var streams *streamResult // once the stream writers are done
+	if len(t.HTTPStreams) > 0 {
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			run, err := runHTTPStreams(sctx, t, srvs.pick, func() {
+				select {
+				case streamProgress <- struct{}{}:
+				default:
+				}
+			})
+			streamDone <- streamResult{run, err}
+		}()
+	} else {
+		streams = &streamResult{}
+	}
 	if addrFile != "" {
 		hctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -322,6 +390,15 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 		}()
 	}
 	finish := func() (*trialResult, error) {
+		if streams.err != nil {
+			return nil, streams.err
+		}
+		if h := streams.run; h != nil {
+			t.http = h
+			res.injected[FaultStreamCut] += int(h.cut)
+			res.httpRequests += h.requests
+			res.violations = append(res.violations, h.viols...)
+		}
 		if addrFile == "" {
 			return res, nil
 		}
@@ -345,6 +422,12 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 	deadline := time.NewTimer(opts.TrialTimeout)
 	defer deadline.Stop()
 	progress, fi := 0, 0
+	var sched []Fault // the faults struck at progress events (not stream-cut: the proxy's)
+	for _, f := range t.Faults {
+		if f.Kind != FaultStreamCut {
+			sched = append(sched, f)
+		}
+	}
 	busy := false // a fault is being applied
 	faultDone := make(chan error, 1)
 	crashes := 0
@@ -358,10 +441,55 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 		return n
 	}
 	anyDone := false
+	// serving is the newest live process that serves HTTP: HTTP stream
+	// writers' progress is counted as its.
+	serving := func() *proc {
+		for i := len(procs) - 1; i >= 0; i-- {
+			if p := procs[i]; !p.exited && !p.done && p.addr != "" {
+				return p
+			}
+		}
+		return nil
+	}
+	// onProgress counts a progress event of p (of an HTTP stream writer:
+	// fromHTTP) and strikes the next fault once its count is reached.
+	onProgress := func(p *proc, fromHTTP bool) {
+		progress++
+		// Stream faults left over once the stream writers are done escape.
+		for streams != nil && fi < len(sched) && sched[fi].Kind == FaultStreamKill {
+			fi++
+		}
+		if busy || fi >= len(sched) || progress < sched[fi].After || p == nil || p.exited || p.done {
+			return
+		}
+		f := sched[fi]
+		if f.Kind == FaultStreamKill && !fromHTTP {
+			return // mid-stream: on a stream writer's progress
+		}
+		fi++
+		busy = true
+		kind := f.Kind
+		if kind == FaultKill && addrFile != "" {
+			kind = FaultServerKill // this worker serves the HTTP API
+		}
+		res.injected[kind]++
+		go func() { faultDone <- strike(ctx, opts, f, p) }()
+		if f.Kind == FaultKill || f.Kind == FaultCommitCrash || f.Kind == FaultStreamKill {
+			p.killed = true
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return res, nil
+		case <-streamProgress:
+			onProgress(serving(), true)
+		case sr := <-streamDone:
+			streams = &sr
+			// The workers wait for this file before they exit.
+			if err := os.WriteFile(filepath.Join(dir, "streams.done"), nil, 0o644); err != nil {
+				return nil, err
+			}
 		case <-deadline.C:
 			res.violations = append(res.violations, Violation{"state", "trial", fmt.Sprintf("liveness: the runs did not all end within %v (%d progress events, %d faults struck)", opts.TrialTimeout, progress, res.total())})
 			return res, nil
@@ -374,6 +502,7 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 			p := m.p
 			if m.exit {
 				p.exited = true
+				srvs.set(p.id, "")
 				switch {
 				case p.done:
 					anyDone = true
@@ -403,23 +532,11 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 				res.fenced++
 			case strings.HasPrefix(m.line, "V "):
 				res.violations = append(res.violations, Violation{"worker", fmt.Sprintf("worker %d", p.id), m.line[2:]})
+			case strings.HasPrefix(m.line, "A "):
+				p.addr = m.line[2:]
+				srvs.set(p.id, p.addr)
 			case strings.HasPrefix(m.line, "P "):
-				progress++
-				if busy || fi >= len(t.Faults) || progress < t.Faults[fi].After || p.exited || p.done {
-					continue
-				}
-				f := t.Faults[fi]
-				fi++
-				busy = true
-				kind := f.Kind
-				if kind == FaultKill && addrFile != "" {
-					kind = FaultServerKill // this worker serves the HTTP API
-				}
-				res.injected[kind]++
-				go func() { faultDone <- strike(ctx, opts, f, p) }()
-				if f.Kind == FaultKill || f.Kind == FaultCommitCrash {
-					p.killed = true
-				}
+				onProgress(p, false)
 			}
 		}
 	}
@@ -429,7 +546,7 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 func strike(ctx context.Context, opts *Options, f Fault, p *proc) error {
 	pr := p.cmd.Process
 	switch f.Kind {
-	case FaultKill:
+	case FaultKill, FaultStreamKill:
 		_ = pr.Signal(syscall.SIGKILL)
 	case FaultCommitCrash:
 		time.Sleep(time.Duration(f.DelayMicros) * time.Microsecond)
@@ -490,6 +607,10 @@ func (r *Report) Print(w io.Writer) {
 		st.Runs, st.Completed, st.Failed, st.Steps, st.Attempts, r.Workers)
 	fmt.Fprintf(w, "  zombie attempts stopped (step code saw ErrFenced or a lost lease): %d\n", r.Fenced)
 	fmt.Fprintf(w, "  streams %d, records %d, committed chunks %d (%d bytes), aborts %d\n", st.Streams, st.Records, st.Committed, st.Bytes, st.Aborts)
+	if st.HTTPStreams > 0 {
+		fmt.Fprintf(w, "  HTTP streams %d: writers %d (weir %d, idempotency-key %d, producer %d), requests %d, acks checked %d\n",
+			st.HTTPStreams, st.HTTPWeir+st.HTTPIdem+st.HTTPProducer, st.HTTPWeir, st.HTTPIdem, st.HTTPProducer, r.HTTPRequests, st.HTTPAcks)
+	}
 	fmt.Fprintf(w, "  faults struck (planned):")
 	for _, k := range AllFaults {
 		if r.Planned[k] > 0 || r.Injected[k] > 0 {

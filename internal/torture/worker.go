@@ -52,6 +52,7 @@ func (o *output) line(format string, args ...any) {
 //	P <engine> <what…>   a progress event (the fault schedule counts them)
 //	V <message>          a violation seen from inside (an unexpected error)
 //	Z <what…>            a zombie attempt was fenced
+//	A <addr>             it serves the HTTP API there
 //	DONE                 every run ended
 //
 // SIGUSR1 freezes the engine that reported progress last; SIGUSR2 thaws it.
@@ -146,6 +147,7 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 		if err := os.Rename(tmp, *httpAddr); err != nil {
 			return err
 		}
+		out.line("A %s", ln.Addr())
 	}
 	for _, rs := range t.Runs {
 		if rs.Start != StartDirect {
@@ -219,6 +221,20 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	<-prodDone
+	// HTTP stream writers need a server until they are done.
+	if len(t.HTTPStreams) > 0 {
+		done := filepath.Join(filepath.Dir(*trialPath), "streams.done")
+		for {
+			if _, err := os.Stat(done); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(30 * time.Millisecond):
+			}
+		}
+	}
 	for _, g := range gates {
 		g.thaw()
 	}
