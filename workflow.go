@@ -140,7 +140,13 @@ func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
 		if r.Status.Terminal() {
 			return r, nil
 		}
-		t := time.NewTimer(delay)
+		d := delay
+		if e.executing(id) {
+			// Its end here closes ch: a poll only catches it being lost to
+			// another worker.
+			d = max(d, 250*time.Millisecond)
+		}
+		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -153,6 +159,13 @@ func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
 		// Runs executed elsewhere are polled, more slowly as time passes.
 		delay = min(delay*2, 250*time.Millisecond)
 	}
+}
+
+// executing reports whether run id is executing on this engine now.
+func (e *Engine) executing(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.running[id] != nil
 }
 
 // Cancel asks for a run to be cancelled. The step running now sees its
