@@ -390,6 +390,14 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 		}()
 	}
 	finish := func() (*trialResult, error) {
+		if streams == nil { // not expected: the workers wait for the writers
+			select {
+			case sr := <-streamDone:
+				streams = &sr
+			case <-time.After(10 * time.Second):
+				return nil, errors.New("the HTTP stream writers did not finish though every worker exited")
+			}
+		}
 		if streams.err != nil {
 			return nil, streams.err
 		}
