@@ -38,7 +38,7 @@ func tortureCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	timeout := fs.Duration("trial-timeout", 90*time.Second, "fail a trial whose runs have not all ended by then")
 	soak := fs.Duration("soak", 0, "instead of trials: sustained writes and reads for this long")
 	quiet := fs.Bool("quiet", false, "no line per trial")
-	useHTTP := fs.Bool("http", true, "start some runs over HTTP (POST /v1/runs, with and without Idempotency-Key) through a proxy that cuts replies")
+	useHTTP := fs.Bool("http", true, "use HTTP through a proxy that cuts replies: start some runs (POST /v1/runs, with and without Idempotency-Key) and write streams (weir writers, Idempotency-Key and producer appends)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
