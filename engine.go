@@ -280,7 +280,9 @@ func (e *Engine) claimLoop(ctx context.Context) {
 		e.mu.Unlock()
 		claimed := 0
 		if free > 0 {
-			runs, err := e.store.ClaimRuns(ctx, &store.ClaimRunsParams{Owner: e.cfg.WorkerID, Limit: min(free, 32), LeaseTTL: e.cfg.LeaseTTL})
+			runs, err := e.store.ClaimRuns(ctx, &store.ClaimRunsParams{
+				Owner: e.cfg.WorkerID, Limit: min(free, 32), LeaseTTL: e.cfg.LeaseTTL, Workflows: e.Workflows(),
+			})
 			if err != nil && ctx.Err() == nil {
 				e.log.Warn("weir: claim runs", "err", err)
 			}

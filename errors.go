@@ -18,7 +18,8 @@ var (
 	// contexts of its workflow and steps.
 	ErrCancelled = errors.New("run cancelled")
 	// ErrUnknownWorkflow is returned to start a run of a workflow that is not
-	// registered, and fails a claimed run whose workflow this engine lacks.
+	// registered. (An engine claims only runs of the workflows it has, so
+	// engines with different workflows can share a database.)
 	ErrUnknownWorkflow = errors.New("unknown workflow")
 	// ErrRunFailed wraps the error of a run that failed, as Result returns it.
 	ErrRunFailed = errors.New("run failed")

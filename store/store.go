@@ -81,8 +81,9 @@ type Store interface {
 	// names an unknown run.
 	ListRuns(ctx context.Context, p *ListRunsParams) ([]*Run, error)
 	// ClaimRuns leases up to p.Limit runnable runs to p.Owner: runs not
-	// finished, whose WakeAt has passed and whose lease is free or expired.
-	// Each claim increments the run's LeaseEpoch.
+	// finished, whose WakeAt has passed and whose lease is free or expired,
+	// of one of p.Workflows if it is set. Each claim increments the run's
+	// LeaseEpoch.
 	ClaimRuns(ctx context.Context, p *ClaimRunsParams) ([]*Run, error)
 	// RenewLease extends a lease. Returns ErrLeaseLost if the epoch is not the
 	// run's current one, the lease was released or the run has finished, and
@@ -250,6 +251,10 @@ type ClaimRunsParams struct {
 	Limit    int           // at least 1
 	LeaseTTL time.Duration // required
 	Now      time.Time     // zero: the store's clock
+	// Workflows, if not nil, limits the claim to runs of these workflows:
+	// an engine claims only what it can run, so engines with different
+	// workflows can share a database.
+	Workflows []string
 }
 
 // RenewLeaseParams extends a lease.

@@ -444,7 +444,7 @@ func (g *group) lockAndRead() error {
 		if runIDs == nil {
 			runIDs = []string{}
 		}
-		b.Queue(q.claimIn, p.Owner, nanos(p.Now.Add(p.LeaseTTL)), nanos(p.Now), p.Limit, runIDs, g.token, o.prevToken).Query(func(rows pgx.Rows) error {
+		b.Queue(q.claimIn, p.Owner, nanos(p.Now.Add(p.LeaseTTL)), nanos(p.Now), p.Limit, runIDs, g.token, o.prevToken, p.Workflows).Query(func(rows pgx.Rows) error {
 			o.claimed = o.claimed[:0]
 			for rows.Next() {
 				var c claimedRun

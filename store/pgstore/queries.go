@@ -22,7 +22,24 @@ const metaCols = `COALESCE(run_id, ''), next_offset, closed, ttl, expires_at, la
 type queries struct {
 	schema string // quoted
 
-	insertRun, run, runExists, runLease, claim, renew, cancel, events, streamByPath, streamByID, runStreams, insertStream, head, insertBatch, setHead, touch, read, purgeLock, purgeBatches, purgeWriters, purgeProducers, purgeStreamKeys, purgeStreams, purgeFences, purgeEvents, purgeRuns, purgeKeys, createStream, lockSource, attemptWriters, copyBatches, specialBatches, batchesFrom, setForks, lockForDelete, delBatches, delWriters, delProducers, delKeys, delStream, lockRuns, lockStreams, readWriters, readFences, readProducers, readKeys, readAnonTokens, replayWriters, insertEventsMany, putFences, insertBatchesMany, setStreams, putWriters, putProducers, putKeys, updateRuns, insertRuns, runsByID, insertStreams, streamsByPath, claimIn string
+	// Read and written outside the group commit.
+	run, runExists, runLease, renew, cancel, events, streamByPath, streamByID string
+	runStreams, head, read, touch, insertBatch, setHead                       string
+
+	// Group commit (group.go).
+	lockRuns, lockStreams, readWriters, readFences, readProducers, readKeys     string
+	readAnonTokens, replayWriters, insertRuns, runsByID, claimIn, insertStreams string
+	streamsByPath, insertEventsMany, putFences, insertBatchesMany, setStreams   string
+	putWriters, putProducers, putKeys, purgeKeys, updateRuns                    string
+
+	// Durable Streams (ds.go).
+	createStream, lockSource, attemptWriters, copyBatches, specialBatches      string
+	batchesFrom, setForks, lockForDelete, delBatches, delWriters, delProducers string
+	delKeys, delStream                                                         string
+
+	// Retention (purge.go).
+	purgeLock, purgeBatches, purgeWriters, purgeProducers, purgeStreamKeys string
+	purgeStreams, purgeFences, purgeEvents, purgeRuns                      string
 }
 
 func newQueries(schema string) *queries {
@@ -32,23 +49,9 @@ func newQueries(schema string) *queries {
 	set := func(dst *string, sql string) { *dst = r.Replace(sql) }
 
 	// Runs.
-	set(&q.insertRun, `INSERT INTO $S.runs (id, workflow, status, input, created_at, updated_at, wake_at)
-		VALUES ($1, $2, 'pending', $3, $4, $4, $5)
-		ON CONFLICT (id) DO NOTHING RETURNING `+runCols)
 	set(&q.run, `SELECT `+runCols+` FROM $S.runs WHERE id = $1`)
 	set(&q.runExists, `SELECT 1 FROM $S.runs WHERE id = $1`)
 	set(&q.runLease, `SELECT lease_epoch, lease_owner, status FROM $S.runs WHERE id = $1`)
-	set(&q.claim, `WITH c AS (
-			SELECT id FROM $S.runs
-			WHERE status IN ('pending', 'running') AND wake_at <= $3 AND (lease_owner = '' OR lease_expires <= $3)
-			ORDER BY wake_at, seq LIMIT $4
-			FOR NO KEY UPDATE SKIP LOCKED
-		)
-		UPDATE $S.runs r SET status = 'running', lease_owner = $1, lease_expires = $2,
-			lease_epoch = r.lease_epoch + 1, updated_at = $3
-		FROM c WHERE r.id = c.id
-		RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error, r.created_at, r.updated_at,
-			r.wake_at, r.lease_owner, r.lease_expires, r.lease_epoch, r.cancel_requested, r.seq`)
 	set(&q.renew, `UPDATE $S.runs SET lease_expires = $1, updated_at = $2
 		WHERE id = $3 AND lease_epoch = $4 AND lease_owner <> '' AND status IN ('pending', 'running')
 		RETURNING cancel_requested`)
@@ -60,31 +63,10 @@ func newQueries(schema string) *queries {
 	set(&q.events, `SELECT seq, type, op, name, attempt, data, error, final, at, wake_at
 		FROM $S.events WHERE run_id = $1 AND seq > $2 ORDER BY seq`)
 
-	// Record. The run's row lock (FOR UPDATE) orders a Record after every
-	// append in flight on the run's streams, which hold FOR KEY SHARE on it:
-	// a fence raised here is seen by every later append.
-	const eventsFrom = `unnest($3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::bytea[],
-			$8::text[], $9::boolean[], $10::bigint[], $11::bigint[])
-			WITH ORDINALITY AS e(type, op, name, attempt, data, error, final, at, wake_at, ord)`
-	const runUpdate = `UPDATE $S.runs x SET
-			status = CASE WHEN $14 = '' THEN x.status ELSE $14 END,
-			output = CASE WHEN $14 = '' THEN x.output ELSE $15 END,
-			error = CASE WHEN $14 = '' THEN x.error ELSE $16 END,
-			lease_owner = CASE WHEN $17 THEN '' ELSE x.lease_owner END,
-			lease_expires = CASE WHEN $17 THEN 0 ELSE x.lease_expires END,
-			wake_at = CASE WHEN $17 THEN $18 ELSE x.wake_at END,
-			updated_at = $19,
-			ended_at = CASE WHEN $20 THEN $19 ELSE x.ended_at END,
-			last_event = x.last_event + cardinality($3::text[]),
-			record_token = $21`
-
 	// Streams.
 	set(&q.streamByPath, `SELECT `+streamCols+` FROM $S.streams WHERE path = $1`)
 	set(&q.streamByID, `SELECT `+streamCols+` FROM $S.streams WHERE id = $1`)
 	set(&q.runStreams, `SELECT `+streamCols+` FROM $S.streams WHERE run_id = $1 ORDER BY name`)
-	set(&q.insertStream, `INSERT INTO $S.streams (path, run_id, name, content_type, created_at, last_access)
-		VALUES ($1, NULLIF($2, ''), $3, $4, $5, $5)
-		ON CONFLICT (path) DO NOTHING RETURNING `+streamCols)
 	set(&q.head, `SELECT next_offset, closed FROM $S.streams WHERE id = $1`)
 	set(&q.insertBatch, `INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data)
 		VALUES ($1, $2, $3, $4, $5)`)
@@ -263,6 +245,7 @@ func newQueries(schema string) *queries {
 			SELECT id FROM $S.runs
 			WHERE NOT EXISTS (SELECT 1 FROM prev) AND id <> ALL ($5::text[])
 				AND status IN ('pending', 'running') AND wake_at <= $3 AND (lease_owner = '' OR lease_expires <= $3)
+				AND ($8::text[] IS NULL OR workflow = ANY ($8::text[]))
 			ORDER BY wake_at, seq LIMIT $4
 			FOR NO KEY UPDATE SKIP LOCKED
 		), u AS (

@@ -143,7 +143,7 @@ func (s *Store) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*sto
 	if now.IsZero() {
 		now = s.cfg.Now()
 	}
-	o := &op{kind: opClaim, claim: &store.ClaimRunsParams{Owner: p.Owner, Limit: p.Limit, LeaseTTL: p.LeaseTTL, Now: now}}
+	o := &op{kind: opClaim, claim: &store.ClaimRunsParams{Owner: p.Owner, Limit: p.Limit, LeaseTTL: p.LeaseTTL, Now: now, Workflows: p.Workflows}}
 	// In a group commit. A retry after a lost reply returns the runs the
 	// lost try claimed, found by its token, instead of claiming more.
 	if err := s.exec(ctx, o); err != nil {

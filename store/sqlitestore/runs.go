@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -145,10 +146,18 @@ func (s *Store) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*sto
 	if now.IsZero() {
 		now = s.cfg.Now()
 	}
+	var workflows any // SQL NULL: any workflow
+	if p.Workflows != nil {
+		b, err := json.Marshal(p.Workflows)
+		if err != nil {
+			return nil, fmt.Errorf("claim runs: %w", err)
+		}
+		workflows = string(b)
+	}
 	var out []*store.Run
 	err := s.write(ctx, func(tx *wtx) error {
 		out = out[:0]
-		rows, err := tx.w.claim.QueryContext(bg, p.Owner, nanos(now.Add(p.LeaseTTL)), nanos(now), p.Limit)
+		rows, err := tx.w.claim.QueryContext(bg, p.Owner, nanos(now.Add(p.LeaseTTL)), nanos(now), p.Limit, workflows)
 		if err != nil {
 			return translate(err)
 		}

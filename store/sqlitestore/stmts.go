@@ -94,6 +94,7 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 			WHERE seq IN (SELECT seq FROM runs
 				WHERE status IN ('pending', 'running') AND wake_at <= ?3
 					AND (lease_owner = '' OR lease_expires <= ?3)
+					AND (?5 IS NULL OR workflow IN (SELECT value FROM json_each(?5)))
 				ORDER BY wake_at, seq LIMIT ?4)
 			RETURNING `+runCols),
 		p(&w.renew, `UPDATE runs SET lease_expires = ?, updated_at = ?

@@ -190,6 +190,32 @@ func testClaims(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("ClaimOnlyListedWorkflows", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		for id, wf := range map[string]string{"a1": "alpha", "b1": "beta", "g1": "gamma"} {
+			_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: id, Workflow: wf})
+			must(t, err)
+		}
+		claim := func(wfs []string) []string {
+			t.Helper()
+			runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 10, LeaseTTL: ttl, Workflows: wfs})
+			must(t, err)
+			ids := runIDs(runs)
+			slices.Sort(ids)
+			return ids
+		}
+		if got := claim([]string{}); len(got) != 0 {
+			t.Fatalf("an empty list claimed %v", got)
+		}
+		if got := claim([]string{"beta", "gamma", "delta"}); !slices.Equal(got, []string{"b1", "g1"}) {
+			t.Fatalf("claimed %v, want [b1 g1]", got)
+		}
+		if got := claim(nil); !slices.Equal(got, []string{"a1"}) {
+			t.Fatalf("nil (any workflow) claimed %v, want [a1]", got)
+		}
+	})
+
 	t.Run("ClaimLimit", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
