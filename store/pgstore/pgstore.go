@@ -493,6 +493,11 @@ func interpretError(err error) error {
 		if s := err.Error(); strings.HasSuffix(s, pe.Error()) {
 			msg = strings.TrimSuffix(s, pe.Error()) + msg
 		}
+		if strings.HasPrefix(pe.Code, "22") {
+			// Class 22, data exception: input PostgreSQL cannot hold (a NUL
+			// byte in text, an invalid encoding, a number out of range).
+			return fmt.Errorf("%w: %s", store.ErrInvalid, msg)
+		}
 		return &Error{Code: pe.Code, Retryable: retryable(err), msg: msg}
 	}
 	if fromDriver(err) {

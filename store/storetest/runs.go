@@ -2,8 +2,10 @@ package storetest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -187,6 +189,23 @@ func testClaims(t *testing.T, h Harness) {
 		}
 		if got := claim(now.Add(2 * time.Hour)); !slices.Equal(got, []string{"later"}) {
 			t.Fatalf("claimed %v after the wake time, want [later]", got)
+		}
+	})
+
+	t.Run("HostileIDs", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		// Ids no run can have: NUL bytes, invalid UTF-8. Either answer
+		// says so; neither may be a driver error.
+		for _, id := range []string{"a\x00b", "\xff\xfe", strings.Repeat("x", 10000)} {
+			_, err := s.GetRun(ctx(t), id)
+			if !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrInvalid) {
+				t.Fatalf("GetRun(%.20q) = %v, want ErrNotFound or ErrInvalid", id, err)
+			}
+			_, err = s.OpenStream(ctx(t), &store.OpenStreamParams{Path: "p/" + id})
+			if !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrInvalid) {
+				t.Fatalf("OpenStream(%.20q) = %v, want ErrNotFound or ErrInvalid", id, err)
+			}
 		}
 	})
 
