@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	storeopen "github.com/weirhq/weir/store/open"
 	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/store/storetest"
+	"github.com/weirhq/weir/stream"
 )
 
 // The tests need PostgreSQL. They read its URL from WEIR_TEST_DATABASE_URL;
@@ -217,5 +219,110 @@ func TestOpenURLWithSchema(t *testing.T) {
 	}
 	if _, _, err := s.CreateRun(t.Context(), &store.CreateRunParams{ID: "r", Workflow: "wf"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Two stores on one schema stand for two processes: each caches writers'
+// state, and each must see the other's writes. A writer's cached state goes
+// stale when the other store writes for it; its row's version tells, and
+// the state is rebuilt from the log.
+func TestTwoStoresShareWriters(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	a, b := open(t, schema, nil), open(t, schema, nil)
+	ctx := t.Context()
+	if _, _, err := a.CreateRun(ctx, &store.CreateRunParams{ID: "r", Workflow: "wf"}); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := a.ClaimRuns(ctx, &store.ClaimRunsParams{Owner: "w", Limit: 1, LeaseTTL: time.Hour})
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("claim: %v %v", runs, err)
+	}
+	epoch := runs[0].LeaseEpoch
+	si, err := a.OpenStream(ctx, &store.OpenStreamParams{RunID: "r", Name: "out", Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := func(s *pgstore.Store, attempt, seq int64, cs ...string) []stream.Ack {
+		t.Helper()
+		var chunks [][]byte
+		for _, c := range cs {
+			chunks = append(chunks, []byte(c))
+		}
+		res, err := s.Append(ctx, &store.AppendParams{StreamID: si.ID, Writer: "step/1", Attempt: attempt, FirstSeq: seq, Chunks: chunks})
+		if err != nil {
+			t.Fatalf("append a%d s%d: %v", attempt, seq, err)
+		}
+		return res.Acks
+	}
+	app(a, 1, 0, "c0", "c1", "c2") // a caches the writer at seq 3
+	app(b, 1, 3, "c3", "c4")       // b writes on: a's cache is stale
+	// Attempt 2, through a, re-emits everything: all five adopted.
+	if err := a.Record(ctx, &store.RecordParams{RunID: "r", LeaseEpoch: epoch, Fence: &store.Fence{Writer: "step/1", Attempt: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	acks := app(a, 2, 0, "c0", "c1", "c2", "c3", "c4")
+	for i, ack := range acks {
+		if ack != (stream.Ack{Offset: int64(i), Outcome: stream.Adopted}) {
+			t.Fatalf("attempt 2 ack %d = %v, want adopted at %d", i, ack, i)
+		}
+	}
+	// The fence a raised holds in b too: attempt 1 is a zombie there.
+	_, err = b.Append(ctx, &store.AppendParams{StreamID: si.ID, Writer: "step/1", Attempt: 1, FirstSeq: 5, Chunks: [][]byte{[]byte("z")}})
+	if !errors.Is(err, stream.ErrFenced) {
+		t.Fatalf("zombie append through b: err = %v, want ErrFenced", err)
+	}
+	// b commits attempt 2 (its cache never had it: rebuilt).
+	if err := b.Record(ctx, &store.RecordParams{RunID: "r", LeaseEpoch: epoch, Finish: &store.Finish{Writer: "step/1", Attempt: 2, Commit: true}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.Read(ctx, &store.ReadParams{StreamID: si.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range res.Records {
+		got = append(got, r.String())
+	}
+	want := []string{`0:data{step/1 a1 s0 "c0"}`, `1:data{step/1 a1 s1 "c1"}`, `2:data{step/1 a1 s2 "c2"}`,
+		`3:data{step/1 a1 s3 "c3"}`, `4:data{step/1 a1 s4 "c4"}`, `5:commit{step/1 a2 count 5}`}
+	if !slices.Equal(got, want) {
+		t.Fatalf("log:\n %q\nwant\n %q", got, want)
+	}
+}
+
+// A Wait in one store wakes on an append through another, by NOTIFY: the
+// waiter's poll is far longer than the test waits.
+func TestWaitWakesAcrossStores(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	cfg := testConfig(schema)
+	cfg.PollInterval = time.Hour
+	reader, writer := open(t, schema, cfg), open(t, schema, nil)
+	si, err := writer.OpenStream(t.Context(), &store.OpenStreamParams{Path: "s", Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		done := make(chan error, 1)
+		go func() { done <- reader.Wait(t.Context(), si.ID, int64(i)) }()
+		select {
+		case err := <-done:
+			t.Fatalf("Wait returned %v before the append", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		start := time.Now()
+		if _, err := writer.Append(t.Context(), &store.AppendParams{StreamID: si.ID, Chunks: [][]byte{[]byte("x")}}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("woken %v after the append", time.Since(start).Round(time.Microsecond))
+		case <-time.After(5 * time.Second):
+			t.Fatal("Wait did not wake on another store's append")
+		}
 	}
 }
