@@ -91,7 +91,7 @@ func (s *Store) exec(ctx context.Context, o *op) error {
 			if o.committing {
 				o.prevToken, o.prevRes, o.prevFin = o.token, o.computed, o.computedFin
 			}
-			o.res, o.result, o.err, o.committing = nil, 0, nil, false
+			o.reset()
 			o.state.Store(opQueued)
 		}
 		return s.submit(ctx, t, o)
@@ -165,10 +165,21 @@ func (s *Store) committer() {
 
 // runGroup applies ops in one transaction and replies to each.
 func (s *Store) runGroup(ops []*op) {
-	s.stats.groups.Add(1)
-	s.stats.ops.Add(int64(len(ops)))
-	g := newGroup(s, ops)
-	err := g.run()
+	err := s.tryGroup(ops)
+	if err != nil && len(ops) > 1 && !retryable(err) {
+		// The server refused the group for a reason a retry will not cure:
+		// one op's data, most likely (text PostgreSQL will not store, say).
+		// Nothing was written: each op is applied alone, so that only the
+		// culprit fails.
+		for _, o := range ops {
+			o.reset()
+			if err := s.tryGroup([]*op{o}); err != nil && o.err == nil {
+				o.err = err
+			}
+			o.reply()
+		}
+		return
+	}
 	if err != nil {
 		for _, o := range ops {
 			if o.err == nil {
@@ -177,15 +188,36 @@ func (s *Store) runGroup(ops []*op) {
 		}
 	}
 	for _, o := range ops {
-		o.computed, o.computedFin = o.res, o.result
-		if err != nil || o.err != nil {
-			o.res = nil
-		}
-		close(o.done)
+		o.reply()
 	}
-	if err == nil {
-		s.wroteHeads(g.wrote)
+}
+
+// tryGroup applies ops in one transaction and wakes the readers of what it
+// wrote; ops refused on their own keep their errors.
+func (s *Store) tryGroup(ops []*op) error {
+	s.stats.groups.Add(1)
+	s.stats.ops.Add(int64(len(ops)))
+	g := newGroup(s, ops)
+	if err := g.run(); err != nil {
+		return err
 	}
+	s.wroteHeads(g.wrote)
+	return nil
+}
+
+// reset clears what a group did with o.
+func (o *op) reset() {
+	o.res, o.result, o.err, o.committing = nil, 0, nil, false
+	o.run, o.created, o.info, o.claimed = nil, false, nil, nil
+}
+
+// reply hands o's outcome to its submitter.
+func (o *op) reply() {
+	o.computed, o.computedFin = o.res, o.result
+	if o.err != nil {
+		o.res = nil
+	}
+	close(o.done)
 }
 
 // closeOps stops taking ops and waits for the committers to finish the ones

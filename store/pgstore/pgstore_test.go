@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"sync"
@@ -324,5 +325,42 @@ func TestWaitWakesAcrossStores(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("Wait did not wake on another store's append")
 		}
+	}
+}
+
+// A write PostgreSQL refuses (here a run id with a NUL byte, which text
+// cannot hold) fails alone, though it shares a group commit with others.
+func TestRefusedWriteFailsAlone(t *testing.T) {
+	t.Parallel()
+	s := open(t, newSchema(t), nil)
+	si, err := s.OpenStream(t.Context(), &store.OpenStreamParams{Path: "s", Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		var wg sync.WaitGroup
+		errs := make([]error, 16)
+		for i := range errs {
+			wg.Go(func() {
+				if i == 7 {
+					_, _, errs[i] = s.CreateRun(t.Context(), &store.CreateRunParams{ID: fmt.Sprintf("bad\x00%d", round), Workflow: "wf"})
+					return
+				}
+				_, errs[i] = s.Append(t.Context(), &store.AppendParams{StreamID: si.ID, Chunks: [][]byte{[]byte("x")}})
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if (err != nil) != (i == 7) {
+				t.Fatalf("round %d, write %d: err = %v", round, i, err)
+			}
+		}
+	}
+	res, err := s.Read(t.Context(), &store.ReadParams{StreamID: si.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Records) != 5*15 {
+		t.Fatalf("%d records, want %d", len(res.Records), 5*15)
 	}
 }
