@@ -138,14 +138,16 @@ func (s *Store) committer() {
 			return
 		}
 		batch = append(batch[:0], o)
+		size := o.size()
 	fill:
-		for len(batch) < max {
+		for len(batch) < max && size < maxGroupBytes {
 			select {
 			case o, ok := <-s.ops:
 				if !ok {
 					break fill
 				}
 				batch = append(batch, o)
+				size += o.size()
 			default:
 				break fill
 			}
@@ -161,6 +163,29 @@ func (s *Store) committer() {
 		}
 		clear(batch)
 	}
+}
+
+// maxGroupBytes bounds the data one group sends: a group stops taking ops
+// past it. (One append alone may carry store.MaxAppendBytes.)
+const maxGroupBytes = 64 << 20
+
+// size is about how many bytes o sends.
+func (o *op) size() int {
+	n := 256
+	switch o.kind {
+	case opAppend:
+		for _, c := range o.append.Chunks {
+			n += len(c) + 32
+		}
+	case opRecord:
+		n += len(o.record.Output)
+		for i := range o.record.Events {
+			n += len(o.record.Events[i].Data) + len(o.record.Events[i].Error)
+		}
+	case opCreateRun:
+		n += len(o.create.Input)
+	}
+	return n
 }
 
 // runGroup applies ops in one transaction and replies to each.
