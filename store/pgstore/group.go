@@ -292,6 +292,9 @@ func (g *group) lockAndRead() error {
 			cNow, cWake = append(cNow, o.now), append(cWake, nanos(p.WakeAt))
 		case opOpenStream:
 			p := o.open
+			// The new row's foreign key locks its run: take that lock
+			// with the others, in order, not after the streams'.
+			addRun(p.RunID)
 			sPath, sRun, sName = append(sPath, p.Path), append(sRun, p.RunID), append(sName, p.Name)
 			sCT, sNow = append(sCT, o.openCT), append(sNow, o.now)
 		case opRecord:
