@@ -70,13 +70,33 @@ func newSchema(t testing.TB) string {
 	_, _ = rand.Read(b)
 	name := "weirtest_" + hex.EncodeToString(b)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{name}.Sanitize()+` CASCADE`); err != nil {
+		if err := adminDo(t, func(ctx context.Context) error {
+			_, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{name}.Sanitize()+` CASCADE`)
+			return err
+		}); err != nil {
 			t.Errorf("drop schema %s: %v", name, err)
 		}
 	})
 	return name
+}
+
+// adminDo runs f with the admin pool, again for up to 15s while it fails: the
+// tests share the server with others who may restart it.
+func adminDo(t testing.TB, f func(ctx context.Context) error) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for {
+		err := f(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // testConfig keeps the tests' pools small: many stores run at once.
@@ -144,7 +164,9 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 		}
 	}
 	var n int
-	err := adminPool(t).QueryRow(t.Context(), `SELECT count(*) FROM `+pgx.Identifier{schema}.Sanitize()+`.weir_migrations`).Scan(&n)
+	err := adminDo(t, func(ctx context.Context) error {
+		return adminPool(t).QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema}.Sanitize()+`.weir_migrations`).Scan(&n)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +180,11 @@ func TestSchemaTooNew(t *testing.T) {
 	t.Parallel()
 	schema := newSchema(t)
 	s := open(t, schema, nil)
-	_, err := adminPool(t).Exec(t.Context(), `INSERT INTO `+pgx.Identifier{schema}.Sanitize()+`.weir_migrations (version, name) VALUES (1000, 'future')`)
+	err := adminDo(t, func(ctx context.Context) error {
+		_, err := adminPool(t).Exec(ctx, `INSERT INTO `+pgx.Identifier{schema}.Sanitize()+`.weir_migrations (version, name) VALUES (1000, 'future')
+			ON CONFLICT DO NOTHING`)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -414,7 +414,9 @@ func TestProcessesPostgresRestart(t *testing.T) {
 		ws = append(ws, w)
 	}
 	var before time.Time
-	if err := adminPool(t).QueryRow(t.Context(), `SELECT pg_postmaster_start_time()`).Scan(&before); err != nil {
+	if err := adminDo(t, func(ctx context.Context) error {
+		return adminPool(t).QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&before)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -427,7 +429,9 @@ func TestProcessesPostgresRestart(t *testing.T) {
 	}
 	h.waitAll(t, ids, 45*time.Second)
 	var after time.Time
-	if err := adminPool(t).QueryRow(t.Context(), `SELECT pg_postmaster_start_time()`).Scan(&after); err != nil {
+	if err := adminDo(t, func(ctx context.Context) error {
+		return adminPool(t).QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&after)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if !after.After(before) {
