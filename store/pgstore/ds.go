@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -233,78 +232,20 @@ func (s *Store) copyFork(ctx context.Context, x *txn, src int64, srcHead *stream
 	if err != nil {
 		return stream.Head{}, fmt.Errorf("fork: %w", err)
 	}
-	type openWriter struct {
-		attempt int64
-		seqs    []int64 // data seqs not yet committed or voided
-	}
-	open := map[string]*openWriter{}
-	track := func(r *stream.Record) {
-		if !isWriter[r.Writer] {
-			return
-		}
-		switch r.Kind {
-		case stream.KindData:
-			if r.Attempt > 0 {
-				ow := open[r.Writer]
-				if ow == nil {
-					ow = &openWriter{}
-					open[r.Writer] = ow
-				}
-				ow.attempt = r.Attempt
-				ow.seqs = append(ow.seqs, r.Seq)
-			}
-		case stream.KindCommit:
-			delete(open, r.Writer)
-		case stream.KindAbort:
-			if ow := open[r.Writer]; ow != nil {
-				keep := ow.seqs[:0]
-				for _, q := range ow.seqs {
-					if q < r.FromSeq() {
-						keep = append(keep, q)
-					}
-				}
-				ow.seqs = keep
-				if len(keep) == 0 {
-					delete(open, r.Writer)
-				}
-			}
-		}
-	}
+	fc := stream.ForkCopy{Tracked: func(w string) bool { return isWriter[w] }}
 	b := &pgx.Batch{}
 	for _, sb := range special {
 		recs, err := stream.DecodeBatch(nil, sb.data, sb.first, sb.first)
 		if err != nil {
 			return stream.Head{}, fmt.Errorf("fork: %w", err)
 		}
-		keep := recs[:0]
-		for i := range recs {
-			r := &recs[i]
-			if r.Offset >= upTo || r.Kind == stream.KindClose {
-				continue
-			}
-			track(r)
-			keep = append(keep, *r)
-		}
+		keep := fc.Keep(recs, upTo)
 		if len(keep) == 0 {
 			continue
 		}
 		b.Queue(s.q.insertBatch, dst, keep[len(keep)-1].Offset, keep[0].Offset, "", stream.EncodeBatch(nil, keep))
 	}
-	next := max(offset, upTo)
-	var recs []stream.Record
-	if prefix != nil {
-		recs = append(recs, *prefix)
-		next = prefix.Offset + 1
-	}
-	ids := make([]string, 0, len(open))
-	for w := range open {
-		ids = append(ids, w)
-	}
-	slices.Sort(ids)
-	for _, w := range ids {
-		recs = append(recs, stream.Record{Offset: next, Kind: stream.KindAbort, Writer: w, Attempt: open[w].attempt})
-		next++
-	}
+	recs, next := fc.Tail(max(offset, upTo), prefix)
 	if len(recs) > 0 {
 		b.Queue(s.q.insertBatch, dst, recs[len(recs)-1].Offset, recs[0].Offset, "", stream.EncodeBatch(nil, recs))
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -298,43 +297,7 @@ func (tx *wtx) copyFork(src, dst *streamState, fp *store.ForkParams, offset int6
 	if err := rows.Close(); err != nil {
 		return fmt.Errorf("fork: %w", translate(err))
 	}
-	type openWriter struct {
-		attempt int64
-		seqs    []int64 // data seqs not yet committed or voided
-	}
-	open := map[string]*openWriter{}
-	track := func(r *stream.Record) {
-		if !writers[r.Writer] {
-			return
-		}
-		switch r.Kind {
-		case stream.KindData:
-			if r.Attempt > 0 {
-				ow := open[r.Writer]
-				if ow == nil {
-					ow = &openWriter{}
-					open[r.Writer] = ow
-				}
-				ow.attempt = r.Attempt
-				ow.seqs = append(ow.seqs, r.Seq)
-			}
-		case stream.KindCommit:
-			delete(open, r.Writer)
-		case stream.KindAbort:
-			if ow := open[r.Writer]; ow != nil {
-				keep := ow.seqs[:0]
-				for _, q := range ow.seqs {
-					if q < r.FromSeq() {
-						keep = append(keep, q)
-					}
-				}
-				ow.seqs = keep
-				if len(keep) == 0 {
-					delete(open, r.Writer)
-				}
-			}
-		}
-	}
+	fc := stream.ForkCopy{Tracked: func(w string) bool { return writers[w] }}
 
 	// Copy page by page: the write connection does not step a query over
 	// batches while it inserts into them.
@@ -374,15 +337,7 @@ func (tx *wtx) copyFork(src, dst *streamState, fp *store.ForkParams, offset int6
 				if err != nil {
 					return fmt.Errorf("fork: %w", err)
 				}
-				keep := recs[:0]
-				for i := range recs {
-					r := &recs[i]
-					if r.Offset >= upTo || r.Kind == stream.KindClose {
-						continue
-					}
-					track(r)
-					keep = append(keep, *r)
-				}
+				keep := fc.Keep(recs, upTo)
 				if len(keep) == 0 {
 					continue
 				}
@@ -395,21 +350,7 @@ func (tx *wtx) copyFork(src, dst *streamState, fp *store.ForkParams, offset int6
 			}
 		}
 	}
-	next := max(offset, upTo)
-	var recs []stream.Record
-	if prefix != nil {
-		recs = append(recs, *prefix)
-		next = prefix.Offset + 1
-	}
-	ids := make([]string, 0, len(open))
-	for w := range open {
-		ids = append(ids, w)
-	}
-	slices.Sort(ids)
-	for _, w := range ids {
-		recs = append(recs, stream.Record{Offset: next, Kind: stream.KindAbort, Writer: w, Attempt: open[w].attempt})
-		next++
-	}
+	recs, next := fc.Tail(max(offset, upTo), prefix)
 	dst.head.NextOffset = next
 	if len(recs) > 0 {
 		buf := stream.EncodeBatch(nil, recs)
