@@ -626,3 +626,44 @@ func CheckAppend(p *AppendParams) error {
 	}
 	return nil
 }
+
+// CheckRecord validates a Record's shape; every backend calls it first.
+func CheckRecord(p *RecordParams) error {
+	if p.RunID == "" {
+		return fmt.Errorf("%w: no run id", ErrInvalid)
+	}
+	if p.Status != "" && !p.Status.Valid() {
+		return fmt.Errorf("%w: status %q", ErrInvalid, p.Status)
+	}
+	if f := p.Fence; f != nil && (f.Writer == "" || f.Attempt < 1) {
+		return fmt.Errorf("%w: a fence needs a writer and an attempt >= 1", ErrInvalid)
+	}
+	if f := p.Finish; f != nil && (f.Writer == "" || f.Attempt < 1) {
+		return fmt.Errorf("%w: a finish needs a writer and an attempt >= 1", ErrInvalid)
+	}
+	for i := range p.Events {
+		if p.Events[i].Type == "" {
+			return fmt.Errorf("%w: event %d has no type", ErrInvalid, i)
+		}
+	}
+	return nil
+}
+
+// StreamPath resolves the path an OpenStream call names: p.Path, or the path
+// of run p.RunID's stream p.Name. Every backend calls it first.
+func StreamPath(p *OpenStreamParams) (string, error) {
+	path := p.Path
+	if p.RunID != "" || p.Name != "" {
+		if p.RunID == "" || p.Name == "" {
+			return "", fmt.Errorf("open stream: %w: a run stream needs both a run id and a name", ErrInvalid)
+		}
+		path = RunStreamPath(p.RunID, p.Name)
+		if p.Path != "" && p.Path != path {
+			return "", fmt.Errorf("open stream: %w: path %q is not run %q's stream %q", ErrInvalid, p.Path, p.RunID, p.Name)
+		}
+	}
+	if path == "" {
+		return "", fmt.Errorf("open stream: %w: empty path", ErrInvalid)
+	}
+	return path, nil
+}

@@ -269,27 +269,6 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64) ([
 	return out, nil
 }
 
-func checkRecord(p *store.RecordParams) error {
-	if p.RunID == "" {
-		return fmt.Errorf("%w: no run id", store.ErrInvalid)
-	}
-	if p.Status != "" && !p.Status.Valid() {
-		return fmt.Errorf("%w: status %q", store.ErrInvalid, p.Status)
-	}
-	if f := p.Fence; f != nil && (f.Writer == "" || f.Attempt < 1) {
-		return fmt.Errorf("%w: a fence needs a writer and an attempt >= 1", store.ErrInvalid)
-	}
-	if f := p.Finish; f != nil && (f.Writer == "" || f.Attempt < 1) {
-		return fmt.Errorf("%w: a finish needs a writer and an attempt >= 1", store.ErrInvalid)
-	}
-	for i := range p.Events {
-		if p.Events[i].Type == "" {
-			return fmt.Errorf("%w: event %d has no type", store.ErrInvalid, i)
-		}
-	}
-	return nil
-}
-
 // eventArrays is RecordParams.Events as the columns unnest takes.
 type eventArrays struct {
 	types, names, errs []string
@@ -367,7 +346,7 @@ func newRunChange(p *store.RecordParams, now time.Time) *runChange {
 // Record committed. So a Record is never applied twice, and an error still
 // means nothing was written.
 func (s *Store) Record(ctx context.Context, p *store.RecordParams) error {
-	if err := checkRecord(p); err != nil {
+	if err := store.CheckRecord(p); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	now := s.cfg.Now()

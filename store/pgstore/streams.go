@@ -45,18 +45,9 @@ func scanStream(row pgx.Row) (*store.StreamInfo, error) {
 // OpenStream returns the stream at p.Path (or at the path of p.RunID's stream
 // p.Name), creating it if p.Create.
 func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*store.StreamInfo, error) {
-	path := p.Path
-	if p.RunID != "" || p.Name != "" {
-		if p.RunID == "" || p.Name == "" {
-			return nil, fmt.Errorf("open stream: %w: a run stream needs both a run id and a name", store.ErrInvalid)
-		}
-		path = store.RunStreamPath(p.RunID, p.Name)
-		if p.Path != "" && p.Path != path {
-			return nil, fmt.Errorf("open stream: %w: path %q is not run %q's stream %q", store.ErrInvalid, p.Path, p.RunID, p.Name)
-		}
-	}
-	if path == "" {
-		return nil, fmt.Errorf("open stream: %w: empty path", store.ErrInvalid)
+	path, err := store.StreamPath(p)
+	if err != nil {
+		return nil, err
 	}
 	if p.Create && p.RunID == "" && strings.HasPrefix(path, "runs/") {
 		// Unless it exists: a run stream opened by its path.

@@ -286,34 +286,13 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64) ([
 // Record applies one engine transaction, in this order: events, fence,
 // finish, status, stream closes, lease release. Any failure undoes all of it.
 func (s *Store) Record(ctx context.Context, p *store.RecordParams) error {
-	if err := checkRecord(p); err != nil {
+	if err := store.CheckRecord(p); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	now := s.cfg.Now()
 	err := s.write(ctx, func(tx *wtx) error { return tx.record(p, now) })
 	if err != nil {
 		return fmt.Errorf("record: %w", err)
-	}
-	return nil
-}
-
-func checkRecord(p *store.RecordParams) error {
-	if p.RunID == "" {
-		return fmt.Errorf("%w: no run id", store.ErrInvalid)
-	}
-	if p.Status != "" && !p.Status.Valid() {
-		return fmt.Errorf("%w: status %q", store.ErrInvalid, p.Status)
-	}
-	if f := p.Fence; f != nil && (f.Writer == "" || f.Attempt < 1) {
-		return fmt.Errorf("%w: a fence needs a writer and an attempt >= 1", store.ErrInvalid)
-	}
-	if f := p.Finish; f != nil && (f.Writer == "" || f.Attempt < 1) {
-		return fmt.Errorf("%w: a finish needs a writer and an attempt >= 1", store.ErrInvalid)
-	}
-	for i := range p.Events {
-		if p.Events[i].Type == "" {
-			return fmt.Errorf("%w: event %d has no type", store.ErrInvalid, i)
-		}
 	}
 	return nil
 }
