@@ -266,7 +266,7 @@ func (s *Store) subOffset(ctx context.Context, x *txn, src, offset, n int64, rec
 		return nil, 0, err
 	}
 	defer rows.Close()
-	seen := int64(0)
+	so := store.SubOffset{N: n, Records: records, From: offset}
 	for rows.Next() {
 		var first int64
 		var data []byte
@@ -277,29 +277,14 @@ func (s *Store) subOffset(ctx context.Context, x *txn, src, offset, n int64, rec
 		if err != nil {
 			return nil, 0, fmt.Errorf("fork: %w", err)
 		}
-		for i := range recs {
-			r := &recs[i]
-			if r.Kind != stream.KindData {
-				continue
-			}
-			if !records {
-				if int64(len(r.Data)) < n {
-					return nil, 0, fmt.Errorf("%w: fork sub-offset %d is past the %d bytes of the record at offset %d", store.ErrInvalid, n, len(r.Data), r.Offset)
-				}
-				return r, 0, nil
-			}
-			if seen++; seen == n {
-				return r, r.Offset + 1, nil
-			}
+		if r, end, found, err := so.Push(recs); found || err != nil {
+			return r, end, err
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, 0, err
 	}
-	if records {
-		return nil, 0, fmt.Errorf("%w: fork sub-offset %d is past the %d records after offset %d", store.ErrInvalid, n, seen, offset)
-	}
-	return nil, 0, fmt.Errorf("%w: fork sub-offset %d: no data after offset %d", store.ErrInvalid, n, offset)
+	return nil, 0, so.Missing()
 }
 
 // DeleteStream deletes (or soft-deletes) a standalone stream.

@@ -374,7 +374,7 @@ func (tx *wtx) subOffset(src *streamState, offset, n int64, records bool) (*stre
 		return nil, 0, fmt.Errorf("fork: %w", translate(err))
 	}
 	defer rows.Close()
-	seen := int64(0)
+	so := store.SubOffset{N: n, Records: records, From: offset}
 	for rows.Next() {
 		var first int64
 		var data []byte
@@ -385,29 +385,14 @@ func (tx *wtx) subOffset(src *streamState, offset, n int64, records bool) (*stre
 		if err != nil {
 			return nil, 0, fmt.Errorf("fork: %w", err)
 		}
-		for i := range recs {
-			r := &recs[i]
-			if r.Kind != stream.KindData {
-				continue
-			}
-			if !records {
-				if int64(len(r.Data)) < n {
-					return nil, 0, fmt.Errorf("%w: fork sub-offset %d is past the %d bytes of the record at offset %d", store.ErrInvalid, n, len(r.Data), r.Offset)
-				}
-				return r, 0, nil
-			}
-			if seen++; seen == n {
-				return r, r.Offset + 1, nil
-			}
+		if r, end, found, err := so.Push(recs); found || err != nil {
+			return r, end, err
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, 0, fmt.Errorf("fork: %w", translate(err))
 	}
-	if records {
-		return nil, 0, fmt.Errorf("%w: fork sub-offset %d is past the %d records after offset %d", store.ErrInvalid, n, seen, offset)
-	}
-	return nil, 0, fmt.Errorf("%w: fork sub-offset %d: no data after offset %d", store.ErrInvalid, n, offset)
+	return nil, 0, so.Missing()
 }
 
 // DeleteStream deletes (or soft-deletes) a standalone stream.
