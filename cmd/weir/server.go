@@ -39,6 +39,7 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	longPoll := fs.Duration("long-poll-timeout", 20*time.Second, "how long a long-poll read waits for data before answering 204")
 	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests and runs to stop")
 	retention := fs.Duration("retention", 0, "delete finished runs, with their streams, this long after they end (0: keep them forever)")
+	noWorker := fs.Bool("no-worker", false, "serve the API and the streams but execute no run (workers are other processes on the same PostgreSQL database)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage(err)
 	}
@@ -70,7 +71,7 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	ist := server.InstrumentStore(st)
-	e, err := weir.New(ist, &weir.Config{Logger: log, Retention: *retention})
+	e, err := weir.New(ist, &weir.Config{Logger: log, Retention: *retention, NoWorker: *noWorker})
 	if err != nil {
 		closeStore()
 		return err
