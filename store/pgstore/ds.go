@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,20 +18,8 @@ import (
 
 // CreateStream creates a standalone stream, or returns the one at p.Path.
 func (s *Store) CreateStream(ctx context.Context, p *store.CreateStreamParams) (*store.StreamInfo, bool, error) {
-	switch {
-	case p.Path == "":
-		return nil, false, fmt.Errorf("create stream: %w: empty path", store.ErrInvalid)
-	case strings.HasPrefix(p.Path, "runs/"):
-		return nil, false, fmt.Errorf("create stream: %w: path %q is reserved for run streams", store.ErrInvalid, p.Path)
-	case p.Expiry.HasTTL && p.Expiry.TTL < 0:
-		return nil, false, fmt.Errorf("create stream: %w: negative TTL", store.ErrInvalid)
-	case p.Fork != nil && (p.Fork.Offset < -1 || p.Fork.SubOffset < 0):
-		return nil, false, fmt.Errorf("create stream: %w: negative fork offset", store.ErrInvalid)
-	}
-	if len(p.Chunks) > 0 {
-		if err := store.CheckAppend(&store.AppendParams{Chunks: p.Chunks}); err != nil {
-			return nil, false, fmt.Errorf("create stream: %w", err)
-		}
+	if err := store.CheckCreateStream(p); err != nil {
+		return nil, false, err
 	}
 	now := p.Now
 	if now.IsZero() {
