@@ -292,8 +292,15 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	id := r.PathValue("id")
-	if err := s.e.Cancel(r.Context(), id); err != nil {
+	// 200 for a run that had already ended, 202 for one this request asked
+	// to cancel: decided before the cancel, since the run may end as
+	// cancelled before the reply is written.
+	before, err := s.getRun(r)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := s.e.Cancel(r.Context(), before.ID); err != nil {
 		httpError(w, err)
 		return
 	}
@@ -303,7 +310,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	status := http.StatusAccepted
-	if run.Status.Terminal() {
+	if before.Status.Terminal() {
 		status = http.StatusOK
 	}
 	writeJSON(w, status, runJSON(run))
