@@ -287,6 +287,12 @@ type procMsg struct {
 }
 
 // runTrial runs t's workers until every run has ended, striking its faults.
+// httpSettle is how long a trial waits for its HTTP clients once the runs
+// ended. It must outlast a client's request timeout (10 s) plus a retry: a
+// start whose reply was cut may be retried against a server that is still
+// frozen or restarting, and that retry may take a whole timeout.
+const httpSettle = 30 * time.Second
+
 func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*trialResult, error) {
 	res := &trialResult{injected: map[FaultKind]int{}}
 	tb, err := json.Marshal(t)
@@ -394,7 +400,7 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 			select {
 			case sr := <-streamDone:
 				streams = &sr
-			case <-time.After(10 * time.Second):
+			case <-time.After(httpSettle):
 				return nil, errors.New("the HTTP stream writers did not finish though every worker exited")
 			}
 		}
@@ -423,7 +429,7 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 				}
 			}
 			return res, nil
-		case <-time.After(10 * time.Second):
+		case <-time.After(httpSettle):
 			return nil, errors.New("the HTTP starts did not finish though every run ended")
 		}
 	}
