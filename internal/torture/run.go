@@ -286,13 +286,13 @@ type procMsg struct {
 	err  error
 }
 
-// runTrial runs t's workers until every run has ended, striking its faults.
 // httpSettle is how long a trial waits for its HTTP clients once the runs
 // ended. It must outlast a client's request timeout (10 s) plus a retry: a
 // start whose reply was cut may be retried against a server that is still
 // frozen or restarting, and that retry may take a whole timeout.
 const httpSettle = 30 * time.Second
 
+// runTrial runs t's workers until every run has ended, striking its faults.
 func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*trialResult, error) {
 	res := &trialResult{injected: map[FaultKind]int{}}
 	tb, err := json.Marshal(t)
