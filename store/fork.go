@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/weirhq/weir/stream"
 )
@@ -46,25 +45,4 @@ func (s *SubOffset) Missing() error {
 		return fmt.Errorf("%w: fork sub-offset %d is past the %d records after offset %d", ErrInvalid, s.N, s.seen, s.From)
 	}
 	return fmt.Errorf("%w: fork sub-offset %d: no data after offset %d", ErrInvalid, s.N, s.From)
-}
-
-// CheckCreateStream validates a CreateStream call's shape; every backend
-// calls it first.
-func CheckCreateStream(p *CreateStreamParams) error {
-	switch {
-	case p.Path == "":
-		return fmt.Errorf("create stream: %w: empty path", ErrInvalid)
-	case strings.HasPrefix(p.Path, "runs/"):
-		return fmt.Errorf("create stream: %w: path %q is reserved for run streams", ErrInvalid, p.Path)
-	case p.Expiry.HasTTL && p.Expiry.TTL < 0:
-		return fmt.Errorf("create stream: %w: negative TTL", ErrInvalid)
-	case p.Fork != nil && (p.Fork.Offset < -1 || p.Fork.SubOffset < 0):
-		return fmt.Errorf("create stream: %w: negative fork offset", ErrInvalid)
-	}
-	if len(p.Chunks) > 0 {
-		if err := CheckAppend(&AppendParams{Chunks: p.Chunks}); err != nil {
-			return fmt.Errorf("create stream: %w", err)
-		}
-	}
-	return nil
 }

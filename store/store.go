@@ -24,7 +24,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/weirhq/weir/stream"
@@ -385,11 +384,15 @@ type Expiry struct {
 // Expired reports whether the stream is expired at now: its sliding TTL ran
 // out since LastAccess, or its absolute expiry passed. Both are exact to the
 // nanosecond the store keeps.
-func (si *StreamInfo) Expired(now time.Time) bool {
-	if si.Expiry.HasTTL && !now.Before(si.LastAccess.Add(si.Expiry.TTL)) {
+func (si *StreamInfo) Expired(now time.Time) bool { return si.Expiry.Passed(si.LastAccess, now) }
+
+// Passed reports whether a stream with expiry e, last accessed at
+// lastAccess, is expired at now: the one expiry rule of every backend.
+func (e Expiry) Passed(lastAccess, now time.Time) bool {
+	if e.HasTTL && !now.Before(lastAccess.Add(e.TTL)) {
 		return true
 	}
-	return !si.Expiry.At.IsZero() && !now.Before(si.Expiry.At)
+	return !e.At.IsZero() && !now.Before(e.At)
 }
 
 // ForkInfo is where a fork came from, as its creation gave it.
@@ -581,89 +584,4 @@ type ReadResult struct {
 	Records    []stream.Record
 	NextOffset int64 // the stream's next offset when read
 	Closed     bool
-}
-
-// CheckAppend validates an append's shape; every backend calls it first.
-func CheckAppend(p *AppendParams) error {
-	if len(p.Chunks) == 0 && !p.Close {
-		return fmt.Errorf("%w: append has no chunks", ErrInvalid)
-	}
-	if p.Producer != nil {
-		if p.Writer != "" {
-			return fmt.Errorf("%w: a producer append has no writer", ErrInvalid)
-		}
-		if p.Producer.ID == "" || len(p.Producer.ID) > MaxKeyLen || p.Producer.Epoch < 0 || p.Producer.Seq < 0 {
-			return fmt.Errorf("%w: a producer needs an id of 1 to %d bytes, and an epoch and seq >= 0", ErrInvalid, MaxKeyLen)
-		}
-	}
-	if len(p.RequestDigest) > 64 || p.IdempotencyKey == "" && len(p.RequestDigest) > 0 {
-		return fmt.Errorf("%w: a request digest goes with an idempotency key and has at most 64 bytes", ErrInvalid)
-	}
-	if len(p.IdempotencyKey) > MaxKeyLen {
-		return fmt.Errorf("%w: idempotency key of %d bytes, the limit is %d", ErrInvalid, len(p.IdempotencyKey), MaxKeyLen)
-	}
-	if len(p.Chunks) > MaxAppendChunks {
-		return fmt.Errorf("%w: append has %d chunks, the limit is %d", ErrTooLarge, len(p.Chunks), MaxAppendChunks)
-	}
-	if p.Attempt < 0 || p.FirstSeq < 0 {
-		return fmt.Errorf("%w: attempt %d and seq %d must not be negative", ErrInvalid, p.Attempt, p.FirstSeq)
-	}
-	if p.Writer == "" && (p.Attempt != 0 || p.FirstSeq != 0) {
-		return fmt.Errorf("%w: attempt and seq need a writer", ErrInvalid)
-	}
-	if len(p.Writer) > stream.MaxWriterLen {
-		return fmt.Errorf("%w: writer id of %d bytes, the limit is %d", ErrInvalid, len(p.Writer), stream.MaxWriterLen)
-	}
-	total := 0
-	for i, c := range p.Chunks {
-		if len(c) > MaxChunkSize {
-			return fmt.Errorf("%w: chunk %d has %d bytes, the limit is %d", ErrTooLarge, i, len(c), MaxChunkSize)
-		}
-		total += len(c)
-	}
-	if total > MaxAppendBytes {
-		return fmt.Errorf("%w: append has %d bytes, the limit is %d", ErrTooLarge, total, MaxAppendBytes)
-	}
-	return nil
-}
-
-// CheckRecord validates a Record's shape; every backend calls it first.
-func CheckRecord(p *RecordParams) error {
-	if p.RunID == "" {
-		return fmt.Errorf("%w: no run id", ErrInvalid)
-	}
-	if p.Status != "" && !p.Status.Valid() {
-		return fmt.Errorf("%w: status %q", ErrInvalid, p.Status)
-	}
-	if f := p.Fence; f != nil && (f.Writer == "" || f.Attempt < 1) {
-		return fmt.Errorf("%w: a fence needs a writer and an attempt >= 1", ErrInvalid)
-	}
-	if f := p.Finish; f != nil && (f.Writer == "" || f.Attempt < 1) {
-		return fmt.Errorf("%w: a finish needs a writer and an attempt >= 1", ErrInvalid)
-	}
-	for i := range p.Events {
-		if p.Events[i].Type == "" {
-			return fmt.Errorf("%w: event %d has no type", ErrInvalid, i)
-		}
-	}
-	return nil
-}
-
-// StreamPath resolves the path an OpenStream call names: p.Path, or the path
-// of run p.RunID's stream p.Name. Every backend calls it first.
-func StreamPath(p *OpenStreamParams) (string, error) {
-	path := p.Path
-	if p.RunID != "" || p.Name != "" {
-		if p.RunID == "" || p.Name == "" {
-			return "", fmt.Errorf("open stream: %w: a run stream needs both a run id and a name", ErrInvalid)
-		}
-		path = RunStreamPath(p.RunID, p.Name)
-		if p.Path != "" && p.Path != path {
-			return "", fmt.Errorf("open stream: %w: path %q is not run %q's stream %q", ErrInvalid, p.Path, p.RunID, p.Name)
-		}
-	}
-	if path == "" {
-		return "", fmt.Errorf("open stream: %w: empty path", ErrInvalid)
-	}
-	return path, nil
 }

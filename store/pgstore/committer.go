@@ -6,75 +6,55 @@ import (
 	"sync/atomic"
 
 	"github.com/weirhq/weir/store"
-	"github.com/weirhq/weir/stream"
 )
 
 // Group commit.
 //
 // Every write (Append, Record, FinishWriter, CloseStream, CreateRun,
 // OpenStream's creation, ClaimRuns) is an op handed to the store's
-// committers. A committer takes
-// the ops waiting, up to Config.MaxBatch, and applies them in one
-// transaction of two pipelined round trips (see group.go): the first locks
-// every run and stream the ops touch and reads their state, set-wise; the
-// rules run here, op after op, on that state; the second writes everything,
-// set-wise, and commits. So concurrent writers share one commit, and a group
-// of a hundred ops costs about as many statements as one. An op that the
-// rules (or a lost lease) refuse writes nothing and gets its own error; the
-// others are not affected.
+// committers. A committer takes the ops waiting, up to Config.MaxBatch, and
+// applies them in one transaction of two pipelined round trips (group.go):
+// the first locks every run and stream the ops touch and reads their state,
+// set-wise (group_read.go); the rules of package apply run here, op after
+// op, on that state; the second writes everything, set-wise, and commits
+// (group_write.go). So concurrent writers share one commit, and a group of a
+// hundred ops costs about as many statements as one. An op that the rules
+// refuse changed nothing (apply's refusal contract) and gets its own error;
+// the others are not affected.
 
-// opKind is what an op does.
-type opKind uint8
+// op is one write waiting for a committer. Each kind is a type of its own
+// (ops_streams.go, ops_runs.go): adding one touches nothing else.
+type op interface {
+	base() *opBase
+	// plan adds to the group's first round trip what the op reads, locks
+	// and creates.
+	plan(g *group, r *readPlan)
+	// apply applies the op to the group's state, after the first round
+	// trip; an error is the op's own and leaves the state as it was.
+	apply(g *group) error
+	// size is about how many bytes the op sends.
+	size() int
+	// clear forgets the outcome of a try before the next; keep says that
+	// try's commit was sent, so its result is kept (as the op's previous
+	// result) for the next try to return if it finds the try committed.
+	clear(keep bool)
+}
 
-const (
-	opAppend opKind = iota
-	opRecord
-	opFinish
-	opClose
-	opCreateRun
-	opOpenStream
-	opClaim
-)
-
-// op is one write waiting for a committer.
-type op struct {
-	kind   opKind
-	append *store.AppendParams
-	now    int64 // the append's clock (nanoseconds)
-	record *store.RecordParams
-	evs    *eventArrays
-	chg    *runChange
-	finish *store.FinishWriterParams
-	stream int64 // CloseStream's
-	create *store.CreateRunParams
-	open   *store.OpenStreamParams // with its Path set and Create true
-	openCT string                  // its content type
-	claim  *store.ClaimRunsParams  // with Now set
-
+// opBase is what every op carries through the committers.
+type opBase struct {
 	// prevToken is the token of the group that last sent this op's commit
-	// without an answer; 0 if none. The group checks the rows this op
-	// writes for it: found, the op committed then, and prevRes is its
-	// result.
-	prevToken int64
-	prevRes   *store.AppendResult
-	prevFin   stream.Result
-
-	// Outcome.
-	computed    *store.AppendResult // the result computed in the last group, even if it failed
-	computedFin stream.Result
-	run         *store.Run          // create run
-	created     bool                // create run
-	info        *store.StreamInfo   // open stream
-	claimed     []claimedRun        // claim
-	res         *store.AppendResult // append
-	result      stream.Result       // finish, close
-	err         error
-	committing  bool  // the group's commit was sent with this op in it
-	token       int64 // that group's token
+	// without an answer; 0 if none. The group checks the rows the op
+	// writes for it: found, the op committed then.
+	prevToken  int64
+	err        error
+	committing bool  // the group's commit was sent with this op in it
+	token      int64 // that group's token
 
 	state atomic.Int32
 	done  chan struct{}
 }
+
+func (b *opBase) base() *opBase { return b }
 
 const (
 	opQueued int32 = iota
@@ -85,14 +65,16 @@ const (
 // exec runs o through the committers, retrying as Store.do does. Every op
 // may be retried after a lost reply: the group it was in left its token on
 // the rows it wrote, and the retry looks for it (prevToken).
-func (s *Store) exec(ctx context.Context, o *op) error {
+func (s *Store) exec(ctx context.Context, o op) error {
+	b := o.base()
 	return s.do(ctx, true, func(ctx context.Context, t *try) error {
 		if t.n > 0 {
-			if o.committing {
-				o.prevToken, o.prevRes, o.prevFin = o.token, o.computed, o.computedFin
+			o.clear(b.committing)
+			if b.committing {
+				b.prevToken = b.token
 			}
-			o.reset()
-			o.state.Store(opQueued)
+			b.err, b.committing = nil, false
+			b.state.Store(opQueued)
 		}
 		return s.submit(ctx, t, o)
 	})
@@ -102,8 +84,9 @@ func (s *Store) exec(ctx context.Context, o *op) error {
 // before a committer took o, o is dropped; after that, submit waits for the
 // outcome, so that an error means nothing was written (or, for a lost
 // connection, that the outcome is unknown: t.committing).
-func (s *Store) submit(ctx context.Context, t *try, o *op) error {
-	o.done = make(chan struct{})
+func (s *Store) submit(ctx context.Context, t *try, o op) error {
+	b := o.base()
+	b.done = make(chan struct{})
 	s.opsMu.RLock()
 	if s.opsClosed {
 		s.opsMu.RUnlock()
@@ -117,21 +100,21 @@ func (s *Store) submit(ctx context.Context, t *try, o *op) error {
 		return ctx.Err()
 	}
 	select {
-	case <-o.done:
+	case <-b.done:
 	case <-ctx.Done():
-		if o.state.CompareAndSwap(opQueued, opCancelled) {
+		if b.state.CompareAndSwap(opQueued, opCancelled) {
 			return ctx.Err()
 		}
-		<-o.done
+		<-b.done
 	}
-	t.committing = o.committing
-	return o.err
+	t.committing = b.committing
+	return b.err
 }
 
 // committer takes ops until the queue is closed.
 func (s *Store) committer() {
 	max := s.cfg.MaxBatch
-	batch := make([]*op, 0, max)
+	batch := make([]op, 0, max)
 	for {
 		o, ok := <-s.ops
 		if !ok {
@@ -154,7 +137,7 @@ func (s *Store) committer() {
 		}
 		ops := batch[:0]
 		for _, o := range batch {
-			if o.state.CompareAndSwap(opQueued, opTaken) {
+			if o.base().state.CompareAndSwap(opQueued, opTaken) {
 				ops = append(ops, o)
 			}
 		}
@@ -169,27 +152,8 @@ func (s *Store) committer() {
 // past it. (One append alone may carry store.MaxAppendBytes.)
 const maxGroupBytes = 64 << 20
 
-// size is about how many bytes o sends.
-func (o *op) size() int {
-	n := 256
-	switch o.kind {
-	case opAppend:
-		for _, c := range o.append.Chunks {
-			n += len(c) + 32
-		}
-	case opRecord:
-		n += len(o.record.Output)
-		for i := range o.record.Events {
-			n += len(o.record.Events[i].Data) + len(o.record.Events[i].Error)
-		}
-	case opCreateRun:
-		n += len(o.create.Input)
-	}
-	return n
-}
-
 // runGroup applies ops in one transaction and replies to each.
-func (s *Store) runGroup(ops []*op) {
+func (s *Store) runGroup(ops []op) {
 	err := s.tryGroup(ops)
 	if err != nil && len(ops) > 1 && !retryable(err) {
 		// The server refused the group for a reason a retry will not cure:
@@ -197,29 +161,28 @@ func (s *Store) runGroup(ops []*op) {
 		// Nothing was written: each op is applied alone, so that only the
 		// culprit fails.
 		for _, o := range ops {
-			o.reset()
-			if err := s.tryGroup([]*op{o}); err != nil && o.err == nil {
-				o.err = err
+			b := o.base()
+			o.clear(false)
+			b.err, b.committing = nil, false
+			if err := s.tryGroup([]op{o}); err != nil && b.err == nil {
+				b.err = err
 			}
-			o.reply()
+			close(b.done)
 		}
 		return
 	}
-	if err != nil {
-		for _, o := range ops {
-			if o.err == nil {
-				o.err = err
-			}
-		}
-	}
 	for _, o := range ops {
-		o.reply()
+		b := o.base()
+		if err != nil && b.err == nil {
+			b.err = err
+		}
+		close(b.done)
 	}
 }
 
 // tryGroup applies ops in one transaction and wakes the readers of what it
 // wrote; ops refused on their own keep their errors.
-func (s *Store) tryGroup(ops []*op) error {
+func (s *Store) tryGroup(ops []op) error {
 	s.stats.groups.Add(1)
 	s.stats.ops.Add(int64(len(ops)))
 	g := newGroup(s, ops)
@@ -228,21 +191,6 @@ func (s *Store) tryGroup(ops []*op) error {
 	}
 	s.wroteHeads(g.wrote)
 	return nil
-}
-
-// reset clears what a group did with o.
-func (o *op) reset() {
-	o.res, o.result, o.err, o.committing = nil, 0, nil, false
-	o.run, o.created, o.info, o.claimed = nil, false, nil, nil
-}
-
-// reply hands o's outcome to its submitter.
-func (o *op) reply() {
-	o.computed, o.computedFin = o.res, o.result
-	if o.err != nil {
-		o.res = nil
-	}
-	close(o.done)
 }
 
 // closeOps stops taking ops and waits for the committers to finish the ones

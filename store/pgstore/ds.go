@@ -8,23 +8,22 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/apply"
 	"github.com/weirhq/weir/stream"
 )
 
-// This file holds what the Durable Streams protocol needs beyond the
-// exactly-once rules: creation with options and forks, deletion and the
-// TTL. The producer and Stream-Seq rules (package stream) are applied by
-// Append (streams.go).
+// This file holds what the Durable Streams protocol needs beyond appends:
+// creation with options and forks, deletion and the TTL, each in its own
+// transaction. The decisions are package apply's (ForkPoint, Initial,
+// Delete, Release) and stream's (ForkCopy); this locks, copies (server-side
+// where it can) and saves.
 
 // CreateStream creates a standalone stream, or returns the one at p.Path.
 func (s *Store) CreateStream(ctx context.Context, p *store.CreateStreamParams) (*store.StreamInfo, bool, error) {
-	if err := store.CheckCreateStream(p); err != nil {
-		return nil, false, err
+	if err := p.Check(); err != nil {
+		return nil, false, fmt.Errorf("create stream: %w", err)
 	}
-	now := p.Now
-	if now.IsZero() {
-		now = s.cfg.Now()
-	}
+	p = p.WithDefaults(s.cfg.Now)
 	var si *store.StreamInfo
 	var created bool
 	var wrote []int64
@@ -46,7 +45,7 @@ func (s *Store) CreateStream(ctx context.Context, p *store.CreateStreamParams) (
 		}
 		defer x.release()
 		var id int64
-		id, wrote, err = s.createStream(ctx, x, p, nanos(now))
+		id, wrote, err = s.createStream(ctx, x, p)
 		if err != nil {
 			return err
 		}
@@ -63,49 +62,33 @@ func (s *Store) CreateStream(ctx context.Context, p *store.CreateStreamParams) (
 
 // createStream creates p's stream in one transaction on x and returns its
 // id; or, if a stream at p.Path appeared meanwhile, the existing one's.
-func (s *Store) createStream(ctx context.Context, x *txn, p *store.CreateStreamParams, now int64) (int64, []int64, error) {
+func (s *Store) createStream(ctx context.Context, x *txn, p *store.CreateStreamParams) (int64, []int64, error) {
 	if _, err := x.c.Exec(ctx, "BEGIN"); err != nil {
 		return 0, nil, err
 	}
 	var (
+		src                 *apply.Stream
 		srcPath             string
-		srcHead             stream.Head
-		srcDeleted          bool
 		fork                *int64
 		forkOffset, forkSub int64
-		wrote               []int64
 		ttl                 *int64
-		contentType         = p.ContentType
 	)
-	if contentType == "" {
-		contentType = defaultContentType
-	}
 	if p.Expiry.HasTTL {
 		v := int64(p.Expiry.TTL)
 		ttl = &v
 	}
 	if fp := p.Fork; fp != nil {
-		err := x.c.QueryRow(ctx, s.q.lockSource, fp.SourceID).Scan(&srcPath, &srcHead.NextOffset, &srcHead.Closed, &srcDeleted)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return 0, nil, fmt.Errorf("fork source %d: %w", fp.SourceID, store.ErrNotFound)
+		var err error
+		if src, srcPath, err = s.lockStream(ctx, x, fp.SourceID); err != nil {
+			return 0, nil, fmt.Errorf("fork source: %w", err)
 		}
-		if err != nil {
+		if forkOffset, err = apply.ForkPoint(src, fp); err != nil {
 			return 0, nil, err
 		}
-		if srcDeleted {
-			return 0, nil, fmt.Errorf("fork source %d: %w", fp.SourceID, store.ErrGone)
-		}
-		forkOffset, forkSub = fp.Offset, fp.SubOffset
-		if forkOffset == -1 {
-			forkOffset = srcHead.NextOffset
-		}
-		if forkOffset > srcHead.NextOffset {
-			return 0, nil, fmt.Errorf("%w: fork offset %d is past the source's next offset %d", store.ErrInvalid, forkOffset, srcHead.NextOffset)
-		}
-		fork = &fp.SourceID
+		forkSub, fork = fp.SubOffset, &fp.SourceID
 	}
 	var id int64
-	err := x.c.QueryRow(ctx, s.q.createStream, p.Path, contentType, now, ttl, nanos(p.Expiry.At),
+	err := x.c.QueryRow(ctx, s.q.createStream, p.Path, p.ContentType, nanos(p.Now), ttl, nanos(p.Expiry.At),
 		fork, srcPath, forkOffset, forkSub).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Created by another transaction since our look: look again.
@@ -116,27 +99,15 @@ func (s *Store) createStream(ctx context.Context, x *txn, p *store.CreateStreamP
 	}
 	head := stream.Head{}
 	if fp := p.Fork; fp != nil {
-		if head, err = s.copyFork(ctx, x, fp.SourceID, &srcHead, id, fp, forkOffset); err != nil {
+		if head, err = s.copyFork(ctx, x, fp.SourceID, &src.Head, id, fp, forkOffset); err != nil {
 			return 0, nil, err
 		}
 		if _, err := x.c.Exec(ctx, `UPDATE `+s.q.schema+`.streams SET forks = forks + 1 WHERE id = $1`, fp.SourceID); err != nil {
 			return 0, nil, err
 		}
 	}
-	var batches [][]stream.Record
-	if len(p.Chunks) > 0 {
-		_, recs, err := stream.Append(&head, nil, &stream.AppendRequest{Chunks: p.Chunks})
-		if err != nil {
-			return 0, nil, err
-		}
-		batches = append(batches, recs)
-	}
-	if p.Closed {
-		_, recs := stream.Close(&head)
-		batches = append(batches, recs)
-	}
 	b := &pgx.Batch{}
-	for _, recs := range batches {
+	for _, recs := range apply.Initial(&head, p) {
 		b.Queue(s.q.insertBatch, id, recs[len(recs)-1].Offset, recs[0].Offset, "", stream.EncodeBatch(nil, recs))
 	}
 	b.Queue(s.q.setHead, id, head.NextOffset, head.Closed)
@@ -144,11 +115,31 @@ func (s *Store) createStream(ctx context.Context, x *txn, p *store.CreateStreamP
 	if err := x.commit(ctx, b); err != nil {
 		return 0, nil, err
 	}
+	var wrote []int64
 	if head.NextOffset > 0 {
 		wrote = append(wrote, id)
 	}
 	return id, wrote, nil
 }
+
+// lockStream locks stream id (FOR UPDATE) and reads its state and path.
+func (s *Store) lockStream(ctx context.Context, x *txn, id int64) (*apply.Stream, string, error) {
+	st := &apply.Stream{}
+	var path string
+	err := scanMeta(prefixRow{x.c.QueryRow(ctx, s.q.lockStream, id), &path}, st)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, "", fmt.Errorf("stream %d: %w", id, store.ErrNotFound)
+	}
+	return st, path, err
+}
+
+// prefixRow scans one column into dest before the columns scanMeta takes.
+type prefixRow struct {
+	row  pgx.Row
+	dest any
+}
+
+func (r prefixRow) Scan(dest ...any) error { return r.row.Scan(append([]any{r.dest}, dest...)...) }
 
 // errCreatedElsewhere makes CreateStream look again: another transaction
 // created the stream at the path first.
@@ -307,25 +298,6 @@ func setOf(ids []int64) map[int64]bool {
 	return m
 }
 
-// forLock is a stream as DeleteStream sees it.
-type forLock struct {
-	runID      string
-	meta       streamMeta
-	forkSource int64
-	forks      int64
-	deleted    bool
-}
-
-func (s *Store) lockForDelete(ctx context.Context, x *txn, id int64) (*forLock, error) {
-	var f forLock
-	err := x.c.QueryRow(ctx, s.q.lockForDelete, id).Scan(&f.runID, &f.meta.ttl, &f.meta.expiresAt, &f.meta.lastAccess,
-		&f.forkSource, &f.forks, &f.deleted)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("stream %d: %w", id, store.ErrNotFound)
-	}
-	return &f, err
-}
-
 // deleteStream deletes p's stream in one transaction on x, and the sources
 // it releases up its fork chain (each locked after its fork: a fork's
 // creation locks only its source, so this order cannot deadlock with it).
@@ -333,53 +305,45 @@ func (s *Store) deleteStream(ctx context.Context, x *txn, p *store.DeleteStreamP
 	if _, err := x.c.Exec(ctx, "BEGIN"); err != nil {
 		return 0, nil, err
 	}
-	st, err := s.lockForDelete(ctx, x, p.ID)
+	st, _, err := s.lockStream(ctx, x, p.ID)
 	if err != nil {
 		return 0, nil, err
 	}
-	if st.runID != "" {
-		return 0, nil, fmt.Errorf("%w: stream %d is a run's stream", store.ErrInvalid, p.ID)
-	}
-	if !p.IfExpiredAt.IsZero() {
-		if st.deleted || !st.meta.expired(nanos(p.IfExpiredAt)) {
-			return store.DeleteKept, nil, nil
-		}
-	} else if st.deleted {
-		return 0, nil, fmt.Errorf("stream %d: %w", p.ID, store.ErrGone)
+	res, err := apply.Delete(st, p)
+	if err != nil || res == store.DeleteKept {
+		return res, nil, err
 	}
 	b := &pgx.Batch{}
-	if st.forks > 0 {
-		b.Queue(s.q.setForks, p.ID, st.forks, true)
+	if res == store.DeleteSoft {
+		b.Queue(s.q.setForks, st.ID, st.Forks, true)
 		b.Queue("COMMIT")
 		if err := x.commit(ctx, b); err != nil {
 			return 0, nil, err
 		}
-		return store.DeleteSoft, []int64{p.ID}, nil
+		return store.DeleteSoft, []int64{st.ID}, nil
 	}
 	// Delete, and release the source up the chain.
 	var gone []int64
-	id := p.ID
 	for {
 		for _, q := range []string{s.q.delBatches, s.q.delWriters, s.q.delProducers, s.q.delKeys, s.q.delStream} {
-			b.Queue(q, id)
+			b.Queue(q, st.ID)
 		}
-		gone = append(gone, id)
-		if st.forkSource == 0 {
+		gone = append(gone, st.ID)
+		if st.ForkSource == 0 {
 			break
 		}
-		parent, err := s.lockForDelete(ctx, x, st.forkSource)
+		parent, _, err := s.lockStream(ctx, x, st.ForkSource)
 		if errors.Is(err, store.ErrNotFound) {
 			break
 		}
 		if err != nil {
 			return 0, nil, err
 		}
-		parent.forks--
-		if parent.forks <= 0 && parent.deleted {
-			id, st = st.forkSource, parent
+		if apply.Release(parent) {
+			st = parent
 			continue
 		}
-		b.Queue(s.q.setForks, st.forkSource, max(parent.forks, 0), parent.deleted)
+		b.Queue(s.q.setForks, parent.ID, parent.Forks, parent.Deleted)
 		break
 	}
 	b.Queue("COMMIT")

@@ -134,7 +134,7 @@ type Store struct {
 	keysSaved atomic.Int64 // idempotency keys saved: expired ones are purged every 256
 
 	stats      struct{ groups, ops atomic.Int64 }
-	ops        chan *op // to the committers
+	ops        chan op // to the committers
 	opsMu      sync.RWMutex
 	opsClosed  bool
 	committers sync.WaitGroup
@@ -265,7 +265,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, err
 	s.lis = newListener(s)
 	s.bg.Add(1)
 	go func() { defer s.bg.Done(); s.pub.loop() }()
-	s.ops = make(chan *op, cfg.MaxBatch)
+	s.ops = make(chan op, cfg.MaxBatch)
 	s.streamRuns = make(map[int64]string)
 	for range cfg.Committers {
 		s.committers.Add(1)

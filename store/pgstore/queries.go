@@ -13,9 +13,9 @@ const streamCols = `id, path, COALESCE(run_id, ''), name, content_type, next_off
 	ttl, expires_at, last_access, closed_by, closed_by_epoch, closed_by_seq, stream_seq,
 	fork_source, fork_source_path, fork_offset, fork_sub_offset, forks, deleted`
 
-// metaCols are what an append checks and changes of a stream: see streamMeta.
+// metaCols are a stream's state as the rules see it (apply.Stream).
 const metaCols = `COALESCE(run_id, ''), next_offset, closed, ttl, expires_at, last_access,
-	closed_by, closed_by_epoch, closed_by_seq, stream_seq, deleted`
+	closed_by, closed_by_epoch, closed_by_seq, stream_seq, COALESCE(fork_source, 0), forks, deleted`
 
 // queries are the store's SQL with its schema filled in ($S). pgx prepares
 // each once per connection and caches it.
@@ -33,9 +33,9 @@ type queries struct {
 	putWriters, putProducers, putKeys, purgeKeys, updateRuns                    string
 
 	// Durable Streams (ds.go).
-	createStream, lockSource, attemptWriters, copyBatches, specialBatches      string
-	batchesFrom, setForks, lockForDelete, delBatches, delWriters, delProducers string
-	delKeys, delStream                                                         string
+	createStream, lockStream, attemptWriters, copyBatches, specialBatches string
+	batchesFrom, setForks, delBatches, delWriters, delProducers           string
+	delKeys, delStream                                                    string
 
 	// Retention (purge.go).
 	purgeLock, purgeBatches, purgeWriters, purgeProducers, purgeStreamKeys string
@@ -105,7 +105,7 @@ func newQueries(schema string) *queries {
 			fork_source, fork_source_path, fork_offset, fork_sub_offset, next_offset)
 		VALUES ($1, '', $2, $3, $3, $4, $5, $6, $7, $8, $9, 0)
 		ON CONFLICT (path) DO NOTHING RETURNING id`)
-	set(&q.lockSource, `SELECT path, next_offset, closed, deleted FROM $S.streams WHERE id = $1 FOR UPDATE`)
+	set(&q.lockStream, `SELECT path, id, `+metaCols+` FROM $S.streams WHERE id = $1 FOR UPDATE`)
 	set(&q.attemptWriters, `SELECT writer FROM $S.writers WHERE stream_id = $1 AND attempt > 0`)
 	// copyBatches copies, server-side, the source's batches that a fork
 	// takes as they are: wholly below the fork point, of no writer that may
@@ -121,8 +121,6 @@ func newQueries(schema string) *queries {
 	set(&q.batchesFrom, `SELECT first_offset, data FROM $S.batches WHERE stream_id = $1 AND last_offset >= $2
 		ORDER BY last_offset`)
 	set(&q.setForks, `UPDATE $S.streams SET forks = $2, deleted = $3 WHERE id = $1`)
-	set(&q.lockForDelete, `SELECT COALESCE(run_id, ''), ttl, expires_at, last_access, COALESCE(fork_source, 0), forks, deleted
-		FROM $S.streams WHERE id = $1 FOR UPDATE`)
 	set(&q.delBatches, `DELETE FROM $S.batches WHERE stream_id = $1`)
 	set(&q.delWriters, `DELETE FROM $S.writers WHERE stream_id = $1`)
 	set(&q.delProducers, `DELETE FROM $S.producers WHERE stream_id = $1`)

@@ -7,11 +7,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/apply"
 )
 
 // claimedRun is a run a claim took, with its creation order.
@@ -37,12 +37,10 @@ func scanRun(row pgx.Row, extra ...any) (*store.Run, error) {
 
 // CreateRun creates a run, or returns the run that already has p.ID.
 func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store.Run, bool, error) {
-	if p.ID == "" || p.Workflow == "" {
-		return nil, false, fmt.Errorf("create run: %w: a run needs an id and a workflow", store.ErrInvalid)
+	if err := p.Check(); err != nil {
+		return nil, false, fmt.Errorf("create run: %w", err)
 	}
-	o := &op{kind: opCreateRun, create: p, now: nanos(s.cfg.Now())}
-	// Idempotent: a retry finds the run its lost reply created (then as
-	// created false).
+	o := &createRunOp{p: p, now: nanos(s.cfg.Now())}
 	if err := s.exec(ctx, o); err != nil {
 		return nil, false, fmt.Errorf("create run: %w", err)
 	}
@@ -51,6 +49,9 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 
 // GetRun returns a run.
 func (s *Store) GetRun(ctx context.Context, id string) (*store.Run, error) {
+	if err := store.CheckRunID(id); err != nil {
+		return nil, fmt.Errorf("get run: %w", err)
+	}
 	var run *store.Run
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		var err error
@@ -65,13 +66,11 @@ func (s *Store) GetRun(ctx context.Context, id string) (*store.Run, error) {
 
 // ListRuns lists runs, newest first.
 func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store.Run, error) {
-	if p.Limit < 0 || p.Status != "" && !p.Status.Valid() {
-		return nil, fmt.Errorf("list runs: %w: limit %d, status %q", store.ErrInvalid, p.Limit, p.Status)
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
 	}
+	p = p.WithDefaults()
 	limit := p.Limit
-	if limit == 0 {
-		limit = 100
-	}
 	var where []string
 	var args []any
 	arg := func(v any) string {
@@ -136,16 +135,10 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 // first. Runs another claimer holds locked are skipped (SKIP LOCKED), so
 // concurrent claimers never wait for each other nor share a run.
 func (s *Store) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*store.Run, error) {
-	if p.Owner == "" || p.Limit < 1 || p.LeaseTTL <= 0 {
-		return nil, fmt.Errorf("claim runs: %w: an owner, a limit >= 1 and a lease TTL > 0 are required", store.ErrInvalid)
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("claim runs: %w", err)
 	}
-	now := p.Now
-	if now.IsZero() {
-		now = s.cfg.Now()
-	}
-	o := &op{kind: opClaim, claim: &store.ClaimRunsParams{Owner: p.Owner, Limit: p.Limit, LeaseTTL: p.LeaseTTL, Now: now, Workflows: p.Workflows}}
-	// In a group commit. A retry after a lost reply returns the runs the
-	// lost try claimed, found by its token, instead of claiming more.
+	o := &claimOp{p: p.WithDefaults(s.cfg.Now)}
 	if err := s.exec(ctx, o); err != nil {
 		return nil, fmt.Errorf("claim runs: %w", err)
 	}
@@ -165,8 +158,8 @@ func (s *Store) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*sto
 
 // RenewLease extends a lease by p.LeaseTTL from now.
 func (s *Store) RenewLease(ctx context.Context, p *store.RenewLeaseParams) (bool, error) {
-	if p.RunID == "" || p.LeaseTTL <= 0 {
-		return false, fmt.Errorf("renew lease: %w: a run id and a lease TTL > 0 are required", store.ErrInvalid)
+	if err := p.Check(); err != nil {
+		return false, fmt.Errorf("renew lease: %w", err)
 	}
 	var cancel bool
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
@@ -186,32 +179,24 @@ func (s *Store) RenewLease(ctx context.Context, p *store.RenewLeaseParams) (bool
 
 // leaseLost explains why run's lease at epoch is not held.
 func (s *Store) leaseLost(ctx context.Context, run string, epoch int64) error {
-	var cur int64
-	var owner, status string
-	err := s.pool.QueryRow(ctx, s.q.runLease, run).Scan(&cur, &owner, &status)
+	r := &apply.Run{ID: run}
+	var status string
+	err := s.pool.QueryRow(ctx, s.q.runLease, run).Scan(&r.Epoch, &r.Owner, &status)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("run %q: %w", run, store.ErrNotFound)
 	}
 	if err != nil {
 		return err
 	}
-	return leaseLostErr(run, epoch, cur, owner, status)
-}
-
-func leaseLostErr(run string, epoch, cur int64, owner, status string) error {
-	switch {
-	case cur != epoch:
-		return fmt.Errorf("%w: run %q is at lease epoch %d, not %d", store.ErrLeaseLost, run, cur, epoch)
-	case store.RunStatus(status).Terminal():
-		return fmt.Errorf("%w: run %q is %s", store.ErrLeaseLost, run, status)
-	case owner == "":
-		return fmt.Errorf("%w: run %q's lease was released", store.ErrLeaseLost, run)
-	}
-	return fmt.Errorf("%w: run %q", store.ErrLeaseLost, run)
+	r.Status = store.RunStatus(status)
+	return apply.LeaseLost(r, epoch)
 }
 
 // RequestCancel asks for a run to be cancelled and makes it claimable now.
 func (s *Store) RequestCancel(ctx context.Context, id string) error {
+	if err := store.CheckRunID(id); err != nil {
+		return fmt.Errorf("request cancel: %w", err)
+	}
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		var changed, exists bool
 		t.committing = true
@@ -231,6 +216,9 @@ func (s *Store) RequestCancel(ctx context.Context, id string) error {
 
 // ListEvents returns a run's events with Seq > afterSeq, in order.
 func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64) ([]store.Event, error) {
+	if err := store.CheckRunID(runID); err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
 	var out []store.Event
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		out = out[:0]
@@ -269,89 +257,13 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64) ([
 	return out, nil
 }
 
-// eventArrays is RecordParams.Events as the columns unnest takes.
-type eventArrays struct {
-	types, names, errs []string
-	ops, attempts      []int64
-	data               [][]byte
-	final              []bool
-	at, wake           []int64
-}
-
-func newEventArrays(evs []store.Event, now time.Time) *eventArrays {
-	n := len(evs)
-	a := &eventArrays{
-		types: make([]string, 0, n), names: make([]string, 0, n), errs: make([]string, 0, n),
-		ops: make([]int64, 0, n), attempts: make([]int64, 0, n), data: make([][]byte, 0, n),
-		final: make([]bool, 0, n), at: make([]int64, 0, n), wake: make([]int64, 0, n),
-	}
-	for i := range evs {
-		e := &evs[i]
-		at := e.At
-		if at.IsZero() {
-			at = now
-		}
-		a.types = append(a.types, string(e.Type))
-		a.ops = append(a.ops, e.Op)
-		a.names = append(a.names, e.Name)
-		a.attempts = append(a.attempts, e.Attempt)
-		a.data = append(a.data, e.Data)
-		a.errs = append(a.errs, e.Error)
-		a.final = append(a.final, e.Final)
-		a.at = append(a.at, nanos(at))
-		a.wake = append(a.wake, nanos(e.WakeAt))
-	}
-	return a
-}
-
-// args are the arrays as $3..$11.
-func (a *eventArrays) args() []any {
-	return []any{a.types, a.ops, a.names, a.attempts, a.data, a.errs, a.final, a.at, a.wake}
-}
-
-// runChange is how RecordParams changes the run row.
-type runChange struct {
-	status       string
-	output       []byte
-	errMsg       string
-	release      bool
-	wake, now    int64
-	terminal     bool
-	fenceWriter  string
-	fenceAttempt int64
-}
-
-func newRunChange(p *store.RecordParams, now time.Time) *runChange {
-	c := &runChange{
-		status: string(p.Status), output: p.Output, errMsg: p.Error,
-		release:  p.Release || p.Status.Terminal(),
-		now:      nanos(now),
-		terminal: p.Status.Terminal(),
-	}
-	if p.Release && !p.Status.Terminal() {
-		c.wake = nanos(p.WakeAt)
-	}
-	if p.Fence != nil {
-		c.fenceWriter, c.fenceAttempt = p.Fence.Writer, p.Fence.Attempt
-	}
-	return c
-}
-
-// Record applies one engine transaction, in this order: events, fence,
-// finish, status, stream closes, lease release; in a group commit. Any
-// failure undoes all of it.
-//
-// The group saves its random token on the run row: when the connection is
-// lost after the commit was sent, the retry finds the token and knows the
-// Record committed. So a Record is never applied twice, and an error still
-// means nothing was written.
+// Record applies one engine transaction (apply.Record) in a group commit
+// (recordOp). Any failure undoes all of it.
 func (s *Store) Record(ctx context.Context, p *store.RecordParams) error {
-	if err := store.CheckRecord(p); err != nil {
+	if err := p.Check(); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
-	now := s.cfg.Now()
-	o := &op{kind: opRecord, record: p, evs: newEventArrays(p.Events, now), chg: newRunChange(p, now)}
-	if err := s.exec(ctx, o); err != nil {
+	if err := s.exec(ctx, newRecordOp(p, nanos(s.cfg.Now()))); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/apply"
 	"github.com/weirhq/weir/stream"
 )
 
@@ -62,33 +63,17 @@ func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 type committer struct {
 	s       *Store
 	w       *wstmts
-	streams *lru[int64, *streamState]
+	streams *lru[int64, *apply.Stream]
 	writers *lru[writerKey, *stream.Writer]
 	fences  *lru[fenceKey, int64]
 	tx      wtx
 	batch   []*op
-	dirty   []cacheKey // cache entries changed by ops of this transaction
+	dirty   []cacheKey // cache entries handed to the ops of this transaction
 	notify  []int64    // streams that got records in this transaction
 	tails   []tailAdd  // their records, for the tail cache
 	// keysSaved counts idempotency keys saved, to purge expired ones now
 	// and then.
 	keysSaved int
-}
-
-// streamState is the cached part of a stream the rules need.
-type streamState struct {
-	id    int64
-	runID string
-	head  stream.Head
-	// The Durable Streams metadata appends check and change (ds.go).
-	ttl        int64 // nanoseconds; -1: no sliding TTL
-	expiresAt  int64 // unix nanoseconds; 0: none
-	lastAccess int64 // unix nanoseconds
-	closedBy   *stream.Producer
-	streamSeq  string
-	forkSource int64 // 0: not a fork
-	forks      int64
-	deleted    bool
 }
 
 type writerKey struct {
@@ -100,8 +85,9 @@ type fenceKey struct {
 	run, writer string
 }
 
-// cacheKey names one cache entry an op changed, so that it can be dropped
-// (and reloaded from SQL) when the op or its transaction rolls back.
+// cacheKey names one cache entry an op was handed, so that it can be
+// dropped (and reloaded from SQL) when the op or its transaction rolls back
+// after changing it.
 type cacheKey struct {
 	stream int64
 	writer string
@@ -119,7 +105,7 @@ func newCommitter(s *Store) *committer {
 	c := &committer{
 		s:       s,
 		w:       s.w,
-		streams: newLRU[int64, *streamState](s.cfg.CacheStreams),
+		streams: newLRU[int64, *apply.Stream](s.cfg.CacheStreams),
 		writers: newLRU[writerKey, *stream.Writer](s.cfg.CacheWriters),
 		fences:  newLRU[fenceKey, int64](s.cfg.CacheStreams),
 	}
@@ -180,10 +166,15 @@ func (c *committer) commit() {
 				return
 			}
 		}
-		c.tx.dirty, c.tx.notify, c.tx.tails = c.tx.dirty[:0], c.tx.notify[:0], c.tx.tails[:0]
+		c.tx.reset()
 		o.err = c.run(o)
 		if o.err != nil {
-			c.evict(c.tx.dirty)
+			// A request the rules refused changed nothing (package
+			// apply); one that failed while saving may have changed
+			// what it was handed.
+			if c.tx.changed {
+				c.evict(c.tx.loaded)
+			}
 			if !alone {
 				_, err1 := c.w.rollbackTo.ExecContext(ctx)
 				_, err2 := c.w.release.ExecContext(ctx)
@@ -196,12 +187,12 @@ func (c *committer) commit() {
 		}
 		if !alone {
 			if _, err := c.w.release.ExecContext(ctx); err != nil {
-				c.evict(c.tx.dirty)
+				c.evict(c.tx.loaded)
 				c.abandon(ops, fmt.Errorf("release savepoint: %w", translate(err)))
 				return
 			}
 		}
-		c.dirty = append(c.dirty, c.tx.dirty...)
+		c.dirty = append(c.dirty, c.tx.loaded...)
 		c.notify = append(c.notify, c.tx.notify...)
 		c.tails = append(c.tails, c.tx.tails...)
 		ok++
@@ -237,7 +228,7 @@ func (c *committer) run(o *op) (err error) {
 			err = fmt.Errorf("sqlitestore: internal error: %v", p)
 			// The op may have changed cache entries it did not get to
 			// mark: forget them all (they reload from the transaction).
-			c.streams = newLRU[int64, *streamState](c.s.cfg.CacheStreams)
+			c.streams = newLRU[int64, *apply.Stream](c.s.cfg.CacheStreams)
 			c.writers = newLRU[writerKey, *stream.Writer](c.s.cfg.CacheWriters)
 			c.fences = newLRU[fenceKey, int64](c.s.cfg.CacheStreams)
 		}
@@ -251,7 +242,7 @@ func (c *committer) run(o *op) (err error) {
 func (c *committer) abandon(ops []*op, err error) {
 	_, _ = c.w.rollback.ExecContext(context.Background())
 	c.evict(c.dirty)
-	c.evict(c.tx.dirty)
+	c.evict(c.tx.loaded)
 	for _, o := range ops {
 		if o.err == nil {
 			o.err = err

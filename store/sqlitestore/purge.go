@@ -10,16 +10,14 @@ import (
 // PurgeRuns deletes up to p.Limit runs that finished before p.Before, with
 // their events, fences and streams, in one transaction of the committer.
 func (s *Store) PurgeRuns(ctx context.Context, p *store.PurgeRunsParams) (int, error) {
-	if p.Before.IsZero() || p.Limit < 0 {
-		return 0, fmt.Errorf("purge runs: %w: a Before time and a limit >= 0 are required", store.ErrInvalid)
+	if err := p.Check(); err != nil {
+		return 0, fmt.Errorf("purge runs: %w", err)
 	}
-	limit := p.Limit
-	if limit == 0 {
-		limit = 100
-	}
+	limit := p.WithDefaults().Limit
 	var n int
 	err := s.write(ctx, func(tx *wtx) error {
 		n = 0
+		tx.changed = true
 		runs, err := tx.strings(`SELECT id FROM runs WHERE status IN ('completed', 'failed', 'cancelled')
 			AND updated_at < ? ORDER BY updated_at LIMIT ?`, nanos(p.Before), limit)
 		if err != nil {
@@ -61,7 +59,7 @@ func (tx *wtx) purgeRun(run string) error {
 		return translate(err)
 	}
 	for _, id := range ids {
-		st, err := tx.stream(id)
+		st, err := tx.Stream(id)
 		if err != nil {
 			return err
 		}
@@ -76,7 +74,7 @@ func (tx *wtx) purgeRun(run string) error {
 	}
 	for k := range tx.c.fences.m {
 		if k.run == run {
-			tx.dirty = append(tx.dirty, cacheKey{kind: keyFence, run: k.run, writer: k.writer})
+			tx.loaded = append(tx.loaded, cacheKey{kind: keyFence, run: k.run, writer: k.writer})
 			tx.c.fences.remove(k)
 		}
 	}

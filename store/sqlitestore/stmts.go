@@ -34,7 +34,7 @@ type wstmts struct {
 	insertBatch                      *sql.Stmt
 	run, runLease, insertRun         *sql.Stmt
 	claim, renew, cancel, updateRun  *sql.Stmt
-	lastEvent, insertEvent           *sql.Stmt
+	insertEvent           *sql.Stmt
 	writerStreams, openRunStreams    *sql.Stmt
 	// Durable Streams
 	createStream, setMeta, setForks    *sql.Stmt
@@ -86,7 +86,8 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 		p(&w.insertBatch, `INSERT INTO batches (stream_id, last_offset, first_offset, writer, data) VALUES (?, ?, ?, ?, ?)`),
 
 		p(&w.run, `SELECT `+runCols+` FROM runs WHERE id = ?`),
-		p(&w.runLease, `SELECT lease_epoch, lease_owner, status FROM runs WHERE id = ?`),
+		p(&w.runLease, `SELECT lease_epoch, lease_owner, status,
+			(SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) FROM runs WHERE id = ?1`),
 		p(&w.insertRun, `INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at)
 			VALUES (?, ?, 'pending', ?, ?, ?, ?) RETURNING `+runCols),
 		p(&w.claim, `UPDATE runs SET status = 'running', lease_owner = ?1, lease_expires = ?2,
@@ -111,7 +112,6 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 				wake_at = CASE WHEN ?4 THEN ?5 ELSE wake_at END,
 				updated_at = ?6
 			WHERE id = ?7`),
-		p(&w.lastEvent, `SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?`),
 		p(&w.insertEvent, `INSERT INTO events (run_id, seq, type, op, name, attempt, data, error, final, at, wake_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		p(&w.writerStreams, `SELECT w.stream_id FROM writers w JOIN streams s ON s.id = w.stream_id

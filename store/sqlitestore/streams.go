@@ -5,14 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/apply"
 	"github.com/weirhq/weir/stream"
 )
-
-const defaultContentType = "application/octet-stream"
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -46,9 +44,9 @@ func scanStream(row rowScanner) (*store.StreamInfo, error) {
 // p.Name), creating it if p.Create. A standalone stream cannot be created
 // under "runs/": that prefix belongs to run streams.
 func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*store.StreamInfo, error) {
-	path, err := store.StreamPath(p)
+	path, err := p.ResolvePath()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("open stream: %w", err)
 	}
 	if s.isClosed() {
 		return nil, store.ErrClosedStore
@@ -63,13 +61,10 @@ func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*sto
 	if !p.Create {
 		return nil, fmt.Errorf("open stream %q: %w", path, store.ErrNotFound)
 	}
-	if p.RunID == "" && strings.HasPrefix(path, "runs/") {
-		return nil, fmt.Errorf("open stream: %w: path %q is reserved for run streams; give RunID and Name", store.ErrInvalid, path)
+	if err := p.CheckCreate(path); err != nil {
+		return nil, fmt.Errorf("open stream: %w", err)
 	}
-	ct := p.ContentType
-	if ct == "" {
-		ct = defaultContentType
-	}
+	ct := store.ContentTypeOr(p.ContentType)
 	now := nanos(s.cfg.Now())
 	err = s.write(ctx, func(tx *wtx) error {
 		// Re-check: another op may have created it since our read.
@@ -81,16 +76,11 @@ func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*sto
 			return translate(err)
 		}
 		if p.RunID != "" {
-			var epoch int64
-			var owner, status string
-			err := tx.w.runLease.QueryRowContext(bg, p.RunID).Scan(&epoch, &owner, &status)
-			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("run %q: %w", p.RunID, store.ErrNotFound)
-			}
-			if err != nil {
-				return translate(err)
+			if _, err := tx.Run(p.RunID); err != nil {
+				return err
 			}
 		}
+		tx.changed = true
 		si, err = scanStream(tx.w.insertStream.QueryRowContext(bg, path, p.RunID, p.Name, ct, now))
 		return translate(err)
 	})
@@ -114,6 +104,9 @@ func (s *Store) GetStream(ctx context.Context, id int64) (*store.StreamInfo, err
 
 // ListStreams returns the streams of a run by name; none for an unknown run.
 func (s *Store) ListStreams(ctx context.Context, runID string) ([]*store.StreamInfo, error) {
+	if err := store.CheckRunID(runID); err != nil {
+		return nil, fmt.Errorf("list streams: %w", err)
+	}
 	if s.isClosed() {
 		return nil, store.ErrClosedStore
 	}
@@ -137,19 +130,17 @@ func (s *Store) ListStreams(ctx context.Context, runID string) ([]*store.StreamI
 }
 
 // Append applies one append request, with its Durable Streams options (see
-// store.AppendParams). The chunks are not retained.
+// store.AppendParams, and apply.Append for the rules). The chunks are not
+// retained.
 func (s *Store) Append(ctx context.Context, p *store.AppendParams) (*store.AppendResult, error) {
-	if err := store.CheckAppend(p); err != nil {
+	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("append: %w", err)
 	}
-	now := p.Now
-	if now.IsZero() {
-		now = s.cfg.Now()
-	}
+	p = p.WithDefaults(s.cfg.Now)
 	var res *store.AppendResult
 	err := s.write(ctx, func(tx *wtx) error {
 		var err error
-		res, err = tx.append(p, now.UnixNano())
+		res, err = apply.Append(tx, p)
 		return err
 	})
 	if err != nil {
@@ -158,180 +149,15 @@ func (s *Store) Append(ctx context.Context, p *store.AppendParams) (*store.Appen
 	return res, nil
 }
 
-func (tx *wtx) append(p *store.AppendParams, now int64) (*store.AppendResult, error) {
-	st, err := tx.stream(p.StreamID)
-	if err != nil {
-		return nil, err
-	}
-	if st.deleted {
-		return nil, fmt.Errorf("stream %d: %w", st.id, store.ErrGone)
-	}
-	if st.expired(now) {
-		return nil, fmt.Errorf("stream %d expired: %w", st.id, store.ErrNotFound)
-	}
-	if p.IdempotencyKey != "" {
-		if res, err := tx.replayKey(st.id, p, now); res != nil || err != nil {
-			return res, err
-		}
-	}
-	res, err := tx.appendOnce(st, p, now)
-	if err != nil {
-		return nil, err
-	}
-	if p.IdempotencyKey != "" {
-		if err := tx.saveKey(st.id, p, res, now); err != nil {
-			return nil, err
-		}
-	}
-	return res, nil
-}
-
-// appendOnce applies steps 3 to 7 of store.AppendParams.
-func (tx *wtx) appendOnce(st *streamState, p *store.AppendParams, now int64) (*store.AppendResult, error) {
-	// 3. A closed stream.
-	if st.head.Closed {
-		switch {
-		case p.Producer != nil && st.closedBy != nil && *p.Producer == *st.closedBy:
-			return &store.AppendResult{NextOffset: st.head.NextOffset, Closed: true, Duplicate: true,
-				ProducerEpoch: p.Producer.Epoch, ProducerSeq: p.Producer.Seq}, nil
-		case p.Close && len(p.Chunks) == 0 && p.Writer == "" && p.Producer == nil:
-			return &store.AppendResult{NextOffset: st.head.NextOffset, Closed: true}, nil
-		case p.Writer == "":
-			return nil, stream.ErrClosed
-		}
-	}
-	// 4. The producer.
-	res := &store.AppendResult{}
-	var prod stream.ProducerState
-	if p.Producer != nil {
-		cur, err := tx.producer(st.id, p.Producer.ID)
-		if err != nil {
-			return nil, err
-		}
-		var dup bool
-		prod, dup, err = stream.Produce(cur, *p.Producer)
-		if err != nil {
-			return nil, err
-		}
-		res.ProducerEpoch, res.ProducerSeq = prod.Epoch, prod.LastSeq
-		if dup {
-			res.Duplicate, res.NextOffset, res.Closed = true, st.head.NextOffset, st.head.Closed
-			return res, nil
-		}
-	}
-	// 5. Stream-Seq.
-	if err := stream.CheckStreamSeq(st.streamSeq, p.StreamSeq); err != nil {
-		return nil, err
-	}
-	// 6. The chunks.
-	if len(p.Chunks) > 0 {
-		acks, aborted, err := tx.appendChunks(st, p)
-		if err != nil {
-			return nil, err
-		}
-		res.Acks, res.Aborted = acks, aborted
-	}
-	// 7. Close, and the metadata.
-	if p.Close {
-		if _, err := tx.closeStream(st); err != nil {
-			return nil, err
-		}
-	}
-	metaChanged := false
-	if p.Producer != nil {
-		if err := tx.saveProducer(st.id, p.Producer.ID, prod); err != nil {
-			return nil, err
-		}
-		if p.Close {
-			tx.changed(st, nil)
-			pr := *p.Producer
-			st.closedBy, metaChanged = &pr, true
-		}
-	}
-	if p.StreamSeq != "" {
-		tx.changed(st, nil)
-		st.streamSeq, metaChanged = p.StreamSeq, true
-	}
-	if st.ttl >= 0 && now > st.lastAccess {
-		tx.changed(st, nil)
-		st.lastAccess, metaChanged = now, true
-	}
-	if metaChanged {
-		if err := tx.saveMeta(st); err != nil {
-			return nil, err
-		}
-	}
-	res.NextOffset, res.Closed = st.head.NextOffset, st.head.Closed
-	return res, nil
-}
-
-// appendChunks applies the chunk rules (stream.Append) to p's chunks, and
-// reports whether they wrote an abort record.
-func (tx *wtx) appendChunks(st *streamState, p *store.AppendParams) ([]stream.Ack, bool, error) {
-	req := stream.AppendRequest{Attempt: p.Attempt, FirstSeq: p.FirstSeq, Chunks: p.Chunks}
-	var w *stream.Writer
-	fresh := false
-	var err error
-	if p.Writer != "" {
-		if w, err = tx.writer(st, p.Writer); err != nil {
-			return nil, false, err
-		}
-		if w == nil {
-			w, fresh = &stream.Writer{ID: p.Writer}, true
-		}
-		if st.runID != "" {
-			if req.Fence, err = tx.fence(st.runID, p.Writer); err != nil {
-				return nil, false, err
-			}
-		}
-	}
-	var before stream.Writer
-	if w != nil {
-		before = *w
-	}
-	acks, recs, err := stream.Append(&st.head, w, &req)
-	if err != nil {
-		return nil, false, err
-	}
-	if len(recs) == 0 && (w == nil || !fresh && sameState(&before, w)) {
-		return acks, false, nil // retransmits only: nothing to write
-	}
-	tx.changed(st, w)
-	if fresh {
-		tx.c.writers.put(writerKey{st.id, w.ID}, w)
-	}
-	if err := tx.writeRecords(st, recs); err != nil {
-		return nil, false, err
-	}
-	if w != nil {
-		if err := tx.saveWriter(st.id, w); err != nil {
-			return nil, false, err
-		}
-	}
-	aborted := false
-	for i := range recs {
-		aborted = aborted || recs[i].Kind == stream.KindAbort
-	}
-	return acks, aborted, nil
-}
-
-// sameState reports whether the persisted fields of a and b are equal.
-func sameState(a, b *stream.Writer) bool {
-	return a.Attempt == b.Attempt && a.Next == b.Next && a.Diverged == b.Diverged && a.Status == b.Status
-}
-
-// FinishWriter commits or aborts one writer on one stream.
+// FinishWriter commits or aborts one writer on one stream (apply.Finish).
 func (s *Store) FinishWriter(ctx context.Context, p *store.FinishWriterParams) (stream.Result, error) {
-	if p.Writer == "" || p.Attempt < 0 {
-		return 0, fmt.Errorf("finish writer: %w: a writer and an attempt >= 0 are required", store.ErrInvalid)
+	if err := p.Check(); err != nil {
+		return 0, fmt.Errorf("finish writer: %w", err)
 	}
 	var res stream.Result
 	err := s.write(ctx, func(tx *wtx) error {
-		st, err := tx.stream(p.StreamID)
-		if err != nil {
-			return err
-		}
-		res, err = tx.finish(st, p.Writer, p.Attempt, p.Commit)
+		var err error
+		res, err = apply.Finish(tx, p)
 		return err
 	})
 	if err != nil {
@@ -345,11 +171,8 @@ func (s *Store) FinishWriter(ctx context.Context, p *store.FinishWriterParams) (
 func (s *Store) CloseStream(ctx context.Context, id int64) (stream.Result, error) {
 	var res stream.Result
 	err := s.write(ctx, func(tx *wtx) error {
-		st, err := tx.stream(id)
-		if err != nil {
-			return err
-		}
-		res, err = tx.closeStream(st)
+		var err error
+		res, err = apply.Close(tx, id)
 		return err
 	})
 	if err != nil {
@@ -361,16 +184,11 @@ func (s *Store) CloseStream(ctx context.Context, id int64) (stream.Result, error
 // Read returns a page of the live view. Records' Data share one buffer per
 // call.
 func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResult, error) {
-	if p.From < 0 || p.Limit < 0 || p.MaxBytes < 0 {
-		return nil, fmt.Errorf("read: %w: negative from, limit or max bytes", store.ErrInvalid)
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("read: %w", err)
 	}
+	p = p.WithDefaults()
 	limit, maxBytes := p.Limit, p.MaxBytes
-	if limit == 0 {
-		limit = 1000
-	}
-	if maxBytes == 0 {
-		maxBytes = 4 << 20
-	}
 	if s.isClosed() {
 		return nil, store.ErrClosedStore
 	}

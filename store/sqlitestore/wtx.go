@@ -5,66 +5,90 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/apply"
 	"github.com/weirhq/weir/stream"
 )
 
 // wtx is what an op sees of the group transaction: the write statements and
-// the caches. Loads go through the transaction, so they see the earlier ops
-// of the same transaction.
+// the caches. It is the store's apply.Tx. Loads go through the transaction,
+// so they see the earlier ops of the same transaction, and name the cache
+// entries they hand out (loaded): if the op fails after it began to change
+// them (changed), the committer drops them, to be reloaded from SQL once the
+// op is rolled back.
 type wtx struct {
-	c      *committer
-	w      *wstmts
-	dirty  []cacheKey
-	notify []int64
-	tails  []tailAdd       // records for the tail cache, see tail.go
-	buf    []byte          // EncodeBatch scratch
-	recs   []stream.Record // DecodeBatch scratch
+	c       *committer
+	w       *wstmts
+	loaded  []cacheKey
+	changed bool            // the op saved something (or is about to)
+	notify  []int64         // streams that got records
+	tails   []tailAdd       // their records, for the tail cache (tail.go)
+	buf     []byte          // EncodeBatch scratch
+	recs    []stream.Record // DecodeBatch scratch
 }
+
+var _ apply.Tx = (*wtx)(nil)
 
 var bg = context.Background()
 
-// stream returns stream id's cached state, loading it on a miss.
-func (tx *wtx) stream(id int64) (*streamState, error) {
+// reset readies tx for the next op.
+func (tx *wtx) reset() {
+	tx.loaded, tx.notify, tx.tails, tx.changed = tx.loaded[:0], tx.notify[:0], tx.tails[:0], false
+}
+
+// Stream returns stream id's cached state, loading it on a miss.
+func (tx *wtx) Stream(id int64) (*apply.Stream, error) {
+	tx.loaded = append(tx.loaded, cacheKey{kind: keyStream, stream: id})
 	if st, ok := tx.c.streams.get(id); ok {
 		return st, nil
 	}
-	st := &streamState{id: id}
-	var ttl sql.NullInt64
-	var closedBy sql.NullString
-	var cbEpoch, cbSeq int64
-	err := tx.w.streamHead.QueryRowContext(bg, id).Scan(&st.runID, &st.head.NextOffset, &st.head.Closed,
-		&ttl, &st.expiresAt, &st.lastAccess, &closedBy, &cbEpoch, &cbSeq, &st.streamSeq,
-		&st.forkSource, &st.forks, &st.deleted)
-	st.ttl = -1
-	if ttl.Valid {
-		st.ttl = ttl.Int64
-	}
-	if closedBy.Valid {
-		st.closedBy = &stream.Producer{ID: closedBy.String, Epoch: cbEpoch, Seq: cbSeq}
-	}
+	st, err := scanHead(tx.w.streamHead.QueryRowContext(bg, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("stream %d: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load stream: %w", translate(err))
 	}
+	st.ID = id
 	tx.c.streams.put(id, st)
 	return st, nil
 }
 
-// writer returns the state of writer id on st, or nil if it never wrote
+// scanHead scans headCols.
+func scanHead(row rowScanner) (*apply.Stream, error) {
+	st := &apply.Stream{}
+	var ttl sql.NullInt64
+	var closedBy sql.NullString
+	var expires, access, cbEpoch, cbSeq int64
+	err := row.Scan(&st.RunID, &st.Head.NextOffset, &st.Head.Closed, &ttl, &expires, &access,
+		&closedBy, &cbEpoch, &cbSeq, &st.StreamSeq, &st.ForkSource, &st.Forks, &st.Deleted)
+	if err != nil {
+		return nil, err
+	}
+	if ttl.Valid {
+		st.Expiry.HasTTL, st.Expiry.TTL = true, time.Duration(ttl.Int64)
+	}
+	st.Expiry.At, st.LastAccess = fromNanos(expires), fromNanos(access)
+	if closedBy.Valid {
+		st.ClosedBy = &stream.Producer{ID: closedBy.String, Epoch: cbEpoch, Seq: cbSeq}
+	}
+	return st, nil
+}
+
+// Writer returns the state of writer id on st, or nil if it never wrote
 // there. On a cache miss it loads the persisted fields and replays the
 // writer's records to rebuild Live.
-func (tx *wtx) writer(st *streamState, id string) (*stream.Writer, error) {
-	k := writerKey{st.id, id}
+func (tx *wtx) Writer(st *apply.Stream, id string) (*stream.Writer, error) {
+	tx.loaded = append(tx.loaded, cacheKey{kind: keyWriter, stream: st.ID, writer: id})
+	k := writerKey{st.ID, id}
 	if w, ok := tx.c.writers.get(k); ok {
 		return w, nil
 	}
 	w := &stream.Writer{ID: id}
 	var status int64
-	err := tx.w.writer.QueryRowContext(bg, st.id, id).Scan(&w.Attempt, &w.Next, &w.Diverged, &status)
+	err := tx.w.writer.QueryRowContext(bg, st.ID, id).Scan(&w.Attempt, &w.Next, &w.Diverged, &status)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -72,7 +96,7 @@ func (tx *wtx) writer(st *streamState, id string) (*stream.Writer, error) {
 		return nil, fmt.Errorf("load writer: %w", translate(err))
 	}
 	w.Status = stream.Status(status)
-	if err := tx.replay(st.id, w); err != nil {
+	if err := tx.replay(st.ID, w); err != nil {
 		return nil, fmt.Errorf("rebuild writer %q: %w", id, err)
 	}
 	tx.c.writers.put(k, w)
@@ -105,8 +129,9 @@ func (tx *wtx) replay(streamID int64, w *stream.Writer) error {
 	return translate(rows.Err())
 }
 
-// fence returns the lowest attempt writer may use on run's streams, 0 if none.
-func (tx *wtx) fence(run, writer string) (int64, error) {
+// Fence returns the lowest attempt writer may use on run's streams, 0 if none.
+func (tx *wtx) Fence(run, writer string) (int64, error) {
+	tx.loaded = append(tx.loaded, cacheKey{kind: keyFence, run: run, writer: writer})
 	k := fenceKey{run, writer}
 	if f, ok := tx.c.fences.get(k); ok {
 		return f, nil
@@ -120,16 +145,137 @@ func (tx *wtx) fence(run, writer string) (int64, error) {
 	return f, nil
 }
 
-// raiseFence sets the fence of writer on run to at least attempt.
-func (tx *wtx) raiseFence(run, writer string, attempt int64) error {
-	cur, err := tx.fence(run, writer)
-	if err != nil {
-		return err
+// Producer returns the state of producer id on st, nil if it has none.
+func (tx *wtx) Producer(st *apply.Stream, id string) (*stream.ProducerState, error) {
+	var ps stream.ProducerState
+	err := tx.w.producer.QueryRowContext(bg, st.ID, id).Scan(&ps.Epoch, &ps.LastSeq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
 	}
-	if attempt <= cur {
+	if err != nil {
+		return nil, fmt.Errorf("load producer: %w", translate(err))
+	}
+	return &ps, nil
+}
+
+// Key returns what st keeps of idempotency key key, nil if nothing.
+func (tx *wtx) Key(st *apply.Stream, key string) (*apply.Key, error) {
+	var k apply.Key
+	var expires int64
+	err := tx.w.key.QueryRowContext(bg, st.ID, key).Scan(&k.Digest, &k.Result, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load idempotency key: %w", translate(err))
+	}
+	k.ExpiresAt = fromNanos(expires)
+	return &k, nil
+}
+
+// Run returns run id's lease and last event.
+func (tx *wtx) Run(id string) (*apply.Run, error) {
+	r := &apply.Run{ID: id}
+	var status string
+	err := tx.w.runLease.QueryRowContext(bg, id).Scan(&r.Epoch, &r.Owner, &status, &r.LastEvent)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("run %q: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load run: %w", translate(err))
+	}
+	r.Status = store.RunStatus(status)
+	return r, nil
+}
+
+// WriterStreams returns the streams of run that writer wrote on, by id.
+func (tx *wtx) WriterStreams(run, writer string) ([]*apply.Stream, error) {
+	return tx.streams(tx.w.writerStreams, run, writer)
+}
+
+// RunStreams returns the streams of run not closed, by id.
+func (tx *wtx) RunStreams(run string) ([]*apply.Stream, error) {
+	return tx.streams(tx.w.openRunStreams, run)
+}
+
+func (tx *wtx) streams(q *sql.Stmt, args ...any) ([]*apply.Stream, error) {
+	ids, err := tx.ids(q, args...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*apply.Stream, len(ids))
+	for i, id := range ids {
+		if out[i], err = tx.Stream(id); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// AddRecords stores recs, the records of one rules call on st, as one
+// batch, and saves st's head.
+func (tx *wtx) AddRecords(st *apply.Stream, recs []stream.Record) error {
+	tx.changed = true
+	if len(recs) == 0 {
 		return nil
 	}
-	tx.dirty = append(tx.dirty, cacheKey{kind: keyFence, run: run, writer: writer})
+	tx.buf = stream.EncodeBatch(tx.buf[:0], recs)
+	first, last := recs[0].Offset, recs[len(recs)-1].Offset
+	if _, err := tx.w.insertBatch.ExecContext(bg, st.ID, last, first, recs[0].Writer, tx.buf); err != nil {
+		return fmt.Errorf("insert records: %w", translate(err))
+	}
+	if err := tx.saveHead(st); err != nil {
+		return err
+	}
+	if s := tx.c.s; s.tail.has(st.ID) || s.notify.has(st.ID) {
+		tx.tails = append(tx.tails, tailAdd{id: st.ID, recs: copyRecords(recs)})
+	}
+	return nil
+}
+
+// saveHead saves st's head and wakes its waiters after the commit.
+func (tx *wtx) saveHead(st *apply.Stream) error {
+	tx.changed = true
+	if _, err := tx.w.setHead.ExecContext(bg, st.Head.NextOffset, st.Head.Closed, st.ID); err != nil {
+		return fmt.Errorf("save stream head: %w", translate(err))
+	}
+	tx.notify = append(tx.notify, st.ID)
+	return nil
+}
+
+// SaveStream persists st's last access, closing producer and Stream-Seq.
+func (tx *wtx) SaveStream(st *apply.Stream) error {
+	tx.changed = true
+	var cb sql.NullString
+	var cbEpoch, cbSeq int64
+	if st.ClosedBy != nil {
+		cb = sql.NullString{String: st.ClosedBy.ID, Valid: true}
+		cbEpoch, cbSeq = st.ClosedBy.Epoch, st.ClosedBy.Seq
+	}
+	if _, err := tx.w.setMeta.ExecContext(bg, nanos(st.LastAccess), cb, cbEpoch, cbSeq, st.StreamSeq, st.ID); err != nil {
+		return fmt.Errorf("save stream metadata: %w", translate(err))
+	}
+	return nil
+}
+
+// SaveWriter persists w's state on st; a new writer joins the cache.
+func (tx *wtx) SaveWriter(st *apply.Stream, w *stream.Writer, created bool) error {
+	tx.changed = true
+	if created {
+		tx.loaded = append(tx.loaded, cacheKey{kind: keyWriter, stream: st.ID, writer: w.ID})
+		tx.c.writers.put(writerKey{st.ID, w.ID}, w)
+	}
+	_, err := tx.w.putWriter.ExecContext(bg, st.ID, w.ID, w.Attempt, w.Next, w.Diverged, int64(w.Status))
+	if err != nil {
+		return fmt.Errorf("save writer: %w", translate(err))
+	}
+	return nil
+}
+
+// SaveFence raises the fence of writer on run to attempt.
+func (tx *wtx) SaveFence(run, writer string, attempt int64) error {
+	tx.changed = true
+	tx.loaded = append(tx.loaded, cacheKey{kind: keyFence, run: run, writer: writer})
 	tx.c.fences.put(fenceKey{run, writer}, attempt)
 	if _, err := tx.w.putFence.ExecContext(bg, run, writer, attempt); err != nil {
 		return fmt.Errorf("save fence: %w", translate(err))
@@ -137,94 +283,68 @@ func (tx *wtx) raiseFence(run, writer string, attempt int64) error {
 	return nil
 }
 
-// changed marks st (and w, if any) as modified by the current op, before the
-// SQL that persists it runs.
-func (tx *wtx) changed(st *streamState, w *stream.Writer) {
-	tx.dirty = append(tx.dirty, cacheKey{kind: keyStream, stream: st.id})
-	if w != nil {
-		tx.dirty = append(tx.dirty, cacheKey{kind: keyWriter, stream: st.id, writer: w.ID})
-	}
-}
-
-// writeRecords stores recs, the records of one rules call on st, as one
-// batch, and saves st's head.
-func (tx *wtx) writeRecords(st *streamState, recs []stream.Record) error {
-	if len(recs) == 0 {
-		return nil
-	}
-	tx.buf = stream.EncodeBatch(tx.buf[:0], recs)
-	first, last := recs[0].Offset, recs[len(recs)-1].Offset
-	if _, err := tx.w.insertBatch.ExecContext(bg, st.id, last, first, recs[0].Writer, tx.buf); err != nil {
-		return fmt.Errorf("insert records: %w", translate(err))
-	}
-	if _, err := tx.w.setHead.ExecContext(bg, st.head.NextOffset, st.head.Closed, st.id); err != nil {
-		return fmt.Errorf("save stream head: %w", translate(err))
-	}
-	tx.notify = append(tx.notify, st.id)
-	if s := tx.c.s; s.tail.has(st.id) || s.notify.has(st.id) {
-		tx.tails = append(tx.tails, tailAdd{id: st.id, recs: copyRecords(recs)})
+// SaveProducer persists producer id's state on st.
+func (tx *wtx) SaveProducer(st *apply.Stream, id string, ps stream.ProducerState) error {
+	tx.changed = true
+	if _, err := tx.w.putProducer.ExecContext(bg, st.ID, id, ps.Epoch, ps.LastSeq); err != nil {
+		return fmt.Errorf("save producer: %w", translate(err))
 	}
 	return nil
 }
 
-func (tx *wtx) saveWriter(streamID int64, w *stream.Writer) error {
-	_, err := tx.w.putWriter.ExecContext(bg, streamID, w.ID, w.Attempt, w.Next, w.Diverged, int64(w.Status))
-	if err != nil {
-		return fmt.Errorf("save writer: %w", translate(err))
+// SaveKey stores k for key on st, and now and then forgets expired keys.
+func (tx *wtx) SaveKey(st *apply.Stream, key string, k *apply.Key) error {
+	tx.changed = true
+	if _, err := tx.w.putKey.ExecContext(bg, st.ID, key, k.Digest, k.Result, nanos(k.ExpiresAt)); err != nil {
+		return fmt.Errorf("save idempotency key: %w", translate(err))
 	}
-	return nil
-}
-
-// checkFence refuses a commit or abort by an attempt older than the run's
-// fence for the writer, as Append refuses its chunks: a zombie attempt adds no
-// record after a newer attempt began, even one that wrote nothing here yet.
-func (tx *wtx) checkFence(st *streamState, writer string, attempt int64) error {
-	if st.runID == "" || writer == "" {
-		return nil
-	}
-	f, err := tx.fence(st.runID, writer)
-	if err != nil {
-		return err
-	}
-	if attempt < f {
-		return &stream.FencedError{Attempt: attempt, Current: f}
-	}
-	return nil
-}
-
-// finish commits or aborts writer at attempt on st (stream.Commit,
-// stream.Abort).
-func (tx *wtx) finish(st *streamState, writer string, attempt int64, commit bool) (stream.Result, error) {
-	w, err := tx.writer(st, writer)
-	if err != nil {
-		return 0, err
-	}
-	if w != nil {
-		if err := tx.checkFence(st, writer, attempt); err != nil {
-			return 0, err
+	tx.c.keysSaved++
+	if tx.c.keysSaved%apply.KeyPurgeEvery == 0 {
+		if _, err := tx.w.purgeKeys.ExecContext(bg, nanos(tx.c.s.cfg.Now())); err != nil {
+			return fmt.Errorf("purge idempotency keys: %w", translate(err))
 		}
 	}
-	rule := stream.Abort
-	if commit {
-		rule = stream.Commit
-	}
-	res, recs, err := rule(&st.head, w, attempt)
-	if err != nil || res == stream.Already {
-		return res, err
-	}
-	tx.changed(st, w)
-	if err := tx.writeRecords(st, recs); err != nil {
-		return 0, err
-	}
-	return res, tx.saveWriter(st.id, w)
+	return nil
 }
 
-// closeStream applies stream.Close to st.
-func (tx *wtx) closeStream(st *streamState) (stream.Result, error) {
-	res, recs := stream.Close(&st.head)
-	if res == stream.Already {
-		return res, nil
+// AddEvents appends evs to run's log.
+func (tx *wtx) AddEvents(run *apply.Run, evs []store.Event) error {
+	tx.changed = true
+	for i := range evs {
+		e := &evs[i]
+		_, err := tx.w.insertEvent.ExecContext(bg, run.ID, e.Seq, string(e.Type), e.Op, e.Name, e.Attempt,
+			e.Data, e.Error, e.Final, nanos(e.At), nanos(e.WakeAt))
+		if err != nil {
+			return fmt.Errorf("insert event: %w", translate(err))
+		}
 	}
-	tx.changed(st, nil)
-	return res, tx.writeRecords(st, recs)
+	return nil
+}
+
+// SaveRun applies c to run's row.
+func (tx *wtx) SaveRun(run *apply.Run, c *apply.RunChange) error {
+	tx.changed = true
+	_, err := tx.w.updateRun.ExecContext(bg, string(c.Status), c.Output, c.Error, c.Release, nanos(c.WakeAt), nanos(c.Now), run.ID)
+	if err != nil {
+		return fmt.Errorf("update run: %w", translate(err))
+	}
+	return nil
+}
+
+// ids runs a query returning one integer column.
+func (tx *wtx) ids(q *sql.Stmt, args ...any) ([]int64, error) {
+	rows, err := q.QueryContext(bg, args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, translate(err)
+		}
+		out = append(out, id)
+	}
+	return out, translate(rows.Err())
 }

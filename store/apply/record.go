@@ -1,0 +1,187 @@
+package apply
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
+)
+
+// Record applies one engine transaction on tx (store.RecordParams), in this
+// order: the lease check, the events, the fence, the writer's finish on
+// every stream of the run it wrote on, the stream closes, the run's change.
+// p must be checked; now stamps the events without a time and the run.
+//
+// Everything that can refuse it is checked first: the lease, then the
+// finish on each stream (tried on copies of the streams' and writers'
+// state). So a refused Record has changed nothing, and one that passes
+// cannot fail but for a save.
+func Record(tx Tx, p *store.RecordParams, now time.Time) error {
+	run, err := tx.Run(p.RunID)
+	if err != nil {
+		return err
+	}
+	if err := CheckLease(run, p.LeaseEpoch); err != nil {
+		return err
+	}
+	var fence int64 // the fence of p.Fence's writer before this Record
+	if f := p.Fence; f != nil {
+		if fence, err = tx.Fence(run.ID, f.Writer); err != nil {
+			return err
+		}
+	}
+	finishes, err := tryFinish(tx, run, p)
+	if err != nil {
+		return err
+	}
+	var closes []*Stream
+	if p.CloseStreams {
+		if closes, err = tx.RunStreams(run.ID); err != nil {
+			return err
+		}
+	}
+
+	// Nothing can refuse the Record from here on.
+	if len(p.Events) > 0 {
+		evs := make([]store.Event, len(p.Events))
+		for i, e := range p.Events {
+			e.Seq = run.LastEvent + int64(i) + 1
+			if e.At.IsZero() {
+				e.At = now
+			}
+			evs[i] = e
+		}
+		run.LastEvent += int64(len(evs))
+		if err := tx.AddEvents(run, evs); err != nil {
+			return err
+		}
+	}
+	if f := p.Fence; f != nil && f.Attempt > fence {
+		if err := tx.SaveFence(run.ID, f.Writer, f.Attempt); err != nil {
+			return err
+		}
+	}
+	for _, f := range finishes {
+		f.st.Head, *f.w = f.head, f.after
+		if f.res != stream.Done {
+			continue
+		}
+		if err := tx.AddRecords(f.st, f.recs); err != nil {
+			return err
+		}
+		if err := tx.SaveWriter(f.st, f.w, false); err != nil {
+			return err
+		}
+	}
+	for _, st := range closes {
+		for _, f := range finishes {
+			if f.st.ID == st.ID {
+				st = f.st // the state the finish changed, if a cache gave two
+			}
+		}
+		if _, err := closeStream(tx, st); err != nil {
+			return err
+		}
+	}
+	c := Change(p, now)
+	if c.Status != "" {
+		run.Status = c.Status
+	}
+	if c.Release {
+		run.Owner = ""
+	}
+	return tx.SaveRun(run, c)
+}
+
+// Change is how p changes its run's row.
+func Change(p *store.RecordParams, now time.Time) *RunChange {
+	terminal := p.Status.Terminal()
+	c := &RunChange{Status: p.Status, Release: p.Release || terminal, Ended: terminal, Now: now}
+	if p.Status != "" {
+		c.Output, c.Error = p.Output, p.Error
+	}
+	if p.Release && !terminal {
+		c.WakeAt = p.WakeAt
+	}
+	return c
+}
+
+// tried is one stream's finish, decided on copies of its state.
+type tried struct {
+	st    *Stream
+	w     *stream.Writer
+	head  stream.Head
+	after stream.Writer
+	res   stream.Result
+	recs  []stream.Record
+}
+
+// tryFinish decides p.Finish on every stream of the run its writer wrote
+// on, without changing them: commit and abort only reslice a writer's Live
+// records, so a shallow copy is theirs to change.
+func tryFinish(tx Tx, run *Run, p *store.RecordParams) ([]tried, error) {
+	f := p.Finish
+	if f == nil {
+		return nil, nil
+	}
+	fence, err := tx.Fence(run.ID, f.Writer)
+	if err != nil {
+		return nil, err
+	}
+	if p.Fence != nil && p.Fence.Writer == f.Writer {
+		fence = max(fence, p.Fence.Attempt) // raised by this Record first
+	}
+	sts, err := tx.WriterStreams(run.ID, f.Writer)
+	if err != nil {
+		return nil, err
+	}
+	rule := stream.Abort
+	if f.Commit {
+		rule = stream.Commit
+	}
+	out := make([]tried, 0, len(sts))
+	for _, st := range sts {
+		w, err := tx.Writer(st, f.Writer)
+		if err != nil {
+			return nil, err
+		}
+		if w == nil {
+			continue // raced a delete: it wrote nothing there any more
+		}
+		if f.Attempt < fence {
+			return nil, fmt.Errorf("finish writer %q on stream %d: %w", f.Writer, st.ID,
+				&stream.FencedError{Attempt: f.Attempt, Current: fence})
+		}
+		t := tried{st: st, w: w, head: st.Head, after: *w}
+		if t.res, t.recs, err = rule(&t.head, &t.after, f.Attempt); err != nil {
+			return nil, fmt.Errorf("finish writer %q on stream %d: %w", f.Writer, st.ID, err)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// CheckLease returns nil if run is leased at epoch, else why not: an error
+// matching store.ErrLeaseLost. Record and RenewLease explain a lost lease
+// with it on every backend.
+func CheckLease(run *Run, epoch int64) error {
+	switch {
+	case run.Epoch != epoch:
+		return fmt.Errorf("%w: run %q is at lease epoch %d, not %d", store.ErrLeaseLost, run.ID, run.Epoch, epoch)
+	case run.Status.Terminal():
+		return fmt.Errorf("%w: run %q is %s", store.ErrLeaseLost, run.ID, run.Status)
+	case run.Owner == "":
+		return fmt.Errorf("%w: run %q's lease was released", store.ErrLeaseLost, run.ID)
+	}
+	return nil
+}
+
+// LeaseLost explains why run is not leased at epoch when a backend's
+// conditional update found no row to change; it never returns nil.
+func LeaseLost(run *Run, epoch int64) error {
+	if err := CheckLease(run, epoch); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: run %q", store.ErrLeaseLost, run.ID)
+}

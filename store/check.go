@@ -1,0 +1,391 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/weirhq/weir/stream"
+)
+
+// This file holds what every backend checks and defaults before it looks at
+// a request: the shape of each Params type, the text rules of ids, paths and
+// names, and the documented defaults. A backend calls Check and WithDefaults
+// first and never re-types a limit or a default, so both backends refuse the
+// same requests with the same errors.
+
+// Defaults of the Params types, as their WithDefaults methods apply them.
+const (
+	// DefaultListLimit is ListRunsParams.Limit and PurgeRunsParams.Limit
+	// when they are 0.
+	DefaultListLimit = 100
+	// DefaultReadLimit is ReadParams.Limit when it is 0.
+	DefaultReadLimit = 1000
+	// DefaultReadBytes is ReadParams.MaxBytes when it is 0.
+	DefaultReadBytes = 4 << 20
+	// DefaultKeyTTL is how long an idempotency key is kept when
+	// AppendParams.KeyTTL is 0.
+	DefaultKeyTTL = 24 * time.Hour
+	// DefaultContentType is a stream's content type when none is given.
+	DefaultContentType = "application/octet-stream"
+)
+
+// Limits of names and ids, so that every backend can index them (a
+// PostgreSQL b-tree entry holds at most about 2.7 kB).
+const (
+	// MaxIDLen bounds a run id, a workflow name, a lease owner, a step
+	// name and a stream's name within its run.
+	MaxIDLen = 1 << 10
+	// MaxPathLen bounds a stream's path.
+	MaxPathLen = 2 << 10
+)
+
+// CheckText returns ErrInvalid, naming what, unless s is valid UTF-8 without
+// a NUL byte: the text every backend can store and give back unchanged.
+func CheckText(what, s string) error {
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		return fmt.Errorf("%w: %s has a NUL byte at %d", ErrInvalid, what, i)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, what)
+	}
+	return nil
+}
+
+// CheckID returns ErrInvalid unless id is a non-empty text of at most
+// MaxIDLen bytes (CheckText).
+func CheckID(what, id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
+	}
+	return checkName(what, id, MaxIDLen)
+}
+
+// checkName checks an optional text of at most max bytes.
+func checkName(what, s string, max int) error {
+	if len(s) > max {
+		return fmt.Errorf("%w: %s of %d bytes, the limit is %d", ErrInvalid, what, len(s), max)
+	}
+	return CheckText(what, s)
+}
+
+// CheckRunID checks the run id a lookup names (GetRun, ListEvents,
+// RequestCancel, ListStreams): a run id that could never have been created
+// is ErrInvalid, on every backend, before any query.
+func CheckRunID(id string) error { return CheckID("run id", id) }
+
+// Check validates a CreateRun call.
+func (p *CreateRunParams) Check() error {
+	if err := CheckID("run id", p.ID); err != nil {
+		return err
+	}
+	return CheckID("workflow", p.Workflow)
+}
+
+// Check validates a ListRuns call.
+func (p *ListRunsParams) Check() error {
+	if p.Limit < 0 {
+		return fmt.Errorf("%w: negative limit %d", ErrInvalid, p.Limit)
+	}
+	if p.Status != "" && !p.Status.Valid() {
+		return fmt.Errorf("%w: status %q", ErrInvalid, p.Status)
+	}
+	if err := checkName("workflow", p.Workflow, MaxIDLen); err != nil {
+		return err
+	}
+	return checkName("cursor", p.Before, MaxIDLen)
+}
+
+// WithDefaults returns a copy of p with Limit at DefaultListLimit if 0.
+func (p *ListRunsParams) WithDefaults() *ListRunsParams {
+	out := *p
+	if out.Limit == 0 {
+		out.Limit = DefaultListLimit
+	}
+	return &out
+}
+
+// Check validates a ClaimRuns call.
+func (p *ClaimRunsParams) Check() error {
+	if p.Limit < 1 || p.LeaseTTL <= 0 {
+		return fmt.Errorf("%w: a claim needs a limit >= 1 and a lease TTL > 0", ErrInvalid)
+	}
+	if err := CheckID("lease owner", p.Owner); err != nil {
+		return err
+	}
+	for _, w := range p.Workflows {
+		if err := CheckID("workflow", w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WithDefaults returns a copy of p with Now from clock if zero.
+func (p *ClaimRunsParams) WithDefaults(clock func() time.Time) *ClaimRunsParams {
+	out := *p
+	if out.Now.IsZero() {
+		out.Now = clock()
+	}
+	return &out
+}
+
+// Check validates a RenewLease call.
+func (p *RenewLeaseParams) Check() error {
+	if p.LeaseTTL <= 0 {
+		return fmt.Errorf("%w: a lease TTL > 0 is required", ErrInvalid)
+	}
+	return CheckRunID(p.RunID)
+}
+
+// Check validates a PurgeRuns call.
+func (p *PurgeRunsParams) Check() error {
+	if p.Before.IsZero() || p.Limit < 0 {
+		return fmt.Errorf("%w: a Before time and a limit >= 0 are required", ErrInvalid)
+	}
+	return nil
+}
+
+// WithDefaults returns a copy of p with Limit at DefaultListLimit if 0.
+func (p *PurgeRunsParams) WithDefaults() *PurgeRunsParams {
+	out := *p
+	if out.Limit == 0 {
+		out.Limit = DefaultListLimit
+	}
+	return &out
+}
+
+// Check validates a Record call.
+func (p *RecordParams) Check() error {
+	if err := CheckRunID(p.RunID); err != nil {
+		return err
+	}
+	if p.Status != "" && !p.Status.Valid() {
+		return fmt.Errorf("%w: status %q", ErrInvalid, p.Status)
+	}
+	if err := CheckText("run error", p.Error); err != nil {
+		return err
+	}
+	if f := p.Fence; f != nil {
+		if f.Writer == "" || f.Attempt < 1 {
+			return fmt.Errorf("%w: a fence needs a writer and an attempt >= 1", ErrInvalid)
+		}
+		if err := checkWriter(f.Writer); err != nil {
+			return err
+		}
+	}
+	if f := p.Finish; f != nil {
+		if f.Writer == "" || f.Attempt < 1 {
+			return fmt.Errorf("%w: a finish needs a writer and an attempt >= 1", ErrInvalid)
+		}
+		if err := checkWriter(f.Writer); err != nil {
+			return err
+		}
+	}
+	for i := range p.Events {
+		e := &p.Events[i]
+		if e.Type == "" {
+			return fmt.Errorf("%w: event %d has no type", ErrInvalid, i)
+		}
+		if err := checkName(fmt.Sprintf("event %d's type", i), string(e.Type), MaxIDLen); err != nil {
+			return err
+		}
+		if err := checkName(fmt.Sprintf("event %d's name", i), e.Name, MaxIDLen); err != nil {
+			return err
+		}
+		if err := CheckText(fmt.Sprintf("event %d's error", i), e.Error); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkWriter(w string) error {
+	return checkName("writer id", w, stream.MaxWriterLen)
+}
+
+// ResolvePath resolves and checks the path an OpenStream call names: p.Path,
+// or the path of run p.RunID's stream p.Name.
+func (p *OpenStreamParams) ResolvePath() (string, error) {
+	path := p.Path
+	if p.RunID != "" || p.Name != "" {
+		if p.RunID == "" || p.Name == "" {
+			return "", fmt.Errorf("%w: a run stream needs both a run id and a name", ErrInvalid)
+		}
+		if err := CheckRunID(p.RunID); err != nil {
+			return "", err
+		}
+		if err := CheckID("stream name", p.Name); err != nil {
+			return "", err
+		}
+		path = RunStreamPath(p.RunID, p.Name)
+		if p.Path != "" && p.Path != path {
+			return "", fmt.Errorf("%w: path %q is not run %q's stream %q", ErrInvalid, p.Path, p.RunID, p.Name)
+		}
+	}
+	if err := CheckPath(path); err != nil {
+		return "", err
+	}
+	return path, CheckText("content type", p.ContentType)
+}
+
+// CheckCreate refuses to create a standalone stream at a path under
+// "runs/", which belongs to run streams; a backend calls it when the stream
+// at path does not exist and p.Create is set.
+func (p *OpenStreamParams) CheckCreate(path string) error {
+	if p.RunID == "" && strings.HasPrefix(path, "runs/") {
+		return fmt.Errorf("%w: path %q is reserved for run streams; give RunID and Name", ErrInvalid, path)
+	}
+	return nil
+}
+
+// CheckPath returns ErrInvalid unless path is a non-empty text of at most
+// MaxPathLen bytes.
+func CheckPath(path string) error {
+	if path == "" {
+		return fmt.Errorf("%w: empty path", ErrInvalid)
+	}
+	return checkName("path", path, MaxPathLen)
+}
+
+// ContentTypeOr returns ct, or DefaultContentType if ct is empty.
+func ContentTypeOr(ct string) string {
+	if ct == "" {
+		return DefaultContentType
+	}
+	return ct
+}
+
+// Check validates an Append call's shape.
+func (p *AppendParams) Check() error {
+	if len(p.Chunks) == 0 && !p.Close {
+		return fmt.Errorf("%w: append has no chunks", ErrInvalid)
+	}
+	if p.Producer != nil {
+		if p.Writer != "" {
+			return fmt.Errorf("%w: a producer append has no writer", ErrInvalid)
+		}
+		if p.Producer.ID == "" || len(p.Producer.ID) > MaxKeyLen || p.Producer.Epoch < 0 || p.Producer.Seq < 0 {
+			return fmt.Errorf("%w: a producer needs an id of 1 to %d bytes, and an epoch and seq >= 0", ErrInvalid, MaxKeyLen)
+		}
+		if err := CheckText("producer id", p.Producer.ID); err != nil {
+			return err
+		}
+	}
+	if len(p.RequestDigest) > 64 || p.IdempotencyKey == "" && len(p.RequestDigest) > 0 {
+		return fmt.Errorf("%w: a request digest goes with an idempotency key and has at most 64 bytes", ErrInvalid)
+	}
+	if len(p.IdempotencyKey) > MaxKeyLen {
+		return fmt.Errorf("%w: idempotency key of %d bytes, the limit is %d", ErrInvalid, len(p.IdempotencyKey), MaxKeyLen)
+	}
+	if err := CheckText("idempotency key", p.IdempotencyKey); err != nil {
+		return err
+	}
+	if err := checkName("stream seq", p.StreamSeq, MaxKeyLen); err != nil {
+		return err
+	}
+	if p.KeyTTL < 0 {
+		return fmt.Errorf("%w: negative key TTL", ErrInvalid)
+	}
+	if len(p.Chunks) > MaxAppendChunks {
+		return fmt.Errorf("%w: append has %d chunks, the limit is %d", ErrTooLarge, len(p.Chunks), MaxAppendChunks)
+	}
+	if p.Attempt < 0 || p.FirstSeq < 0 {
+		return fmt.Errorf("%w: attempt %d and seq %d must not be negative", ErrInvalid, p.Attempt, p.FirstSeq)
+	}
+	if p.Writer == "" && (p.Attempt != 0 || p.FirstSeq != 0) {
+		return fmt.Errorf("%w: attempt and seq need a writer", ErrInvalid)
+	}
+	if err := checkWriter(p.Writer); err != nil {
+		return err
+	}
+	total := 0
+	for i, c := range p.Chunks {
+		if len(c) > MaxChunkSize {
+			return fmt.Errorf("%w: chunk %d has %d bytes, the limit is %d", ErrTooLarge, i, len(c), MaxChunkSize)
+		}
+		total += len(c)
+	}
+	if total > MaxAppendBytes {
+		return fmt.Errorf("%w: append has %d bytes, the limit is %d", ErrTooLarge, total, MaxAppendBytes)
+	}
+	return nil
+}
+
+// WithDefaults returns a copy of p with KeyTTL at DefaultKeyTTL if 0 and
+// Now from clock if zero.
+func (p *AppendParams) WithDefaults(clock func() time.Time) *AppendParams {
+	out := *p
+	if out.KeyTTL == 0 {
+		out.KeyTTL = DefaultKeyTTL
+	}
+	if out.Now.IsZero() {
+		out.Now = clock()
+	}
+	return &out
+}
+
+// Check validates a FinishWriter call.
+func (p *FinishWriterParams) Check() error {
+	if p.Writer == "" || p.Attempt < 0 {
+		return fmt.Errorf("%w: a writer and an attempt >= 0 are required", ErrInvalid)
+	}
+	return checkWriter(p.Writer)
+}
+
+// Check validates a Read call.
+func (p *ReadParams) Check() error {
+	if p.From < 0 || p.Limit < 0 || p.MaxBytes < 0 {
+		return fmt.Errorf("%w: negative from, limit or max bytes", ErrInvalid)
+	}
+	return nil
+}
+
+// WithDefaults returns a copy of p with Limit at DefaultReadLimit and
+// MaxBytes at DefaultReadBytes if 0.
+func (p *ReadParams) WithDefaults() *ReadParams {
+	out := *p
+	if out.Limit == 0 {
+		out.Limit = DefaultReadLimit
+	}
+	if out.MaxBytes == 0 {
+		out.MaxBytes = DefaultReadBytes
+	}
+	return &out
+}
+
+// Check validates a CreateStream call's shape.
+func (p *CreateStreamParams) Check() error {
+	if err := CheckPath(p.Path); err != nil {
+		return err
+	}
+	switch {
+	case strings.HasPrefix(p.Path, "runs/"):
+		return fmt.Errorf("%w: path %q is reserved for run streams", ErrInvalid, p.Path)
+	case p.Expiry.HasTTL && p.Expiry.TTL < 0:
+		return fmt.Errorf("%w: negative TTL", ErrInvalid)
+	case p.Fork != nil && (p.Fork.Offset < -1 || p.Fork.SubOffset < 0):
+		return fmt.Errorf("%w: negative fork offset", ErrInvalid)
+	}
+	if err := CheckText("content type", p.ContentType); err != nil {
+		return err
+	}
+	if len(p.Chunks) > 0 {
+		if err := (&AppendParams{Chunks: p.Chunks}).Check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WithDefaults returns a copy of p with ContentType at DefaultContentType if
+// empty and Now from clock if zero.
+func (p *CreateStreamParams) WithDefaults(clock func() time.Time) *CreateStreamParams {
+	out := *p
+	out.ContentType = ContentTypeOr(out.ContentType)
+	if out.Now.IsZero() {
+		out.Now = clock()
+	}
+	return &out
+}

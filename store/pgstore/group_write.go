@@ -1,0 +1,233 @@
+package pgstore
+
+import (
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/stream"
+)
+
+// writes is the group's second round trip: every change, set-wise, one
+// statement per table, and COMMIT; nil if the group changed nothing.
+func (g *group) writes() *pgx.Batch {
+	q := g.s.q
+	b := &pgx.Batch{}
+	if len(g.events.run) > 0 {
+		b.Queue(q.insertEventsMany, g.events.args()...)
+	}
+	var fences fenceRows
+	for k, f := range g.fences {
+		if f.dirty {
+			fences.add(k, f.attempt)
+		}
+	}
+	if len(fences.run) > 0 {
+		b.Queue(q.putFences, fences.args()...)
+	}
+	if len(g.batches.stream) > 0 {
+		b.Queue(q.insertBatchesMany, g.batches.args()...)
+		seen := map[int64]bool{}
+		for _, id := range g.batches.stream {
+			if !seen[id] {
+				seen[id] = true
+				h := g.streams[id].Head
+				g.wrote = append(g.wrote, head{id: id, next: h.NextOffset, closed: h.Closed, known: true})
+			}
+		}
+	}
+	var streams streamRows
+	for _, st := range g.sortedStreams() {
+		if st.dirty {
+			streams.add(st)
+		}
+	}
+	if len(streams.id) > 0 {
+		b.Queue(q.setStreams, streams.args()...)
+	}
+	var writers writerRows
+	for k, gw := range g.writers {
+		if gw.dirty {
+			writers.add(k, gw.w)
+		}
+	}
+	if len(writers.stream) > 0 {
+		b.Queue(q.putWriters, append(writers.args(), g.token)...)
+	}
+	var producers producerRows
+	for k, p := range g.producers {
+		if p.dirty {
+			producers.add(k, p.st)
+		}
+	}
+	if len(producers.stream) > 0 {
+		b.Queue(q.putProducers, producers.args()...)
+	}
+	var keys keyRows
+	for k, gk := range g.keys {
+		if gk.dirty {
+			keys.add(k, gk)
+		}
+	}
+	if n := int64(len(keys.stream)); n > 0 {
+		b.Queue(q.putKeys, keys.args()...)
+		if saved := g.s.keysSaved.Add(n); saved/apply.KeyPurgeEvery != (saved-n)/apply.KeyPurgeEvery {
+			b.Queue(q.purgeKeys, nanos(g.s.cfg.Now()))
+		}
+	}
+	var runs runRows
+	for _, r := range g.runs {
+		if r.change != nil {
+			runs.add(r)
+		}
+	}
+	if len(runs.id) > 0 {
+		b.Queue(q.updateRuns, append(runs.args(), g.token)...)
+	}
+	if b.Len() == 0 && !g.creates {
+		return nil
+	}
+	b.Queue("COMMIT")
+	return b
+}
+
+func (g *group) sortedStreams() []*gStream {
+	out := make([]*gStream, 0, len(g.streams))
+	for _, st := range g.streams {
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b *gStream) int { return int(a.ID - b.ID) })
+	return out
+}
+
+// The rows of each table a group writes, as columns: unnest takes them.
+
+type eventRows struct {
+	run, typ, name, err []string
+	seq, op, attempt    []int64
+	data                [][]byte
+	final               []bool
+	at, wake            []int64
+}
+
+func (e *eventRows) add(run string, ev *store.Event) {
+	e.run, e.seq = append(e.run, run), append(e.seq, ev.Seq)
+	e.typ, e.op, e.name, e.attempt = append(e.typ, string(ev.Type)), append(e.op, ev.Op), append(e.name, ev.Name), append(e.attempt, ev.Attempt)
+	e.data, e.err, e.final = append(e.data, ev.Data), append(e.err, ev.Error), append(e.final, ev.Final)
+	e.at, e.wake = append(e.at, nanos(ev.At)), append(e.wake, nanos(ev.WakeAt))
+}
+
+func (e *eventRows) args() []any {
+	return []any{e.run, e.seq, e.typ, e.op, e.name, e.attempt, e.data, e.err, e.final, e.at, e.wake}
+}
+
+// batchRows are batches to insert: one per rules call.
+type batchRows struct {
+	stream, last, first, token []int64
+	writer                     []string
+	data                       [][]byte
+}
+
+func (b *batchRows) add(id int64, recs []stream.Record, token int64) {
+	b.stream, b.first, b.last = append(b.stream, id), append(b.first, recs[0].Offset), append(b.last, recs[len(recs)-1].Offset)
+	b.writer, b.token = append(b.writer, recs[0].Writer), append(b.token, token)
+	b.data = append(b.data, stream.EncodeBatch(nil, recs))
+}
+
+func (b *batchRows) args() []any {
+	return []any{b.stream, b.last, b.first, b.writer, b.data, b.token}
+}
+
+type fenceRows struct {
+	run, writer []string
+	attempt     []int64
+}
+
+func (f *fenceRows) add(k fenceKey, attempt int64) {
+	f.run, f.writer, f.attempt = append(f.run, k.run), append(f.writer, k.writer), append(f.attempt, attempt)
+}
+
+func (f *fenceRows) args() []any { return []any{f.run, f.writer, f.attempt} }
+
+type streamRows struct {
+	id, next, access, cbEpoch, cbSeq []int64
+	closed                           []bool
+	closedBy                         []*string
+	seq                              []string
+}
+
+func (s *streamRows) add(st *gStream) {
+	var cb *string
+	var e, q int64
+	if p := st.ClosedBy; p != nil {
+		id := p.ID
+		cb, e, q = &id, p.Epoch, p.Seq
+	}
+	s.id, s.next, s.closed, s.access = append(s.id, st.ID), append(s.next, st.Head.NextOffset), append(s.closed, st.Head.Closed), append(s.access, nanos(st.LastAccess))
+	s.closedBy, s.cbEpoch, s.cbSeq, s.seq = append(s.closedBy, cb), append(s.cbEpoch, e), append(s.cbSeq, q), append(s.seq, st.StreamSeq)
+}
+
+func (s *streamRows) args() []any {
+	return []any{s.id, s.next, s.closed, s.access, s.closedBy, s.cbEpoch, s.cbSeq, s.seq}
+}
+
+type writerRows struct {
+	stream, attempt, next []int64
+	writer                []string
+	diverged              []bool
+	status                []int16
+}
+
+func (r *writerRows) add(k writerKey, w *stream.Writer) {
+	r.stream, r.writer, r.attempt, r.next = append(r.stream, k.stream), append(r.writer, k.writer), append(r.attempt, w.Attempt), append(r.next, w.Next)
+	r.diverged, r.status = append(r.diverged, w.Diverged), append(r.status, int16(w.Status))
+}
+
+func (r *writerRows) args() []any {
+	return []any{r.stream, r.writer, r.attempt, r.next, r.diverged, r.status}
+}
+
+type producerRows struct {
+	stream, epoch, lastSeq []int64
+	id                     []string
+}
+
+func (r *producerRows) add(k prodKey, ps stream.ProducerState) {
+	r.stream, r.id, r.epoch, r.lastSeq = append(r.stream, k.stream), append(r.id, k.id), append(r.epoch, ps.Epoch), append(r.lastSeq, ps.LastSeq)
+}
+
+func (r *producerRows) args() []any { return []any{r.stream, r.id, r.epoch, r.lastSeq} }
+
+type keyRows struct {
+	stream, expires []int64
+	key             []string
+	digest, result  [][]byte
+}
+
+func (r *keyRows) add(k prodKey, gk *gKey) {
+	r.stream, r.key, r.digest = append(r.stream, k.stream), append(r.key, k.id), append(r.digest, gk.k.Digest)
+	r.result, r.expires = append(r.result, gk.k.Result), append(r.expires, nanos(gk.k.ExpiresAt))
+}
+
+func (r *keyRows) args() []any { return []any{r.stream, r.key, r.digest, r.result, r.expires} }
+
+type runRows struct {
+	id, status, errMsg        []string
+	setStatus, release, ended []bool
+	output                    [][]byte
+	wake, now, lastEvent      []int64
+}
+
+func (r *runRows) add(gr *gRun) {
+	c := gr.change
+	r.id, r.setStatus, r.status = append(r.id, gr.ID), append(r.setStatus, c.Status != ""), append(r.status, string(c.Status))
+	r.output, r.errMsg = append(r.output, c.Output), append(r.errMsg, c.Error)
+	r.release, r.wake, r.now = append(r.release, c.Release), append(r.wake, nanos(c.WakeAt)), append(r.now, nanos(c.Now))
+	r.ended, r.lastEvent = append(r.ended, c.Ended), append(r.lastEvent, gr.LastEvent)
+}
+
+func (r *runRows) args() []any {
+	return []any{r.id, r.setStatus, r.status, r.output, r.errMsg, r.release, r.wake, r.now, r.ended, r.lastEvent}
+}

@@ -1,0 +1,83 @@
+package pgstore
+
+import (
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/apply"
+)
+
+// The ops on runs.
+
+// recordOp is a Record. Its group saves its token on the run row: when the
+// connection is lost after the commit was sent, the retry finds the token
+// and knows the Record committed. So a Record is never applied twice, and an
+// error still means nothing was written.
+type recordOp struct {
+	opBase
+	p   *store.RecordParams // checked
+	now int64
+	evs int // bytes of its events, for size
+}
+
+func newRecordOp(p *store.RecordParams, now int64) *recordOp {
+	o := &recordOp{p: p, now: now, evs: len(p.Output)}
+	for i := range p.Events {
+		o.evs += len(p.Events[i].Data) + len(p.Events[i].Error)
+	}
+	return o
+}
+
+func (o *recordOp) plan(g *group, r *readPlan) { r.RecordReads(o.p) }
+
+func (o *recordOp) apply(g *group) error {
+	if r := g.runs[o.p.RunID]; r != nil && o.prevToken != 0 && r.dbToken == o.prevToken {
+		return nil // an earlier try committed
+	}
+	return apply.Record(g, o.p, fromNanos(o.now))
+}
+
+func (o *recordOp) size() int  { return 256 + o.evs }
+func (o *recordOp) clear(bool) {}
+
+// createRunOp is a CreateRun: the run is inserted in the first round trip
+// unless it exists, and found either way (a retry finds the run its lost
+// reply created, then as created false).
+type createRunOp struct {
+	opBase
+	p       *store.CreateRunParams
+	now     int64
+	run     *store.Run
+	created bool
+}
+
+func (o *createRunOp) plan(g *group, r *readPlan) { r.creates = append(r.creates, o) }
+
+func (o *createRunOp) apply(g *group) error {
+	r := g.existing[o.p.ID]
+	if r == nil {
+		return &retryError{"run vanished during create"} // purged since
+	}
+	if err := apply.RunConflict(r, o.p); err != nil {
+		return err
+	}
+	// The first op of the group with this id created it.
+	o.run, o.created = r, g.inserted[o.p.ID]
+	delete(g.inserted, o.p.ID)
+	return nil
+}
+
+func (o *createRunOp) size() int  { return 256 + len(o.p.Input) }
+func (o *createRunOp) clear(bool) { o.run, o.created = nil, false }
+
+// claimOp is a ClaimRuns, done in the first round trip. A retry after a
+// lost reply returns the runs the lost try claimed, found by its token,
+// instead of claiming more.
+type claimOp struct {
+	opBase
+	p       *store.ClaimRunsParams // with Now set
+	claimed []claimedRun
+}
+
+func (o *claimOp) plan(g *group, r *readPlan) { r.claims = append(r.claims, o) }
+func (o *claimOp) apply(g *group) error       { return nil }
+func (o *claimOp) size() int                  { return 256 }
+func (o *claimOp) clear(bool)                 { o.claimed = nil }
