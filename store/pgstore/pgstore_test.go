@@ -195,41 +195,6 @@ func TestSchemaTooNew(t *testing.T) {
 	}
 }
 
-// After Close every operation returns ErrClosedStore, and a Wait blocked at
-// the time returns too.
-func TestClosedStore(t *testing.T) {
-	t.Parallel()
-	s := open(t, newSchema(t), nil)
-	si, err := s.OpenStream(t.Context(), &store.OpenStreamParams{Path: "s", Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- s.Wait(t.Context(), si.ID, 0) }()
-	time.Sleep(50 * time.Millisecond)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-waited; !errors.Is(err, store.ErrClosedStore) {
-		t.Fatalf("blocked Wait: err = %v", err)
-	}
-	_, err = s.Append(t.Context(), &store.AppendParams{StreamID: si.ID, Chunks: [][]byte{[]byte("x")}})
-	if !errors.Is(err, store.ErrClosedStore) {
-		t.Fatalf("Append after Close: err = %v", err)
-	}
-	_, err = s.Read(t.Context(), &store.ReadParams{StreamID: si.ID})
-	if !errors.Is(err, store.ErrClosedStore) {
-		t.Fatalf("Read after Close: err = %v", err)
-	}
-	_, err = s.GetRun(t.Context(), "r")
-	if !errors.Is(err, store.ErrClosedStore) {
-		t.Fatalf("GetRun after Close: err = %v", err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-}
-
 // open.Open picks PostgreSQL for a postgres:// URL, whose schema parameter
 // names the schema (and is not sent to the server).
 func TestOpenURLWithSchema(t *testing.T) {

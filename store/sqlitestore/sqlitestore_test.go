@@ -4,7 +4,6 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/sqlitestore"
@@ -63,36 +62,3 @@ func TestConfigIsValidated(t *testing.T) {
 	}
 }
 
-// After Close every operation returns ErrClosedStore, and a Wait blocked at
-// the time returns too.
-func TestClosedStore(t *testing.T) {
-	s := open(t, filepath.Join(t.TempDir(), "weir.db"))
-	si, err := s.OpenStream(t.Context(), &store.OpenStreamParams{Path: "s", Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- s.Wait(t.Context(), si.ID, 0) }()
-	time.Sleep(10 * time.Millisecond)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-waited; !errors.Is(err, store.ErrClosedStore) {
-		t.Fatalf("blocked Wait: err = %v", err)
-	}
-	_, err = s.Append(t.Context(), &store.AppendParams{StreamID: si.ID, Chunks: [][]byte{[]byte("x")}})
-	if !errors.Is(err, store.ErrClosedStore) {
-		t.Fatalf("Append after Close: err = %v", err)
-	}
-	_, err = s.Read(t.Context(), &store.ReadParams{StreamID: si.ID})
-	if !errors.Is(err, store.ErrClosedStore) {
-		t.Fatalf("Read after Close: err = %v", err)
-	}
-	_, err = s.GetRun(t.Context(), "r")
-	if !errors.Is(err, store.ErrClosedStore) {
-		t.Fatalf("GetRun after Close: err = %v", err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-}

@@ -433,6 +433,45 @@ func testIdempotencyKey(t *testing.T, h Harness) {
 		}
 	})
 
+	// The drift the rules-once issue found from outside: a producer's
+	// retry that carries a key is a success, so it saves the key, and the
+	// key then refuses another body (PostgreSQL appended it).
+	t.Run("ProducerDuplicateSavesTheKey", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		si := create(t, s, store.CreateStreamParams{Path: "k"})
+		prod := &stream.Producer{ID: "p", Epoch: 0, Seq: 0}
+		must2(t, s, &store.AppendParams{StreamID: si.ID, Chunks: chunks("a"), Producer: prod})
+		res, err := s.Append(ctx(t), &store.AppendParams{StreamID: si.ID, Chunks: chunks("a"), Producer: prod,
+			IdempotencyKey: "k", RequestDigest: []byte("d1")})
+		must(t, err)
+		if !res.Duplicate {
+			t.Fatalf("the producer's retry: %+v, want a Duplicate", res)
+		}
+		_, err = s.Append(ctx(t), &store.AppendParams{StreamID: si.ID, Chunks: chunks("other"),
+			IdempotencyKey: "k", RequestDigest: []byte("d2")})
+		wantErr(t, err, store.ErrKeyReused)
+		if got := dataOf(readAll(t, s, si.ID)); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("data %q, want [a]", got)
+		}
+	})
+
+	// So does a close alone on a closed stream, acknowledged without a
+	// record.
+	t.Run("CloseOnClosedSavesTheKey", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		si := create(t, s, store.CreateStreamParams{Path: "k", Closed: true})
+		p := store.AppendParams{StreamID: si.ID, Close: true, IdempotencyKey: "k", RequestDigest: []byte("d1")}
+		first, err := s.Append(ctx(t), &p)
+		must(t, err)
+		again, err := s.Append(ctx(t), &p)
+		must(t, err)
+		if first.Replayed || !again.Replayed || !again.Closed {
+			t.Fatalf("first %+v, again %+v", first, again)
+		}
+	})
+
 	t.Run("Expires", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)

@@ -59,6 +59,8 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Invariants", func(t *testing.T) { t.Parallel(); testInvariants(t, h) })
 	t.Run("DurableStreams", func(t *testing.T) { t.Parallel(); testDS(t, h) })
 	t.Run("Purge", func(t *testing.T) { t.Parallel(); testPurge(t, h) })
+	t.Run("Hostile", func(t *testing.T) { testHostile(t, h) })
+	t.Run("ClosedStore", func(t *testing.T) { testClosedStore(t, h) })
 }
 
 // ctx is the context of the suite's calls: the test's own, so a hung store
