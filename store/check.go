@@ -389,3 +389,11 @@ func (p *CreateStreamParams) WithDefaults(clock func() time.Time) *CreateStreamP
 	}
 	return &out
 }
+
+// Fits reports whether a read page of n records holding bytes data bytes
+// takes r too: the page rule of every backend. A page holds at most Limit
+// records and MaxBytes data bytes, except that its first record always fits
+// (p must have its defaults).
+func (p *ReadParams) Fits(n, bytes int, r *stream.Record) bool {
+	return n < p.Limit && (n == 0 || bytes+len(r.Data) <= p.MaxBytes)
+}

@@ -13,7 +13,7 @@ import (
 // an offset past the source's next offset is store.ErrInvalid.
 func ForkPoint(src *Stream, fp *store.ForkParams) (int64, error) {
 	if src.Deleted {
-		return 0, fmt.Errorf("fork source %d: %w", src.ID, store.ErrGone)
+		return 0, fmt.Errorf("fork source: stream %d: %w", src.ID, store.ErrGone)
 	}
 	off := fp.Offset
 	if off == -1 {

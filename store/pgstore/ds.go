@@ -108,7 +108,7 @@ func (s *Store) createStream(ctx context.Context, x *txn, p *store.CreateStreamP
 	}
 	b := &pgx.Batch{}
 	for _, recs := range apply.Initial(&head, p) {
-		b.Queue(s.q.insertBatch, id, recs[len(recs)-1].Offset, recs[0].Offset, "", stream.EncodeBatch(nil, recs))
+		b.Queue(s.q.insertBatch, id, recs[len(recs)-1].Offset, recs[0].Offset, "", stream.EncodeBatch(nil, recs), dataBytes(recs))
 	}
 	b.Queue(s.q.setHead, id, head.NextOffset, head.Closed)
 	b.Queue("COMMIT")
@@ -221,11 +221,11 @@ func (s *Store) copyFork(ctx context.Context, x *txn, src int64, srcHead *stream
 		if len(keep) == 0 {
 			continue
 		}
-		b.Queue(s.q.insertBatch, dst, keep[len(keep)-1].Offset, keep[0].Offset, "", stream.EncodeBatch(nil, keep))
+		b.Queue(s.q.insertBatch, dst, keep[len(keep)-1].Offset, keep[0].Offset, "", stream.EncodeBatch(nil, keep), dataBytes(keep))
 	}
 	recs, next := fc.Tail(max(offset, upTo), prefix)
 	if len(recs) > 0 {
-		b.Queue(s.q.insertBatch, dst, recs[len(recs)-1].Offset, recs[0].Offset, "", stream.EncodeBatch(nil, recs))
+		b.Queue(s.q.insertBatch, dst, recs[len(recs)-1].Offset, recs[0].Offset, "", stream.EncodeBatch(nil, recs), dataBytes(recs))
 	}
 	if b.Len() > 0 {
 		if err := x.c.SendBatch(ctx, b).Close(); err != nil {

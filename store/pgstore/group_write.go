@@ -125,7 +125,7 @@ func (e *eventRows) args() []any {
 
 // batchRows are batches to insert: one per rules call.
 type batchRows struct {
-	stream, last, first, token []int64
+	stream, last, first, token, bytes []int64
 	writer                     []string
 	data                       [][]byte
 }
@@ -133,11 +133,20 @@ type batchRows struct {
 func (b *batchRows) add(id int64, recs []stream.Record, token int64) {
 	b.stream, b.first, b.last = append(b.stream, id), append(b.first, recs[0].Offset), append(b.last, recs[len(recs)-1].Offset)
 	b.writer, b.token = append(b.writer, recs[0].Writer), append(b.token, token)
-	b.data = append(b.data, stream.EncodeBatch(nil, recs))
+	b.data, b.bytes = append(b.data, stream.EncodeBatch(nil, recs)), append(b.bytes, dataBytes(recs))
+}
+
+// dataBytes is the data bytes of recs: what a read page counts.
+func dataBytes(recs []stream.Record) int64 {
+	n := 0
+	for i := range recs {
+		n += len(recs[i].Data)
+	}
+	return int64(n)
 }
 
 func (b *batchRows) args() []any {
-	return []any{b.stream, b.last, b.first, b.writer, b.data, b.token}
+	return []any{b.stream, b.last, b.first, b.writer, b.data, b.token, b.bytes}
 }
 
 type fenceRows struct {

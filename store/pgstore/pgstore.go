@@ -471,6 +471,10 @@ func interpretError(err error) error {
 		return nil
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
+		// Keep what the store wrapped it in ("run %q: …").
+		if msg := strings.TrimSuffix(err.Error(), pgx.ErrNoRows.Error()); msg != "" {
+			return fmt.Errorf("%s%w", msg, store.ErrNotFound)
+		}
 		return store.ErrNotFound
 	}
 	if errors.Is(err, puddle.ErrClosedPool) {

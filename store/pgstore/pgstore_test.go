@@ -2,11 +2,8 @@ package pgstore_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -15,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/store"
 	storeopen "github.com/weirhq/weir/store/open"
 	"github.com/weirhq/weir/store/pgstore"
@@ -22,81 +20,17 @@ import (
 	"github.com/weirhq/weir/stream"
 )
 
-// The tests need PostgreSQL. They read its URL from WEIR_TEST_DATABASE_URL;
-// an unreachable database fails them, it never skips them.
-const defaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+// The tests need PostgreSQL (package pgtest): an unreachable database fails
+// them, it never skips them.
+func databaseURL() string { return pgtest.URL() }
 
-func databaseURL() string {
-	if u := os.Getenv("WEIR_TEST_DATABASE_URL"); u != "" {
-		return u
-	}
-	return defaultURL
-}
+func adminPool(t testing.TB) *pgxpool.Pool { return pgtest.Admin(t) }
 
-var (
-	adminOnce sync.Once
-	admin     *pgxpool.Pool
-	adminErr  error
-)
+func newSchema(t testing.TB) string { return pgtest.NewSchema(t) }
 
-// adminPool is the tests' own small pool, for dropping schemas.
-func adminPool(t testing.TB) *pgxpool.Pool {
-	t.Helper()
-	adminOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		cfg, err := pgxpool.ParseConfig(databaseURL())
-		if err != nil {
-			adminErr = err
-			return
-		}
-		cfg.MaxConns = 4
-		admin, adminErr = pgxpool.NewWithConfig(ctx, cfg)
-		if adminErr == nil {
-			adminErr = admin.Ping(ctx)
-		}
-	})
-	if adminErr != nil {
-		t.Fatalf("PostgreSQL at %s (set WEIR_TEST_DATABASE_URL): %v", databaseURL(), adminErr)
-	}
-	return admin
-}
-
-// newSchema returns a fresh schema name, dropped when t ends.
-func newSchema(t testing.TB) string {
-	t.Helper()
-	pool := adminPool(t)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "weirtest_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		if err := adminDo(t, func(ctx context.Context) error {
-			_, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{name}.Sanitize()+` CASCADE`)
-			return err
-		}); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	return name
-}
-
-// adminDo runs f with the admin pool, again for up to 15s while it fails: the
-// tests share the server with others who may restart it.
 func adminDo(t testing.TB, f func(ctx context.Context) error) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	for {
-		err := f(ctx)
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return pgtest.Do(f)
 }
 
 // testConfig keeps the tests' pools small: many stores run at once.

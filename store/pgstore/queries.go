@@ -68,23 +68,26 @@ func newQueries(schema string) *queries {
 	set(&q.streamByID, `SELECT `+streamCols+` FROM $S.streams WHERE id = $1`)
 	set(&q.runStreams, `SELECT `+streamCols+` FROM $S.streams WHERE run_id = $1 ORDER BY name`)
 	set(&q.head, `SELECT next_offset, closed FROM $S.streams WHERE id = $1`)
-	set(&q.insertBatch, `INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data)
-		VALUES ($1, $2, $3, $4, $5)`)
+	set(&q.insertBatch, `INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data, data_bytes)
+		VALUES ($1, $2, $3, $4, $5, $6)`)
 	set(&q.setHead, `UPDATE $S.streams SET next_offset = $2, closed = $3 WHERE id = $1`)
 	set(&q.touch, `WITH u AS (
 			UPDATE $S.streams SET last_access = $2 WHERE id = $1 AND ttl IS NOT NULL AND last_access < $2
 		)
 		SELECT EXISTS (SELECT 1 FROM $S.streams WHERE id = $1)`)
 	// read returns the head with the batches from $2 on, in one snapshot;
-	// at most $3 batches, and none that starts past $4 bytes of data.
+	// at most $3 batches (each holds a record from $2 on), and none that
+	// starts past $4 data bytes, not counting the first batch's (some of its
+	// records may lie before $2): the page rule then takes what fits.
 	set(&q.read, `WITH h AS (SELECT next_offset, closed FROM $S.streams WHERE id = $1)
 		SELECT h.next_offset, h.closed, b.first_offset, b.data FROM h LEFT JOIN LATERAL (
 			SELECT first_offset, data FROM (
 				SELECT first_offset, data,
-					sum(octet_length(data)) OVER (ORDER BY last_offset ROWS UNBOUNDED PRECEDING) - octet_length(data) AS before
+					COALESCE(sum(data_bytes) OVER (ORDER BY last_offset ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+					- COALESCE(first_value(data_bytes) OVER (ORDER BY last_offset), 0) AS before
 				FROM $S.batches WHERE stream_id = $1 AND last_offset >= $2
 				ORDER BY last_offset LIMIT $3
-			) w WHERE before < $4
+			) w WHERE before <= $4
 		) b ON true`)
 
 	// Retention.
@@ -111,8 +114,8 @@ func newQueries(schema string) *queries {
 	// takes as they are: wholly below the fork point, of no writer that may
 	// be open, not holding the close record. The copy is untagged: it never
 	// counts toward the fork's writers.
-	set(&q.copyBatches, `INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data)
-		SELECT $2, last_offset, first_offset, '', data FROM $S.batches
+	set(&q.copyBatches, `INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data, data_bytes)
+		SELECT $2, last_offset, first_offset, '', data, data_bytes FROM $S.batches
 		WHERE stream_id = $1 AND last_offset < $3 AND writer <> ALL ($4::text[]) AND last_offset <> $5`)
 	// specialBatches are the others below the fork point.
 	set(&q.specialBatches, `SELECT first_offset, last_offset, writer, data FROM $S.batches
@@ -180,8 +183,8 @@ func newQueries(schema string) *queries {
 	set(&q.putFences, `INSERT INTO $S.fences AS f (run_id, writer, attempt)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
 		ON CONFLICT (run_id, writer) DO UPDATE SET attempt = GREATEST(f.attempt, excluded.attempt)`)
-	set(&q.insertBatchesMany, `INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data, token)
-		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::bytea[], $6::bigint[])`)
+	set(&q.insertBatchesMany, `INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data, token, data_bytes)
+		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::bytea[], $6::bigint[], $7::bigint[])`)
 	set(&q.setStreams, `UPDATE $S.streams x SET next_offset = u.next, closed = u.closed, last_access = u.access,
 			closed_by = u.closed_by, closed_by_epoch = u.cb_epoch, closed_by_seq = u.cb_seq, stream_seq = u.seq
 		FROM unnest($1::bigint[], $2::bigint[], $3::boolean[], $4::bigint[], $5::text[], $6::bigint[], $7::bigint[], $8::text[])

@@ -49,8 +49,11 @@ func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*sto
 		// Found, or refused: a standalone path under "runs/" opens only
 		// the run stream that is there.
 		si, err := s.GetStreamByPath(ctx, path)
-		if errors.Is(err, store.ErrNotFound) && p.Create {
-			return nil, fmt.Errorf("open stream: %w", p.CheckCreate(path))
+		if errors.Is(err, store.ErrNotFound) {
+			if p.Create {
+				return nil, fmt.Errorf("open stream: %w", p.CheckCreate(path))
+			}
+			return nil, fmt.Errorf("open stream: stream %q: %w", path, store.ErrNotFound)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("open stream: %w", err)
@@ -169,11 +172,10 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 		return nil, fmt.Errorf("read: %w", err)
 	}
 	p = p.WithDefaults()
-	limit, maxBytes := p.Limit, p.MaxBytes
 	var res *store.ReadResult
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		res = &store.ReadResult{}
-		rows, err := s.pool.Query(ctx, s.q.read, p.StreamID, p.From, limit, maxBytes)
+		rows, err := s.pool.Query(ctx, s.q.read, p.StreamID, p.From, p.Limit, p.MaxBytes)
 		if err != nil {
 			return err
 		}
@@ -182,6 +184,7 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 			scratch []stream.Record
 			bytes   int
 			found   bool
+			full    bool
 			first   *int64
 			data    []byte
 		)
@@ -193,7 +196,7 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 			if p.From > res.NextOffset {
 				return fmt.Errorf("%w: offset %d is past the stream's next offset %d", store.ErrInvalid, p.From, res.NextOffset)
 			}
-			if first == nil || len(res.Records) == limit {
+			if first == nil || full {
 				continue
 			}
 			// data is this row's own copy: records may alias it.
@@ -202,8 +205,8 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 				return fmt.Errorf("stream %d: %w", p.StreamID, err)
 			}
 			for _, r := range scratch {
-				if len(res.Records) == limit || len(res.Records) > 0 && bytes+len(r.Data) > maxBytes {
-					limit = len(res.Records) // full: ignore the rest
+				if !p.Fits(len(res.Records), bytes, &r) {
+					full = true // ignore the rest
 					break
 				}
 				bytes += len(r.Data)

@@ -107,7 +107,7 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 		var seq int64
 		err := s.rdb.QueryRowContext(ctx, `SELECT seq FROM runs WHERE id = ?`, p.Before).Scan(&seq)
 		if err != nil {
-			return nil, fmt.Errorf("list runs before %q: %w", p.Before, s.readErr(err))
+			return nil, fmt.Errorf("list runs: cursor %q: %w", p.Before, s.readErr(err))
 		}
 		where, args = append(where, "seq < ?"), append(args, seq)
 	}
@@ -264,7 +264,7 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64) ([
 		var one int
 		err := s.r.runExists.QueryRowContext(ctx, runID).Scan(&one)
 		if err != nil {
-			return nil, fmt.Errorf("list events of run %q: %w", runID, s.readErr(err))
+			return nil, fmt.Errorf("list events: run %q: %w", runID, s.readErr(err))
 		}
 	}
 	return out, nil

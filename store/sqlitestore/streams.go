@@ -59,7 +59,7 @@ func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*sto
 		return nil, fmt.Errorf("open stream: %w", s.readErr(err))
 	}
 	if !p.Create {
-		return nil, fmt.Errorf("open stream %q: %w", path, store.ErrNotFound)
+		return nil, fmt.Errorf("open stream: stream %q: %w", path, store.ErrNotFound)
 	}
 	if err := p.CheckCreate(path); err != nil {
 		return nil, fmt.Errorf("open stream: %w", err)
@@ -85,7 +85,7 @@ func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*sto
 		return translate(err)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create stream: %w", err)
+		return nil, fmt.Errorf("open stream: %w", err)
 	}
 	return si, nil
 }
@@ -188,11 +188,10 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 		return nil, fmt.Errorf("read: %w", err)
 	}
 	p = p.WithDefaults()
-	limit, maxBytes := p.Limit, p.MaxBytes
 	if s.isClosed() {
 		return nil, store.ErrClosedStore
 	}
-	if recs, next, closed, ok := s.tail.read(p.StreamID, p.From, limit, maxBytes); ok {
+	if recs, next, closed, ok := s.tail.read(p.StreamID, p.From, p); ok {
 		return &store.ReadResult{Records: recs, NextOffset: next, Closed: closed}, nil
 	}
 	res := &store.ReadResult{}
@@ -200,7 +199,7 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 	// so the page and NextOffset agree without a read transaction.
 	err := s.r.head.QueryRowContext(ctx, p.StreamID).Scan(&res.NextOffset, &res.Closed)
 	if err != nil {
-		return nil, fmt.Errorf("read stream %d: %w", p.StreamID, s.readErr(err))
+		return nil, fmt.Errorf("read: stream %d: %w", p.StreamID, s.readErr(err))
 	}
 	if p.From > res.NextOffset {
 		return nil, fmt.Errorf("read: %w: offset %d is past the stream's next offset %d", store.ErrInvalid, p.From, res.NextOffset)
@@ -227,18 +226,17 @@ rows:
 		}
 		scratch, err = stream.DecodeBatch(scratch[:0], data, first, p.From)
 		if err != nil {
-			return nil, fmt.Errorf("read stream %d: %w", p.StreamID, err)
+			return nil, fmt.Errorf("read: stream %d: %w", p.StreamID, err)
 		}
 		for i := range scratch {
 			r := scratch[i]
-			if r.Offset >= res.NextOffset || len(res.Records) == limit ||
-				len(res.Records) > 0 && bytes+len(r.Data) > maxBytes {
+			if r.Offset >= res.NextOffset || !p.Fits(len(res.Records), bytes, &r) {
 				break rows
 			}
 			if r.Data != nil {
 				// RawBytes die with the next row: copy into one arena per call.
 				if cap(arena)-len(arena) < len(r.Data) {
-					arena = make([]byte, 0, max(len(r.Data), 2*cap(arena), min(maxBytes, 4<<10)))
+					arena = make([]byte, 0, max(len(r.Data), 2*cap(arena), min(p.MaxBytes, 4<<10)))
 				}
 				n := len(arena)
 				arena = append(arena, r.Data...)

@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"sync"
 
+	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
 )
 
@@ -158,7 +159,7 @@ func (t *tailCache) head(id int64) (next int64, closed, ok bool) {
 
 // read serves a read from stream id's entry if it holds the records from
 // `from` on. The records share the cache's data, which is never modified.
-func (t *tailCache) read(id, from int64, limit, maxBytes int) (recs []stream.Record, next int64, closed, ok bool) {
+func (t *tailCache) read(id, from int64, p *store.ReadParams) (recs []stream.Record, next int64, closed, ok bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	e := t.m[id]
@@ -167,7 +168,7 @@ func (t *tailCache) read(id, from int64, limit, maxBytes int) (recs []stream.Rec
 	}
 	src := e.recs[from-e.base:]
 	n, bytes := 0, 0
-	for n < len(src) && n < limit && (n == 0 || bytes+len(src[n].Data) <= maxBytes) {
+	for n < len(src) && p.Fits(n, bytes, &src[n]) {
 		bytes += len(src[n].Data)
 		n++
 	}

@@ -1,0 +1,96 @@
+// Package pgtest gives tests the PostgreSQL server they run against: its URL
+// (WEIR_TEST_DATABASE_URL, or the local server), a small admin pool, and
+// fresh schemas dropped when the test ends. An unreachable server fails the
+// test; it never skips it.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultURL is the server the tests use unless WEIR_TEST_DATABASE_URL names
+// another.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// URL returns the tests' database URL.
+func URL() string {
+	if u := os.Getenv("WEIR_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+var (
+	adminOnce sync.Once
+	admin     *pgxpool.Pool
+	adminErr  error
+)
+
+// Admin returns the tests' own small pool, for creating and dropping
+// schemas and looking at tables.
+func Admin(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	adminOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cfg, err := pgxpool.ParseConfig(URL())
+		if err != nil {
+			adminErr = err
+			return
+		}
+		cfg.MaxConns = 4
+		admin, adminErr = pgxpool.NewWithConfig(ctx, cfg)
+		if adminErr == nil {
+			adminErr = admin.Ping(ctx)
+		}
+	})
+	if adminErr != nil {
+		t.Fatalf("PostgreSQL at %s (set WEIR_TEST_DATABASE_URL): %v", URL(), adminErr)
+	}
+	return admin
+}
+
+// NewSchema returns a fresh schema name, dropped when t ends.
+func NewSchema(t testing.TB) string {
+	t.Helper()
+	pool := Admin(t)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "weirtest_" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		if err := Do(func(ctx context.Context) error {
+			_, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{name}.Sanitize()+` CASCADE`)
+			return err
+		}); err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// Do runs f again for up to 15s while it fails: the tests share the server
+// with others who may restart it.
+func Do(f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for {
+		err := f(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

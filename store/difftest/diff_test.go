@@ -1,0 +1,520 @@
+package difftest
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/pgstore"
+	"github.com/weirhq/weir/store/sqlitestore"
+	"github.com/weirhq/weir/stream"
+)
+
+var (
+	flagSeeds = flag.Int("difftest.seeds", 12, "how many seeds to run")
+	flagOps   = flag.Int("difftest.ops", 300, "operations per seed")
+	flagSeed  = flag.Int64("difftest.seed", -1, "run this seed alone (replays a failure)")
+)
+
+func TestDifferential(t *testing.T) {
+	if *flagSeed >= 0 {
+		runSeed(t, uint64(*flagSeed), *flagOps)
+		return
+	}
+	base := uint64(time.Now().UnixNano() % 1_000_000)
+	for i := range *flagSeeds {
+		seed := base + uint64(i)
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			runSeed(t, seed, *flagOps)
+		})
+	}
+}
+
+// clock is the two stores' shared clock: it moves only between operations,
+// so both see the same times.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// side is one backend under test, with what the sequence learnt of its
+// stream ids (they may differ between backends: a PostgreSQL sequence is
+// not transactional).
+type side struct {
+	name  string
+	s     store.Store
+	ids   map[string]int64 // path -> id
+	paths map[int64]string // id -> path
+}
+
+func (sd *side) learn(si *store.StreamInfo) {
+	if si != nil {
+		sd.ids[si.Path], sd.paths[si.ID] = si.ID, si.Path
+	}
+}
+
+// id returns the backend's id of the stream at path; an id no stream has if
+// it never saw one there.
+func (sd *side) id(path string) int64 {
+	if id, ok := sd.ids[path]; ok {
+		return id
+	}
+	return 1 << 40
+}
+
+var streamRef = regexp.MustCompile(`stream (\d+)`)
+
+// norm makes an error message comparable: stream ids become paths.
+func (sd *side) norm(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return streamRef.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		n, _ := strconv.ParseInt(m[len("stream "):], 10, 64)
+		if p, ok := sd.paths[n]; ok {
+			return "stream " + strconv.Quote(p)
+		}
+		return m
+	})
+}
+
+func runSeed(t *testing.T, seed uint64, ops int) {
+	clk := &clock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	lite, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "weir.db"), &sqlitestore.Config{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lite.Close() })
+	pg, err := pgstore.Open(t.Context(), pgtest.URL(), &pgstore.Config{Schema: pgtest.NewSchema(t), MaxConns: 4, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	sides := [2]*side{
+		{name: "sqlite", s: lite, ids: map[string]int64{}, paths: map[int64]string{}},
+		{name: "postgres", s: pg, ids: map[string]int64{}, paths: map[int64]string{}},
+	}
+	g := &gen{rng: rand.New(rand.NewPCG(seed, 0x5eed)), clk: clk, epochs: map[string]int64{}}
+	var trail []string
+	for i := range ops {
+		clk.advance(time.Duration(1+g.n(3)) * time.Millisecond)
+		if g.n(20) == 0 {
+			clk.advance(time.Duration(g.n(90)) * time.Second) // past TTLs and leases now and then
+		}
+		o := g.next()
+		var outs [2]string
+		for k, sd := range sides {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			outs[k] = o.run(ctx, sd)
+			cancel()
+		}
+		trail = append(trail, fmt.Sprintf("%3d %s\n      -> %s", i, o.desc, outs[0]))
+		if outs[0] != outs[1] {
+			t.Fatalf("seed %d, operation %d: the backends differ (replay: go test ./store/difftest -run TestDifferential -difftest.seed %d -difftest.ops %d)\n%s\n%s: %s\n%s: %s",
+				seed, i, seed, i+1, strings.Join(trail, "\n"), sides[0].name, outs[0], sides[1].name, outs[1])
+		}
+		g.learn(o, outs[0])
+	}
+}
+
+// op is one operation, run on each backend; run returns its outcome as text.
+type op struct {
+	desc string
+	run  func(ctx context.Context, sd *side) string
+	// claim, if set, names the lease epochs a claim's outcome holds.
+	claim bool
+}
+
+// gen generates operations from small pools of names, so that they meet.
+type gen struct {
+	rng    *rand.Rand
+	clk    *clock
+	epochs map[string]int64 // run -> the epoch of its last claim
+}
+
+var (
+	runs      = []string{"r1", "r2", "r3"}
+	workflows = []string{"wf1", "wf2"}
+	writers   = []string{"step/1", "step/2", "workflow", "w"}
+	paths     = []string{"s1", "s2", "s3", "runs/r1/a", "runs/r2/a", "runs/r1/b"}
+)
+
+func (g *gen) n(k int) int             { return g.rng.IntN(k) }
+func (g *gen) pick(xs []string) string { return xs[g.n(len(xs))] }
+func (g *gen) chance(k int) bool       { return g.n(k) == 0 }
+
+func (g *gen) chunks(max int) [][]byte {
+	var out [][]byte
+	for range g.n(max + 1) {
+		out = append(out, []byte(strings.Repeat(string(rune('a'+g.n(3))), 1+g.n(3))))
+	}
+	return out
+}
+
+func (g *gen) epoch(run string) int64 {
+	e := g.epochs[run]
+	if g.chance(6) {
+		e += int64(g.n(3)) - 1
+	}
+	return e
+}
+
+// learn keeps the lease epochs a claim returned.
+func (g *gen) learn(o *op, out string) {
+	if !o.claim {
+		return
+	}
+	for _, m := range regexp.MustCompile(`\{id=(\w+) [^}]*epoch=(\d+)`).FindAllStringSubmatch(out, -1) {
+		e, _ := strconv.ParseInt(m[2], 10, 64)
+		g.epochs[m[1]] = e
+	}
+}
+
+func (g *gen) next() *op {
+	now := g.clk.Now()
+	switch g.n(24) {
+	case 0, 1:
+		p := store.CreateRunParams{ID: g.pick(runs), Workflow: g.pick(workflows), Input: []byte(g.pick(runs))}
+		if g.chance(4) {
+			p.WakeAt = now.Add(time.Duration(g.n(60)) * time.Second)
+		}
+		return &op{desc: fmt.Sprintf("CreateRun %+v", p), run: func(ctx context.Context, sd *side) string {
+			r, created, err := sd.s.CreateRun(ctx, &p)
+			return fmt.Sprintf("%s created=%v %s", showRun(r), created, sd.norm(err))
+		}}
+	case 2, 3:
+		p := store.ClaimRunsParams{Owner: g.pick([]string{"o1", "o2"}), Limit: 1 + g.n(3), LeaseTTL: time.Duration(1+g.n(60)) * time.Second}
+		if g.chance(3) {
+			p.Workflows = []string{g.pick(workflows)}
+		}
+		return &op{desc: fmt.Sprintf("ClaimRuns %+v", p), claim: true, run: func(ctx context.Context, sd *side) string {
+			rs, err := sd.s.ClaimRuns(ctx, &p)
+			return showRuns(rs) + " " + sd.norm(err)
+		}}
+	case 4:
+		run := g.pick(runs)
+		p := store.RenewLeaseParams{RunID: run, LeaseEpoch: g.epoch(run), LeaseTTL: time.Duration(1+g.n(60)) * time.Second}
+		return &op{desc: fmt.Sprintf("RenewLease %+v", p), run: func(ctx context.Context, sd *side) string {
+			cancel, err := sd.s.RenewLease(ctx, &p)
+			return fmt.Sprintf("cancel=%v %s", cancel, sd.norm(err))
+		}}
+	case 5:
+		run := g.pick(runs)
+		return &op{desc: "RequestCancel " + run, run: func(ctx context.Context, sd *side) string {
+			return sd.norm(sd.s.RequestCancel(ctx, run))
+		}}
+	case 6, 7, 8:
+		return g.record()
+	case 9:
+		p := store.OpenStreamParams{Create: !g.chance(4), ContentType: g.pick([]string{"", "text/plain"})}
+		if g.chance(2) {
+			p.RunID, p.Name = g.pick(runs), g.pick([]string{"a", "b"})
+		} else {
+			p.Path = g.pick(paths)
+		}
+		return &op{desc: fmt.Sprintf("OpenStream %+v", p), run: func(ctx context.Context, sd *side) string {
+			si, err := sd.s.OpenStream(ctx, &p)
+			sd.learn(si)
+			return sd.showStream(si) + " " + sd.norm(err)
+		}}
+	case 10, 11:
+		return g.createStream(now)
+	case 12, 13, 14, 15:
+		return g.append(now)
+	case 16:
+		path := g.pick(paths)
+		p := store.FinishWriterParams{Writer: g.pick(writers), Attempt: int64(g.n(4)), Commit: g.chance(2)}
+		return &op{desc: fmt.Sprintf("FinishWriter %s %+v", path, p), run: func(ctx context.Context, sd *side) string {
+			q := p
+			q.StreamID = sd.id(path)
+			res, err := sd.s.FinishWriter(ctx, &q)
+			return fmt.Sprintf("%v %s", res, sd.norm(err))
+		}}
+	case 17:
+		path := g.pick(paths)
+		return &op{desc: "CloseStream " + path, run: func(ctx context.Context, sd *side) string {
+			res, err := sd.s.CloseStream(ctx, sd.id(path))
+			return fmt.Sprintf("%v %s", res, sd.norm(err))
+		}}
+	case 18:
+		path := g.pick(paths)
+		p := store.DeleteStreamParams{}
+		if g.chance(2) {
+			p.IfExpiredAt = now
+		}
+		return &op{desc: fmt.Sprintf("DeleteStream %s %+v", path, p), run: func(ctx context.Context, sd *side) string {
+			q := p
+			q.ID = sd.id(path)
+			res, err := sd.s.DeleteStream(ctx, &q)
+			return fmt.Sprintf("%v %s", res, sd.norm(err))
+		}}
+	case 19:
+		path := g.pick(paths)
+		at := now.Add(time.Duration(g.n(3)-1) * time.Second)
+		return &op{desc: fmt.Sprintf("TouchStream %s at %v", path, at), run: func(ctx context.Context, sd *side) string {
+			return sd.norm(sd.s.TouchStream(ctx, &store.TouchStreamParams{ID: sd.id(path), At: at}))
+		}}
+	case 20:
+		p := store.PurgeRunsParams{Before: now.Add(-time.Duration(g.n(30)) * time.Second), Limit: g.n(3)}
+		return &op{desc: fmt.Sprintf("PurgeRuns %+v", p), run: func(ctx context.Context, sd *side) string {
+			n, err := sd.s.PurgeRuns(ctx, &p)
+			return fmt.Sprintf("%d %s", n, sd.norm(err))
+		}}
+	case 21, 22:
+		path := g.pick(paths)
+		p := store.ReadParams{From: int64(g.n(8)), Limit: g.n(4), MaxBytes: g.n(2) * 3}
+		if g.chance(2) {
+			p.From = 0
+		}
+		return &op{desc: fmt.Sprintf("Read %s %+v", path, p), run: func(ctx context.Context, sd *side) string {
+			q := p
+			q.StreamID = sd.id(path)
+			res, err := sd.s.Read(ctx, &q)
+			return showRead(res) + " " + sd.norm(err)
+		}}
+	default:
+		return g.look()
+	}
+}
+
+func (g *gen) record() *op {
+	run := g.pick(runs)
+	p := store.RecordParams{RunID: run, LeaseEpoch: g.epoch(run)}
+	w := g.pick(writers[:2])
+	for range g.n(3) {
+		ev := store.Event{Type: store.EventType(g.pick([]string{"step_started", "step_completed", "step_failed", "sleep_scheduled"})),
+			Op: int64(1 + g.n(3)), Name: g.pick([]string{"fetch", "write"}), Attempt: int64(g.n(3)), Data: []byte("d"), Error: g.pick([]string{"", "boom"})}
+		if g.chance(3) {
+			ev.At = g.clk.Now().Add(-time.Second)
+		}
+		p.Events = append(p.Events, ev)
+	}
+	if g.chance(2) {
+		p.Fence = &store.Fence{Writer: w, Attempt: int64(1 + g.n(3))}
+	}
+	if g.chance(2) {
+		p.Finish = &store.Finish{Writer: w, Attempt: int64(1 + g.n(3)), Commit: g.chance(2)}
+	}
+	switch g.n(6) {
+	case 0:
+		p.Status, p.Output = store.RunCompleted, []byte("42")
+	case 1:
+		p.Status, p.Error = store.RunFailed, "failed"
+	case 2:
+		p.Status = store.RunRunning
+	}
+	p.CloseStreams = p.Status.Terminal() || g.chance(10)
+	if g.chance(4) {
+		p.Release = true
+		p.WakeAt = g.clk.Now().Add(time.Duration(g.n(30)) * time.Second)
+	}
+	return &op{desc: fmt.Sprintf("Record %+v fence %+v finish %+v", p, p.Fence, p.Finish), run: func(ctx context.Context, sd *side) string {
+		return sd.norm(sd.s.Record(ctx, &p))
+	}}
+}
+
+func (g *gen) createStream(now time.Time) *op {
+	p := store.CreateStreamParams{Path: g.pick(paths[:3]), ContentType: g.pick([]string{"", "text/plain"}), Chunks: g.chunks(2), Closed: g.chance(5)}
+	if g.chance(4) {
+		p.Path = g.pick([]string{"f1", "f2"})
+	}
+	switch g.n(4) {
+	case 0:
+		p.Expiry = store.Expiry{HasTTL: true, TTL: time.Duration(g.n(3)) * 30 * time.Second}
+	case 1:
+		p.Expiry = store.Expiry{At: now.Add(time.Duration(g.n(3)) * 30 * time.Second)}
+	}
+	if g.chance(2) {
+		p.Now = now.Add(-time.Second)
+	}
+	src := ""
+	if g.chance(2) {
+		src = g.pick(append(paths[:3:3], "f1", "f2"))
+		p.Fork = &store.ForkParams{Offset: int64(g.n(6)) - 1, SubOffset: int64(g.n(3)), SubRecords: g.chance(2)}
+		if g.chance(2) {
+			p.Fork.SubOffset = 0
+		}
+	}
+	return &op{desc: fmt.Sprintf("CreateStream %+v fork of %q %+v", p, src, p.Fork), run: func(ctx context.Context, sd *side) string {
+		q := p
+		if q.Fork != nil {
+			f := *q.Fork
+			f.SourceID = sd.id(src)
+			q.Fork = &f
+		}
+		si, created, err := sd.s.CreateStream(ctx, &q)
+		sd.learn(si)
+		return fmt.Sprintf("%s created=%v %s", sd.showStream(si), created, sd.norm(err))
+	}}
+}
+
+func (g *gen) append(now time.Time) *op {
+	path := g.pick(paths)
+	p := store.AppendParams{Chunks: g.chunks(3)}
+	switch g.n(3) {
+	case 0:
+		p.Writer, p.Attempt, p.FirstSeq = g.pick(writers), int64(g.n(4)), int64(g.n(4))
+		if g.chance(2) {
+			p.FirstSeq = 0
+		}
+	case 1:
+		p.Producer = &stream.Producer{ID: g.pick([]string{"p1", "p2"}), Epoch: int64(g.n(2)), Seq: int64(g.n(3))}
+	}
+	if g.chance(4) {
+		p.StreamSeq = strconv.Itoa(g.n(10))
+	}
+	if g.chance(6) {
+		p.Close = true
+	}
+	if g.chance(3) {
+		p.IdempotencyKey = g.pick([]string{"k1", "k2"})
+		p.RequestDigest = []byte(g.pick([]string{"d1", "d2"}))
+		if g.chance(3) {
+			p.KeyTTL = time.Duration(1+g.n(60)) * time.Second
+		}
+	}
+	if g.chance(3) {
+		p.Now = now.Add(time.Duration(g.n(3)-1) * time.Second)
+	}
+	return &op{desc: fmt.Sprintf("Append %s %+v producer %+v", path, p, p.Producer), run: func(ctx context.Context, sd *side) string {
+		q := p
+		q.StreamID = sd.id(path)
+		res, err := sd.s.Append(ctx, &q)
+		return fmt.Sprintf("%+v %s", res, sd.norm(err))
+	}}
+}
+
+// look is a read of state: a stream, a run, the lists.
+func (g *gen) look() *op {
+	switch g.n(5) {
+	case 0:
+		path := g.pick(paths)
+		return &op{desc: "GetStream " + path, run: func(ctx context.Context, sd *side) string {
+			si, err := sd.s.GetStream(ctx, sd.id(path))
+			return sd.showStream(si) + " " + sd.norm(err)
+		}}
+	case 1:
+		run := g.pick(runs)
+		return &op{desc: "ListStreams " + run, run: func(ctx context.Context, sd *side) string {
+			sis, err := sd.s.ListStreams(ctx, run)
+			var b strings.Builder
+			for _, si := range sis {
+				b.WriteString(sd.showStream(si))
+			}
+			return b.String() + " " + sd.norm(err)
+		}}
+	case 2:
+		run := g.pick(runs)
+		return &op{desc: "GetRun " + run, run: func(ctx context.Context, sd *side) string {
+			r, err := sd.s.GetRun(ctx, run)
+			return showRun(r) + " " + sd.norm(err)
+		}}
+	case 3:
+		p := store.ListRunsParams{Limit: g.n(3)}
+		if g.chance(2) {
+			p.Workflow = g.pick(workflows)
+		}
+		if g.chance(3) {
+			p.Status = store.RunStatus(g.pick([]string{"pending", "running", "completed", "failed"}))
+		}
+		if g.chance(3) {
+			p.Before = g.pick(runs)
+		}
+		return &op{desc: fmt.Sprintf("ListRuns %+v", p), run: func(ctx context.Context, sd *side) string {
+			rs, err := sd.s.ListRuns(ctx, &p)
+			return showRuns(rs) + " " + sd.norm(err)
+		}}
+	default:
+		run := g.pick(runs)
+		after := int64(g.n(3))
+		return &op{desc: fmt.Sprintf("ListEvents %s after %d", run, after), run: func(ctx context.Context, sd *side) string {
+			evs, err := sd.s.ListEvents(ctx, run, after)
+			return fmt.Sprintf("%+v %s", evs, sd.norm(err))
+		}}
+	}
+}
+
+func showRun(r *store.Run) string {
+	if r == nil {
+		return "-"
+	}
+	return fmt.Sprintf("{id=%s wf=%s %s in=%q out=%q err=%q created=%v updated=%v wake=%v owner=%s expires=%v epoch=%d cancel=%v}",
+		r.ID, r.Workflow, r.Status, r.Input, r.Output, r.Error, r.CreatedAt, r.UpdatedAt, r.WakeAt, r.LeaseOwner,
+		r.LeaseExpires, r.LeaseEpoch, r.CancelRequested)
+}
+
+func showRuns(rs []*store.Run) string {
+	var b strings.Builder
+	for _, r := range rs {
+		b.WriteString(showRun(r))
+	}
+	return "[" + b.String() + "]"
+}
+
+func (sd *side) showStream(si *store.StreamInfo) string {
+	if si == nil {
+		return "-"
+	}
+	c := *si
+	c.ID = 0
+	fork := ""
+	if f := c.Fork; f != nil {
+		fork = fmt.Sprintf("fork{%q@%d+%d}", f.SourcePath, f.Offset, f.SubOffset)
+		if sd.paths[f.SourceID] != f.SourcePath {
+			fork += "(source id unknown)"
+		}
+		c.Fork = nil
+	}
+	cb := ""
+	if c.ClosedBy != nil {
+		cb = fmt.Sprintf("closedBy=%+v", *c.ClosedBy)
+		c.ClosedBy = nil
+	}
+	return fmt.Sprintf("%+v%s%s", c, fork, cb)
+}
+
+// showRead shows a page of the live view and, for a page read from 0, the
+// committed view of it.
+func showRead(res *store.ReadResult) string {
+	if res == nil {
+		return "-"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "next=%d closed=%v ", res.NextOffset, res.Closed)
+	for _, r := range res.Records {
+		fmt.Fprintf(&b, "%v|", r)
+	}
+	if len(res.Records) > 0 && res.Records[0].Offset == 0 {
+		c := stream.NewCommitted(0)
+		var committed []int64
+		for i := range res.Records {
+			c.Push(&res.Records[i], func(r *stream.Record) { committed = append(committed, r.Offset) })
+		}
+		fmt.Fprintf(&b, " committed=%v", slices.Clip(committed))
+	}
+	return b.String()
+}
