@@ -126,8 +126,8 @@ func (e *eventRows) args() []any {
 // batchRows are batches to insert: one per rules call.
 type batchRows struct {
 	stream, last, first, token, bytes []int64
-	writer                     []string
-	data                       [][]byte
+	writer                            []string
+	data                              [][]byte
 }
 
 func (b *batchRows) add(id int64, recs []stream.Record, token int64) {

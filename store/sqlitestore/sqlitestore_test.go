@@ -61,4 +61,3 @@ func TestConfigIsValidated(t *testing.T) {
 		}
 	}
 }
-

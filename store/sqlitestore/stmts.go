@@ -34,7 +34,7 @@ type wstmts struct {
 	insertBatch                      *sql.Stmt
 	run, runLease, insertRun         *sql.Stmt
 	claim, renew, cancel, updateRun  *sql.Stmt
-	insertEvent           *sql.Stmt
+	insertEvent                      *sql.Stmt
 	writerStreams, openRunStreams    *sql.Stmt
 	// Durable Streams
 	createStream, setMeta, setForks    *sql.Stmt
