@@ -3,9 +3,8 @@ package pgstore
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 
-	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/internal/queue"
 )
 
 // Group commit.
@@ -49,18 +48,9 @@ type opBase struct {
 	err        error
 	committing bool  // the group's commit was sent with this op in it
 	token      int64 // that group's token
-
-	state atomic.Int32
-	done  chan struct{}
 }
 
 func (b *opBase) base() *opBase { return b }
-
-const (
-	opQueued int32 = iota
-	opTaken
-	opCancelled
-)
 
 // exec runs o through the committers, retrying as Store.do does. Every op
 // may be retried after a lost reply: the group it was in left its token on
@@ -74,75 +64,33 @@ func (s *Store) exec(ctx context.Context, o op) error {
 				b.prevToken = b.token
 			}
 			b.err, b.committing = nil, false
-			b.state.Store(opQueued)
 		}
-		return s.submit(ctx, t, o)
+		// Package queue's contract: an error means nothing was written, or
+		// for a lost connection that the outcome is unknown (committing).
+		if err := s.ops.Submit(ctx, &queue.Item[op]{Op: o}); err != nil {
+			return err
+		}
+		t.committing = b.committing
+		return b.err
 	})
-}
-
-// submit hands o to the committers and waits for its outcome. If ctx ends
-// before a committer took o, o is dropped; after that, submit waits for the
-// outcome, so that an error means nothing was written (or, for a lost
-// connection, that the outcome is unknown: t.committing).
-func (s *Store) submit(ctx context.Context, t *try, o op) error {
-	b := o.base()
-	b.done = make(chan struct{})
-	s.opsMu.RLock()
-	if s.opsClosed {
-		s.opsMu.RUnlock()
-		return store.ErrClosedStore
-	}
-	select {
-	case s.ops <- o:
-		s.opsMu.RUnlock()
-	case <-ctx.Done():
-		s.opsMu.RUnlock()
-		return ctx.Err()
-	}
-	select {
-	case <-b.done:
-	case <-ctx.Done():
-		if b.state.CompareAndSwap(opQueued, opCancelled) {
-			return ctx.Err()
-		}
-		<-b.done
-	}
-	t.committing = b.committing
-	return b.err
 }
 
 // committer takes ops until the queue is closed.
 func (s *Store) committer() {
-	max := s.cfg.MaxBatch
-	batch := make([]op, 0, max)
+	var batch []*queue.Item[op]
+	size := func(o op) int { return o.size() }
 	for {
-		o, ok := <-s.ops
-		if !ok {
+		var ok bool
+		if batch, ok = s.ops.Next(batch, s.cfg.MaxBatch, size, maxGroupBytes); !ok {
 			return
 		}
-		batch = append(batch[:0], o)
-		size := o.size()
-	fill:
-		for len(batch) < max && size < maxGroupBytes {
-			select {
-			case o, ok := <-s.ops:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, o)
-				size += o.size()
-			default:
-				break fill
-			}
+		ops := make([]op, len(batch))
+		for i, it := range batch {
+			ops[i] = it.Op
 		}
-		ops := batch[:0]
-		for _, o := range batch {
-			if o.base().state.CompareAndSwap(opQueued, opTaken) {
-				ops = append(ops, o)
-			}
-		}
-		if len(ops) > 0 {
-			s.runGroup(ops)
+		s.runGroup(ops)
+		for _, it := range batch {
+			it.Done()
 		}
 		clear(batch)
 	}
@@ -152,7 +100,7 @@ func (s *Store) committer() {
 // past it. (One append alone may carry store.MaxAppendBytes.)
 const maxGroupBytes = 64 << 20
 
-// runGroup applies ops in one transaction and replies to each.
+// runGroup applies ops in one transaction and sets each op's outcome.
 func (s *Store) runGroup(ops []op) {
 	err := s.tryGroup(ops)
 	if err != nil && len(ops) > 1 && !retryable(err) {
@@ -167,16 +115,13 @@ func (s *Store) runGroup(ops []op) {
 			if err := s.tryGroup([]op{o}); err != nil && b.err == nil {
 				b.err = err
 			}
-			close(b.done)
 		}
 		return
 	}
 	for _, o := range ops {
-		b := o.base()
-		if err != nil && b.err == nil {
+		if b := o.base(); err != nil && b.err == nil {
 			b.err = err
 		}
-		close(b.done)
 	}
 }
 
@@ -196,14 +141,7 @@ func (s *Store) tryGroup(ops []op) error {
 // closeOps stops taking ops and waits for the committers to finish the ones
 // queued.
 func (s *Store) closeOps() {
-	s.opsMu.Lock()
-	if s.opsClosed {
-		s.opsMu.Unlock()
-		return
-	}
-	s.opsClosed = true
-	close(s.ops)
-	s.opsMu.Unlock()
+	s.ops.Close()
 	s.committers.Wait()
 }
 

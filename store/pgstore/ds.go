@@ -9,6 +9,7 @@ import (
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 	"github.com/weirhq/weir/stream"
 )
 
@@ -31,7 +32,7 @@ func (s *Store) CreateStream(ctx context.Context, p *store.CreateStreamParams) (
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		var err error
 		// A retried create finds its stream without a transaction.
-		si, err = scanStream(s.pool.QueryRow(ctx, s.q.streamByPath, p.Path))
+		si, err = sqlrow.ScanStream(s.pool.QueryRow(ctx, s.q.streamByPath, p.Path))
 		if err == nil {
 			created = false
 			return nil
@@ -49,7 +50,7 @@ func (s *Store) CreateStream(ctx context.Context, p *store.CreateStreamParams) (
 		if err != nil {
 			return err
 		}
-		si, err = scanStream(s.pool.QueryRow(ctx, s.q.streamByID, id))
+		si, err = sqlrow.ScanStream(s.pool.QueryRow(ctx, s.q.streamByID, id))
 		created = id != 0 && err == nil
 		return err
 	})
@@ -88,7 +89,7 @@ func (s *Store) createStream(ctx context.Context, x *txn, p *store.CreateStreamP
 		forkSub, fork = fp.SubOffset, &fp.SourceID
 	}
 	var id int64
-	err := x.c.QueryRow(ctx, s.q.createStream, p.Path, p.ContentType, nanos(p.Now), ttl, nanos(p.Expiry.At),
+	err := x.c.QueryRow(ctx, s.q.createStream, p.Path, p.ContentType, sqlrow.Nanos(p.Now), ttl, sqlrow.Nanos(p.Expiry.At),
 		fork, srcPath, forkOffset, forkSub).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Created by another transaction since our look: look again.
@@ -124,22 +125,13 @@ func (s *Store) createStream(ctx context.Context, x *txn, p *store.CreateStreamP
 
 // lockStream locks stream id (FOR UPDATE) and reads its state and path.
 func (s *Store) lockStream(ctx context.Context, x *txn, id int64) (*apply.Stream, string, error) {
-	st := &apply.Stream{}
 	var path string
-	err := scanMeta(prefixRow{x.c.QueryRow(ctx, s.q.lockStream, id), &path}, st)
+	st, err := sqlrow.ScanState(x.c.QueryRow(ctx, s.q.lockStream, id), &path)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, "", fmt.Errorf("stream %d: %w", id, store.ErrNotFound)
 	}
 	return st, path, err
 }
-
-// prefixRow scans one column into dest before the columns scanMeta takes.
-type prefixRow struct {
-	row  pgx.Row
-	dest any
-}
-
-func (r prefixRow) Scan(dest ...any) error { return r.row.Scan(append([]any{r.dest}, dest...)...) }
 
 // errCreatedElsewhere makes CreateStream look again: another transaction
 // created the stream at the path first.
@@ -362,7 +354,7 @@ func (s *Store) TouchStream(ctx context.Context, p *store.TouchStreamParams) err
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		var exists bool
 		t.committing = true
-		if err := s.pool.QueryRow(ctx, s.q.touch, p.ID, nanos(at)).Scan(&exists); err != nil {
+		if err := s.pool.QueryRow(ctx, s.q.touch, p.ID, sqlrow.Nanos(at)).Scan(&exists); err != nil {
 			return err
 		}
 		if !exists {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 	"github.com/weirhq/weir/stream"
 )
 
@@ -114,10 +114,11 @@ func (g *group) lockAndRead() error {
 	})
 	b.Queue(q.lockStreams, sortedSet(r.Streams), sortedSet(r.RunStreams)).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			st := &gStream{}
-			if err := scanMeta(rows, &st.Stream); err != nil {
+			as, err := sqlrow.ScanState(rows)
+			if err != nil {
 				return err
 			}
+			st := &gStream{Stream: *as}
 			g.streams[st.ID] = st
 			if st.RunID != "" {
 				g.byRun[st.RunID] = append(g.byRun[st.RunID], st) // in id order
@@ -188,7 +189,7 @@ func (g *group) lockAndRead() error {
 				if err := rows.Scan(&k.stream, &k.id, &sk.Digest, &sk.Result, &expires); err != nil {
 					return err
 				}
-				sk.ExpiresAt = fromNanos(expires)
+				sk.ExpiresAt = sqlrow.Time(expires)
 				g.keys[k] = &gKey{k: sk}
 			}
 			return rows.Err()
@@ -227,32 +228,13 @@ func (g *group) lockAndRead() error {
 	return g.x.c.SendBatch(g.ctx, b).Close()
 }
 
-// scanMeta scans metaCols (with the id first) into st.
-func scanMeta(row pgx.Row, st *apply.Stream) error {
-	var ttl *int64
-	var closedBy *string
-	var expires, access, cbEpoch, cbSeq int64
-	if err := row.Scan(&st.ID, &st.RunID, &st.Head.NextOffset, &st.Head.Closed, &ttl, &expires, &access,
-		&closedBy, &cbEpoch, &cbSeq, &st.StreamSeq, &st.ForkSource, &st.Forks, &st.Deleted); err != nil {
-		return err
-	}
-	if ttl != nil {
-		st.Expiry.HasTTL, st.Expiry.TTL = true, time.Duration(*ttl)
-	}
-	st.Expiry.At, st.LastAccess = fromNanos(expires), fromNanos(access)
-	if closedBy != nil {
-		st.ClosedBy = &stream.Producer{ID: *closedBy, Epoch: cbEpoch, Seq: cbSeq}
-	}
-	return nil
-}
-
 func (g *group) queueCreateRuns(b *pgx.Batch, ops []*createRunOp) {
 	var id, wf []string
 	var input [][]byte
 	var now, wake []int64
 	for _, o := range ops {
 		id, wf, input = append(id, o.p.ID), append(wf, o.p.Workflow), append(input, o.p.Input)
-		now, wake = append(now, o.now), append(wake, nanos(o.p.WakeAt))
+		now, wake = append(now, o.now), append(wake, sqlrow.Nanos(o.p.WakeAt))
 	}
 	g.inserted, g.existing = map[string]bool{}, map[string]*store.Run{}
 	b.Queue(g.s.q.insertRuns, id, wf, input, now, wake).Query(func(rows pgx.Rows) error {
@@ -267,7 +249,7 @@ func (g *group) queueCreateRuns(b *pgx.Batch, ops []*createRunOp) {
 	})
 	b.Queue(g.s.q.runsByID, id).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			r, err := scanRun(rows)
+			r, err := sqlrow.ScanRun(rows)
 			if err != nil {
 				return err
 			}
@@ -279,12 +261,12 @@ func (g *group) queueCreateRuns(b *pgx.Batch, ops []*createRunOp) {
 
 func (g *group) queueClaim(b *pgx.Batch, o *claimOp, held []string) {
 	p := o.p
-	b.Queue(g.s.q.claimIn, p.Owner, nanos(p.Now.Add(p.LeaseTTL)), nanos(p.Now), p.Limit, held, g.token, o.prevToken, p.Workflows).Query(func(rows pgx.Rows) error {
+	b.Queue(g.s.q.claimIn, p.Owner, sqlrow.Nanos(p.Now.Add(p.LeaseTTL)), sqlrow.Nanos(p.Now), p.Limit, held, g.token, o.prevToken, p.Workflows).Query(func(rows pgx.Rows) error {
 		o.claimed = o.claimed[:0]
 		for rows.Next() {
 			var c claimedRun
 			var err error
-			if c.run, err = scanRun(rows, &c.seq); err != nil {
+			if c.run, err = sqlrow.ScanRun(rows, &c.seq); err != nil {
 				return err
 			}
 			o.claimed = append(o.claimed, c)
@@ -310,7 +292,7 @@ func (g *group) queueOpenStreams(b *pgx.Batch, ops []*openStreamOp) {
 	})
 	b.Queue(g.s.q.streamsByPath, path).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			si, err := scanStream(rows)
+			si, err := sqlrow.ScanStream(rows)
 			if err != nil {
 				return err
 			}

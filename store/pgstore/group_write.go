@@ -7,6 +7,7 @@ import (
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 	"github.com/weirhq/weir/stream"
 )
 
@@ -74,7 +75,7 @@ func (g *group) writes() *pgx.Batch {
 	if n := int64(len(keys.stream)); n > 0 {
 		b.Queue(q.putKeys, keys.args()...)
 		if saved := g.s.keysSaved.Add(n); saved/apply.KeyPurgeEvery != (saved-n)/apply.KeyPurgeEvery {
-			b.Queue(q.purgeKeys, nanos(g.s.cfg.Now()))
+			b.Queue(q.purgeKeys, sqlrow.Nanos(g.s.cfg.Now()))
 		}
 	}
 	var runs runRows
@@ -116,7 +117,7 @@ func (e *eventRows) add(run string, ev *store.Event) {
 	e.run, e.seq = append(e.run, run), append(e.seq, ev.Seq)
 	e.typ, e.op, e.name, e.attempt = append(e.typ, string(ev.Type)), append(e.op, ev.Op), append(e.name, ev.Name), append(e.attempt, ev.Attempt)
 	e.data, e.err, e.final = append(e.data, ev.Data), append(e.err, ev.Error), append(e.final, ev.Final)
-	e.at, e.wake = append(e.at, nanos(ev.At)), append(e.wake, nanos(ev.WakeAt))
+	e.at, e.wake = append(e.at, sqlrow.Nanos(ev.At)), append(e.wake, sqlrow.Nanos(ev.WakeAt))
 }
 
 func (e *eventRows) args() []any {
@@ -174,7 +175,7 @@ func (s *streamRows) add(st *gStream) {
 		id := p.ID
 		cb, e, q = &id, p.Epoch, p.Seq
 	}
-	s.id, s.next, s.closed, s.access = append(s.id, st.ID), append(s.next, st.Head.NextOffset), append(s.closed, st.Head.Closed), append(s.access, nanos(st.LastAccess))
+	s.id, s.next, s.closed, s.access = append(s.id, st.ID), append(s.next, st.Head.NextOffset), append(s.closed, st.Head.Closed), append(s.access, sqlrow.Nanos(st.LastAccess))
 	s.closedBy, s.cbEpoch, s.cbSeq, s.seq = append(s.closedBy, cb), append(s.cbEpoch, e), append(s.cbSeq, q), append(s.seq, st.StreamSeq)
 }
 
@@ -217,7 +218,7 @@ type keyRows struct {
 
 func (r *keyRows) add(k prodKey, gk *gKey) {
 	r.stream, r.key, r.digest = append(r.stream, k.stream), append(r.key, k.id), append(r.digest, gk.k.Digest)
-	r.result, r.expires = append(r.result, gk.k.Result), append(r.expires, nanos(gk.k.ExpiresAt))
+	r.result, r.expires = append(r.result, gk.k.Result), append(r.expires, sqlrow.Nanos(gk.k.ExpiresAt))
 }
 
 func (r *keyRows) args() []any { return []any{r.stream, r.key, r.digest, r.result, r.expires} }
@@ -233,7 +234,7 @@ func (r *runRows) add(gr *gRun) {
 	c := gr.change
 	r.id, r.setStatus, r.status = append(r.id, gr.ID), append(r.setStatus, c.Status != ""), append(r.status, string(c.Status))
 	r.output, r.errMsg = append(r.output, c.Output), append(r.errMsg, c.Error)
-	r.release, r.wake, r.now = append(r.release, c.Release), append(r.wake, nanos(c.WakeAt)), append(r.now, nanos(c.Now))
+	r.release, r.wake, r.now = append(r.release, c.Release), append(r.wake, sqlrow.Nanos(c.WakeAt)), append(r.now, sqlrow.Nanos(c.Now))
 	r.ended, r.lastEvent = append(r.ended, c.Ended), append(r.lastEvent, gr.LastEvent)
 }
 

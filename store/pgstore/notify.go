@@ -65,6 +65,15 @@ func (s *Store) wrote(ids ...int64) {
 	s.wroteHeads(hs)
 }
 
+// ids are the stream ids of hs.
+func ids(hs []head) []int64 {
+	out := make([]int64, len(hs))
+	for i, h := range hs {
+		out[i] = h.id
+	}
+	return out
+}
+
 // wroteHeads reports commits on streams whose new heads are known: a
 // waiter, here or in another process, that sees its offset reached returns
 // without a read.
@@ -72,68 +81,8 @@ func (s *Store) wroteHeads(hs []head) {
 	if len(hs) == 0 {
 		return
 	}
-	s.hub.wake(hs)
+	s.hub.WakeEach(ids(hs), func(i int) head { return hs[i] })
 	s.pub.add(hs)
-}
-
-// hub wakes the Wait calls of this process. Only streams with waiters have an
-// entry: a wake closes the channel and forgets it, waiters re-check, and the
-// last waiter to leave without a wake forgets it too.
-type hub struct {
-	mu sync.Mutex
-	m  map[int64]*waiters
-}
-
-type waiters struct {
-	ch   chan struct{}
-	n    int
-	head head // set before ch is closed
-}
-
-func (h *hub) subscribe(id int64) *waiters {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m == nil {
-		h.m = make(map[int64]*waiters)
-	}
-	w, ok := h.m[id]
-	if !ok {
-		w = &waiters{ch: make(chan struct{})}
-		h.m[id] = w
-	}
-	w.n++
-	return w
-}
-
-func (h *hub) unsubscribe(id int64, w *waiters) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	w.n--
-	if w.n == 0 && h.m[id] == w {
-		delete(h.m, id)
-	}
-}
-
-func (h *hub) wake(hs []head) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, hd := range hs {
-		if w, ok := h.m[hd.id]; ok {
-			w.head = hd
-			close(w.ch)
-			delete(h.m, hd.id)
-		}
-	}
-}
-
-// wakeAll wakes every waiter: notifications may have been missed.
-func (h *hub) wakeAll() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for id, w := range h.m {
-		close(w.ch)
-		delete(h.m, id)
-	}
 }
 
 // publisher sends this process's writes to the others.
@@ -263,7 +212,7 @@ func (l *listener) loop() {
 		_ = err
 		// Whatever was sent while we were not listening is lost: every
 		// waiter re-reads its stream.
-		l.s.hub.wakeAll()
+		l.s.hub.WakeAll()
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -284,7 +233,7 @@ func (l *listener) listen(ctx context.Context, listening func()) error {
 		return err
 	}
 	listening()
-	l.s.hub.wakeAll() // anything sent before the LISTEN was missed
+	l.s.hub.WakeAll() // anything sent before the LISTEN was missed
 	var hs []head
 	for {
 		n, err := conn.WaitForNotification(ctx)
@@ -297,7 +246,7 @@ func (l *listener) listen(ctx context.Context, listening func()) error {
 				hs = append(hs, h)
 			}
 		}
-		l.s.hub.wake(hs)
+		l.s.hub.WakeEach(ids(hs), func(i int) head { return hs[i] })
 	}
 }
 
@@ -346,18 +295,18 @@ func (s *Store) Wait(ctx context.Context, id int64, next int64) error {
 	for {
 		// Subscribe before looking, so that a write between the look and
 		// the wait still wakes us.
-		w := s.hub.subscribe(id)
+		w := s.hub.Subscribe(id)
 		var n int64
 		var closed bool
 		err := s.do(ctx, true, func(ctx context.Context, _ *try) error {
 			return s.pool.QueryRow(ctx, s.q.head, id).Scan(&n, &closed)
 		})
 		if err != nil {
-			s.hub.unsubscribe(id, w)
+			s.hub.Unsubscribe(id, w)
 			return fmt.Errorf("wait stream %d: %w", id, err)
 		}
 		if n > next || closed {
-			s.hub.unsubscribe(id, w)
+			s.hub.Unsubscribe(id, w)
 			return nil
 		}
 		if t == nil {
@@ -366,21 +315,21 @@ func (s *Store) Wait(ctx context.Context, id int64, next int64) error {
 			t.Reset(s.cfg.PollInterval)
 		}
 		select {
-		case <-w.ch:
+		case <-w.C:
 			// A commit told us its head: no need to look.
-			if hd := w.head; hd.known && (hd.next > next || hd.closed) {
-				s.hub.unsubscribe(id, w)
+			if hd := w.Value; hd.known && (hd.next > next || hd.closed) {
+				s.hub.Unsubscribe(id, w)
 				return nil
 			}
 		case <-t.C:
 		case <-ctx.Done():
-			s.hub.unsubscribe(id, w)
+			s.hub.Unsubscribe(id, w)
 			return ctx.Err()
 		case <-s.closing:
-			s.hub.unsubscribe(id, w)
+			s.hub.Unsubscribe(id, w)
 			return store.ErrClosedStore
 		}
-		s.hub.unsubscribe(id, w)
+		s.hub.Unsubscribe(id, w)
 		if !t.Stop() {
 			select {
 			case <-t.C:

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 )
 
 // The ops on runs.
@@ -32,7 +33,7 @@ func (o *recordOp) apply(g *group) error {
 	if r := g.runs[o.p.RunID]; r != nil && o.prevToken != 0 && r.dbToken == o.prevToken {
 		return nil // an earlier try committed
 	}
-	return apply.Record(g, o.p, fromNanos(o.now))
+	return apply.Record(g, o.p, sqlrow.Time(o.now))
 }
 
 func (o *recordOp) size() int  { return 256 + o.evs }

@@ -20,6 +20,8 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/internal/hub"
+	"github.com/weirhq/weir/store/internal/queue"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -127,16 +129,14 @@ type Store struct {
 	cfg     *Config
 	q       *queries
 	writers *writerCache
-	hub     hub
+	hub     hub.Hub[head] // wakes Waits: a wake tells the head if known
 	pub     *publisher
 	lis     *listener
 
 	keysSaved atomic.Int64 // idempotency keys saved: expired ones are purged every 256
 
 	stats      struct{ groups, ops atomic.Int64 }
-	ops        chan op // to the committers
-	opsMu      sync.RWMutex
-	opsClosed  bool
+	ops        *queue.Queue[op] // to the committers
 	committers sync.WaitGroup
 
 	streamRunsMu sync.Mutex
@@ -265,7 +265,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, err
 	s.lis = newListener(s)
 	s.bg.Add(1)
 	go func() { defer s.bg.Done(); s.pub.loop() }()
-	s.ops = make(chan op, cfg.MaxBatch)
+	s.ops = queue.New[op](cfg.MaxBatch)
 	s.streamRuns = make(map[int64]string)
 	for range cfg.Committers {
 		s.committers.Add(1)
@@ -565,18 +565,4 @@ func newToken() int64 {
 			return t
 		}
 	}
-}
-
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
 }

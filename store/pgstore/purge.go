@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 )
 
 // PurgeRuns deletes up to p.Limit runs that finished before p.Before, with
@@ -35,7 +36,7 @@ func (s *Store) PurgeRuns(ctx context.Context, p *store.PurgeRunsParams) (int, e
 		defer x.release()
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
-		b.Queue(s.q.purgeLock, nanos(p.Before), limit)
+		b.Queue(s.q.purgeLock, sqlrow.Nanos(p.Before), limit)
 		br := x.c.SendBatch(ctx, b)
 		if _, err := br.Exec(); err != nil {
 			br.Close()

@@ -4,18 +4,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 )
-
-const runCols = `id, workflow, status, input, output, error, created_at, updated_at,
-	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested`
-
-const streamCols = `id, path, COALESCE(run_id, ''), name, content_type, next_offset, closed, created_at,
-	ttl, expires_at, last_access, closed_by, closed_by_epoch, closed_by_seq, stream_seq,
-	fork_source, fork_source_path, fork_offset, fork_sub_offset, forks, deleted`
-
-// metaCols are a stream's state as the rules see it (apply.Stream).
-const metaCols = `COALESCE(run_id, ''), next_offset, closed, ttl, expires_at, last_access,
-	closed_by, closed_by_epoch, closed_by_seq, stream_seq, COALESCE(fork_source, 0), forks, deleted`
 
 // queries are the store's SQL with its schema filled in ($S). pgx prepares
 // each once per connection and caches it.
@@ -49,7 +39,7 @@ func newQueries(schema string) *queries {
 	set := func(dst *string, sql string) { *dst = r.Replace(sql) }
 
 	// Runs.
-	set(&q.run, `SELECT `+runCols+` FROM $S.runs WHERE id = $1`)
+	set(&q.run, `SELECT `+sqlrow.RunCols+` FROM $S.runs WHERE id = $1`)
 	set(&q.runExists, `SELECT 1 FROM $S.runs WHERE id = $1`)
 	set(&q.runLease, `SELECT lease_epoch, lease_owner, status FROM $S.runs WHERE id = $1`)
 	set(&q.renew, `UPDATE $S.runs SET lease_expires = $1, updated_at = $2
@@ -64,9 +54,9 @@ func newQueries(schema string) *queries {
 		FROM $S.events WHERE run_id = $1 AND seq > $2 ORDER BY seq`)
 
 	// Streams.
-	set(&q.streamByPath, `SELECT `+streamCols+` FROM $S.streams WHERE path = $1`)
-	set(&q.streamByID, `SELECT `+streamCols+` FROM $S.streams WHERE id = $1`)
-	set(&q.runStreams, `SELECT `+streamCols+` FROM $S.streams WHERE run_id = $1 ORDER BY name`)
+	set(&q.streamByPath, `SELECT `+sqlrow.StreamCols+` FROM $S.streams WHERE path = $1`)
+	set(&q.streamByID, `SELECT `+sqlrow.StreamCols+` FROM $S.streams WHERE id = $1`)
+	set(&q.runStreams, `SELECT `+sqlrow.StreamCols+` FROM $S.streams WHERE run_id = $1 ORDER BY name`)
 	set(&q.head, `SELECT next_offset, closed FROM $S.streams WHERE id = $1`)
 	set(&q.insertBatch, `INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data, data_bytes)
 		VALUES ($1, $2, $3, $4, $5, $6)`)
@@ -108,7 +98,7 @@ func newQueries(schema string) *queries {
 			fork_source, fork_source_path, fork_offset, fork_sub_offset, next_offset)
 		VALUES ($1, '', $2, $3, $3, $4, $5, $6, $7, $8, $9, 0)
 		ON CONFLICT (path) DO NOTHING RETURNING id`)
-	set(&q.lockStream, `SELECT path, id, `+metaCols+` FROM $S.streams WHERE id = $1 FOR UPDATE`)
+	set(&q.lockStream, `SELECT `+sqlrow.StateCols+`, path FROM $S.streams WHERE id = $1 FOR UPDATE`)
 	set(&q.attemptWriters, `SELECT writer FROM $S.writers WHERE stream_id = $1 AND attempt > 0`)
 	// copyBatches copies, server-side, the source's batches that a fork
 	// takes as they are: wholly below the fork point, of no writer that may
@@ -147,7 +137,7 @@ func newQueries(schema string) *queries {
 			) x
 			ORDER BY id
 		) k, LATERAL (
-			SELECT id, `+metaCols+` FROM $S.streams WHERE id = k.id FOR UPDATE
+			SELECT `+sqlrow.StateCols+` FROM $S.streams WHERE id = k.id FOR UPDATE
 		) s`)
 	set(&q.readWriters, `SELECT w.* FROM unnest($1::bigint[], $2::text[]) AS k(stream_id, writer), LATERAL (
 			SELECT stream_id, writer, attempt, next, diverged, status, version, token
@@ -223,7 +213,7 @@ func newQueries(schema string) *queries {
 		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[]) AS u(id, workflow, input, now, wake)
 		ON CONFLICT (id) DO NOTHING RETURNING id`)
 	set(&q.runsByID, `SELECT r.* FROM unnest($1::text[]) AS k(id), LATERAL (
-			SELECT `+runCols+` FROM $S.runs WHERE id = k.id
+			SELECT `+sqlrow.RunCols+` FROM $S.runs WHERE id = k.id
 		) r`)
 	// A run stream is created only for a run that exists.
 	set(&q.insertStreams, `INSERT INTO $S.streams (path, run_id, name, content_type, created_at, last_access)
@@ -232,7 +222,7 @@ func newQueries(schema string) *queries {
 		WHERE u.run_id = '' OR EXISTS (SELECT 1 FROM $S.runs WHERE id = u.run_id)
 		ON CONFLICT (path) DO NOTHING`)
 	set(&q.streamsByPath, `SELECT s.* FROM unnest($1::text[]) AS k(path), LATERAL (
-			SELECT `+streamCols+` FROM $S.streams WHERE path = k.path
+			SELECT `+sqlrow.StreamCols+` FROM $S.streams WHERE path = k.path
 		) s`)
 	// claimIn is a claim inside a group: it skips the runs the group holds
 	// ($5), marks the runs it claims with the group's token ($6), and, for

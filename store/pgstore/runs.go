@@ -12,6 +12,7 @@ import (
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 )
 
 // claimedRun is a run a claim took, with its creation order.
@@ -20,27 +21,12 @@ type claimedRun struct {
 	seq int64
 }
 
-func scanRun(row pgx.Row, extra ...any) (*store.Run, error) {
-	var r store.Run
-	var status string
-	var created, updated, wake, expires int64
-	dest := []any{&r.ID, &r.Workflow, &status, &r.Input, &r.Output, &r.Error, &created, &updated,
-		&wake, &r.LeaseOwner, &expires, &r.LeaseEpoch, &r.CancelRequested}
-	if err := row.Scan(append(dest, extra...)...); err != nil {
-		return nil, err
-	}
-	r.Status = store.RunStatus(status)
-	r.CreatedAt, r.UpdatedAt = fromNanos(created), fromNanos(updated)
-	r.WakeAt, r.LeaseExpires = fromNanos(wake), fromNanos(expires)
-	return &r, nil
-}
-
 // CreateRun creates a run, or returns the run that already has p.ID.
 func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store.Run, bool, error) {
 	if err := p.Check(); err != nil {
 		return nil, false, fmt.Errorf("create run: %w", err)
 	}
-	o := &createRunOp{p: p, now: nanos(s.cfg.Now())}
+	o := &createRunOp{p: p, now: sqlrow.Nanos(s.cfg.Now())}
 	if err := s.exec(ctx, o); err != nil {
 		return nil, false, fmt.Errorf("create run: %w", err)
 	}
@@ -55,7 +41,7 @@ func (s *Store) GetRun(ctx context.Context, id string) (*store.Run, error) {
 	var run *store.Run
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		var err error
-		run, err = scanRun(s.pool.QueryRow(ctx, s.q.run, id))
+		run, err = sqlrow.ScanRun(s.pool.QueryRow(ctx, s.q.run, id))
 		return err
 	})
 	if err != nil {
@@ -87,7 +73,7 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 		// An unknown cursor must be an error, not an empty page.
 		where = append(where, "seq < (SELECT seq FROM "+s.q.schema+".runs WHERE id = "+arg(p.Before)+")")
 	}
-	q := `SELECT ` + runCols + ` FROM ` + s.q.schema + `.runs`
+	q := `SELECT ` + sqlrow.RunCols + ` FROM ` + s.q.schema + `.runs`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
@@ -114,7 +100,7 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 		}
 		defer rows.Close()
 		for rows.Next() {
-			r, err := scanRun(rows)
+			r, err := sqlrow.ScanRun(rows)
 			if err != nil {
 				return err
 			}
@@ -165,7 +151,7 @@ func (s *Store) RenewLease(ctx context.Context, p *store.RenewLeaseParams) (bool
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		now := s.cfg.Now()
 		t.committing = true
-		err := s.pool.QueryRow(ctx, s.q.renew, nanos(now.Add(p.LeaseTTL)), nanos(now), p.RunID, p.LeaseEpoch).Scan(&cancel)
+		err := s.pool.QueryRow(ctx, s.q.renew, sqlrow.Nanos(now.Add(p.LeaseTTL)), sqlrow.Nanos(now), p.RunID, p.LeaseEpoch).Scan(&cancel)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return s.leaseLost(ctx, p.RunID, p.LeaseEpoch)
 		}
@@ -200,7 +186,7 @@ func (s *Store) RequestCancel(ctx context.Context, id string) error {
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		var changed, exists bool
 		t.committing = true
-		if err := s.pool.QueryRow(ctx, s.q.cancel, id, nanos(s.cfg.Now())).Scan(&changed, &exists); err != nil {
+		if err := s.pool.QueryRow(ctx, s.q.cancel, id, sqlrow.Nanos(s.cfg.Now())).Scan(&changed, &exists); err != nil {
 			return err
 		}
 		if !exists {
@@ -243,7 +229,7 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64) ([
 			if err := rows.Scan(&e.Seq, &typ, &e.Op, &e.Name, &e.Attempt, &e.Data, &e.Error, &e.Final, &at, &wake); err != nil {
 				return err
 			}
-			e.Type, e.At, e.WakeAt = store.EventType(typ), fromNanos(at), fromNanos(wake)
+			e.Type, e.At, e.WakeAt = store.EventType(typ), sqlrow.Time(at), sqlrow.Time(wake)
 			out = append(out, e)
 		}
 		if err := rows.Err(); err != nil {
@@ -263,7 +249,7 @@ func (s *Store) Record(ctx context.Context, p *store.RecordParams) error {
 	if err := p.Check(); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
-	if err := s.exec(ctx, newRecordOp(p, nanos(s.cfg.Now()))); err != nil {
+	if err := s.exec(ctx, newRecordOp(p, sqlrow.Nanos(s.cfg.Now()))); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	return nil

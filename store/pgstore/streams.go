@@ -4,39 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 	"github.com/weirhq/weir/stream"
 )
-
-func scanStream(row pgx.Row) (*store.StreamInfo, error) {
-	var si store.StreamInfo
-	var created, expires, access, cbEpoch, cbSeq, forkOffset, forkSub int64
-	var ttl, forkSource *int64
-	var closedBy *string
-	var forkPath string
-	if err := row.Scan(&si.ID, &si.Path, &si.RunID, &si.Name, &si.ContentType, &si.NextOffset, &si.Closed, &created,
-		&ttl, &expires, &access, &closedBy, &cbEpoch, &cbSeq, &si.StreamSeq,
-		&forkSource, &forkPath, &forkOffset, &forkSub, &si.Forks, &si.Deleted); err != nil {
-		return nil, err
-	}
-	si.CreatedAt = fromNanos(created)
-	si.LastAccess = fromNanos(access)
-	if ttl != nil {
-		si.Expiry.HasTTL, si.Expiry.TTL = true, time.Duration(*ttl)
-	}
-	si.Expiry.At = fromNanos(expires)
-	if closedBy != nil {
-		si.ClosedBy = &stream.Producer{ID: *closedBy, Epoch: cbEpoch, Seq: cbSeq}
-	}
-	if forkSource != nil {
-		si.Fork = &store.ForkInfo{SourceID: *forkSource, SourcePath: forkPath, Offset: forkOffset, SubOffset: forkSub}
-	}
-	return &si, nil
-}
 
 // OpenStream returns the stream at p.Path (or at the path of p.RunID's stream
 // p.Name), creating it if p.Create.
@@ -61,7 +33,7 @@ func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*sto
 		return si, nil
 	}
 	// Created in a group commit, or found there if it exists.
-	o := &openStreamOp{path: path, runID: p.RunID, name: p.Name, contentType: store.ContentTypeOr(p.ContentType), now: nanos(s.cfg.Now())}
+	o := &openStreamOp{path: path, runID: p.RunID, name: p.Name, contentType: store.ContentTypeOr(p.ContentType), now: sqlrow.Nanos(s.cfg.Now())}
 	if err := s.exec(ctx, o); err != nil {
 		return nil, fmt.Errorf("open stream: %w", err)
 	}
@@ -75,7 +47,7 @@ func (s *Store) GetStreamByPath(ctx context.Context, path string) (*store.Stream
 	var si *store.StreamInfo
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		var err error
-		si, err = scanStream(s.pool.QueryRow(ctx, s.q.streamByPath, path))
+		si, err = sqlrow.ScanStream(s.pool.QueryRow(ctx, s.q.streamByPath, path))
 		return err
 	})
 	if err != nil {
@@ -90,7 +62,7 @@ func (s *Store) GetStream(ctx context.Context, id int64) (*store.StreamInfo, err
 	var si *store.StreamInfo
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		var err error
-		si, err = scanStream(s.pool.QueryRow(ctx, s.q.streamByID, id))
+		si, err = sqlrow.ScanStream(s.pool.QueryRow(ctx, s.q.streamByID, id))
 		return err
 	})
 	if err != nil {
@@ -114,7 +86,7 @@ func (s *Store) ListStreams(ctx context.Context, runID string) ([]*store.StreamI
 		}
 		defer rows.Close()
 		for rows.Next() {
-			si, err := scanStream(rows)
+			si, err := sqlrow.ScanStream(rows)
 			if err != nil {
 				return err
 			}

@@ -3,59 +3,30 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 
-	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/queue"
 	"github.com/weirhq/weir/stream"
 )
 
-// An op is one write operation waiting for the committer. run executes inside
-// the group transaction; it must write every change it makes to the caches to
-// SQL before it returns, so that a later op of the same transaction that
-// misses the cache reloads the same state.
+// An op is one write operation waiting for the committer (in the store's
+// queue). run executes inside the group transaction; it must write every
+// change it makes to the caches to SQL before it returns, so that a later
+// op of the same transaction that misses the cache reloads the same state.
 type op struct {
-	state atomic.Int32
-	run   func(tx *wtx) error
-	err   error
-	done  chan struct{}
+	run func(tx *wtx) error
+	err error
 }
 
-const (
-	opQueued int32 = iota
-	opRunning
-	opCancelled
-)
-
-// write queues fn for the committer and waits for its transaction to commit.
-// If ctx ends before the committer took the op, the op is dropped; after
-// that, the caller waits for the outcome, so that an error always means
-// nothing was written.
+// write queues fn for the committer and waits for its transaction to
+// commit, as package queue's contract says: an error always means nothing
+// was written.
 func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
-	o := &op{run: fn, done: make(chan struct{})}
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return store.ErrClosedStore
+	it := &queue.Item[*op]{Op: &op{run: fn}}
+	if err := s.ops.Submit(ctx, it); err != nil {
+		return err
 	}
-	select {
-	case s.ops <- o:
-		s.mu.RUnlock()
-	case <-ctx.Done():
-		s.mu.RUnlock()
-		return ctx.Err()
-	}
-	select {
-	case <-o.done:
-		return o.err
-	case <-ctx.Done():
-		if o.state.CompareAndSwap(opQueued, opCancelled) {
-			return ctx.Err()
-		}
-		<-o.done
-		return o.err
-	}
+	return it.Op.err
 }
 
 // committer owns the write connection and the caches. Only its goroutine
@@ -67,7 +38,7 @@ type committer struct {
 	writers *lru[writerKey, *stream.Writer]
 	fences  *lru[fenceKey, int64]
 	tx      wtx
-	batch   []*op
+	batch   []*queue.Item[*op]
 	dirty   []cacheKey // cache entries handed to the ops of this transaction
 	notify  []int64    // streams that got records in this transaction
 	tails   []tailAdd  // their records, for the tail cache
@@ -116,40 +87,26 @@ func newCommitter(s *Store) *committer {
 
 func (c *committer) loop() {
 	defer close(c.s.committed)
-	max := c.s.cfg.MaxBatch
+	one := func(*op) int { return 1 }
 	for {
-		o, ok := <-c.s.ops
-		if !ok {
+		var ok bool
+		if c.batch, ok = c.s.ops.Next(c.batch, c.s.cfg.MaxBatch, one, c.s.cfg.MaxBatch); !ok {
 			return
 		}
-		c.batch = append(c.batch[:0], o)
-	fill:
-		for len(c.batch) < max {
-			select {
-			case o, ok := <-c.s.ops:
-				if !ok {
-					break fill
-				}
-				c.batch = append(c.batch, o)
-			default:
-				break fill
-			}
+		ops := make([]*op, len(c.batch))
+		for i, it := range c.batch {
+			ops[i] = it.Op
 		}
-		c.commit()
+		c.commit(ops)
+		for _, it := range c.batch {
+			it.Done()
+		}
+		clear(c.batch)
 	}
 }
 
-// commit runs c.batch in one transaction and replies to every op.
-func (c *committer) commit() {
-	ops := c.batch[:0]
-	for _, o := range c.batch {
-		if o.state.CompareAndSwap(opQueued, opRunning) {
-			ops = append(ops, o)
-		}
-	}
-	if len(ops) == 0 {
-		return
-	}
+// commit runs ops in one transaction and sets each op's outcome.
+func (c *committer) commit(ops []*op) {
 	c.dirty, c.notify, c.tails = c.dirty[:0], c.notify[:0], c.tails[:0]
 	ctx := context.Background() // one caller's context must not cut the others' transaction
 	if _, err := c.w.begin.ExecContext(ctx); err != nil {
@@ -200,9 +157,7 @@ func (c *committer) commit() {
 	if ok == 0 {
 		if _, err := c.w.rollback.ExecContext(ctx); err != nil {
 			c.abandon(ops, fmt.Errorf("rollback: %w", translate(err)))
-			return
 		}
-		c.reply(ops)
 		return
 	}
 	if _, err := c.w.commit.ExecContext(ctx); err != nil {
@@ -210,10 +165,9 @@ func (c *committer) commit() {
 		return
 	}
 	// The tail cache first: a woken reader or a replied writer reads it.
-	c.s.tail.apply(c.tails, c.notify, c.s.notify.has)
+	c.s.tail.apply(c.tails, c.notify, c.s.notify.Has)
 	clear(c.tails)
-	c.s.notify.wake(c.notify)
-	c.reply(ops)
+	c.s.notify.WakeEach(c.notify, func(int) struct{} { return struct{}{} })
 	if cap(c.tx.buf) > 4<<20 {
 		c.tx.buf = nil // do not pin one huge append's buffer forever
 	}
@@ -248,19 +202,11 @@ func (c *committer) abandon(ops []*op, err error) {
 			o.err = err
 		}
 	}
-	c.reply(ops)
 }
 
 func (c *committer) fail(ops []*op, err error) {
 	for _, o := range ops {
 		o.err = err
-	}
-	c.reply(ops)
-}
-
-func (c *committer) reply(ops []*op) {
-	for _, o := range ops {
-		close(o.done)
 	}
 }
 
@@ -284,65 +230,4 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
-}
-
-// notifier wakes Wait calls after a commit. Only streams with waiters have an
-// entry: a wake closes the channel and forgets it, waiters re-check, and the
-// last waiter to leave without a wake forgets it too.
-type notifier struct {
-	mu sync.Mutex
-	m  map[int64]*waiters
-}
-
-type waiters struct {
-	ch chan struct{}
-	n  int
-}
-
-// subscribe returns the channel the next commit on stream id closes; the
-// caller must call unsubscribe with it.
-func (n *notifier) subscribe(id int64) *waiters {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.m == nil {
-		n.m = make(map[int64]*waiters)
-	}
-	w, ok := n.m[id]
-	if !ok {
-		w = &waiters{ch: make(chan struct{})}
-		n.m[id] = w
-	}
-	w.n++
-	return w
-}
-
-// has reports whether stream id has waiters.
-func (n *notifier) has(id int64) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	_, ok := n.m[id]
-	return ok
-}
-
-func (n *notifier) unsubscribe(id int64, w *waiters) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	w.n--
-	if w.n == 0 && n.m[id] == w {
-		delete(n.m, id)
-	}
-}
-
-func (n *notifier) wake(ids []int64) {
-	if len(ids) == 0 {
-		return
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, id := range ids {
-		if w, ok := n.m[id]; ok {
-			close(w.ch)
-			delete(n.m, id)
-		}
-	}
 }

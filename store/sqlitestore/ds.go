@@ -8,6 +8,7 @@ import (
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 	"github.com/weirhq/weir/stream"
 )
 
@@ -26,7 +27,7 @@ func (s *Store) CreateStream(ctx context.Context, p *store.CreateStreamParams) (
 		return nil, false, store.ErrClosedStore
 	}
 	// A retried create finds its stream without queueing for the writer.
-	si, err := scanStream(s.r.streamByPath.QueryRowContext(ctx, p.Path))
+	si, err := sqlrow.ScanStream(s.r.streamByPath.QueryRowContext(ctx, p.Path))
 	if err == nil {
 		return si, false, nil
 	}
@@ -46,7 +47,7 @@ func (s *Store) CreateStream(ctx context.Context, p *store.CreateStreamParams) (
 }
 
 func (tx *wtx) createStream(p *store.CreateStreamParams) (*store.StreamInfo, bool, error) {
-	si, err := scanStream(tx.w.streamByPath.QueryRowContext(bg, p.Path))
+	si, err := sqlrow.ScanStream(tx.w.streamByPath.QueryRowContext(bg, p.Path))
 	if err == nil {
 		return si, false, nil
 	}
@@ -65,7 +66,7 @@ func (tx *wtx) createStream(p *store.CreateStreamParams) (*store.StreamInfo, boo
 			return nil, false, err
 		}
 		forkSub = p.Fork.SubOffset
-		srcInfo, err := scanStream(tx.w.streamInfo.QueryRowContext(bg, src.ID))
+		srcInfo, err := sqlrow.ScanStream(tx.w.streamInfo.QueryRowContext(bg, src.ID))
 		if err != nil {
 			return nil, false, fmt.Errorf("fork source: %w", translate(err))
 		}
@@ -78,7 +79,7 @@ func (tx *wtx) createStream(p *store.CreateStreamParams) (*store.StreamInfo, boo
 	}
 	tx.changed = true
 	var id int64
-	if err := tx.w.createStream.QueryRowContext(bg, p.Path, p.ContentType, nanos(p.Now), ttl, nanos(p.Expiry.At),
+	if err := tx.w.createStream.QueryRowContext(bg, p.Path, p.ContentType, sqlrow.Nanos(p.Now), ttl, sqlrow.Nanos(p.Expiry.At),
 		fork, srcPath, forkOffset, forkSub).Scan(&id); err != nil {
 		return nil, false, fmt.Errorf("insert stream: %w", translate(err))
 	}
@@ -100,7 +101,7 @@ func (tx *wtx) createStream(p *store.CreateStreamParams) (*store.StreamInfo, boo
 			return nil, false, err
 		}
 	}
-	si, err = scanStream(tx.w.streamInfo.QueryRowContext(bg, id))
+	si, err = sqlrow.ScanStream(tx.w.streamInfo.QueryRowContext(bg, id))
 	if err != nil {
 		return nil, false, translate(err)
 	}
@@ -321,7 +322,7 @@ func (s *Store) TouchStream(ctx context.Context, p *store.TouchStreamParams) err
 			return nil
 		}
 		tx.changed = true
-		if _, err := tx.w.touch.ExecContext(bg, nanos(st.LastAccess), st.ID); err != nil {
+		if _, err := tx.w.touch.ExecContext(bg, sqlrow.Nanos(st.LastAccess), st.ID); err != nil {
 			return fmt.Errorf("touch: %w", translate(err))
 		}
 		return nil

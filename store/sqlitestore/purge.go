@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 )
 
 // PurgeRuns deletes up to p.Limit runs that finished before p.Before, with
@@ -19,7 +20,7 @@ func (s *Store) PurgeRuns(ctx context.Context, p *store.PurgeRunsParams) (int, e
 		n = 0
 		tx.changed = true
 		runs, err := tx.strings(`SELECT id FROM runs WHERE status IN ('completed', 'failed', 'cancelled')
-			AND updated_at < ? ORDER BY updated_at LIMIT ?`, nanos(p.Before), limit)
+			AND updated_at < ? ORDER BY updated_at LIMIT ?`, sqlrow.Nanos(p.Before), limit)
 		if err != nil {
 			return err
 		}

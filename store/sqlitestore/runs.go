@@ -11,22 +11,8 @@ import (
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 )
-
-func scanRun(row rowScanner) (*store.Run, error) {
-	var r store.Run
-	var status string
-	var created, updated, wake, expires int64
-	err := row.Scan(&r.ID, &r.Workflow, &status, &r.Input, &r.Output, &r.Error, &created, &updated,
-		&wake, &r.LeaseOwner, &expires, &r.LeaseEpoch, &r.CancelRequested)
-	if err != nil {
-		return nil, err
-	}
-	r.Status = store.RunStatus(status)
-	r.CreatedAt, r.UpdatedAt = fromNanos(created), fromNanos(updated)
-	r.WakeAt, r.LeaseExpires = fromNanos(wake), fromNanos(expires)
-	return &r, nil
-}
 
 // CreateRun creates a run, or returns the run that already has p.ID.
 func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store.Run, bool, error) {
@@ -37,7 +23,7 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 		return nil, false, store.ErrClosedStore
 	}
 	// A retried create finds its run without queueing for the writer.
-	run, err := scanRun(s.r.run.QueryRowContext(ctx, p.ID))
+	run, err := sqlrow.ScanRun(s.r.run.QueryRowContext(ctx, p.ID))
 	switch {
 	case err == nil:
 		if err := apply.RunConflict(run, p); err != nil {
@@ -48,10 +34,10 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 		return nil, false, fmt.Errorf("create run: %w", s.readErr(err))
 	}
 	var created bool
-	now := nanos(s.cfg.Now())
+	now := sqlrow.Nanos(s.cfg.Now())
 	err = s.write(ctx, func(tx *wtx) error {
 		var err error
-		run, err = scanRun(tx.w.run.QueryRowContext(bg, p.ID))
+		run, err = sqlrow.ScanRun(tx.w.run.QueryRowContext(bg, p.ID))
 		if err == nil {
 			return apply.RunConflict(run, p)
 		}
@@ -59,7 +45,7 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 			return translate(err)
 		}
 		tx.changed = true
-		run, err = scanRun(tx.w.insertRun.QueryRowContext(bg, p.ID, p.Workflow, p.Input, now, now, nanos(p.WakeAt)))
+		run, err = sqlrow.ScanRun(tx.w.insertRun.QueryRowContext(bg, p.ID, p.Workflow, p.Input, now, now, sqlrow.Nanos(p.WakeAt)))
 		created = err == nil
 		return translate(err)
 	})
@@ -77,7 +63,7 @@ func (s *Store) GetRun(ctx context.Context, id string) (*store.Run, error) {
 	if s.isClosed() {
 		return nil, store.ErrClosedStore
 	}
-	run, err := scanRun(s.r.run.QueryRowContext(ctx, id))
+	run, err := sqlrow.ScanRun(s.r.run.QueryRowContext(ctx, id))
 	if err != nil {
 		return nil, fmt.Errorf("get run %q: %w", id, s.readErr(err))
 	}
@@ -111,7 +97,7 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 		}
 		where, args = append(where, "seq < ?"), append(args, seq)
 	}
-	q := `SELECT ` + runCols + ` FROM runs`
+	q := `SELECT ` + sqlrow.RunCols + ` FROM runs`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
@@ -124,7 +110,7 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 	defer rows.Close()
 	var out []*store.Run
 	for rows.Next() {
-		r, err := scanRun(rows)
+		r, err := sqlrow.ScanRun(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list runs: %w", s.readErr(err))
 		}
@@ -156,13 +142,13 @@ func (s *Store) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*sto
 	err := s.write(ctx, func(tx *wtx) error {
 		out = out[:0]
 		tx.changed = true
-		rows, err := tx.w.claim.QueryContext(bg, p.Owner, nanos(now.Add(p.LeaseTTL)), nanos(now), p.Limit, workflows)
+		rows, err := tx.w.claim.QueryContext(bg, p.Owner, sqlrow.Nanos(now.Add(p.LeaseTTL)), sqlrow.Nanos(now), p.Limit, workflows)
 		if err != nil {
 			return translate(err)
 		}
 		defer rows.Close()
 		for rows.Next() {
-			r, err := scanRun(rows)
+			r, err := sqlrow.ScanRun(rows)
 			if err != nil {
 				return translate(err)
 			}
@@ -193,7 +179,7 @@ func (s *Store) RenewLease(ctx context.Context, p *store.RenewLeaseParams) (bool
 	var cancel bool
 	err := s.write(ctx, func(tx *wtx) error {
 		tx.changed = true
-		err := tx.w.renew.QueryRowContext(bg, nanos(now.Add(p.LeaseTTL)), nanos(now), p.RunID, p.LeaseEpoch).Scan(&cancel)
+		err := tx.w.renew.QueryRowContext(bg, sqlrow.Nanos(now.Add(p.LeaseTTL)), sqlrow.Nanos(now), p.RunID, p.LeaseEpoch).Scan(&cancel)
 		if errors.Is(err, sql.ErrNoRows) {
 			run, err := tx.Run(p.RunID)
 			if err != nil {
@@ -214,7 +200,7 @@ func (s *Store) RequestCancel(ctx context.Context, id string) error {
 	if err := store.CheckRunID(id); err != nil {
 		return fmt.Errorf("request cancel: %w", err)
 	}
-	now := nanos(s.cfg.Now())
+	now := sqlrow.Nanos(s.cfg.Now())
 	err := s.write(ctx, func(tx *wtx) error {
 		tx.changed = true
 		res, err := tx.w.cancel.ExecContext(bg, now, id)
@@ -254,7 +240,7 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64) ([
 		if err := rows.Scan(&e.Seq, &typ, &e.Op, &e.Name, &e.Attempt, &e.Data, &e.Error, &e.Final, &at, &wake); err != nil {
 			return nil, fmt.Errorf("list events: %w", s.readErr(err))
 		}
-		e.Type, e.At, e.WakeAt = store.EventType(typ), fromNanos(at), fromNanos(wake)
+		e.Type, e.At, e.WakeAt = store.EventType(typ), sqlrow.Time(at), sqlrow.Time(wake)
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {

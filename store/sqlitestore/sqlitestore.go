@@ -15,6 +15,8 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/internal/hub"
+	"github.com/weirhq/weir/store/internal/queue"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -106,15 +108,15 @@ type Store struct {
 	w    *wstmts   // statements prepared on conn
 	r    *rstmts   // statements prepared on rdb
 
-	ops       chan *op
-	mu        sync.RWMutex // guards closed against sends on ops
+	ops       *queue.Queue[*op] // to the committer
+	mu        sync.RWMutex
 	closed    bool
 	closing   chan struct{} // closed by Close: wakes waiters
 	committed chan struct{} // closed when the committer has exited
 
-	notify notifier
-	tail   *tailCache // newest records of followed streams; see tail.go
-	c      *committer // owned by the committer goroutine
+	notify hub.Hub[struct{}] // wakes Waits after commits
+	tail   *tailCache        // newest records of followed streams; see tail.go
+	c      *committer        // owned by the committer goroutine
 }
 
 // Open opens or creates the database at path and migrates it to the current
@@ -130,7 +132,7 @@ func Open(ctx context.Context, path string, cfg *Config) (*Store, error) {
 	s := &Store{
 		path:      path,
 		cfg:       cfg,
-		ops:       make(chan *op, cfg.MaxBatch),
+		ops:       queue.New[*op](cfg.MaxBatch),
 		closing:   make(chan struct{}),
 		committed: make(chan struct{}),
 		tail:      newTailCache(1024),
@@ -212,7 +214,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	close(s.closing)
-	close(s.ops)
+	s.ops.Close()
 	s.mu.Unlock()
 	<-s.committed
 	if err := s.closeDBs(); err != nil {
@@ -294,18 +296,4 @@ func (e *Error) Error() string { return "sqlite: " + e.msg }
 func (e *Error) Busy() bool {
 	c := e.Code & 0xff
 	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
-}
-
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
 }

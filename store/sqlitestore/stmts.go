@@ -5,18 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/weirhq/weir/store/internal/sqlrow"
 )
 
-const runCols = `id, workflow, status, input, output, error, created_at, updated_at,
-	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested`
-
-const streamCols = `id, path, COALESCE(run_id, ''), name, content_type, next_offset, closed, created_at,
-	ttl, expires_at, last_access, closed_by, closed_by_epoch, closed_by_seq, stream_seq,
-	fork_source, fork_source_path, fork_offset, fork_sub_offset, forks, deleted`
-
-// headCols are what the committer caches of a stream: see streamState.
-const headCols = `COALESCE(run_id, ''), next_offset, closed, ttl, expires_at, last_access,
-	closed_by, closed_by_epoch, closed_by_seq, stream_seq, COALESCE(fork_source, 0), forks, deleted`
+// stateCols are what the committer caches of a stream: an apply.Stream.
+const stateCols = sqlrow.StateCols
 
 // nextStreamID is the id a new stream gets: never one a deleted stream had.
 const nextStreamID = `(SELECT max(COALESCE((SELECT max(id) FROM streams), 0),
@@ -67,11 +61,11 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 		p(&w.release, `RELEASE op`),
 		p(&w.rollbackTo, `ROLLBACK TO op`),
 
-		p(&w.streamHead, `SELECT `+headCols+` FROM streams WHERE id = ?`),
-		p(&w.streamByPath, `SELECT `+streamCols+` FROM streams WHERE path = ?`),
-		p(&w.streamInfo, `SELECT `+streamCols+` FROM streams WHERE id = ?`),
+		p(&w.streamHead, `SELECT `+stateCols+` FROM streams WHERE id = ?`),
+		p(&w.streamByPath, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE path = ?`),
+		p(&w.streamInfo, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE id = ?`),
 		p(&w.insertStream, `INSERT INTO streams (id, path, run_id, name, content_type, created_at, last_access)
-			VALUES (`+nextStreamID+`, ?1, NULLIF(?2, ''), ?3, ?4, ?5, ?5) RETURNING `+streamCols),
+			VALUES (`+nextStreamID+`, ?1, NULLIF(?2, ''), ?3, ?4, ?5, ?5) RETURNING `+sqlrow.StreamCols),
 		p(&w.setHead, `UPDATE streams SET next_offset = ?, closed = ? WHERE id = ?`),
 
 		p(&w.writer, `SELECT attempt, next, diverged, status FROM writers WHERE stream_id = ? AND writer = ?`),
@@ -85,11 +79,11 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 			ON CONFLICT (run_id, writer) DO UPDATE SET attempt = max(attempt, excluded.attempt)`),
 		p(&w.insertBatch, `INSERT INTO batches (stream_id, last_offset, first_offset, writer, data) VALUES (?, ?, ?, ?, ?)`),
 
-		p(&w.run, `SELECT `+runCols+` FROM runs WHERE id = ?`),
+		p(&w.run, `SELECT `+sqlrow.RunCols+` FROM runs WHERE id = ?`),
 		p(&w.runLease, `SELECT lease_epoch, lease_owner, status,
 			(SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) FROM runs WHERE id = ?1`),
 		p(&w.insertRun, `INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at)
-			VALUES (?, ?, 'pending', ?, ?, ?, ?) RETURNING `+runCols),
+			VALUES (?, ?, 'pending', ?, ?, ?, ?) RETURNING `+sqlrow.RunCols),
 		p(&w.claim, `UPDATE runs SET status = 'running', lease_owner = ?1, lease_expires = ?2,
 				lease_epoch = lease_epoch + 1, updated_at = ?3
 			WHERE seq IN (SELECT seq FROM runs
@@ -97,7 +91,7 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 					AND (lease_owner = '' OR lease_expires <= ?3)
 					AND (?5 IS NULL OR workflow IN (SELECT value FROM json_each(?5)))
 				ORDER BY wake_at, seq LIMIT ?4)
-			RETURNING `+runCols),
+			RETURNING `+sqlrow.RunCols),
 		p(&w.renew, `UPDATE runs SET lease_expires = ?, updated_at = ?
 			WHERE id = ? AND lease_epoch = ? AND lease_owner != '' AND status IN ('pending', 'running')
 			RETURNING cancel_requested`),
@@ -182,13 +176,13 @@ func prepareRead(ctx context.Context, db *sql.DB) (*rstmts, error) {
 		return nil
 	}
 	err := errors.Join(
-		p(&r.run, `SELECT `+runCols+` FROM runs WHERE id = ?`),
+		p(&r.run, `SELECT `+sqlrow.RunCols+` FROM runs WHERE id = ?`),
 		p(&r.runExists, `SELECT 1 FROM runs WHERE id = ?`),
 		p(&r.events, `SELECT seq, type, op, name, attempt, data, error, final, at, wake_at
 			FROM events WHERE run_id = ? AND seq > ? ORDER BY seq`),
-		p(&r.stream, `SELECT `+streamCols+` FROM streams WHERE id = ?`),
-		p(&r.streamByPath, `SELECT `+streamCols+` FROM streams WHERE path = ?`),
-		p(&r.runStreams, `SELECT `+streamCols+` FROM streams WHERE run_id = ? ORDER BY name`),
+		p(&r.stream, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE id = ?`),
+		p(&r.streamByPath, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE path = ?`),
+		p(&r.runStreams, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE run_id = ? ORDER BY name`),
 		p(&r.head, `SELECT next_offset, closed FROM streams WHERE id = ?`),
 		p(&r.batches, `SELECT first_offset, data FROM batches WHERE stream_id = ? AND last_offset >= ? ORDER BY last_offset`),
 	)

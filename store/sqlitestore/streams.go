@@ -5,40 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 	"github.com/weirhq/weir/stream"
 )
-
-type rowScanner interface{ Scan(dest ...any) error }
-
-func scanStream(row rowScanner) (*store.StreamInfo, error) {
-	var si store.StreamInfo
-	var created, expires, access, cbEpoch, cbSeq, forkOffset, forkSub int64
-	var ttl, forkSource sql.NullInt64
-	var closedBy sql.NullString
-	var forkPath string
-	if err := row.Scan(&si.ID, &si.Path, &si.RunID, &si.Name, &si.ContentType, &si.NextOffset, &si.Closed, &created,
-		&ttl, &expires, &access, &closedBy, &cbEpoch, &cbSeq, &si.StreamSeq,
-		&forkSource, &forkPath, &forkOffset, &forkSub, &si.Forks, &si.Deleted); err != nil {
-		return nil, err
-	}
-	si.CreatedAt = fromNanos(created)
-	si.LastAccess = fromNanos(access)
-	if ttl.Valid {
-		si.Expiry.HasTTL, si.Expiry.TTL = true, time.Duration(ttl.Int64)
-	}
-	si.Expiry.At = fromNanos(expires)
-	if closedBy.Valid {
-		si.ClosedBy = &stream.Producer{ID: closedBy.String, Epoch: cbEpoch, Seq: cbSeq}
-	}
-	if forkSource.Valid {
-		si.Fork = &store.ForkInfo{SourceID: forkSource.Int64, SourcePath: forkPath, Offset: forkOffset, SubOffset: forkSub}
-	}
-	return &si, nil
-}
 
 // OpenStream returns the stream at p.Path (or at the path of p.RunID's stream
 // p.Name), creating it if p.Create. A standalone stream cannot be created
@@ -51,7 +23,7 @@ func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*sto
 	if s.isClosed() {
 		return nil, store.ErrClosedStore
 	}
-	si, err := scanStream(s.r.streamByPath.QueryRowContext(ctx, path))
+	si, err := sqlrow.ScanStream(s.r.streamByPath.QueryRowContext(ctx, path))
 	if err == nil {
 		return si, nil
 	}
@@ -65,10 +37,10 @@ func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*sto
 		return nil, fmt.Errorf("open stream: %w", err)
 	}
 	ct := store.ContentTypeOr(p.ContentType)
-	now := nanos(s.cfg.Now())
+	now := sqlrow.Nanos(s.cfg.Now())
 	err = s.write(ctx, func(tx *wtx) error {
 		// Re-check: another op may have created it since our read.
-		si, err = scanStream(tx.w.streamByPath.QueryRowContext(bg, path))
+		si, err = sqlrow.ScanStream(tx.w.streamByPath.QueryRowContext(bg, path))
 		if err == nil {
 			return nil
 		}
@@ -81,7 +53,7 @@ func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*sto
 			}
 		}
 		tx.changed = true
-		si, err = scanStream(tx.w.insertStream.QueryRowContext(bg, path, p.RunID, p.Name, ct, now))
+		si, err = sqlrow.ScanStream(tx.w.insertStream.QueryRowContext(bg, path, p.RunID, p.Name, ct, now))
 		return translate(err)
 	})
 	if err != nil {
@@ -95,7 +67,7 @@ func (s *Store) GetStream(ctx context.Context, id int64) (*store.StreamInfo, err
 	if s.isClosed() {
 		return nil, store.ErrClosedStore
 	}
-	si, err := scanStream(s.r.stream.QueryRowContext(ctx, id))
+	si, err := sqlrow.ScanStream(s.r.stream.QueryRowContext(ctx, id))
 	if err != nil {
 		return nil, fmt.Errorf("get stream %d: %w", id, s.readErr(err))
 	}
@@ -117,7 +89,7 @@ func (s *Store) ListStreams(ctx context.Context, runID string) ([]*store.StreamI
 	defer rows.Close()
 	var out []*store.StreamInfo
 	for rows.Next() {
-		si, err := scanStream(rows)
+		si, err := sqlrow.ScanStream(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list streams: %w", s.readErr(err))
 		}
@@ -267,8 +239,8 @@ func (s *Store) Wait(ctx context.Context, id int64, next int64) error {
 func (s *Store) waitOnce(ctx context.Context, id int64, next int64) (done bool, err error) {
 	// Subscribe before looking, so a commit between the look and the wait
 	// still wakes us.
-	w := s.notify.subscribe(id)
-	defer s.notify.unsubscribe(id, w)
+	w := s.notify.Subscribe(id)
+	defer s.notify.Unsubscribe(id, w)
 	if s.isClosed() {
 		return true, store.ErrClosedStore
 	}
@@ -282,7 +254,7 @@ func (s *Store) waitOnce(ctx context.Context, id int64, next int64) (done bool, 
 		return true, nil
 	}
 	select {
-	case <-w.ch:
+	case <-w.C:
 		return false, nil
 	case <-ctx.Done():
 		return true, ctx.Err()

@@ -5,10 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 	"github.com/weirhq/weir/stream"
 )
 
@@ -44,36 +44,14 @@ func (tx *wtx) Stream(id int64) (*apply.Stream, error) {
 	if st, ok := tx.c.streams.get(id); ok {
 		return st, nil
 	}
-	st, err := scanHead(tx.w.streamHead.QueryRowContext(bg, id))
+	st, err := sqlrow.ScanState(tx.w.streamHead.QueryRowContext(bg, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("stream %d: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load stream: %w", translate(err))
 	}
-	st.ID = id
 	tx.c.streams.put(id, st)
-	return st, nil
-}
-
-// scanHead scans headCols.
-func scanHead(row rowScanner) (*apply.Stream, error) {
-	st := &apply.Stream{}
-	var ttl sql.NullInt64
-	var closedBy sql.NullString
-	var expires, access, cbEpoch, cbSeq int64
-	err := row.Scan(&st.RunID, &st.Head.NextOffset, &st.Head.Closed, &ttl, &expires, &access,
-		&closedBy, &cbEpoch, &cbSeq, &st.StreamSeq, &st.ForkSource, &st.Forks, &st.Deleted)
-	if err != nil {
-		return nil, err
-	}
-	if ttl.Valid {
-		st.Expiry.HasTTL, st.Expiry.TTL = true, time.Duration(ttl.Int64)
-	}
-	st.Expiry.At, st.LastAccess = fromNanos(expires), fromNanos(access)
-	if closedBy.Valid {
-		st.ClosedBy = &stream.Producer{ID: closedBy.String, Epoch: cbEpoch, Seq: cbSeq}
-	}
 	return st, nil
 }
 
@@ -169,7 +147,7 @@ func (tx *wtx) Key(st *apply.Stream, key string) (*apply.Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load idempotency key: %w", translate(err))
 	}
-	k.ExpiresAt = fromNanos(expires)
+	k.ExpiresAt = sqlrow.Time(expires)
 	return &k, nil
 }
 
@@ -227,7 +205,7 @@ func (tx *wtx) AddRecords(st *apply.Stream, recs []stream.Record) error {
 	if err := tx.saveHead(st); err != nil {
 		return err
 	}
-	if s := tx.c.s; s.tail.has(st.ID) || s.notify.has(st.ID) {
+	if s := tx.c.s; s.tail.has(st.ID) || s.notify.Has(st.ID) {
 		tx.tails = append(tx.tails, tailAdd{id: st.ID, recs: copyRecords(recs)})
 	}
 	return nil
@@ -246,13 +224,8 @@ func (tx *wtx) saveHead(st *apply.Stream) error {
 // SaveStream persists st's last access, closing producer and Stream-Seq.
 func (tx *wtx) SaveStream(st *apply.Stream) error {
 	tx.changed = true
-	var cb sql.NullString
-	var cbEpoch, cbSeq int64
-	if st.ClosedBy != nil {
-		cb = sql.NullString{String: st.ClosedBy.ID, Valid: true}
-		cbEpoch, cbSeq = st.ClosedBy.Epoch, st.ClosedBy.Seq
-	}
-	if _, err := tx.w.setMeta.ExecContext(bg, nanos(st.LastAccess), cb, cbEpoch, cbSeq, st.StreamSeq, st.ID); err != nil {
+	cb, cbEpoch, cbSeq := sqlrow.ClosedBy(st.ClosedBy)
+	if _, err := tx.w.setMeta.ExecContext(bg, sqlrow.Nanos(st.LastAccess), cb, cbEpoch, cbSeq, st.StreamSeq, st.ID); err != nil {
 		return fmt.Errorf("save stream metadata: %w", translate(err))
 	}
 	return nil
@@ -295,12 +268,12 @@ func (tx *wtx) SaveProducer(st *apply.Stream, id string, ps stream.ProducerState
 // SaveKey stores k for key on st, and now and then forgets expired keys.
 func (tx *wtx) SaveKey(st *apply.Stream, key string, k *apply.Key) error {
 	tx.changed = true
-	if _, err := tx.w.putKey.ExecContext(bg, st.ID, key, k.Digest, k.Result, nanos(k.ExpiresAt)); err != nil {
+	if _, err := tx.w.putKey.ExecContext(bg, st.ID, key, k.Digest, k.Result, sqlrow.Nanos(k.ExpiresAt)); err != nil {
 		return fmt.Errorf("save idempotency key: %w", translate(err))
 	}
 	tx.c.keysSaved++
 	if tx.c.keysSaved%apply.KeyPurgeEvery == 0 {
-		if _, err := tx.w.purgeKeys.ExecContext(bg, nanos(tx.c.s.cfg.Now())); err != nil {
+		if _, err := tx.w.purgeKeys.ExecContext(bg, sqlrow.Nanos(tx.c.s.cfg.Now())); err != nil {
 			return fmt.Errorf("purge idempotency keys: %w", translate(err))
 		}
 	}
@@ -313,7 +286,7 @@ func (tx *wtx) AddEvents(run *apply.Run, evs []store.Event) error {
 	for i := range evs {
 		e := &evs[i]
 		_, err := tx.w.insertEvent.ExecContext(bg, run.ID, e.Seq, string(e.Type), e.Op, e.Name, e.Attempt,
-			e.Data, e.Error, e.Final, nanos(e.At), nanos(e.WakeAt))
+			e.Data, e.Error, e.Final, sqlrow.Nanos(e.At), sqlrow.Nanos(e.WakeAt))
 		if err != nil {
 			return fmt.Errorf("insert event: %w", translate(err))
 		}
@@ -324,7 +297,7 @@ func (tx *wtx) AddEvents(run *apply.Run, evs []store.Event) error {
 // SaveRun applies c to run's row.
 func (tx *wtx) SaveRun(run *apply.Run, c *apply.RunChange) error {
 	tx.changed = true
-	_, err := tx.w.updateRun.ExecContext(bg, string(c.Status), c.Output, c.Error, c.Release, nanos(c.WakeAt), nanos(c.Now), run.ID)
+	_, err := tx.w.updateRun.ExecContext(bg, string(c.Status), c.Output, c.Error, c.Release, sqlrow.Nanos(c.WakeAt), sqlrow.Nanos(c.Now), run.ID)
 	if err != nil {
 		return fmt.Errorf("update run: %w", translate(err))
 	}
