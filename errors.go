@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
 )
@@ -20,11 +21,11 @@ var (
 	// ErrUnknownWorkflow is returned to start a run of a workflow that is not
 	// registered. (An engine claims only runs of the workflows it has, so
 	// engines with different workflows can share a database.)
-	ErrUnknownWorkflow = errors.New("unknown workflow")
+	ErrUnknownWorkflow = api.ErrUnknownWorkflow
 	// ErrRunFailed wraps the error of a run that failed, as Result returns it.
 	ErrRunFailed = errors.New("run failed")
 	// ErrEngineClosed is returned after Engine.Close.
-	ErrEngineClosed = errors.New("engine closed")
+	ErrEngineClosed = api.ErrEngineClosed
 
 	ErrNotFound       = store.ErrNotFound        // unknown run or stream
 	ErrClosed         = stream.ErrClosed         // append to a closed stream
@@ -33,7 +34,13 @@ var (
 	ErrConflict       = stream.ErrConflict       // other bytes at an acknowledged seq
 	ErrWriterFinished = stream.ErrWriterFinished // the writer already committed or aborted
 	ErrTooLarge       = store.ErrTooLarge        // a chunk or batch over the limits
+	ErrRunConflict    = store.ErrRunConflict     // a run id taken by a run of another workflow
+	ErrLeaseLost      = store.ErrLeaseLost       // another worker took the run over
+	ErrKeyReused      = store.ErrKeyReused       // an idempotency key sent again with another request
 )
+
+// MaxChunkSize is the largest chunk a stream takes: 4 MiB.
+const MaxChunkSize = store.MaxChunkSize
 
 // NonDeterminismError says what replay expected and found. It matches
 // ErrNonDeterminism.

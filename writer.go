@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
 )
@@ -230,19 +231,10 @@ func (w *Writer) sendLoop() {
 	}
 }
 
-// permanent reports whether a store error will not go away by resending.
-func permanent(err error) bool {
-	for _, t := range []error{
-		stream.ErrClosed, stream.ErrFenced, stream.ErrGap, stream.ErrConflict, stream.ErrWriterFinished,
-		stream.ErrMode, stream.ErrUnknownWriter, store.ErrNotFound, store.ErrTooLarge, store.ErrInvalid,
-		store.ErrClosedStore, store.ErrLeaseLost, context.Canceled, context.DeadlineExceeded,
-	} {
-		if errors.Is(err, t) {
-			return true
-		}
-	}
-	return false
-}
+// permanent reports whether a store error will not go away by resending:
+// the table of errors (package api) says, and a backend's error its
+// Temporary method.
+func permanent(err error) bool { return !api.Retryable(err) }
 
 // send appends one batch, resending the same (writer, attempt, seq) after
 // errors that may be transient: a resend of a batch that did land is

@@ -1,5 +1,5 @@
 // Package client is a Go client of a weir server (`weir server`, or any
-// program that mounts server.Server): the runs API (start, get, list, event
+// program that mounts api.Server): the runs API (start, get, list, event
 // log, cancel, streams, workflows) and a stream reader that resumes from an
 // offset and follows live by long-poll or SSE, over the Durable Streams
 // protocol with weir's extensions.
@@ -10,15 +10,20 @@
 //		...
 //	}
 //
-// Errors are *Error; errors.Is matches them to weir's sentinels where the
-// status says which (weir.ErrNotFound for 404, weir.ErrFenced for 403, …).
+// Errors are *Error; errors.Is matches them to the sentinel the server named
+// (package api's table: store.ErrNotFound, stream.ErrFenced, …, which
+// package weir re-exports), and errors.As to the typed errors that carry
+// what a writer needs to go on (*stream.FencedError, *stream.GapError, …).
+//
+// The client imports only the leaf packages api, store and stream: a
+// program that only talks to a weir server links neither the engine nor a
+// store backend.
 package client
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -28,17 +33,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/weirhq/weir"
-	"github.com/weirhq/weir/server"
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
 )
 
-// The runs API's types, shared with the server.
+// The runs API's types, shared with the api.
 type (
-	Run        = server.Run
-	RunList    = server.RunList
-	Event      = server.Event
-	StreamInfo = server.StreamInfo
+	Run        = api.Run
+	RunList    = api.RunList
+	Event      = api.Event
+	StreamInfo = api.StreamInfo
 )
 
 // DefaultURL is where `weir server` listens by default.
@@ -55,7 +59,7 @@ type Options struct {
 	UserAgent string
 }
 
-// Client talks to one weir server. It is safe for concurrent use.
+// Client talks to one weir api. It is safe for concurrent use.
 type Client struct {
 	base  *url.URL
 	token string
@@ -100,20 +104,20 @@ type StartOptions struct {
 	ID string
 	// IdempotencyKey makes retries of this start safe: the same key returns
 	// the same run; the same key with another workflow or input is refused
-	// (ErrConflict). Exclusive with ID.
+	// (store.ErrKeyReused). Exclusive with ID.
 	IdempotencyKey string
 }
 
 // Start starts a run of workflow with input (encoded as JSON; a
 // json.RawMessage passes as it is). created is false if the run existed
 // (same ID or IdempotencyKey). An unknown workflow matches
-// weir.ErrUnknownWorkflow (and weir.ErrNotFound).
+// api.ErrUnknownWorkflow (weir.ErrUnknownWorkflow).
 func (c *Client) Start(ctx context.Context, workflow string, input any, opts *StartOptions) (run *Run, created bool, err error) {
 	var o StartOptions
 	if opts != nil {
 		o = *opts
 	}
-	req := server.StartRequest{Workflow: workflow, ID: o.ID}
+	req := api.StartRequest{Workflow: workflow, ID: o.ID}
 	if input != nil {
 		b, err := json.Marshal(input)
 		if err != nil {
@@ -132,16 +136,13 @@ func (c *Client) Start(ctx context.Context, workflow string, input any, opts *St
 	var out Run
 	status, err := c.doJSON(ctx, http.MethodPost, "/v1/runs", nil, h, body, &out)
 	if err != nil {
-		var e *Error
-		if errors.As(err, &e) && e.Status == http.StatusNotFound {
-			return nil, false, fmt.Errorf("%w: %w", weir.ErrUnknownWorkflow, err)
-		}
 		return nil, false, err
 	}
 	return &out, status == http.StatusCreated, nil
 }
 
-// GetRun returns a run. An unknown run matches weir.ErrNotFound.
+// GetRun returns a run. An unknown run matches store.ErrNotFound
+// (weir.ErrNotFound).
 func (c *Client) GetRun(ctx context.Context, id string) (*Run, error) {
 	var out Run
 	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, nil, nil, &out); err != nil {
@@ -215,7 +216,7 @@ func (c *Client) Events(ctx context.Context, id string, after int64) ([]Event, e
 	if after > 0 {
 		q = url.Values{"after": {strconv.FormatInt(after, 10)}}
 	}
-	var out server.EventList
+	var out api.EventList
 	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/events", q, nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -235,7 +236,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Run, error) {
 
 // Streams returns the streams of a run, by name.
 func (c *Client) Streams(ctx context.Context, id string) ([]StreamInfo, error) {
-	var out server.StreamList
+	var out api.StreamList
 	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/streams", nil, nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -244,7 +245,7 @@ func (c *Client) Streams(ctx context.Context, id string) ([]StreamInfo, error) {
 
 // Workflows returns the names of the workflows the server can start.
 func (c *Client) Workflows(ctx context.Context) ([]string, error) {
-	var out server.WorkflowList
+	var out api.WorkflowList
 	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/workflows", nil, nil, nil, &out); err != nil {
 		return nil, err
 	}

@@ -123,7 +123,7 @@ func TestRunsAPI(t *testing.T) {
 	if err != nil || created || k2.ID != k1.ID {
 		t.Fatalf("same key: %v %v %v", k2.ID, created, err)
 	}
-	if _, _, err := c.Start(ctx, "echo", "b", &client.StartOptions{IdempotencyKey: "key"}); !errors.Is(err, weir.ErrConflict) {
+	if _, _, err := c.Start(ctx, "echo", "b", &client.StartOptions{IdempotencyKey: "key"}); !errors.Is(err, weir.ErrKeyReused) {
 		t.Fatalf("key reused: %v", err)
 	}
 

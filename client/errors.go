@@ -1,38 +1,45 @@
 package client
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 
-	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/api"
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
 )
 
-// Errors of the client's own, for statuses weir's sentinels do not cover.
+// Errors of the client's own, for statuses without a sentinel of their own.
 var (
-	// ErrUnauthorized matches a 401: no token, or the wrong one.
-	ErrUnauthorized = errors.New("unauthorized")
-	// ErrBadRequest matches a 400: the server found the request malformed.
-	ErrBadRequest = errors.New("bad request")
+	// ErrUnauthorized matches a 401: no token, or the wrong one
+	// (api.ErrUnauthorized).
+	ErrUnauthorized = api.ErrUnauthorized
+	// ErrBadRequest matches a 400 (api.ErrBadRequest); a request the store
+	// found invalid also matches store.ErrInvalid.
+	ErrBadRequest = api.ErrBadRequest
 	// ErrUnavailable matches a 503: the server is stopping or its store is
-	// closed.
-	ErrUnavailable = errors.New("unavailable")
+	// closed (and store.ErrClosedStore or api.ErrEngineClosed).
+	ErrUnavailable = fmt.Errorf("unavailable")
 )
 
-// Error is a reply with an error status. errors.Is matches it to weir's
-// sentinels by status: 404 weir.ErrNotFound, 403 weir.ErrFenced, 413
-// weir.ErrTooLarge, 422 weir.ErrConflict, 409 weir.ErrClosed (with
-// Stream-Closed: true) or weir.ErrGap (with Weir-Expected-Seq); and to
-// ErrUnauthorized (401), ErrBadRequest (400), ErrUnavailable (503).
+// Error is a reply with an error status. It matches (errors.Is) the
+// sentinel of the wire code the server sent in its Weir-Error header (the
+// table in package api), or, from a server that sends none, the sentinel
+// its status stands for. errors.As finds the typed error the reply's headers
+// describe: *stream.FencedError (403, Weir-Attempt), *stream.GapError (409,
+// Weir-Expected-Seq), *stream.StaleEpochError and *stream.ProducerGapError
+// (producer headers).
 type Error struct {
 	Status  int    // the HTTP status
+	Code    string // the wire code (api.Errors); empty if the server sent none
 	Message string // the server's one-line reason
 	Method  string
 	Path    string
 	Header  http.Header // the reply's headers: Weir-Attempt, Weir-Expected-Seq, …
+	cause   error       // the sentinel or typed error the reply stands for
 }
 
 func (e *Error) Error() string {
@@ -43,40 +50,29 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s %s: %s (HTTP %d)", e.Method, e.Path, msg, e.Status)
 }
 
-// Is matches e to the sentinel its status stands for.
+// Unwrap returns the sentinel (or typed error) the reply stands for, nil if
+// none.
+func (e *Error) Unwrap() error { return e.cause }
+
+// Is matches ErrUnavailable to a 503 and ErrBadRequest to a 400, whatever
+// their codes.
 func (e *Error) Is(target error) bool {
-	switch e.Status {
-	case http.StatusNotFound:
-		return target == weir.ErrNotFound
-	case http.StatusForbidden:
-		return target == weir.ErrFenced
-	case http.StatusRequestEntityTooLarge:
-		return target == weir.ErrTooLarge
-	case http.StatusUnprocessableEntity:
-		return target == weir.ErrConflict
-	case http.StatusConflict:
-		switch {
-		case strings.EqualFold(e.Header.Get("Stream-Closed"), "true"):
-			return target == weir.ErrClosed
-		case e.Header.Get("Weir-Expected-Seq") != "":
-			return target == weir.ErrGap
-		}
-	case http.StatusUnauthorized:
-		return target == ErrUnauthorized
-	case http.StatusBadRequest:
-		return target == ErrBadRequest
-	case http.StatusServiceUnavailable:
-		return target == ErrUnavailable
+	return target == ErrUnavailable && e.Status == http.StatusServiceUnavailable ||
+		target == ErrBadRequest && e.Status == http.StatusBadRequest
+}
+
+// Retryable reports whether sending the request again may succeed
+// (api.Retryable of what the reply stands for).
+func (e *Error) Retryable() bool {
+	if e.cause == nil {
+		return e.Status >= 500
 	}
-	return false
+	return api.Retryable(e.cause)
 }
 
 // CurrentAttempt is, for a fenced write (403), the writer's current attempt
 // the server reported; 0 if none.
-func (e *Error) CurrentAttempt() int64 {
-	n, _ := strconv.ParseInt(e.Header.Get("Weir-Attempt"), 10, 64)
-	return n
-}
+func (e *Error) CurrentAttempt() int64 { return headerInt(e.Header, "Weir-Attempt") }
 
 // errorFrom reads an error reply; it does not close the body.
 func errorFrom(resp *http.Response) error {
@@ -85,6 +81,65 @@ func errorFrom(resp *http.Response) error {
 	if i := strings.IndexByte(msg, '\n'); i >= 0 {
 		msg = msg[:i]
 	}
-	path := resp.Request.URL.Path
-	return &Error{Status: resp.StatusCode, Message: msg, Method: resp.Request.Method, Path: path, Header: resp.Header}
+	e := &Error{Status: resp.StatusCode, Code: resp.Header.Get(api.ErrorHeader), Message: msg,
+		Method: resp.Request.Method, Path: resp.Request.URL.Path, Header: resp.Header}
+	e.cause = causeOf(e)
+	return e
+}
+
+// causeOf is what e stands for: the typed error its headers describe, else
+// its code's sentinel, else its status's.
+func causeOf(e *Error) error {
+	var sentinel error
+	if row, ok := api.ByCode(e.Code); ok {
+		sentinel = row.Err
+	} else {
+		sentinel = byStatus(e)
+	}
+	h := e.Header
+	switch sentinel {
+	case stream.ErrFenced:
+		return &stream.FencedError{Current: headerInt(h, "Weir-Attempt")}
+	case stream.ErrGap:
+		return &stream.GapError{Expected: headerInt(h, "Weir-Expected-Seq")}
+	case stream.ErrStaleEpoch:
+		return &stream.StaleEpochError{Current: headerInt(h, "Producer-Epoch")}
+	case stream.ErrProducerGap:
+		return &stream.ProducerGapError{Expected: headerInt(h, "Producer-Expected-Seq"), Received: headerInt(h, "Producer-Received-Seq")}
+	}
+	return sentinel
+}
+
+// byStatus maps a reply without a wire code, from a server before them or a
+// proxy, by its status and headers.
+func byStatus(e *Error) error {
+	switch e.Status {
+	case http.StatusNotFound:
+		return store.ErrNotFound
+	case http.StatusForbidden:
+		return stream.ErrFenced
+	case http.StatusGone:
+		return store.ErrGone
+	case http.StatusRequestEntityTooLarge:
+		return store.ErrTooLarge
+	case http.StatusUnprocessableEntity:
+		return stream.ErrConflict
+	case http.StatusConflict:
+		switch {
+		case strings.EqualFold(e.Header.Get("Stream-Closed"), "true"):
+			return stream.ErrClosed
+		case e.Header.Get("Weir-Expected-Seq") != "":
+			return stream.ErrGap
+		}
+	case http.StatusUnauthorized:
+		return api.ErrUnauthorized
+	case http.StatusBadRequest:
+		return api.ErrBadRequest
+	}
+	return nil
+}
+
+func headerInt(h http.Header, name string) int64 {
+	n, _ := strconv.ParseInt(h.Get(name), 10, 64)
+	return n
 }

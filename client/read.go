@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
 )
@@ -30,10 +29,10 @@ type ReadOptions struct {
 	// From, when Offset is empty, starts at weir's record offset From (the
 	// Record.Offset numbering: 0, 1, 2 …).
 	From int64
-	// View is weir.LiveView (the default: every record as written, aborts
-	// included) or weir.CommittedView (only the output of successful
+	// View is stream.Live (the default: every record as written, aborts
+	// included) or stream.CommittedView (only the output of successful
 	// attempts, each chunk once).
-	View weir.View
+	View stream.View
 	// Follow keeps reading as records arrive, until the stream is closed or
 	// ctx ends; without it the read stops at the stream's current end.
 	Follow bool
@@ -76,7 +75,7 @@ func ParseOffset(s string) (int64, error) {
 // Read reads stream name of run runID (at /v1/stream/runs/<run>/<name>).
 // The iterator yields each record, or one error and stops. With Follow, a
 // stream that does not exist yet is waited for while the run goes on; an
-// unknown run is weir.ErrNotFound.
+// unknown run is store.ErrNotFound.
 func (c *Client) Read(ctx context.Context, runID, name string, opts *ReadOptions) iter.Seq2[Record, error] {
 	return c.read(ctx, store.RunStreamPath(runID, name), runID, opts)
 }
@@ -121,7 +120,7 @@ func (c *Client) read(ctx context.Context, path, runID string, opts *ReadOptions
 			case err == nil:
 			case errors.Is(err, errStop):
 				return
-			case o.Follow && runID != "" && errors.Is(err, weir.ErrNotFound):
+			case o.Follow && runID != "" && errors.Is(err, store.ErrNotFound):
 				// The run's stream may not exist yet: wait while the run goes on.
 				run, rerr := c.GetRun(ctx, runID)
 				if rerr != nil {

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/weirhq/weir/api"
 )
 
 // authorize checks the bearer token, when one is configured: writes (every
@@ -46,9 +48,9 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
 		h.Set("Access-Control-Expose-Headers", corsExposeHeaders)
 	}
 	if !ok {
-		httpError(w, fmt.Errorf("%w: this request needs the server's token: send Authorization: Bearer <token>", errUnauthorized))
+		httpError(w, fmt.Errorf("%w: this request needs the server's token: send Authorization: Bearer <token>", api.ErrUnauthorized))
 	} else {
-		httpError(w, fmt.Errorf("%w: wrong bearer token", errUnauthorized))
+		httpError(w, fmt.Errorf("%w: wrong bearer token", api.ErrUnauthorized))
 	}
 	return false
 }

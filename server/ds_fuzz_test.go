@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
 )
 
@@ -35,7 +36,7 @@ func headerOf(s string) http.Header {
 // one-line reason.
 func badRequest(t *testing.T, err error) {
 	t.Helper()
-	if st := statusOf(err); st != http.StatusBadRequest && st != http.StatusNotFound && st != http.StatusRequestEntityTooLarge {
+	if st := api.Status(err); st != http.StatusBadRequest && st != http.StatusNotFound && st != http.StatusRequestEntityTooLarge {
 		t.Fatalf("error %v maps to %d", err, st)
 	}
 	if strings.ContainsAny(err.Error(), "\n\r") {

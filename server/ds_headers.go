@@ -11,13 +11,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
 )
 
 // This file parses what the Durable Streams handler reads from a request:
 // offsets, headers, JSON bodies and u32be frames. Every parser is pure and
-// fuzzed (ds_fuzz_test.go); each error wraps errBadRequest (400) and says in
+// fuzzed (ds_fuzz_test.go); each error wraps api.ErrBadRequest (400) and says in
 // one line what was wrong.
 
 // Durable Streams offsets are "%016d_%016d": the first part is always 0 here
@@ -49,12 +50,12 @@ func formatOffset(n int64) string {
 func parseOffset(s string) (int64, error) {
 	hi, lo, ok := strings.Cut(s, "_")
 	if !ok || !allDigits(hi) || !allDigits(lo) {
-		return 0, fmt.Errorf("%w: offset %q is not of the form <digits>_<digits>", errBadRequest, clip(s))
+		return 0, fmt.Errorf("%w: offset %q is not of the form <digits>_<digits>", api.ErrBadRequest, clip(s))
 	}
 	h, err1 := strconv.ParseUint(hi, 10, 64)
 	l, err2 := strconv.ParseUint(lo, 10, 63)
 	if err1 != nil || err2 != nil || h != 0 || l > maxOffset {
-		return 0, fmt.Errorf("%w: offset %q does not exist on this server", errBadRequest, clip(s))
+		return 0, fmt.Errorf("%w: offset %q does not exist on this server", api.ErrBadRequest, clip(s))
 	}
 	return int64(l), nil
 }
@@ -75,11 +76,11 @@ func allDigits(s string) bool {
 // zeros and no decimals (the protocol's Stream-TTL and sub-offset syntax).
 func parseCanonicalUint(name, s string, limit uint64) (uint64, error) {
 	if !allDigits(s) || len(s) > 1 && s[0] == '0' {
-		return 0, fmt.Errorf("%w: %s %q is not a non-negative integer without leading zeros", errBadRequest, name, clip(s))
+		return 0, fmt.Errorf("%w: %s %q is not a non-negative integer without leading zeros", api.ErrBadRequest, name, clip(s))
 	}
 	v, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || v > limit {
-		return 0, fmt.Errorf("%w: %s %q is too large (at most %d)", errBadRequest, name, clip(s), limit)
+		return 0, fmt.Errorf("%w: %s %q is too large (at most %d)", api.ErrBadRequest, name, clip(s), limit)
 	}
 	return v, nil
 }
@@ -88,11 +89,11 @@ func parseCanonicalUint(name, s string, limit uint64) (uint64, error) {
 // Weir-Seq: digits only, at most 2^53-1 (leading zeros allowed).
 func parseSeqNumber(name, s string) (int64, error) {
 	if !allDigits(s) {
-		return 0, fmt.Errorf("%w: %s %q is not a non-negative integer", errBadRequest, name, clip(s))
+		return 0, fmt.Errorf("%w: %s %q is not a non-negative integer", api.ErrBadRequest, name, clip(s))
 	}
 	v, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || v > maxStreamID {
-		return 0, fmt.Errorf("%w: %s %q is larger than 2^53-1", errBadRequest, name, clip(s))
+		return 0, fmt.Errorf("%w: %s %q is larger than 2^53-1", api.ErrBadRequest, name, clip(s))
 	}
 	return int64(v), nil
 }
@@ -115,7 +116,7 @@ func single(h http.Header, name string) (string, bool, error) {
 	case 1:
 		return vs[0], true, nil
 	}
-	return "", false, fmt.Errorf("%w: header %s is sent %d times", errBadRequest, name, len(vs))
+	return "", false, fmt.Errorf("%w: header %s is sent %d times", api.ErrBadRequest, name, len(vs))
 }
 
 // isTrue reports whether a boolean header is "true" (any case). The
@@ -135,7 +136,7 @@ func parseBoolHeader(h http.Header, name string) (bool, error) {
 	case "false":
 		return false, nil
 	}
-	return false, fmt.Errorf("%w: %s %q is neither true nor false", errBadRequest, name, clip(v))
+	return false, fmt.Errorf("%w: %s %q is neither true nor false", api.ErrBadRequest, name, clip(v))
 }
 
 // Content types. The stored value is the raw header; comparisons use the
@@ -188,13 +189,13 @@ func isTextType(ct string) bool {
 // is one value. An empty array gives none.
 func jsonValues(body []byte) ([][]byte, error) {
 	if !json.Valid(body) {
-		return nil, fmt.Errorf("%w: the body is not valid JSON", errBadRequest)
+		return nil, fmt.Errorf("%w: the body is not valid JSON", api.ErrBadRequest)
 	}
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) > 0 && trimmed[0] == '[' {
 		var elems []json.RawMessage
 		if err := json.Unmarshal(body, &elems); err != nil {
-			return nil, fmt.Errorf("%w: the body is not a valid JSON array: %v", errBadRequest, err)
+			return nil, fmt.Errorf("%w: the body is not a valid JSON array: %v", api.ErrBadRequest, err)
 		}
 		out := make([][]byte, len(elems))
 		for i, e := range elems {
@@ -221,15 +222,15 @@ func parseFrames(body []byte, max int) ([][]byte, error) {
 	var out [][]byte
 	for off := 0; off < len(body); {
 		if len(body)-off < 4 {
-			return nil, fmt.Errorf("%w: truncated frame header at byte %d", errBadRequest, off)
+			return nil, fmt.Errorf("%w: truncated frame header at byte %d", api.ErrBadRequest, off)
 		}
 		n := binary.BigEndian.Uint32(body[off:])
 		off += 4
 		if n == 0 {
-			return nil, fmt.Errorf("%w: empty chunk in frame %d", errBadRequest, len(out))
+			return nil, fmt.Errorf("%w: empty chunk in frame %d", api.ErrBadRequest, len(out))
 		}
 		if uint64(len(body)-off) < uint64(n) {
-			return nil, fmt.Errorf("%w: frame %d declares %d bytes, %d remain", errBadRequest, len(out), n, len(body)-off)
+			return nil, fmt.Errorf("%w: frame %d declares %d bytes, %d remain", api.ErrBadRequest, len(out), n, len(body)-off)
 		}
 		if len(out) == max {
 			return nil, fmt.Errorf("%w: more than %d chunks in one request", store.ErrTooLarge, max)
@@ -238,7 +239,7 @@ func parseFrames(body []byte, max int) ([][]byte, error) {
 		off += int(n)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: no frames", errBadRequest)
+		return nil, fmt.Errorf("%w: no frames", api.ErrBadRequest)
 	}
 	return out, nil
 }
@@ -285,7 +286,7 @@ func parseWriteHeaders(h http.Header) (*writeHeaders, error) {
 		return nil, err
 	}
 	if len(wh.streamSeq) > store.MaxKeyLen {
-		return nil, fmt.Errorf("%w: Stream-Seq of %d bytes, the limit is %d", errBadRequest, len(wh.streamSeq), store.MaxKeyLen)
+		return nil, fmt.Errorf("%w: Stream-Seq of %d bytes, the limit is %d", api.ErrBadRequest, len(wh.streamSeq), store.MaxKeyLen)
 	}
 
 	// The idempotent producer: all three headers or none.
@@ -303,10 +304,10 @@ func parseWriteHeaders(h http.Header) (*writeHeaders, error) {
 	}
 	if hasID || hasEp || hasSq {
 		if !hasID || !hasEp || !hasSq {
-			return nil, fmt.Errorf("%w: Producer-Id, Producer-Epoch and Producer-Seq go together", errBadRequest)
+			return nil, fmt.Errorf("%w: Producer-Id, Producer-Epoch and Producer-Seq go together", api.ErrBadRequest)
 		}
 		if id == "" || len(id) > store.MaxKeyLen {
-			return nil, fmt.Errorf("%w: Producer-Id must have 1 to %d bytes", errBadRequest, store.MaxKeyLen)
+			return nil, fmt.Errorf("%w: Producer-Id must have 1 to %d bytes", api.ErrBadRequest, store.MaxKeyLen)
 		}
 		p := &stream.Producer{ID: id}
 		if p.Epoch, err = parseSeqNumber("Producer-Epoch", ep); err != nil {
@@ -346,21 +347,21 @@ func parseWriteHeaders(h http.Header) (*writeHeaders, error) {
 	}
 	wh.idemKey = unquoteKey(wh.idemKey)
 	if len(wh.idemKey) > store.MaxKeyLen {
-		return nil, fmt.Errorf("%w: Idempotency-Key of %d bytes, the limit is %d", errBadRequest, len(wh.idemKey), store.MaxKeyLen)
+		return nil, fmt.Errorf("%w: Idempotency-Key of %d bytes, the limit is %d", api.ErrBadRequest, len(wh.idemKey), store.MaxKeyLen)
 	}
 	if hasFraming {
 		if !strings.EqualFold(strings.TrimSpace(framing), "u32be") {
-			return nil, fmt.Errorf("%w: Weir-Framing %q: the only framing is u32be", errBadRequest, clip(framing))
+			return nil, fmt.Errorf("%w: Weir-Framing %q: the only framing is u32be", api.ErrBadRequest, clip(framing))
 		}
 		wh.framed = true
 	}
 	wh.hasCheck = hasWriter || hasAtt || hasSeq || hasFraming || wh.commit || wh.abort
 	if hasAtt && !hasWriter || hasSeq && !hasWriter {
-		return nil, fmt.Errorf("%w: Weir-Attempt and Weir-Seq need Weir-Writer", errBadRequest)
+		return nil, fmt.Errorf("%w: Weir-Attempt and Weir-Seq need Weir-Writer", api.ErrBadRequest)
 	}
 	if hasWriter {
 		if writer == "" || len(writer) > stream.MaxWriterLen {
-			return nil, fmt.Errorf("%w: Weir-Writer must have 1 to %d bytes", errBadRequest, stream.MaxWriterLen)
+			return nil, fmt.Errorf("%w: Weir-Writer must have 1 to %d bytes", api.ErrBadRequest, stream.MaxWriterLen)
 		}
 		wh.weir, wh.writer = true, writer
 		if hasAtt {
@@ -376,15 +377,15 @@ func parseWriteHeaders(h http.Header) (*writeHeaders, error) {
 	}
 	switch {
 	case wh.weir && wh.producer != nil:
-		return nil, fmt.Errorf("%w: Weir-Writer and Producer-Id are two ways to deduplicate: send one", errBadRequest)
+		return nil, fmt.Errorf("%w: Weir-Writer and Producer-Id are two ways to deduplicate: send one", api.ErrBadRequest)
 	case wh.commit && wh.abort:
-		return nil, fmt.Errorf("%w: Weir-Commit and Weir-Abort together", errBadRequest)
+		return nil, fmt.Errorf("%w: Weir-Commit and Weir-Abort together", api.ErrBadRequest)
 	case (wh.commit || wh.abort) && (!hasWriter || !hasAtt):
-		return nil, fmt.Errorf("%w: Weir-Commit and Weir-Abort need Weir-Writer and Weir-Attempt", errBadRequest)
+		return nil, fmt.Errorf("%w: Weir-Commit and Weir-Abort need Weir-Writer and Weir-Attempt", api.ErrBadRequest)
 	case (wh.commit || wh.abort) && (hasSeq || hasFraming || wh.close || wh.streamSeq != ""):
-		return nil, fmt.Errorf("%w: Weir-Commit and Weir-Abort take no Weir-Seq, Weir-Framing, Stream-Closed or Stream-Seq", errBadRequest)
+		return nil, fmt.Errorf("%w: Weir-Commit and Weir-Abort take no Weir-Seq, Weir-Framing, Stream-Closed or Stream-Seq", api.ErrBadRequest)
 	case wh.weir && !wh.commit && !wh.abort && !hasSeq:
-		return nil, fmt.Errorf("%w: an append with Weir-Writer needs Weir-Seq (the seq of its first chunk)", errBadRequest)
+		return nil, fmt.Errorf("%w: an append with Weir-Writer needs Weir-Seq (the seq of its first chunk)", api.ErrBadRequest)
 	}
 	return wh, nil
 }
@@ -429,7 +430,7 @@ func parseCreateHeaders(h http.Header) (*createHeaders, error) {
 		return nil, err
 	}
 	if hasTTL && hasExp {
-		return nil, fmt.Errorf("%w: Stream-TTL and Stream-Expires-At together", errBadRequest)
+		return nil, fmt.Errorf("%w: Stream-TTL and Stream-Expires-At together", api.ErrBadRequest)
 	}
 	if hasTTL {
 		v, err := parseCanonicalUint("Stream-TTL", ttl, maxTTLSeconds)
@@ -442,7 +443,7 @@ func parseCreateHeaders(h http.Header) (*createHeaders, error) {
 	if hasExp {
 		at, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(exp))
 		if err != nil {
-			return nil, fmt.Errorf("%w: Stream-Expires-At %q is not an RFC 3339 time", errBadRequest, clip(exp))
+			return nil, fmt.Errorf("%w: Stream-Expires-At %q is not an RFC 3339 time", api.ErrBadRequest, clip(exp))
 		}
 		ch.hasExpiresAt = true
 		ch.expiry = store.Expiry{At: at.UTC()}
@@ -467,7 +468,7 @@ func parseCreateHeaders(h http.Header) (*createHeaders, error) {
 	}
 	if hasSub {
 		if !hasFrom {
-			return nil, fmt.Errorf("%w: Stream-Fork-Sub-Offset needs Stream-Forked-From", errBadRequest)
+			return nil, fmt.Errorf("%w: Stream-Fork-Sub-Offset needs Stream-Forked-From", api.ErrBadRequest)
 		}
 		v, err := parseCanonicalUint("Stream-Fork-Sub-Offset", sub, maxStreamID)
 		if err != nil {
@@ -476,7 +477,7 @@ func parseCreateHeaders(h http.Header) (*createHeaders, error) {
 		ch.subOffset = int64(v)
 	}
 	if hasOff && !hasFrom {
-		return nil, fmt.Errorf("%w: Stream-Fork-Offset needs Stream-Forked-From", errBadRequest)
+		return nil, fmt.Errorf("%w: Stream-Fork-Offset needs Stream-Forked-From", api.ErrBadRequest)
 	}
 	if hasFrom {
 		p, ok := strings.CutPrefix(strings.TrimSpace(from), streamPrefix)
@@ -513,16 +514,16 @@ func checkStreamPath(p string) error {
 		return fmt.Errorf("%w: empty stream path", store.ErrNotFound)
 	}
 	if len(p) > maxPathLen {
-		return fmt.Errorf("%w: stream path of %d bytes, the limit is %d", errBadRequest, len(p), maxPathLen)
+		return fmt.Errorf("%w: stream path of %d bytes, the limit is %d", api.ErrBadRequest, len(p), maxPathLen)
 	}
 	for i := 0; i < len(p); i++ {
 		if p[i] < 0x20 || p[i] == 0x7f {
-			return fmt.Errorf("%w: control character in the stream path", errBadRequest)
+			return fmt.Errorf("%w: control character in the stream path", api.ErrBadRequest)
 		}
 	}
 	for seg := range strings.SplitSeq(p, "/") {
 		if seg == "" || seg == "." || seg == ".." {
-			return fmt.Errorf("%w: stream path %q has an empty, . or .. segment", errBadRequest, clip(p))
+			return fmt.Errorf("%w: stream path %q has an empty, . or .. segment", api.ErrBadRequest, clip(p))
 		}
 	}
 	return nil
@@ -548,7 +549,7 @@ func parseReadQuery(raw string) (*readQuery, error) {
 	q := &readQuery{offset: -1, view: stream.CommittedView}
 	vals, err := url.ParseQuery(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: malformed query: %v", errBadRequest, err)
+		return nil, fmt.Errorf("%w: malformed query: %v", api.ErrBadRequest, err)
 	}
 	one := func(k string) (string, bool, error) {
 		vs, ok := vals[k]
@@ -556,7 +557,7 @@ func parseReadQuery(raw string) (*readQuery, error) {
 			return "", false, nil
 		}
 		if len(vs) > 1 {
-			return "", false, fmt.Errorf("%w: query parameter %s is given %d times", errBadRequest, k, len(vs))
+			return "", false, fmt.Errorf("%w: query parameter %s is given %d times", api.ErrBadRequest, k, len(vs))
 		}
 		return vs[0], true, nil
 	}
@@ -568,7 +569,7 @@ func parseReadQuery(raw string) (*readQuery, error) {
 		q.hasOff, q.rawOff = true, off
 		switch off {
 		case "":
-			return nil, fmt.Errorf("%w: empty offset", errBadRequest)
+			return nil, fmt.Errorf("%w: empty offset", api.ErrBadRequest)
 		case "-1":
 		case "now":
 			q.now = true
@@ -586,10 +587,10 @@ func parseReadQuery(raw string) (*readQuery, error) {
 	case "", "long-poll", "sse":
 		q.live = live
 	default:
-		return nil, fmt.Errorf("%w: live=%q: the modes are long-poll and sse", errBadRequest, clip(live))
+		return nil, fmt.Errorf("%w: live=%q: the modes are long-poll and sse", api.ErrBadRequest, clip(live))
 	}
 	if q.live != "" && !hasOff {
-		return nil, fmt.Errorf("%w: live=%s needs an offset", errBadRequest, q.live)
+		return nil, fmt.Errorf("%w: live=%s needs an offset", api.ErrBadRequest, q.live)
 	}
 	if q.cursor, _, err = one("cursor"); err != nil {
 		return nil, err
@@ -601,7 +602,7 @@ func parseReadQuery(raw string) (*readQuery, error) {
 	if hasView {
 		v, ok := stream.ParseView(view)
 		if !ok || view == "" {
-			return nil, fmt.Errorf("%w: view=%q: the views are committed and live", errBadRequest, clip(view))
+			return nil, fmt.Errorf("%w: view=%q: the views are committed and live", api.ErrBadRequest, clip(view))
 		}
 		q.view, q.hasView = v, true
 	}
@@ -617,7 +618,7 @@ func parseReadQuery(raw string) (*readQuery, error) {
 			q.view = stream.Live // framed readers see every record
 		}
 	default:
-		return nil, fmt.Errorf("%w: format=%q: the formats are raw and ndjson", errBadRequest, clip(format))
+		return nil, fmt.Errorf("%w: format=%q: the formats are raw and ndjson", api.ErrBadRequest, clip(format))
 	}
 	return q, nil
 }

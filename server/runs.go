@@ -15,11 +15,9 @@ import (
 	"time"
 
 	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
 )
-
-// errKeyReused marks an Idempotency-Key sent again with another body (422).
-var errKeyReused = errors.New("idempotency key reused")
 
 // errUnknownPath marks a path nothing is served at (404).
 var errUnknownPath = fmt.Errorf("unknown path: %w", store.ErrNotFound)
@@ -29,9 +27,6 @@ const (
 	defaultRunsLimit = 50
 	maxRunsLimit     = 1000
 )
-
-// errMethod marks a method a known path does not take (405).
-var errMethod = errors.New("method not allowed")
 
 // maxRunIDLen bounds a run id chosen by a client.
 const maxRunIDLen = 128
@@ -54,17 +49,17 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.Header.Get("Idempotency-Key")
 	if len(r.Header.Values("Idempotency-Key")) > 1 {
-		httpError(w, fmt.Errorf("%w: more than one Idempotency-Key header", errBadRequest))
+		httpError(w, fmt.Errorf("%w: more than one Idempotency-Key header", api.ErrBadRequest))
 		return
 	}
 	id := req.ID
 	if key != "" {
 		if id != "" {
-			httpError(w, fmt.Errorf("%w: give a run id or an Idempotency-Key header, not both", errBadRequest))
+			httpError(w, fmt.Errorf("%w: give a run id or an Idempotency-Key header, not both", api.ErrBadRequest))
 			return
 		}
 		if len(key) > 255 {
-			httpError(w, fmt.Errorf("%w: Idempotency-Key of %d bytes, the limit is 255", errBadRequest, len(key)))
+			httpError(w, fmt.Errorf("%w: Idempotency-Key of %d bytes, the limit is 255", api.ErrBadRequest, len(key)))
 			return
 		}
 		id = idempotentRunID(key)
@@ -73,9 +68,9 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request) {
 	if key != "" {
 		switch {
 		case errors.Is(err, store.ErrRunConflict):
-			err = fmt.Errorf("%w: this Idempotency-Key started a run of another workflow", errKeyReused)
+			err = fmt.Errorf("%w: this Idempotency-Key started a run of another workflow", store.ErrKeyReused)
 		case err == nil && !created && !sameJSON(run.Input, req.Input):
-			err = fmt.Errorf("%w: this Idempotency-Key started run %s with another input", errKeyReused, run.ID)
+			err = fmt.Errorf("%w: this Idempotency-Key started run %s with another input", store.ErrKeyReused, run.ID)
 		}
 	}
 	if err != nil {
@@ -94,13 +89,13 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request) {
 }
 
 // parseStartRequest decodes and checks a POST /v1/runs body.
-func parseStartRequest(body []byte) (*StartRequest, error) {
-	var req StartRequest
+func parseStartRequest(body []byte) (*api.StartRequest, error) {
+	var req api.StartRequest
 	if err := decodeJSON(body, &req); err != nil {
 		return nil, err
 	}
 	if req.Workflow == "" {
-		return nil, fmt.Errorf("%w: \"workflow\" is required", errBadRequest)
+		return nil, fmt.Errorf("%w: \"workflow\" is required", api.ErrBadRequest)
 	}
 	if req.ID != "" {
 		if err := checkRunID(req.ID); err != nil {
@@ -110,7 +105,7 @@ func parseStartRequest(body []byte) (*StartRequest, error) {
 	if len(req.Input) > 0 {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, req.Input); err != nil {
-			return nil, fmt.Errorf("%w: \"input\": %v", errBadRequest, err)
+			return nil, fmt.Errorf("%w: \"input\": %v", api.ErrBadRequest, err)
 		}
 		req.Input = buf.Bytes()
 	}
@@ -121,7 +116,7 @@ func parseStartRequest(body []byte) (*StartRequest, error) {
 // trailing data, with a one-line reason.
 func decodeJSON(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
-		return fmt.Errorf("%w: empty body, want a JSON object", errBadRequest)
+		return fmt.Errorf("%w: empty body, want a JSON object", api.ErrBadRequest)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -131,18 +126,18 @@ func decodeJSON(body []byte, v any) error {
 		switch {
 		case errors.As(err, &te):
 			if te.Field != "" {
-				return fmt.Errorf("%w: field %q: want a %s, got a JSON %s", errBadRequest, te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+				return fmt.Errorf("%w: field %q: want a %s, got a JSON %s", api.ErrBadRequest, te.Field, jsonKind(te.Type.Kind().String()), te.Value)
 			}
-			return fmt.Errorf("%w: want a JSON object, got a JSON %s", errBadRequest, te.Value)
+			return fmt.Errorf("%w: want a JSON object, got a JSON %s", api.ErrBadRequest, te.Value)
 		case errors.As(err, &se):
-			return fmt.Errorf("%w: malformed JSON at byte %d: %v", errBadRequest, se.Offset, se)
+			return fmt.Errorf("%w: malformed JSON at byte %d: %v", api.ErrBadRequest, se.Offset, se)
 		case errors.Is(err, io.ErrUnexpectedEOF):
-			return fmt.Errorf("%w: malformed JSON: unexpected end", errBadRequest)
+			return fmt.Errorf("%w: malformed JSON: unexpected end", api.ErrBadRequest)
 		}
-		return fmt.Errorf("%w: %v", errBadRequest, err)
+		return fmt.Errorf("%w: %v", api.ErrBadRequest, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("%w: data after the JSON object", errBadRequest)
+		return fmt.Errorf("%w: data after the JSON object", api.ErrBadRequest)
 	}
 	return nil
 }
@@ -161,14 +156,14 @@ func jsonKind(k string) string {
 // are.
 func checkRunID(id string) error {
 	if len(id) > maxRunIDLen {
-		return fmt.Errorf("%w: run id of %d bytes, the limit is %d", errBadRequest, len(id), maxRunIDLen)
+		return fmt.Errorf("%w: run id of %d bytes, the limit is %d", api.ErrBadRequest, len(id), maxRunIDLen)
 	}
 	if id == "." || id == ".." {
-		return fmt.Errorf("%w: run id %q", errBadRequest, id)
+		return fmt.Errorf("%w: run id %q", api.ErrBadRequest, id)
 	}
 	for _, c := range []byte(id) {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
-			return fmt.Errorf("%w: run id %q: use letters, digits and - _ . : only", errBadRequest, id)
+			return fmt.Errorf("%w: run id %q: use letters, digits and - _ . : only", api.ErrBadRequest, id)
 		}
 	}
 	return nil
@@ -205,14 +200,14 @@ func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	p := &store.ListRunsParams{Workflow: q.Get("workflow"), Status: store.RunStatus(q.Get("status")), Before: q.Get("before")}
 	if p.Status != "" && !p.Status.Valid() {
-		httpError(w, fmt.Errorf("%w: status=%q: want pending, running, completed, failed or cancelled", errBadRequest, p.Status))
+		httpError(w, fmt.Errorf("%w: status=%q: want pending, running, completed, failed or cancelled", api.ErrBadRequest, p.Status))
 		return
 	}
 	limit := defaultRunsLimit
 	if v, ok := q["limit"]; ok {
 		n, err := strconv.Atoi(v[0])
 		if err != nil || n < 1 || n > maxRunsLimit {
-			httpError(w, fmt.Errorf("%w: limit=%q: want a whole number from 1 to %d", errBadRequest, v[0], maxRunsLimit))
+			httpError(w, fmt.Errorf("%w: limit=%q: want a whole number from 1 to %d", api.ErrBadRequest, v[0], maxRunsLimit))
 			return
 		}
 		limit = n
@@ -221,13 +216,13 @@ func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
 	p.Limit = limit + 1
 	runs, err := s.store.ListRuns(r.Context(), p)
 	if errors.Is(err, store.ErrNotFound) && p.Before != "" {
-		err = fmt.Errorf("%w: before=%q names no run", errBadRequest, p.Before)
+		err = fmt.Errorf("%w: before=%q names no run", api.ErrBadRequest, p.Before)
 	}
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	out := RunList{Runs: make([]Run, 0, min(len(runs), limit))}
+	out := api.RunList{Runs: make([]api.Run, 0, min(len(runs), limit))}
 	for i, run := range runs {
 		if i == limit {
 			out.NextCursor = runs[limit-1].ID
@@ -267,7 +262,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if v, ok := q["after"]; ok {
 		after, err = strconv.ParseInt(v[0], 10, 64)
 		if err != nil || after < 0 {
-			httpError(w, fmt.Errorf("%w: after=%q: want an event seq (a whole number, 0 or more)", errBadRequest, v[0]))
+			httpError(w, fmt.Errorf("%w: after=%q: want an event seq (a whole number, 0 or more)", api.ErrBadRequest, v[0]))
 			return
 		}
 	}
@@ -277,7 +272,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	out := EventList{Events: make([]Event, len(events))}
+	out := api.EventList{Events: make([]api.Event, len(events))}
 	for i := range events {
 		out.Events[i] = eventJSON(&events[i])
 	}
@@ -332,9 +327,9 @@ func (s *Server) handleStreams(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	out := StreamList{Streams: make([]StreamInfo, len(infos))}
+	out := api.StreamList{Streams: make([]api.StreamInfo, len(infos))}
 	for i, in := range infos {
-		out.Streams[i] = StreamInfo{
+		out.Streams[i] = api.StreamInfo{
 			Name: in.Name, Path: in.Path, ContentType: in.ContentType,
 			NextOffset: in.NextOffset, Closed: in.Closed, CreatedAt: in.CreatedAt.UTC(),
 		}
@@ -348,7 +343,7 @@ func (s *Server) handleWorkflows(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, WorkflowList{Workflows: s.e.Workflows()})
+	writeJSON(w, http.StatusOK, api.WorkflowList{Workflows: s.e.Workflows()})
 }
 
 // handleUnknown answers every path nothing else serves.
@@ -366,7 +361,7 @@ func (s *Server) handleUnknown(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(allow) > 0 {
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		httpError(w, fmt.Errorf("%w: %s %s: this path takes %s", errMethod, r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		httpError(w, fmt.Errorf("%w: %s %s: this path takes %s", api.ErrMethod, r.Method, r.URL.Path, strings.Join(allow, ", ")))
 		return
 	}
 	httpError(w, fmt.Errorf("%w: %s", errUnknownPath, r.URL.Path))
@@ -377,7 +372,7 @@ func (s *Server) handleUnknown(w http.ResponseWriter, r *http.Request) {
 func parseQuery(r *http.Request, known ...string) (url.Values, error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return nil, fmt.Errorf("%w: malformed query: %v", errBadRequest, err)
+		return nil, fmt.Errorf("%w: malformed query: %v", api.ErrBadRequest, err)
 	}
 	for k, v := range q {
 		ok := false
@@ -386,12 +381,12 @@ func parseQuery(r *http.Request, known ...string) (url.Values, error) {
 		}
 		if !ok {
 			if len(known) == 0 {
-				return nil, fmt.Errorf("%w: unknown query parameter %q: this endpoint takes none", errBadRequest, k)
+				return nil, fmt.Errorf("%w: unknown query parameter %q: this endpoint takes none", api.ErrBadRequest, k)
 			}
-			return nil, fmt.Errorf("%w: unknown query parameter %q: want %s", errBadRequest, k, strings.Join(known, ", "))
+			return nil, fmt.Errorf("%w: unknown query parameter %q: want %s", api.ErrBadRequest, k, strings.Join(known, ", "))
 		}
 		if len(v) > 1 {
-			return nil, fmt.Errorf("%w: query parameter %q given %d times", errBadRequest, k, len(v))
+			return nil, fmt.Errorf("%w: query parameter %q given %d times", api.ErrBadRequest, k, len(v))
 		}
 	}
 	return q, nil
@@ -417,7 +412,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	case errors.As(err, &mbe):
 		return nil, fmt.Errorf("%w: body over the limit of %d bytes", store.ErrTooLarge, limit)
 	case err != nil:
-		return nil, fmt.Errorf("%w: reading the body: %v", errBadRequest, err)
+		return nil, fmt.Errorf("%w: reading the body: %v", api.ErrBadRequest, err)
 	}
 	return b, nil
 }

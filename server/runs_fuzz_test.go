@@ -12,12 +12,13 @@ import (
 	"testing"
 
 	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store/sqlitestore"
 )
 
 // FuzzStartRun feeds POST /v1/runs arbitrary bodies (and an optional
 // Idempotency-Key): the parser either accepts a body it can vouch for or
-// refuses it with errBadRequest and a one-line reason, and the handler never
+// refuses it with api.ErrBadRequest and a one-line reason, and the handler never
 // answers 5xx nor anything but a one-line error.
 func FuzzStartRun(f *testing.F) {
 	for _, seed := range []struct{ body, key string }{
@@ -55,8 +56,8 @@ func FuzzStartRun(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, key string) {
 		req, err := parseStartRequest(body)
 		if err != nil {
-			if !errors.Is(err, errBadRequest) {
-				t.Fatalf("parse error %v does not match errBadRequest", err)
+			if !errors.Is(err, api.ErrBadRequest) {
+				t.Fatalf("parse error %v does not match api.ErrBadRequest", err)
 			}
 			if strings.ContainsAny(err.Error(), "\n\r") {
 				t.Fatalf("parse error is not one line: %q", err)
@@ -84,7 +85,7 @@ func FuzzStartRun(f *testing.F) {
 			if err != nil {
 				t.Fatalf("handler started a run the parser refused: %v", err)
 			}
-			var run Run
+			var run api.Run
 			if jerr := json.Unmarshal(w.Body.Bytes(), &run); jerr != nil || run.ID == "" || run.Workflow != req.Workflow {
 				t.Fatalf("reply %q: %v", w.Body.String(), jerr)
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/internal/demo"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/sqlitestore"
@@ -132,13 +133,13 @@ func checkOneLine(t *testing.T, r *reply) {
 }
 
 // start starts a run and returns it.
-func (s *testServer) start(body string, header ...string) Run {
+func (s *testServer) start(body string, header ...string) api.Run {
 	s.t.Helper()
 	r := s.do("POST", "/v1/runs", body, header...)
 	if r.status != http.StatusCreated && r.status != http.StatusOK {
 		s.t.Fatalf("start %s: %d %q", body, r.status, r.body)
 	}
-	var run Run
+	var run api.Run
 	r.decode(s.t, &run)
 	return run
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/internal/demo"
 	"github.com/weirhq/weir/store"
 )
@@ -13,7 +14,7 @@ import (
 func TestStartGetAndResult(t *testing.T) {
 	s := newTestServer(t, nil)
 	r := s.do("POST", "/v1/runs", `{"workflow":"echo","input":{"a": [1, 2]}}`, "Content-Type", "application/json").want(t, http.StatusCreated)
-	var run Run
+	var run api.Run
 	r.decode(t, &run)
 	if run.ID == "" || run.Workflow != "echo" || string(run.Input) != `{"a":[1,2]}` {
 		t.Fatalf("started %+v", run)
@@ -22,7 +23,7 @@ func TestStartGetAndResult(t *testing.T) {
 		t.Fatalf("Location %q", loc)
 	}
 	s.wait(run.ID)
-	var got Run
+	var got api.Run
 	s.do("GET", "/v1/runs/"+run.ID, "").want(t, http.StatusOK).decode(t, &got)
 	if got.Status != store.RunCompleted || string(got.Output) != `{"a":[1,2]}` {
 		t.Fatalf("got %+v", got)
@@ -35,7 +36,7 @@ func TestStartGetAndResult(t *testing.T) {
 func TestStartWithIDReturnsTheExistingRun(t *testing.T) {
 	s := newTestServer(t, nil)
 	s.do("POST", "/v1/runs", `{"workflow":"echo","input":1,"id":"job-1"}`).want(t, http.StatusCreated)
-	var again Run
+	var again api.Run
 	s.do("POST", "/v1/runs", `{"workflow":"echo","input":1,"id":"job-1"}`).want(t, http.StatusOK).decode(t, &again)
 	if again.ID != "job-1" {
 		t.Fatalf("id %q", again.ID)
@@ -47,7 +48,7 @@ func TestStartWithIDReturnsTheExistingRun(t *testing.T) {
 func TestStartIdempotencyKey(t *testing.T) {
 	s := newTestServer(t, nil)
 	body := `{"workflow":"echo","input":{"q":"x"}}`
-	var first, second Run
+	var first, second api.Run
 	s.do("POST", "/v1/runs", body, "Idempotency-Key", "k1").want(t, http.StatusCreated).decode(t, &first)
 	// Whitespace is not a difference.
 	s.do("POST", "/v1/runs", `{ "workflow": "echo", "input": { "q": "x" } }`, "Idempotency-Key", "k1").want(t, http.StatusOK).decode(t, &second)
@@ -59,7 +60,7 @@ func TestStartIdempotencyKey(t *testing.T) {
 		t.Fatalf("reason %q", r.body)
 	}
 	s.do("POST", "/v1/runs", `{"workflow":"block"}`, "Idempotency-Key", "k1").want(t, http.StatusUnprocessableEntity)
-	var other Run
+	var other api.Run
 	s.do("POST", "/v1/runs", body, "Idempotency-Key", "k2").want(t, http.StatusCreated).decode(t, &other)
 	if other.ID == first.ID {
 		t.Fatal("two keys, one run")
@@ -93,7 +94,7 @@ func TestListRunsPagesAndFilters(t *testing.T) {
 		if cursor != "" {
 			q += "&before=" + cursor
 		}
-		var page RunList
+		var page api.RunList
 		s.do("GET", q, "").want(t, http.StatusOK).decode(t, &page)
 		for _, r := range page.Runs {
 			got = append(got, r.ID)
@@ -115,7 +116,7 @@ func TestListRunsPagesAndFilters(t *testing.T) {
 		}
 	}
 
-	var blocks RunList
+	var blocks api.RunList
 	s.do("GET", "/v1/runs?workflow=block", "").want(t, http.StatusOK).decode(t, &blocks)
 	if len(blocks.Runs) != 2 || blocks.NextCursor != "" {
 		t.Fatalf("workflow filter: %+v", blocks)
@@ -125,12 +126,12 @@ func TestListRunsPagesAndFilters(t *testing.T) {
 			s.wait(id)
 		}
 	}
-	var done RunList
+	var done api.RunList
 	s.do("GET", "/v1/runs?status=completed&workflow=echo", "").want(t, http.StatusOK).decode(t, &done)
 	if len(done.Runs) != 5 {
 		t.Fatalf("status filter: %d runs", len(done.Runs))
 	}
-	var none RunList
+	var none api.RunList
 	s.do("GET", "/v1/runs?workflow=nope", "").want(t, http.StatusOK).decode(t, &none)
 	if none.Runs == nil || len(none.Runs) != 0 {
 		t.Fatalf("empty list %+v: want runs: []", none)
@@ -141,7 +142,7 @@ func TestEventsStreamsAndWorkflows(t *testing.T) {
 	s := newTestServer(t, nil)
 	run := s.start(`{"workflow":"demo.tokens","input":{"text":"one two three","fail_after":1}}`)
 	s.wait(run.ID)
-	var evs EventList
+	var evs api.EventList
 	s.do("GET", "/v1/runs/"+run.ID+"/events", "").want(t, http.StatusOK).decode(t, &evs)
 	var types []string
 	for i, ev := range evs.Events {
@@ -153,13 +154,13 @@ func TestEventsStreamsAndWorkflows(t *testing.T) {
 	if types[0] != "run_started" || types[len(types)-1] != "run_completed" || !strings.Contains(strings.Join(types, " "), "step_failed") {
 		t.Fatalf("events %v", types)
 	}
-	var tail EventList
+	var tail api.EventList
 	s.do("GET", fmt.Sprintf("/v1/runs/%s/events?after=%d", run.ID, len(evs.Events)-1), "").want(t, http.StatusOK).decode(t, &tail)
 	if len(tail.Events) != 1 || tail.Events[0].Type != store.EventRunCompleted {
 		t.Fatalf("after: %+v", tail)
 	}
 
-	var sl StreamList
+	var sl api.StreamList
 	s.do("GET", "/v1/runs/"+run.ID+"/streams", "").want(t, http.StatusOK).decode(t, &sl)
 	found := false
 	for _, st := range sl.Streams {
@@ -174,7 +175,7 @@ func TestEventsStreamsAndWorkflows(t *testing.T) {
 		t.Fatalf("streams %+v", sl)
 	}
 
-	var wl WorkflowList
+	var wl api.WorkflowList
 	s.do("GET", "/v1/workflows", "").want(t, http.StatusOK).decode(t, &wl)
 	if strings.Join(wl.Workflows, ",") != "block,demo.tokens,echo" {
 		t.Fatalf("workflows %v", wl.Workflows)
@@ -184,7 +185,7 @@ func TestEventsStreamsAndWorkflows(t *testing.T) {
 func TestCancel(t *testing.T) {
 	s := newTestServer(t, nil)
 	run := s.start(`{"workflow":"block"}`)
-	var got Run
+	var got api.Run
 	s.do("POST", "/v1/runs/"+run.ID+"/cancel", "").want(t, http.StatusAccepted).decode(t, &got)
 	if !got.CancelRequested {
 		t.Fatalf("after cancel: %+v", got)

@@ -9,15 +9,14 @@ package server
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
-	"github.com/weirhq/weir/stream"
 )
 
 // Config configures a Server. The zero value is valid.
@@ -114,54 +113,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // streamPrefix is where the Durable Streams protocol is served.
 const streamPrefix = "/v1/stream/"
 
-// httpError writes a one-line plain-text error with the status err maps to.
+// httpError writes a one-line plain-text error with the status and wire code
+// err maps to (api.Errors: the one table that does).
 func httpError(w http.ResponseWriter, err error) {
-	status := statusOf(err)
+	e, _ := api.Lookup(err)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
+	w.Header().Set(api.ErrorHeader, e.Code)
+	w.WriteHeader(e.Status)
 	msg := err.Error()
-	if status == http.StatusInternalServerError {
+	if e.Status == http.StatusInternalServerError {
 		msg = "internal error"
 	}
 	_, _ = w.Write([]byte(strings.ReplaceAll(msg, "\n", " ") + "\n"))
 }
-
-// statusOf maps an error to its HTTP status: the one place that does.
-func statusOf(err error) int {
-	var fe *stream.FencedError
-	switch {
-	case errors.As(err, &fe), errors.Is(err, stream.ErrFenced), errors.Is(err, stream.ErrStaleEpoch):
-		return http.StatusForbidden
-	case errors.Is(err, errConflict):
-		return http.StatusConflict
-	case errors.Is(err, store.ErrGone):
-		return http.StatusGone
-	case errors.Is(err, store.ErrNotFound), errors.Is(err, stream.ErrUnknownWriter), errors.Is(err, weir.ErrUnknownWorkflow):
-		return http.StatusNotFound
-	case errors.Is(err, stream.ErrConflict), errors.Is(err, errKeyReused), errors.Is(err, store.ErrKeyReused):
-		return http.StatusUnprocessableEntity
-	case errors.Is(err, stream.ErrGap), errors.Is(err, stream.ErrClosed), errors.Is(err, stream.ErrWriterFinished),
-		errors.Is(err, stream.ErrMode), errors.Is(err, store.ErrRunConflict),
-		errors.Is(err, stream.ErrProducerGap), errors.Is(err, stream.ErrStreamSeq):
-		return http.StatusConflict
-	case errors.Is(err, store.ErrTooLarge):
-		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, store.ErrInvalid), errors.Is(err, errBadRequest), errors.Is(err, stream.ErrEpochSeq):
-		return http.StatusBadRequest
-	case errors.Is(err, errUnauthorized):
-		return http.StatusUnauthorized
-	case errors.Is(err, errMethod):
-		return http.StatusMethodNotAllowed
-	case errors.Is(err, store.ErrClosedStore), errors.Is(err, weir.ErrEngineClosed):
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
-
-var (
-	// errBadRequest marks malformed requests (400).
-	errBadRequest = errors.New("bad request")
-	// errUnauthorized marks a missing or wrong bearer token (401).
-	errUnauthorized = errors.New("unauthorized")
-)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
 )
@@ -26,11 +27,6 @@ import (
 //
 // Locks: the handler holds none of its own while it reads a body or writes a
 // reply; the store serializes each write in its own transaction.
-
-// errConflict marks a request that conflicts with the stream's state (409):
-// another configuration, another content type, a soft-deleted fork source,
-// a request with the same Idempotency-Key still in flight.
-var errConflict = errors.New("conflict")
 
 // runsPrefix is where run streams live: read-only over HTTP.
 const runsPrefix = "runs/"
@@ -107,7 +103,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPut, http.MethodPost, http.MethodDelete:
 		if readOnly {
 			h.Set("Allow", "GET, HEAD, OPTIONS")
-			s.streamError(w, fmt.Errorf("%w: %s: run streams are written by their run; over HTTP they are read-only", errMethod, r.Method))
+			s.streamError(w, fmt.Errorf("%w: %s: run streams are written by their run; over HTTP they are read-only", api.ErrMethod, r.Method))
 			return
 		}
 		switch r.Method {
@@ -120,7 +116,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		}
 	default:
 		h.Set("Allow", corsAllowMethods)
-		s.streamError(w, fmt.Errorf("%w: %s", errMethod, r.Method))
+		s.streamError(w, fmt.Errorf("%w: %s", api.ErrMethod, r.Method))
 	}
 }
 
@@ -156,7 +152,7 @@ func (s *Server) lookup(ctx context.Context, path string, now time.Time) (*store
 // ignored, as the protocol wants (extensions add some).
 func wellFormedQuery(r *http.Request) error {
 	if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
-		return fmt.Errorf("%w: malformed query: %v", errBadRequest, err)
+		return fmt.Errorf("%w: malformed query: %v", api.ErrBadRequest, err)
 	}
 	return nil
 }
@@ -233,38 +229,17 @@ func (s *Server) streamError(w http.ResponseWriter, err error) {
 	httpError(w, err)
 }
 
-// rejected counts a refused write by reason, for /metrics.
+// rejected counts a refused write by its reason (api.Errors), for /metrics.
 func (s *Server) rejected(err error) {
 	if s.metrics == nil {
 		return
 	}
-	var reason string
-	switch {
-	case errors.Is(err, stream.ErrFenced), errors.Is(err, stream.ErrStaleEpoch):
+	e, _ := api.Lookup(err)
+	switch e.Reason {
+	case "":
+	case "fenced":
 		s.metrics.streamFenced()
-		return
-	case errors.Is(err, stream.ErrGap):
-		reason = "gap"
-	case errors.Is(err, stream.ErrConflict):
-		reason = "conflict"
-	case errors.Is(err, stream.ErrClosed):
-		reason = "closed"
-	case errors.Is(err, stream.ErrWriterFinished):
-		reason = "finished"
-	case errors.Is(err, stream.ErrMode):
-		reason = "mode"
-	case errors.Is(err, stream.ErrProducerGap), errors.Is(err, stream.ErrEpochSeq):
-		reason = "producer_seq"
-	case errors.Is(err, stream.ErrStreamSeq):
-		reason = "stream_seq"
-	case errors.Is(err, store.ErrKeyReused):
-		reason = "key_reused"
-	case errors.Is(err, store.ErrTooLarge):
-		reason = "too_large"
-	case errors.Is(err, errConflict):
-		reason = "conflict"
 	default:
-		return
+		s.metrics.streamRejected(e.Reason)
 	}
-	s.metrics.streamRejected(reason)
 }

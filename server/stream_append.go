@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
 )
@@ -61,7 +62,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, path strin
 	}
 	closeOnly := len(body) == 0 && wh.close
 	if len(body) == 0 && !wh.close {
-		s.streamError(w, fmt.Errorf("%w: empty body: an append needs bytes (or Stream-Closed: true to close)", errBadRequest))
+		s.streamError(w, fmt.Errorf("%w: empty body: an append needs bytes (or Stream-Closed: true to close)", api.ErrBadRequest))
 		return
 	}
 	p := &store.AppendParams{StreamID: info.ID, Producer: wh.producer, StreamSeq: wh.streamSeq, Close: wh.close, Now: now}
@@ -70,14 +71,14 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, path strin
 	}
 	if !closeOnly {
 		if !wh.hasCT {
-			s.streamError(w, fmt.Errorf("%w: an append needs a Content-Type", errBadRequest))
+			s.streamError(w, fmt.Errorf("%w: an append needs a Content-Type", api.ErrBadRequest))
 			return
 		}
 		// On a closed stream the store answers (409 Stream-Closed, or the
 		// closing request's retry), whatever the content type.
 		if !info.Closed && mediaType(wh.contentType) != mediaType(info.ContentType) {
-			s.rejected(errConflict)
-			s.streamError(w, fmt.Errorf("%w: content type %s, the stream's is %s", errConflict, mediaType(wh.contentType), mediaType(info.ContentType)))
+			s.rejected(api.ErrConflict)
+			s.streamError(w, fmt.Errorf("%w: content type %s, the stream's is %s", api.ErrConflict, mediaType(wh.contentType), mediaType(info.ContentType)))
 			return
 		}
 		if p.Chunks, err = bodyChunks(info.ContentType, wh, body); err != nil {
@@ -89,8 +90,8 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, path strin
 	if wh.idemKey != "" {
 		k := inflightKey{info.ID, wh.idemKey}
 		if !s.ds.begin(k) {
-			s.rejected(errConflict)
-			s.streamError(w, fmt.Errorf("%w: a request with this Idempotency-Key is still in flight", errConflict))
+			s.rejected(api.ErrConflict)
+			s.streamError(w, fmt.Errorf("%w: a request with this Idempotency-Key is still in flight", api.ErrInFlight))
 			return
 		}
 		defer s.ds.end(k)
@@ -149,14 +150,14 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, path strin
 func bodyChunks(contentType string, wh *writeHeaders, body []byte) ([][]byte, error) {
 	if isJSONType(contentType) {
 		if wh.framed {
-			return nil, fmt.Errorf("%w: Weir-Framing is for byte streams; a JSON stream's chunks are the array's elements", errBadRequest)
+			return nil, fmt.Errorf("%w: Weir-Framing is for byte streams; a JSON stream's chunks are the array's elements", api.ErrBadRequest)
 		}
 		vals, err := jsonValues(body)
 		if err != nil {
 			return nil, err
 		}
 		if len(vals) == 0 {
-			return nil, fmt.Errorf("%w: an empty JSON array appends nothing", errBadRequest)
+			return nil, fmt.Errorf("%w: an empty JSON array appends nothing", api.ErrBadRequest)
 		}
 		if len(vals) > store.MaxAppendChunks {
 			return nil, fmt.Errorf("%w: %d values in one append, the limit is %d", store.ErrTooLarge, len(vals), store.MaxAppendChunks)
@@ -206,7 +207,7 @@ func requestDigest(wh *writeHeaders, body []byte) []byte {
 // before).
 func (s *Server) finishWriter(w http.ResponseWriter, r *http.Request, info *store.StreamInfo, wh *writeHeaders, body []byte) {
 	if len(body) > 0 {
-		s.streamError(w, fmt.Errorf("%w: Weir-Commit and Weir-Abort take an empty body", errBadRequest))
+		s.streamError(w, fmt.Errorf("%w: Weir-Commit and Weir-Abort take an empty body", api.ErrBadRequest))
 		return
 	}
 	res, err := s.store.FinishWriter(r.Context(), &store.FinishWriterParams{StreamID: info.ID, Writer: wh.writer, Attempt: wh.attempt, Commit: wh.commit})

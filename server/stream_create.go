@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
 )
 
@@ -32,7 +33,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, path strin
 	existing, err := s.lookup(ctx, path, now)
 	switch {
 	case errors.Is(err, store.ErrGone):
-		s.streamError(w, fmt.Errorf("%w: %w", errConflict, err))
+		s.streamError(w, fmt.Errorf("%w: %w", api.ErrConflict, err))
 		return
 	case err == nil:
 		s.createdReply(w, r, existing, ch, false)
@@ -47,14 +48,14 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, path strin
 		src, err := s.lookup(ctx, ch.forkedFrom, now)
 		switch {
 		case errors.Is(err, store.ErrGone):
-			s.streamError(w, fmt.Errorf("%w: fork source: %w", errConflict, err))
+			s.streamError(w, fmt.Errorf("%w: fork source: %w", api.ErrConflict, err))
 			return
 		case err != nil:
 			s.streamError(w, fmt.Errorf("fork source: %w", err))
 			return
 		}
 		if ch.contentType != "" && mediaType(ch.contentType) != mediaType(src.ContentType) {
-			s.streamError(w, fmt.Errorf("%w: content type %s differs from the fork source's %s", errConflict,
+			s.streamError(w, fmt.Errorf("%w: content type %s differs from the fork source's %s", api.ErrConflict,
 				mediaType(ch.contentType), mediaType(src.ContentType)))
 			return
 		}
@@ -82,7 +83,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, path strin
 	info, created, err := s.store.CreateStream(ctx, p)
 	if err != nil {
 		if errors.Is(err, store.ErrGone) {
-			err = fmt.Errorf("%w: fork source: %w", errConflict, err)
+			err = fmt.Errorf("%w: fork source: %w", api.ErrConflict, err)
 		}
 		s.streamError(w, err)
 		return
@@ -95,11 +96,11 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, path strin
 func (s *Server) createdReply(w http.ResponseWriter, r *http.Request, info *store.StreamInfo, ch *createHeaders, created bool) {
 	if !created {
 		if info.Deleted {
-			s.streamError(w, fmt.Errorf("%w: the stream at this path was deleted; its forks live on", errConflict))
+			s.streamError(w, fmt.Errorf("%w: the stream at this path was deleted; its forks live on", api.ErrConflict))
 			return
 		}
 		if why := configDiffers(info, ch); why != "" {
-			s.streamError(w, fmt.Errorf("%w: a stream exists at this path with another configuration: %s", errConflict, why))
+			s.streamError(w, fmt.Errorf("%w: a stream exists at this path with another configuration: %s", api.ErrConflict, why))
 			return
 		}
 	}

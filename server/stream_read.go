@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
 )
@@ -174,7 +175,7 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request, path string)
 		from = info.NextOffset
 	}
 	if from > info.NextOffset {
-		s.streamError(w, fmt.Errorf("%w: offset %s is past the stream's end %s", errBadRequest, formatOffset(from), formatOffset(info.NextOffset)))
+		s.streamError(w, fmt.Errorf("%w: offset %s is past the stream's end %s", api.ErrBadRequest, formatOffset(from), formatOffset(info.NextOffset)))
 		return
 	}
 	rd := newReader(s.store, info.ID, q, from)
@@ -440,7 +441,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, info *store.St
 			h.Set("Weir-Aborted-At", formatOffset(pg.abort.Offset))
 			h.Set("Stream-Next-Offset", formatOffset(pg.next))
 			s.streamError(w, fmt.Errorf("%w: the abort record at offset %d voids data of writer %q that this live reader already got: re-read (view=committed or format=ndjson never see voided bytes)",
-				errConflict, pg.abort.Offset, pg.abort.Writer))
+				api.ErrConflict, pg.abort.Offset, pg.abort.Writer))
 			return
 		}
 		if len(pg.recs) > 0 {

@@ -294,7 +294,7 @@ func TestConcurrentIdempotentRequestsAppendOnce(t *testing.T) {
 	}
 }
 
-// Run streams are Durable Streams: readable at /v1/stream/runs/<run>/<name>
+// api.Run streams are Durable Streams: readable at /v1/stream/runs/<run>/<name>
 // (committed by default: a retried step's chunks once), never writable.
 func TestRunStreamsAreReadOnlyDurableStreams(t *testing.T) {
 	d := newDSServer(t, nil)

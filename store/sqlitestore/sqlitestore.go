@@ -291,9 +291,10 @@ type Error struct {
 
 func (e *Error) Error() string { return "sqlite: " + e.msg }
 
-// Busy reports whether the error is a lock that another connection held for
-// longer than Config.BusyTimeout: retrying may succeed.
-func (e *Error) Busy() bool {
+// Temporary reports whether retrying may succeed: the error is a lock that
+// another connection held for longer than Config.BusyTimeout. (Every backend's
+// errors answer Temporary; package api's Retryable asks it.)
+func (e *Error) Temporary() bool {
 	c := e.Code & 0xff
 	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
 }

@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 	"github.com/weirhq/weir/store"
 )
 
-// The runs API's JSON bodies. Package client uses these same types.
+// The runs API's JSON bodies, for the server and its clients alike.
 
 // StartRequest is the body of POST /v1/runs.
 type StartRequest struct {
@@ -81,49 +81,4 @@ type StreamList struct {
 // WorkflowList is the reply of GET /v1/workflows.
 type WorkflowList struct {
 	Workflows []string `json:"workflows"`
-}
-
-// runJSON converts a store run.
-func runJSON(r *store.Run) Run {
-	out := Run{
-		ID:              r.ID,
-		Workflow:        r.Workflow,
-		Status:          r.Status,
-		Input:           rawJSON(r.Input),
-		Output:          rawJSON(r.Output),
-		Error:           r.Error,
-		CreatedAt:       r.CreatedAt.UTC(),
-		UpdatedAt:       r.UpdatedAt.UTC(),
-		CancelRequested: r.CancelRequested,
-	}
-	if !r.WakeAt.IsZero() && !r.Status.Terminal() && r.WakeAt.After(r.UpdatedAt) {
-		t := r.WakeAt.UTC()
-		out.WakeAt = &t
-	}
-	return out
-}
-
-func eventJSON(ev *store.Event) Event {
-	out := Event{
-		Seq: ev.Seq, Type: ev.Type, Op: ev.Op, Name: ev.Name, Attempt: ev.Attempt,
-		Data: rawJSON(ev.Data), Error: ev.Error, Final: ev.Final, At: ev.At.UTC(),
-	}
-	if !ev.WakeAt.IsZero() {
-		t := ev.WakeAt.UTC()
-		out.WakeAt = &t
-	}
-	return out
-}
-
-// rawJSON passes JSON through as it is, and anything else (bytes a program
-// stored without the SDK's encoding) as a JSON string.
-func rawJSON(b []byte) json.RawMessage {
-	if len(b) == 0 {
-		return nil
-	}
-	if json.Valid(b) {
-		return b
-	}
-	s, _ := json.Marshal(string(b))
-	return s
 }
