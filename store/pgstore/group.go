@@ -49,6 +49,10 @@ type group struct {
 
 var _ apply.Tx = (*group)(nil)
 
+// testHookLocked, if set (by tests only), runs after a group's first round
+// trip when it holds run locks.
+var testHookLocked func()
+
 type fenceKey struct{ run, writer string }
 type prodKey struct {
 	stream int64
@@ -125,6 +129,9 @@ func (g *group) run() (err error) {
 	g.x = x
 	if err := g.lockAndRead(); err != nil {
 		return err
+	}
+	if testHookLocked != nil && len(g.runs) > 0 {
+		testHookLocked() // the process tests freeze here, holding run locks
 	}
 	if err := g.loadWriters(); err != nil {
 		return err

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	neturl "net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,6 +72,20 @@ type Config struct {
 	// failure or deadlock. Defaults to 10s; a negative value disables
 	// retries.
 	RetryFor time.Duration
+	// IdleInTransactionTimeout is the server's idle_in_transaction_session_timeout
+	// for the store's connections: a process frozen (SIGSTOP, a debugger, a
+	// VM paused) between the round trips of a transaction loses its
+	// connection after it, and with it the row locks it holds, so that
+	// another process can take its runs over once their leases expire.
+	// Keep it below the engine's lease (weir.Config.LeaseTTL, 15s by
+	// default). Defaults to 5s; a negative value leaves the server's
+	// setting. A URL that sets idle_in_transaction_session_timeout wins.
+	IdleInTransactionTimeout time.Duration
+	// StatementTimeout is the server's statement_timeout for the store's
+	// connections: no statement holds its locks longer, whatever happens to
+	// the process that sent it. Defaults to 10s; a negative value leaves the
+	// server's setting. A URL that sets statement_timeout wins.
+	StatementTimeout time.Duration
 	// Now is the store's clock, for timestamps and leases. All processes on
 	// one database should have synchronized clocks. Defaults to time.Now.
 	Now func() time.Time
@@ -104,6 +120,12 @@ func (c *Config) WithDefaults() *Config {
 	}
 	if out.RetryFor == 0 {
 		out.RetryFor = 10 * time.Second
+	}
+	if out.IdleInTransactionTimeout == 0 {
+		out.IdleInTransactionTimeout = 5 * time.Second
+	}
+	if out.StatementTimeout == 0 {
+		out.StatementTimeout = 10 * time.Second
 	}
 	if out.Now == nil {
 		out.Now = time.Now
@@ -179,7 +201,7 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	if !strings.Contains(url, "pool_max_conns") {
 		pc.MaxConns = cfg.MaxConns
 	}
-	for k, v := range sessionSettings {
+	for k, v := range cfg.sessionSettings() {
 		if _, ok := pc.ConnConfig.RuntimeParams[k]; !ok {
 			pc.ConnConfig.RuntimeParams[k] = v
 		}
@@ -212,6 +234,20 @@ var sessionSettings = map[string]string{
 	"enable_mergejoin": "off",
 }
 
+// sessionSettings are sessionSettings with the timeouts of c.
+func (c *Config) sessionSettings() map[string]string {
+	out := maps.Clone(sessionSettings)
+	for k, d := range map[string]time.Duration{
+		"idle_in_transaction_session_timeout": c.IdleInTransactionTimeout,
+		"statement_timeout":                   c.StatementTimeout,
+	} {
+		if d > 0 {
+			out[k] = strconv.FormatInt(max(d.Milliseconds(), 1), 10)
+		}
+	}
+	return out
+}
+
 // schemaParam removes the schema parameter from a postgres:// URL.
 func schemaParam(raw string) (string, string, error) {
 	if !strings.HasPrefix(raw, "postgres://") && !strings.HasPrefix(raw, "postgresql://") {
@@ -235,8 +271,9 @@ func schemaParam(raw string) (string, string, error) {
 // The caller keeps the pool: Close leaves it open. cfg.MaxConns is ignored.
 // Open gives its connections the settings that keep the store's plans cheap
 // and index-driven (plan_cache_mode, enable_seqscan, enable_hashjoin,
-// enable_mergejoin: see sessionSettings); a pool given to New should have
-// them too.
+// enable_mergejoin: see sessionSettings) and the timeouts that free a frozen
+// process's locks (Config.IdleInTransactionTimeout, StatementTimeout); a
+// pool given to New should have them too.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", store.ErrInvalid)

@@ -31,6 +31,7 @@ const (
 	envWorkerSchema = "WEIR_TEST_PG_WORKER_SCHEMA"
 	envWorkerDelay  = "WEIR_TEST_PG_WORKER_DELAY"
 	envWorkerLease  = "WEIR_TEST_PG_WORKER_LEASE"
+	envWorkerFreeze = "WEIR_TEST_PG_WORKER_FREEZE"
 )
 
 // registerProcessWorkflows registers the workflow the processes run: a
@@ -132,6 +133,17 @@ func TestPGWorkerProcess(t *testing.T) {
 		return n, err
 	})
 	registerProcessWorkflows(e, progress, delay)
+	if os.Getenv(envWorkerFreeze) != "" {
+		// Freeze the whole process in the middle of a group commit, with
+		// the transaction open and a run's row locked.
+		var once sync.Once
+		pgstore.SetLockedHook(func() {
+			once.Do(func() {
+				fmt.Fprintln(progress, "freezing")
+				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			})
+		})
+	}
 	if err := e.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -152,11 +164,12 @@ type worker struct {
 	done  bool
 }
 
-func startWorker(t testing.TB, schema string, delay, lease time.Duration) *worker {
+func startWorker(t testing.TB, schema string, delay, lease time.Duration, env ...string) *worker {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestPGWorkerProcess$", "-test.v=false", "-test.count=1")
 	cmd.Env = append(os.Environ(), envWorkerSchema+"="+schema, envWorkerDelay+"="+delay.String(), envWorkerLease+"="+lease.String(),
 		"WEIR_TEST_DATABASE_URL="+databaseURL())
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -456,4 +469,30 @@ func TestProcessesPostgresRestart(t *testing.T) {
 	t.Logf("restart %v after the start, server back at +%v; %d runs across it, %d with a second attempt; all %d ended by +%v",
 		cut.Sub(start).Round(time.Millisecond), after.Sub(start).Round(time.Millisecond), across, retried, runs,
 		time.Since(start).Round(time.Millisecond))
+}
+
+// A worker frozen (SIGSTOP) between the two round trips of a group commit
+// holds its transaction open, and with it a run's row lock, which rival
+// claims skip (SKIP LOCKED). The server ends that transaction after
+// Config.IdleInTransactionTimeout, below the lease: once the lease expires
+// another worker takes the run over and completes it, each chunk once.
+func TestProcessesFrozenInATransactionIsTakenOver(t *testing.T) {
+	const (
+		chunks = 10
+		lease  = 2 * time.Second
+	)
+	h := newProcessHarness(t)
+	frozen := startWorker(t, h.schema, 0, lease, envWorkerFreeze+"=1")
+	frozen.waitFor(t, "ready", func(l []string) bool { return slices.Contains(l, "ready") })
+	ids := h.start(t, 1, chunks)
+	frozen.waitFor(t, "freeze", func(l []string) bool { return slices.Contains(l, "freezing") })
+	start := time.Now()
+	rival := startWorker(t, h.schema, 0, lease)
+	rival.waitFor(t, "ready", func(l []string) bool { return slices.Contains(l, "ready") })
+	h.waitAll(t, ids, 40*time.Second)
+	t.Logf("a run locked by a frozen worker was taken over and completed %v after the freeze", time.Since(start).Round(time.Millisecond))
+	h.check(t, ids, chunks)
+	if err := frozen.cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the frozen worker is gone (%v): the test froze nothing", err)
+	}
 }
