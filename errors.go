@@ -24,6 +24,10 @@ var (
 	ErrUnknownWorkflow = api.ErrUnknownWorkflow
 	// ErrRunFailed wraps the error of a run that failed, as Result returns it.
 	ErrRunFailed = errors.New("run failed")
+	// ErrWriterClosed is returned by a Writer used after its step returned
+	// or, for a workflow's writer (Context.Stream), after its run's
+	// execution ended: a writer does not outlive what it writes for.
+	ErrWriterClosed = errors.New("weir: stream writer closed: its step or run has ended")
 	// ErrEngineClosed is returned after Engine.Close.
 	ErrEngineClosed = api.ErrEngineClosed
 

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weirhq/weir/store"
@@ -78,7 +79,8 @@ type execution struct {
 	streams   map[string]int64 // stream name -> id, opened by this execution
 	wfSeq     map[string]int64 // workflow writer: next seq per stream
 
-	readOnly bool // Replay: run nothing, write nothing
+	readOnly bool        // Replay: run nothing, write nothing
+	ended    atomic.Bool // the workflow goroutine has exited
 
 	exit    exitReason
 	exitErr error
@@ -238,6 +240,7 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 		returned = true
 	}()
 	<-done
+	x.ended.Store(true)
 
 	switch {
 	case x.exit == exitPark:

@@ -20,9 +20,6 @@ const WorkflowWriterID = "workflow"
 // slabSize is the size of the buffers step writers copy chunks into.
 const slabSize = 256 << 10
 
-// errWriterClosed is returned by a write after the step ended.
-var errWriterClosed = errors.New("weir: stream writer closed: its step has ended")
-
 // Writer writes chunks to one stream of a run. Each Write is one chunk.
 //
 // From a step, writes are batched and sent in the background (see
@@ -97,7 +94,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 		return 0, w.err
 	}
 	if w.closing {
-		return 0, errWriterClosed
+		return 0, fmt.Errorf("write to %q: %w", w.name, ErrWriterClosed)
 	}
 	if len(w.pend) == 0 {
 		w.firstAt = time.Now()
@@ -249,6 +246,11 @@ func (w *Writer) send(first int64, chunks [][]byte) error {
 				StreamID: w.streamID, Writer: w.writer, Attempt: w.attempt, FirstSeq: first, Chunks: chunks,
 			})
 		}
+		if err != nil && w.ctx.Err() != nil {
+			// The step's context ended under the append: why it did is the
+			// error (a fence, a lost lease, a cancel), not the context's.
+			return context.Cause(w.ctx)
+		}
 		if err == nil || permanent(err) || time.Now().After(deadline) {
 			return err
 		}
@@ -302,6 +304,11 @@ func (x *execution) streamID(ctx context.Context, name string) (int64, error) {
 // retransmit; other bytes there mean the workflow is not deterministic.
 func (w *Writer) writeWorkflow(p []byte) (int, error) {
 	x := w.x
+	if x.ended.Load() {
+		// Used after its run's execution: leaving would unwind the
+		// caller's goroutine, which is not the workflow's.
+		return 0, fmt.Errorf("weir: write to %q: %w", w.name, ErrWriterClosed)
+	}
 	if x.readOnly {
 		return len(p), nil
 	}
