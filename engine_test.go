@@ -300,26 +300,41 @@ func TestWorkflowWritesAreCommittedAtOnce(t *testing.T) {
 
 func TestNonDeterminismFailsTheRun(t *testing.T) {
 	s, _ := openStore(t)
-	cfg := fastConfig()
-	cfg.ParkAfter = 10 * time.Millisecond
-	e := newEngine(t, s, cfg)
-	var execs atomic.Int32
-	wf := weir.Register(e, "nondet", func(ctx weir.Context, _ int) (int, error) {
-		name := "first"
-		if execs.Add(1) > 1 {
-			name = "renamed"
-		}
-		if _, err := weir.Step(ctx, name, func(sc weir.StepContext) (int, error) { return 1, nil }); err != nil {
+	// The first engine runs the code as it was: step "first", then a step
+	// that waits until the engine stops, which leaves the run to be resumed.
+	reached := make(chan struct{})
+	old := newEngine(t, s, fastConfig())
+	wf := weir.Register(old, "nondet", func(ctx weir.Context, _ int) (int, error) {
+		if _, err := weir.Step(ctx, "first", func(sc weir.StepContext) (int, error) { return 1, nil }); err != nil {
 			return 0, err
 		}
-		// A long sleep parks the run; its resume replays the code above.
-		weir.Sleep(ctx, 50*time.Millisecond)
-		return 1, nil
+		return weir.Step(ctx, "block", func(sc weir.StepContext) (int, error) {
+			close(reached)
+			<-sc.Done()
+			return 0, sc.Err()
+		})
+	})
+	if err := old.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := wf.Start(testCtx(t), 0, nil)
+	select {
+	case <-reached:
+	case <-testCtx(t).Done():
+		t.Fatal("the run never reached its second step")
+	}
+	if err := old.Close(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	// A new deployment renamed the first step: resuming replays it.
+	e := newEngine(t, s, fastConfig())
+	wf = weir.Register(e, "nondet", func(ctx weir.Context, _ int) (int, error) {
+		return weir.Step(ctx, "renamed", func(sc weir.StepContext) (int, error) { return 1, nil })
 	})
 	if err := e.Start(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	h, _ := wf.Start(testCtx(t), 0, nil)
+	h = wf.Handle(h.ID)
 	_, err := h.Result(testCtx(t))
 	if err == nil || !strings.Contains(err.Error(), `non-determinism at operation 1: the run's log has step "first", the code did step "renamed"`) {
 		t.Fatalf("Result err = %v; want a non-determinism error naming both steps", err)
@@ -343,7 +358,11 @@ func TestCancelAbortsTheRunningStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, _ := wf.Start(testCtx(t), 0, nil)
-	<-started
+	select {
+	case <-started:
+	case <-testCtx(t).Done():
+		t.Fatal("the step never started")
+	}
 	if err := e.Cancel(testCtx(t), h.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -454,8 +473,10 @@ func TestZombieAttemptIsFenced(t *testing.T) {
 	}
 	h, _ := wfA.Start(testCtx(t), 0, nil)
 	// Wait until A is the zombie (its heartbeat fails), then B takes over.
-	for !fs.renewFault.Load() {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(20 * time.Second); !fs.renewFault.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first attempt never wrote its third chunk")
+		}
 	}
 	cfgB := fastConfig()
 	cfgB.WorkerID = "B"

@@ -68,6 +68,11 @@ func (w *Workflow[In, Out]) Start(ctx context.Context, in In, opts *StartOptions
 	return &Handle[Out]{e: w.e, ID: r.ID}, nil
 }
 
+// Handle returns the handle of run id of w, for a run started before (by
+// another process, or before a restart). It does not look the run up:
+// Result returns ErrNotFound if there is none.
+func (w *Workflow[In, Out]) Handle(id string) *Handle[Out] { return &Handle[Out]{e: w.e, ID: id} }
+
 // StartRun starts a run of the workflow registered as name, with input
 // already encoded as JSON. created is false if opts.ID named an existing
 // run. Returns ErrUnknownWorkflow if this engine has no such workflow.

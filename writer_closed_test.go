@@ -35,7 +35,12 @@ func TestWorkflowWriterAfterTheRunEnded(t *testing.T) {
 	if _, err := h.Result(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	w := <-escaped
+	var w *weir.Writer
+	select {
+	case w = <-escaped:
+	default:
+		t.Fatal("the run ended without handing its writer out")
+	}
 	done := make(chan error, 1)
 	go func() {
 		_, err := w.WriteString("after")

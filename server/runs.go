@@ -401,10 +401,17 @@ func checkQuery(r *http.Request) error {
 	return err
 }
 
+// testHookReadingBody, if set (by tests only), runs when a handler begins
+// to read a request's body.
+var testHookReadingBody func()
+
 // readBody reads r's body up to limit bytes: 413 beyond it.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, fmt.Errorf("%w: body of %d bytes, the limit is %d", store.ErrTooLarge, r.ContentLength, limit)
+	}
+	if testHookReadingBody != nil {
+		testHookReadingBody()
 	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var mbe *http.MaxBytesError

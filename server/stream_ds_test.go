@@ -335,14 +335,25 @@ func TestDSStalledBodyHoldsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	reading := make(chan struct{}, 1)
+	testHookReadingBody = func() {
+		select {
+		case reading <- struct{}{}:
+		default:
+		}
+	}
+	t.Cleanup(func() { testHookReadingBody = nil })
 	fmt.Fprintf(conn, "POST /v1/stream/s HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\nonly ten b")
-	time.Sleep(50 * time.Millisecond)
-	start := time.Now()
+	select {
+	case <-reading: // the stalled request's handler is in its body
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stalled request never reached its handler")
+	}
+	testHookReadingBody = nil
+	// Each append would hang here (and fail at its client's timeout) if it
+	// waited on the stalled request.
 	for range 5 {
 		d.call("POST", "s", []byte("x"), "Content-Type", "text/plain").must(t, 204)
-	}
-	if time.Since(start) > time.Second {
-		t.Fatal("appends waited on the stalled request")
 	}
 	conn.Close()
 	if got := d.call("GET", "s", nil).String(); got != "xxxxx" {
@@ -375,13 +386,9 @@ func TestDSSSEClientThatNeverReads(t *testing.T) {
 	if line, err := bufio.NewReader(conn).ReadString('\n'); err != nil || !strings.Contains(line, "200") {
 		t.Fatalf("status line %q %v", line, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for d.srv.metrics.gauge(readerSSE).Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the SSE handler of a client that never reads did not end")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually(t, "the end of the SSE handler of a client that never reads", func() bool {
+		return d.srv.metrics.gauge(readerSSE).Load() == 0
+	})
 }
 
 // Drain ends live reads at once: a long-poll answers 204 (the client polls
@@ -400,7 +407,9 @@ func TestDSDrainEndsLiveReads(t *testing.T) {
 		}
 		sse <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	eventually(t, "a long-poll and an SSE reader waiting", func() bool {
+		return d.srv.metrics.gauge(readerLongPoll).Load() == 1 && d.srv.metrics.gauge(readerSSE).Load() == 1
+	})
 	d.srv.Drain()
 	select {
 	case r := <-done:

@@ -77,7 +77,10 @@ func (d *dsServer) call(method, path string, body []byte, hdr ...string) *dsRepl
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequest(method, d.ts.URL+streamPrefix+path, rd)
+	// Every call has a deadline: a request that hangs fails the test.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, d.ts.URL+streamPrefix+path, rd)
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -86,7 +89,7 @@ func (d *dsServer) call(method, path string, body []byte, hdr ...string) *dsRepl
 	}
 	resp, err := d.ts.Client().Do(req)
 	if err != nil {
-		d.t.Fatal(err)
+		d.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -211,3 +214,16 @@ func outcomes(acks []ackJSON) string {
 }
 
 func streamParams(path string) *store.OpenStreamParams { return &store.OpenStreamParams{Path: path} }
+
+// eventually waits up to 10 s for cond, looking every millisecond, and
+// fails the test with what it waited for.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -177,7 +177,7 @@ func TestCommittedLongPollWakesOnCommit(t *testing.T) {
 	d.weirAppend("s", "w", 1, 0, "pending")
 	done := make(chan *dsReply, 1)
 	go func() { done <- d.call("GET", "s?offset="+formatOffset(0)+"&live=long-poll", nil) }()
-	time.Sleep(50 * time.Millisecond)
+	eventually(t, "the long-poll waiting", func() bool { return d.srv.metrics.gauge(readerLongPoll).Load() == 1 })
 	d.call("POST", "s", []byte("anon"), "Content-Type", "text/plain").must(t, 204) // held back behind w
 	select {
 	case r := <-done:

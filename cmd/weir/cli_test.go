@@ -330,7 +330,16 @@ func TestServerShutdownDrainsAndLosesNothing(t *testing.T) {
 		resp.Body.Close()
 		polled <- resp.StatusCode
 	}()
-	time.Sleep(200 * time.Millisecond)
+	// Stop only once the long-poll waits at the tail (/metrics says so).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		_, metrics := do("GET", srv.url+"/metrics", "")
+		if strings.Contains(metrics, `weir_stream_open_readers{mode="long-poll"} 1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the long-poll never opened:\n%s", metrics)
+		}
+	}
 	if d := srv.stop(t); d > 10*time.Second {
 		t.Fatalf("the stop took %v with a long-poll open", d)
 	}

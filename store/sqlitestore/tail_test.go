@@ -60,7 +60,12 @@ func TestTailCacheFollowers(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- follow(0, batches*per) }()
 	}
-	time.Sleep(20 * time.Millisecond) // let the followers wait at the tail
+	// Let the followers wait at the tail first.
+	for deadline := time.Now().Add(10 * time.Second); s.Waiting(info.ID) < 16; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 16 followers wait at the tail after 10s", s.Waiting(info.ID))
+		}
+	}
 	for b := range batches {
 		chunks := make([][]byte, per)
 		for i := range chunks {

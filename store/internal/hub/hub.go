@@ -51,6 +51,16 @@ func (h *Hub[T]) Unsubscribe(id int64, w *Waiters[T]) {
 	}
 }
 
+// Waiting returns how many waiters stream id has.
+func (h *Hub[T]) Waiting(id int64) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w, ok := h.m[id]; ok {
+		return w.n
+	}
+	return 0
+}
+
 // Has reports whether stream id has waiters.
 func (h *Hub[T]) Has(id int64) bool {
 	h.mu.Lock()
