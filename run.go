@@ -84,7 +84,6 @@ type execution struct {
 
 	exit    exitReason
 	exitErr error
-	parkAt  time.Time
 }
 
 func (x *execution) load(events []store.Event) {

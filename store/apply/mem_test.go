@@ -25,10 +25,9 @@ type memTx struct {
 	events    map[string][]store.Event
 	log       map[int64][]stream.Record
 
-	loads   Reads // what the current request loaded
-	saves   int   // saves made by the current request
-	failAt  int   // the failAt-th save of a request fails (0: none)
-	errSave error
+	loads  Reads // what the current request loaded
+	saves  int   // saves made by the current request
+	failAt int   // the failAt-th save of a request fails (0: none)
 }
 
 var errInjected = errors.New("injected save failure")
