@@ -142,7 +142,7 @@ func parseBoolHeader(h http.Header, name string) (bool, error) {
 // Content types. The stored value is the raw header; comparisons use the
 // media type alone, lower-cased.
 
-const defaultContentType = "application/octet-stream"
+const defaultContentType = store.DefaultContentType
 
 // mediaType returns ct's media type, lower-cased, parameters dropped; empty
 // is application/octet-stream.

@@ -17,10 +17,11 @@ import (
 	"github.com/weirhq/weir/store/sqlitestore"
 )
 
-// dsServer is a Server on a real SQLite file, for the streams tests.
+// dsServer is a Server on a real store (a SQLite file unless a test picks
+// another), for the streams tests.
 type dsServer struct {
 	t   testing.TB
-	st  *sqlitestore.Store
+	st  store.Store
 	e   *weir.Engine
 	srv *Server
 	ts  *httptest.Server
@@ -29,11 +30,16 @@ type dsServer struct {
 // newDSServer starts a server; register workflows on e before starting runs.
 func newDSServer(t testing.TB, cfg *Config) *dsServer {
 	t.Helper()
-	ctx := context.Background()
-	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "weir.db"), &sqlitestore.Config{Synchronous: "OFF"})
+	st, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "weir.db"), &sqlitestore.Config{Synchronous: "OFF"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newDSServerOn(t, cfg, st)
+}
+
+// newDSServerOn starts a server on st, which it closes when t ends.
+func newDSServerOn(t testing.TB, cfg *Config, st store.Store) *dsServer {
+	t.Helper()
 	e, err := weir.New(st, &weir.Config{PollInterval: 10 * time.Millisecond, LeaseTTL: 500 * time.Millisecond,
 		Retry:  weir.RetryPolicy{InitialInterval: 5 * time.Millisecond, MaxInterval: 20 * time.Millisecond},
 		Logger: discardLogger()})
