@@ -181,6 +181,9 @@ type Store interface {
 	// Returns ErrNotFound.
 	TouchStream(ctx context.Context, p *TouchStreamParams) error
 
+	// WorldStore is the storage of weir's World (Vercel Workflow runs).
+	WorldStore
+
 	// Close releases the store; closing twice is harmless. Operations after it
 	// return ErrClosedStore.
 	Close() error
@@ -224,7 +227,13 @@ type Run struct {
 	LeaseExpires    time.Time
 	LeaseEpoch      int64 // incremented by every claim
 	CancelRequested bool
+	// Kind is "" for a run of an engine's workflow and KindWorld for a
+	// World run (package world), which no engine claims.
+	Kind string
 }
+
+// KindWorld is the Kind of a World run.
+const KindWorld = "world"
 
 // CreateRunParams creates a run.
 type CreateRunParams struct {
@@ -520,6 +529,9 @@ type AppendParams struct {
 	FirstSeq int64
 	// Chunks are the chunks; at least one, unless Close is set.
 	Chunks [][]byte
+	// Late lets a committed attempt go on writing (stream.AppendRequest):
+	// the World's step writers set it.
+	Late bool
 
 	// Producer is a Durable Streams idempotent producer's request. It needs
 	// an anonymous append (Writer empty): the producer rule replaces the

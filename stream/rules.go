@@ -92,6 +92,13 @@ type AppendRequest struct {
 	// it when a step's next attempt begins, so a zombie is fenced even before
 	// the new attempt wrote anything here. 0 means no fence.
 	Fence int64
+	// Late lets the attempt a writer committed go on writing after its
+	// commit: chunks at seq next(a) on are appended and committed at once
+	// (data records, then one commit record). A Vercel Workflow step's
+	// stream can outlive the step: the runtime pipes a returned stream
+	// after the step completed (docs/world.md). Other writers leave it off:
+	// a chunk after the commit is refused (ErrWriterFinished).
+	Late bool
 }
 
 // Append applies one append request of writer w to the stream h and returns
@@ -146,8 +153,11 @@ func Append(h *Head, w *Writer, req *AppendRequest) ([]Ack, []Record, error) {
 		if w.Status == WriterAborted || a > w.Attempt {
 			return nil, nil, fmt.Errorf("%w: writer %q is %s at attempt %d", ErrWriterFinished, w.ID, w.Status, w.Attempt)
 		}
-		if s < 0 {
+		if s < 0 || (req.Late && s > w.Next) {
 			return nil, nil, &GapError{Expected: w.Next, Got: s}
+		}
+		if req.Late && w.Status == WriterCommitted && s+int64(n) > w.Next {
+			return appendLate(h, w, req, digests)
 		}
 		for i, d := range digests {
 			q := s + int64(i)
@@ -216,6 +226,34 @@ func Append(h *Head, w *Writer, req *AppendRequest) ([]Ack, []Record, error) {
 		w.Next++
 		acks[i] = Ack{Offset: off, Outcome: Appended}
 	}
+	return acks, recs, nil
+}
+
+// appendLate appends chunks of a committed writer's attempt past next(a)
+// (AppendRequest.Late): the ones before next(a) must be retransmits; the rest
+// are appended and committed by one commit record.
+func appendLate(h *Head, w *Writer, req *AppendRequest, digests []Digest) ([]Ack, []Record, error) {
+	n, s := len(digests), req.FirstSeq
+	acks := make([]Ack, n)
+	i := 0
+	for ; s+int64(i) < w.Next; i++ {
+		q := s + int64(i)
+		if e := w.Live[q]; e.Digest != digests[i] {
+			return nil, nil, &ConflictError{Seq: q, Offset: e.Offset, Want: e.Digest, Got: digests[i]}
+		}
+		acks[i] = Ack{Offset: w.Live[q].Offset, Outcome: Retransmit}
+	}
+	recs := make([]Record, 0, n-i+1)
+	for ; i < n; i++ {
+		off := h.NextOffset
+		h.NextOffset++
+		recs = append(recs, Record{Offset: off, Kind: KindData, Writer: w.ID, Attempt: w.Attempt, Seq: w.Next, Digest: digests[i], Data: req.Chunks[i]})
+		w.Live = append(w.Live, Entry{Offset: off, Digest: digests[i]})
+		w.Next++
+		acks[i] = Ack{Offset: off, Outcome: Appended}
+	}
+	recs = append(recs, Record{Offset: h.NextOffset, Kind: KindCommit, Writer: w.ID, Attempt: w.Attempt, Seq: w.Next})
+	h.NextOffset++
 	return acks, recs, nil
 }
 

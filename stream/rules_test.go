@@ -19,6 +19,7 @@ type rop struct {
 	s      int64
 	fence  int64
 	chunks []string
+	late   bool
 }
 
 func app(w string, a, s int64, chunks ...string) rop {
@@ -27,6 +28,10 @@ func app(w string, a, s int64, chunks ...string) rop {
 
 func fenced(w string, a, s, fence int64, chunks ...string) rop {
 	return rop{op: "append", w: w, a: a, s: s, fence: fence, chunks: chunks}
+}
+
+func late(w string, a, s int64, chunks ...string) rop {
+	return rop{op: "append", w: w, a: a, s: s, chunks: chunks, late: true}
 }
 
 func anon(chunks ...string) rop { return rop{op: "append", chunks: chunks} }
@@ -40,7 +45,7 @@ func closeOp() rop { return rop{op: "close"} }
 func (o rop) String() string {
 	switch o.op {
 	case "append":
-		return fmt.Sprintf("append(%q a%d s%d fence%d %q)", o.w, o.a, o.s, o.fence, o.chunks)
+		return fmt.Sprintf("append(%q a%d s%d fence%d late%v %q)", o.w, o.a, o.s, o.fence, o.late, o.chunks)
 	case "close":
 		return "close"
 	}
@@ -101,7 +106,7 @@ func (m *tstream) do(o rop) result {
 		for i, c := range o.chunks {
 			chunks[i] = []byte(c)
 		}
-		r.acks, r.recs, r.err = stream.Append(&m.h, w, &stream.AppendRequest{Attempt: o.a, FirstSeq: o.s, Chunks: chunks, Fence: o.fence})
+		r.acks, r.recs, r.err = stream.Append(&m.h, w, &stream.AppendRequest{Attempt: o.a, FirstSeq: o.s, Chunks: chunks, Fence: o.fence, Late: o.late})
 	case "commit":
 		r.res, r.recs, r.err = stream.Commit(&m.h, w, o.a)
 	case "abort":
@@ -232,6 +237,28 @@ func ruleCases() []ruleCase {
 			do:   rop{op: "append", a: 3, s: 7, fence: 9, chunks: []string{"x"}},
 			acks: []string{"0:appended"}, recs: []string{`0:data{ a0 s0 "x"}`}},
 		{name: "anonymous/closed", setup: []rop{anon("x"), closeOp()}, do: anon("x"), err: stream.ErrClosed},
+
+		// Late writes (AppendRequest.Late): a committed attempt goes on.
+		{name: "late/after the commit: appended and committed at once", setup: committed, do: late("s", 1, 3, "p", "q"),
+			acks: []string{"4:appended", "5:appended"},
+			recs: []string{`4:data{s a1 s3 "p"}`, `5:data{s a1 s4 "q"}`, `6:commit{s a1 count 5}`},
+			after: wantWriter("s", 1, 5, stream.WriterCommitted, 0, 1, 2, 4, 5)},
+		{name: "late/retransmits first, then new chunks", setup: committed, do: late("s", 1, 2, "z", "p"),
+			acks: []string{"2:retransmit", "4:appended"},
+			recs: []string{`4:data{s a1 s3 "p"}`, `5:commit{s a1 count 4}`}},
+		{name: "late/only retransmits write nothing", setup: committed, do: late("s", 1, 1, "y", "z"),
+			acks: []string{"1:retransmit", "2:retransmit"}},
+		{name: "late/a gap", setup: committed, do: late("s", 1, 4, "p"), anyErr: true, detail: wantGap(3, 4)},
+		{name: "late/a retransmit that differs", setup: committed, do: late("s", 1, 2, "Z", "p"),
+			anyErr: true, detail: wantConflict(2, 2, "z", "Z")},
+		{name: "late/an aborted writer stays finished", setup: aborted, do: late("s", 1, 0, "x"), err: stream.ErrWriterFinished},
+		{name: "late/a newer attempt of a committed writer", setup: committed, do: late("s", 2, 0, "x"), err: stream.ErrWriterFinished},
+		{name: "late/a zombie is fenced", setup: committed, do: rop{op: "append", w: "s", a: 1, s: 3, fence: 2, late: true, chunks: []string{"p"}},
+			anyErr: true, detail: wantFenced(1, 2)},
+		{name: "late/closed: only retransmits", setup: append(slices.Clone(committed), closeOp()), do: late("s", 1, 3, "p"), err: stream.ErrClosed},
+		{name: "late/without the flag a write after the commit is refused", setup: committed, do: app("s", 1, 3, "p"), err: stream.ErrWriterFinished},
+		{name: "late/an open writer appends as usual", setup: wrote3, do: late("s", 1, 3, "p"),
+			acks: []string{"3:appended"}, recs: []string{`3:data{s a1 s3 "p"}`}},
 
 		// Closed stream, named writer.
 		{name: "closed/exact retransmit of an open writer", setup: append(slices.Clone(wrote3), closeOp()),

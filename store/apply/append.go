@@ -142,7 +142,7 @@ func appendOnce(tx Tx, st *Stream, p *store.AppendParams) (*store.AppendResult, 
 // abort record. stream.Append changes st and the writer only when it
 // accepts the request.
 func appendChunks(tx Tx, st *Stream, p *store.AppendParams) ([]stream.Ack, bool, error) {
-	req := stream.AppendRequest{Attempt: p.Attempt, FirstSeq: p.FirstSeq, Chunks: p.Chunks}
+	req := stream.AppendRequest{Attempt: p.Attempt, FirstSeq: p.FirstSeq, Chunks: p.Chunks, Late: p.Late}
 	var w *stream.Writer
 	fresh := false
 	if p.Writer != "" {

@@ -62,17 +62,8 @@ func Record(tx Tx, p *store.RecordParams, now time.Time) error {
 			return err
 		}
 	}
-	for _, f := range finishes {
-		f.st.Head, *f.w = f.head, f.after
-		if f.res != stream.Done {
-			continue
-		}
-		if err := tx.AddRecords(f.st, f.recs); err != nil {
-			return err
-		}
-		if err := tx.SaveWriter(f.st, f.w, false); err != nil {
-			return err
-		}
+	if err := saveFinishes(tx, finishes); err != nil {
+		return err
 	}
 	for _, st := range closes {
 		for _, f := range finishes {
@@ -118,21 +109,24 @@ type tried struct {
 }
 
 // tryFinish decides p.Finish on every stream of the run its writer wrote
-// on, without changing them: commit and abort only reslice a writer's Live
-// records, so a shallow copy is theirs to change.
+// on, without changing them.
 func tryFinish(tx Tx, run *Run, p *store.RecordParams) ([]tried, error) {
 	f := p.Finish
 	if f == nil {
 		return nil, nil
 	}
-	fence, err := tx.Fence(run.ID, f.Writer)
-	if err != nil {
-		return nil, err
-	}
+	var raised int64
 	if p.Fence != nil && p.Fence.Writer == f.Writer {
-		fence = max(fence, p.Fence.Attempt) // raised by this Record first
+		raised = p.Fence.Attempt // raised by this Record first
 	}
-	sts, err := tx.WriterStreams(run.ID, f.Writer)
+	return tryFinishOn(tx, run.ID, f, raised)
+}
+
+// tryFinishAll decides finish f on every stream of run its writer wrote on,
+// below fence, without changing them: commit and abort only reslice a
+// writer's Live records, so a shallow copy is theirs to change.
+func tryFinishAll(tx Tx, run string, f *store.Finish, fence int64) ([]tried, error) {
+	sts, err := tx.WriterStreams(run, f.Writer)
 	if err != nil {
 		return nil, err
 	}

@@ -146,6 +146,7 @@ func (c *Config) validate() error {
 // Store is the PostgreSQL store. It is safe for concurrent use, and any
 // number of Stores, in any number of processes, may share one database.
 type Store struct {
+	store.WorldStore // TODO(world): temporary
 	pool    *pgxpool.Pool
 	ownPool bool
 	cfg     *Config

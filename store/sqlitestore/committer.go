@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/weirhq/weir/store/apply"
@@ -45,6 +46,8 @@ type committer struct {
 	// keysSaved counts idempotency keys saved, to purge expired ones now
 	// and then.
 	keysSaved int
+	// stmts are the World's statements (world.go), prepared on first use.
+	stmts map[string]*sql.Stmt
 }
 
 type writerKey struct {

@@ -68,7 +68,11 @@ func (tx *wtx) purgeRun(run string) error {
 			return err
 		}
 	}
-	for _, q := range []string{`DELETE FROM fences WHERE run_id = ?`, `DELETE FROM events WHERE run_id = ?`, `DELETE FROM runs WHERE id = ?`} {
+	for _, q := range []string{`DELETE FROM fences WHERE run_id = ?`, `DELETE FROM events WHERE run_id = ?`,
+		`DELETE FROM world_events WHERE run_id = ?`, `DELETE FROM world_steps WHERE run_id = ?`,
+		`DELETE FROM world_hooks WHERE run_id = ?`, `DELETE FROM world_waits WHERE run_id = ?`,
+		`DELETE FROM world_streams WHERE run_id = ?`, `DELETE FROM world_queue WHERE run_id = ?`,
+		`DELETE FROM world_runs WHERE run_id = ?`, `DELETE FROM runs WHERE id = ?`} {
 		if _, err := conn.ExecContext(bg, q, run); err != nil {
 			return translate(err)
 		}

@@ -147,6 +147,120 @@ CREATE TABLE counters (
 	`
 CREATE INDEX runs_ended ON runs (updated_at) WHERE status IN ('completed', 'failed', 'cancelled');
 `,
+	// 4: the World (package world): World runs are runs of kind 'world',
+	// which no engine claims; their events, steps, hooks, waits, streams
+	// by name and queue messages. Data columns hold the runtime's JSON as
+	// it came.
+	`
+ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT '';
+DROP INDEX runs_runnable;
+CREATE INDEX runs_runnable ON runs (wake_at, seq) WHERE status IN ('pending', 'running') AND kind = '';
+
+CREATE TABLE world_runs (
+	run_id            TEXT    PRIMARY KEY REFERENCES runs (id),
+	deployment_id     TEXT    NOT NULL,
+	spec_version      INTEGER NOT NULL,
+	execution_context BLOB,
+	error_json        BLOB,
+	started_at        INTEGER NOT NULL DEFAULT 0,
+	completed_at      INTEGER NOT NULL DEFAULT 0,
+	events            INTEGER NOT NULL DEFAULT 0, -- the slot of its last event
+	target            TEXT    NOT NULL DEFAULT '' -- the app's URL, from its messages
+) WITHOUT ROWID;
+
+CREATE TABLE world_events (
+	id             INTEGER PRIMARY KEY,
+	run_id         TEXT    NOT NULL,
+	slot           INTEGER NOT NULL,
+	event_id       TEXT    NOT NULL,
+	type           TEXT    NOT NULL,
+	correlation_id TEXT    NOT NULL,
+	data           BLOB,
+	spec_version   INTEGER NOT NULL,
+	created_at     INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX world_events_slot ON world_events (run_id, slot);
+CREATE UNIQUE INDEX world_events_id ON world_events (run_id, event_id);
+CREATE INDEX world_events_correlation ON world_events (correlation_id, run_id, slot) WHERE correlation_id != '';
+
+CREATE TABLE world_steps (
+	seq          INTEGER PRIMARY KEY,
+	run_id       TEXT    NOT NULL,
+	step_id      TEXT    NOT NULL UNIQUE,
+	step_name    TEXT    NOT NULL,
+	status       TEXT    NOT NULL,
+	input        BLOB,
+	output       BLOB,
+	error_json   BLOB,
+	attempt      INTEGER NOT NULL,
+	started_at   INTEGER NOT NULL DEFAULT 0,
+	completed_at INTEGER NOT NULL DEFAULT 0,
+	created_at   INTEGER NOT NULL,
+	updated_at   INTEGER NOT NULL,
+	retry_after  INTEGER NOT NULL DEFAULT 0,
+	spec_version INTEGER NOT NULL,
+	closes       TEXT    NOT NULL DEFAULT '' -- JSON list: streams closed at the attempt's commit
+);
+CREATE UNIQUE INDEX world_steps_run ON world_steps (run_id, step_id);
+
+CREATE TABLE world_hooks (
+	seq          INTEGER PRIMARY KEY,
+	hook_id      TEXT    NOT NULL UNIQUE,
+	run_id       TEXT    NOT NULL,
+	token        TEXT    NOT NULL,
+	metadata     BLOB,
+	is_webhook   INTEGER NOT NULL,
+	spec_version INTEGER NOT NULL,
+	created_at   INTEGER NOT NULL,
+	disposed     INTEGER NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX world_hooks_token ON world_hooks (token) WHERE disposed = 0;
+CREATE INDEX world_hooks_run ON world_hooks (run_id, seq);
+
+CREATE TABLE world_waits (
+	run_id       TEXT    NOT NULL,
+	wait_id      TEXT    NOT NULL,
+	status       TEXT    NOT NULL,
+	resume_at    INTEGER NOT NULL DEFAULT 0,
+	completed_at INTEGER NOT NULL DEFAULT 0,
+	created_at   INTEGER NOT NULL,
+	updated_at   INTEGER NOT NULL,
+	spec_version INTEGER NOT NULL,
+	PRIMARY KEY (run_id, wait_id)
+) WITHOUT ROWID;
+
+CREATE TABLE world_streams (
+	name      TEXT    PRIMARY KEY,
+	run_id    TEXT    NOT NULL,
+	stream_id INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX world_streams_run ON world_streams (run_id, name);
+
+CREATE TABLE world_queue (
+	seq             INTEGER PRIMARY KEY,
+	id              TEXT    NOT NULL UNIQUE,
+	queue_name      TEXT    NOT NULL,
+	payload         BLOB    NOT NULL,
+	target          TEXT    NOT NULL,
+	idempotency_key TEXT    NOT NULL,
+	deployment_id   TEXT    NOT NULL,
+	run_id          TEXT    NOT NULL,
+	state           TEXT    NOT NULL, -- 'pending' or 'dead'
+	attempt         INTEGER NOT NULL DEFAULT 0,
+	failures        INTEGER NOT NULL DEFAULT 0,
+	deliver_at      INTEGER NOT NULL,
+	first_failure   INTEGER NOT NULL DEFAULT 0,
+	last_error      TEXT    NOT NULL DEFAULT '',
+	lease           TEXT    NOT NULL DEFAULT '',
+	lease_owner     TEXT    NOT NULL DEFAULT '',
+	lease_until     INTEGER NOT NULL DEFAULT 0,
+	created_at      INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX world_queue_key ON world_queue (queue_name, idempotency_key) WHERE state = 'pending' AND idempotency_key != '';
+CREATE INDEX world_queue_due ON world_queue (deliver_at, seq) WHERE state = 'pending';
+CREATE INDEX world_queue_dead ON world_queue (seq) WHERE state = 'dead';
+CREATE INDEX world_queue_run ON world_queue (run_id);
+`,
 }
 
 // migrate brings the file's schema to the latest version, one transaction per

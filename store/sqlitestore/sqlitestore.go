@@ -17,6 +17,7 @@ import (
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/internal/hub"
 	"github.com/weirhq/weir/store/internal/queue"
+	"github.com/weirhq/weir/world"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -117,6 +118,7 @@ type Store struct {
 	notify hub.Hub[struct{}] // wakes Waits after commits
 	tail   *tailCache        // newest records of followed streams; see tail.go
 	c      *committer        // owned by the committer goroutine
+	ids    world.ULIDs       // the World's event ids
 }
 
 // Open opens or creates the database at path and migrates it to the current
@@ -137,6 +139,7 @@ func Open(ctx context.Context, path string, cfg *Config) (*Store, error) {
 		committed: make(chan struct{}),
 		tail:      newTailCache(1024),
 	}
+	s.ids.Time = cfg.Now
 	if err := s.open(ctx, path); err != nil {
 		s.closeDBs()
 		return nil, fmt.Errorf("open %s: %w", path, translate(err))
@@ -225,6 +228,11 @@ func (s *Store) Close() error {
 
 func (s *Store) closeDBs() error {
 	var errs []error
+	if s.c != nil {
+		for _, st := range s.c.stmts {
+			errs = append(errs, st.Close())
+		}
+	}
 	if s.w != nil {
 		errs = append(errs, s.w.close())
 	}

@@ -87,7 +87,7 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 		p(&w.claim, `UPDATE runs SET status = 'running', lease_owner = ?1, lease_expires = ?2,
 				lease_epoch = lease_epoch + 1, updated_at = ?3
 			WHERE seq IN (SELECT seq FROM runs
-				WHERE status IN ('pending', 'running') AND wake_at <= ?3
+				WHERE status IN ('pending', 'running') AND kind = '' AND wake_at <= ?3
 					AND (lease_owner = '' OR lease_expires <= ?3)
 					AND (?5 IS NULL OR workflow IN (SELECT value FROM json_each(?5)))
 				ORDER BY wake_at, seq LIMIT ?4)

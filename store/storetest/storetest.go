@@ -59,6 +59,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Invariants", func(t *testing.T) { t.Parallel(); testInvariants(t, h) })
 	t.Run("DurableStreams", func(t *testing.T) { t.Parallel(); testDS(t, h) })
 	t.Run("Purge", func(t *testing.T) { t.Parallel(); testPurge(t, h) })
+	t.Run("World", func(t *testing.T) { t.Parallel(); testWorld(t, h) })
 	t.Run("Hostile", func(t *testing.T) { testHostile(t, h) })
 	t.Run("ClosedStore", func(t *testing.T) { testClosedStore(t, h) })
 }

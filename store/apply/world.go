@@ -1,0 +1,256 @@
+package apply
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
+	"github.com/weirhq/weir/world"
+)
+
+// WorldTx is a Tx that also holds the World's entities. A backend runs a
+// World event in one transaction that locks the event's run first.
+type WorldTx interface {
+	Tx
+	// WorldRun returns a World run, nil if there is none.
+	WorldRun(id string) (*world.Run, error)
+	// WorldStep, WorldHook, WorldHookByToken and WorldWait return the
+	// entity, nil if there is none (hooks: live ones only).
+	WorldStep(runID, stepID string) (*world.Step, error)
+	WorldHook(hookID string) (*world.Hook, error)
+	WorldHookByToken(token string) (*world.Hook, error)
+	WorldWait(runID, waitID string) (*world.Wait, error)
+	// WorldRunStream returns run's World stream name, nil if none.
+	WorldRunStream(runID, name string) (*Stream, error)
+
+	// SaveWorldRun saves a World run (its runs row too, kind "world").
+	SaveWorldRun(r *world.Run, created bool) error
+	SaveWorldStep(s *world.Step, created bool) error
+	SaveWorldHook(h *world.Hook) error
+	// DisposeWorldHooks disposes one hook, or every hook of runID if
+	// hookID is empty.
+	DisposeWorldHooks(runID, hookID string) error
+	SaveWorldWait(w *world.Wait, created bool) error
+	// DeleteWorldWaits removes a run's waits (its end).
+	DeleteWorldWaits(runID string) error
+	// AddWorldEvents appends events at their slots.
+	AddWorldEvents(evs []world.Event) error
+}
+
+// WorldEvent applies one World event on tx: the rules decide (world.Decide),
+// then the entities, the events at the run's next slots and the stream
+// effects are saved, in one transaction. Everything that can refuse the
+// event is checked first, the finish of the step's writer on each stream
+// included (tried on copies, as Record does).
+func WorldEvent(tx WorldTx, p *store.WorldEventParams, ids world.IDs) (*store.WorldEventResult, error) {
+	req := &p.Request
+	st, err := loadWorld(tx, req)
+	if err != nil {
+		return nil, err
+	}
+	out, err := world.Decide(st, req, p.Now, ids)
+	if err != nil {
+		return nil, err
+	}
+	runID := req.RunID
+	if out.Run != nil {
+		runID = out.Run.RunID
+	}
+	writer := world.StepWriter(out.StepID)
+	var fence int64
+	if out.Fence > 0 {
+		if fence, err = tx.Fence(runID, writer); err != nil {
+			return nil, err
+		}
+	}
+	var finishes []tried
+	switch {
+	case out.Commit > 0:
+		finishes, err = tryFinishOn(tx, runID, &store.Finish{Writer: writer, Attempt: out.Commit, Commit: true}, 0)
+	case out.Abort > 0:
+		finishes, err = tryFinishOn(tx, runID, &store.Finish{Writer: writer, Attempt: out.Abort}, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var closes []*Stream
+	for _, name := range out.Closes {
+		s, err := tx.WorldRunStream(runID, name)
+		if err != nil {
+			return nil, err
+		}
+		if s != nil {
+			closes = append(closes, s)
+		}
+	}
+
+	// Nothing can refuse the event from here on.
+	run := out.Run
+	if run == nil {
+		run = st.Run // Decide refuses an event of no run
+	}
+	next := *run
+	for i := range out.Events {
+		next.Events++
+		out.Events[i].Slot = next.Events
+	}
+	if out.Run != nil || len(out.Events) > 0 {
+		if err := tx.SaveWorldRun(&next, out.NewRun); err != nil {
+			return nil, err
+		}
+	}
+	run = &next
+	if err := tx.AddWorldEvents(out.Events); err != nil {
+		return nil, err
+	}
+	if out.Step != nil {
+		if err := tx.SaveWorldStep(out.Step, out.NewStep); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case out.Hook != nil && out.DisposeHook:
+		if err := tx.DisposeWorldHooks(runID, out.Hook.HookID); err != nil {
+			return nil, err
+		}
+	case out.Hook != nil:
+		if err := tx.SaveWorldHook(out.Hook); err != nil {
+			return nil, err
+		}
+	}
+	if out.Wait != nil {
+		if err := tx.SaveWorldWait(out.Wait, out.NewWait); err != nil {
+			return nil, err
+		}
+	}
+	if out.Ended {
+		if err := tx.DisposeWorldHooks(runID, ""); err != nil {
+			return nil, err
+		}
+		if err := tx.DeleteWorldWaits(runID); err != nil {
+			return nil, err
+		}
+	}
+	if out.Fence > fence {
+		if err := tx.SaveFence(runID, writer, out.Fence); err != nil {
+			return nil, err
+		}
+	}
+	if err := saveFinishes(tx, finishes); err != nil {
+		return nil, err
+	}
+	for _, s := range closes {
+		for _, f := range finishes {
+			if f.st.ID == s.ID {
+				s = f.st
+			}
+		}
+		if _, err := closeStream(tx, s); err != nil {
+			return nil, err
+		}
+	}
+	res := &store.WorldEventResult{Events: out.Events}
+	if out.Returns.Run {
+		res.Run = run
+	}
+	if out.Returns.Step {
+		res.Step = out.Step
+	}
+	if out.Returns.Hook {
+		res.Hook = out.Hook
+	}
+	if out.Returns.Wait {
+		res.Wait = out.Wait
+	}
+	return res, nil
+}
+
+// loadWorld loads what the event's rules read.
+func loadWorld(tx WorldTx, req *world.Request) (*world.State, error) {
+	st := &world.State{}
+	var err error
+	if req.RunID != "" {
+		if st.Run, err = tx.WorldRun(req.RunID); err != nil {
+			return nil, err
+		}
+	}
+	switch req.Type {
+	case world.StepCreated, world.StepStarted, world.StepCompleted, world.StepFailed, world.StepRetrying:
+		st.Step, err = tx.WorldStep(req.RunID, req.CorrelationID)
+	case world.HookCreated, world.HookReceived, world.HookDisposed:
+		if st.Hook, err = tx.WorldHook(req.CorrelationID); err == nil && req.Type == world.HookCreated {
+			st.TokenHolder, err = tx.WorldHookByToken(tokenOf(req))
+		}
+	case world.WaitCreated, world.WaitCompleted:
+		st.Wait, err = tx.WorldWait(req.RunID, world.WaitID(req.RunID, req.CorrelationID))
+	}
+	return st, err
+}
+
+// tokenOf is a hook_created's token ("" if its data has none: Decide
+// refuses it).
+func tokenOf(req *world.Request) string {
+	var v struct {
+		Token string `json:"token"`
+	}
+	_ = json.Unmarshal(req.Data, &v)
+	return v.Token
+}
+
+// tryFinishOn decides finish f on every stream of run its writer wrote on,
+// on copies, below a fence (0: the stored one).
+func tryFinishOn(tx Tx, run string, f *store.Finish, fence int64) ([]tried, error) {
+	stored, err := tx.Fence(run, f.Writer)
+	if err != nil {
+		return nil, err
+	}
+	return tryFinishAll(tx, run, f, max(stored, fence))
+}
+
+// saveFinishes writes what tryFinish decided.
+func saveFinishes(tx Tx, finishes []tried) error {
+	for _, f := range finishes {
+		f.st.Head, *f.w = f.head, f.after
+		if f.res != stream.Done {
+			continue
+		}
+		if err := tx.AddRecords(f.st, f.recs); err != nil {
+			return err
+		}
+		if err := tx.SaveWriter(f.st, f.w, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WorldClose closes a World stream for store.WorldStore.WorldCloseStream:
+// at once, or, from a step attempt, when the attempt commits.
+func WorldClose(tx WorldTx, p *store.WorldCloseParams) (bool, error) {
+	s, err := tx.WorldRunStream(p.RunID, p.Name)
+	if err != nil {
+		return false, err
+	}
+	if s == nil {
+		return false, fmt.Errorf("world stream %q of run %q: %w", p.Name, p.RunID, store.ErrNotFound)
+	}
+	if p.StepID != "" {
+		step, err := tx.WorldStep(p.RunID, p.StepID)
+		if err != nil {
+			return false, err
+		}
+		if step == nil {
+			return false, fmt.Errorf("%w: %q", world.ErrStepNotFound, p.StepID)
+		}
+		next, now := world.CloseAfterCommit(step, p.Attempt, p.Name)
+		if !now {
+			if next != nil {
+				return false, tx.SaveWorldStep(next, false)
+			}
+			return false, nil
+		}
+	}
+	res, err := closeStream(tx, s)
+	return res == stream.Done, err
+}

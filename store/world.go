@@ -1,0 +1,250 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/weirhq/weir/world"
+)
+
+// WorldStore is the storage of weir's World (package world): Vercel Workflow
+// runs, their events, steps, hooks and waits, their streams by name, and the
+// durable queue that pushes their messages to the app. Both backends
+// implement it beside Store; a World run is also a run of Store (kind
+// "world", never claimed by an engine), so its streams are run streams.
+type WorldStore interface {
+	// WorldEvent applies one events.create (world.Decide) and its stream
+	// effects in one transaction. Returns the world package's errors.
+	WorldEvent(ctx context.Context, p *WorldEventParams) (*WorldEventResult, error)
+	// WorldRun returns a World run; world.ErrRunNotFound.
+	WorldRun(ctx context.Context, id string) (*world.Run, error)
+	// WorldRuns lists World runs, newest first.
+	WorldRuns(ctx context.Context, p *WorldListParams) (*WorldPage[world.Run], error)
+	// WorldEvents lists a run's events by slot (p.RunID), or the events of
+	// a correlation id (p.CorrelationID, in every run or in p.RunID's).
+	WorldEvents(ctx context.Context, p *WorldListParams) (*WorldPage[world.Event], error)
+	// WorldEventByID returns one event of a run; store.ErrNotFound.
+	WorldEventByID(ctx context.Context, runID, eventID string) (*world.Event, error)
+	// WorldStep returns a step (runID may be empty: step ids are global);
+	// world.ErrStepNotFound.
+	WorldStep(ctx context.Context, runID, stepID string) (*world.Step, error)
+	// WorldSteps lists a run's steps, oldest first.
+	WorldSteps(ctx context.Context, p *WorldListParams) (*WorldPage[world.Step], error)
+	// WorldHook returns a live hook by id; world.ErrHookNotFound.
+	WorldHook(ctx context.Context, hookID string) (*world.Hook, error)
+	// WorldHookByToken returns the live hook holding token;
+	// world.ErrHookNotFound.
+	WorldHookByToken(ctx context.Context, token string) (*world.Hook, error)
+	// WorldHooks lists live hooks, of p.RunID if set, oldest first.
+	WorldHooks(ctx context.Context, p *WorldListParams) (*WorldPage[world.Hook], error)
+
+	// WorldOpenStream returns World stream name of run runID, creating
+	// it (a run stream, indexed by name) if it does not exist. Returns
+	// world.ErrRunNotFound, and world.ErrConflict for a name another run's
+	// stream has.
+	WorldOpenStream(ctx context.Context, runID, name string) (*StreamInfo, error)
+	// WorldStream returns the stream a World stream name names (names are
+	// globally unique); store.ErrNotFound.
+	WorldStream(ctx context.Context, name string) (*StreamInfo, error)
+	// WorldStreams lists the names of a World run's streams.
+	WorldStreams(ctx context.Context, runID string) ([]string, error)
+	// WorldCloseStream closes a World stream: at once without a step
+	// attempt, else when that attempt commits (world.CloseAfterCommit).
+	// closed reports a close done now.
+	WorldCloseStream(ctx context.Context, p *WorldCloseParams) (closed bool, err error)
+
+	// Enqueue stores a queue message, or returns the pending message with
+	// the same queue name and idempotency key (created false).
+	Enqueue(ctx context.Context, p *EnqueueParams) (msg *Message, created bool, err error)
+	// ClaimMessages leases up to p.Limit due messages to p.Owner, oldest
+	// due first; one another owner holds is skipped until its lease ends.
+	ClaimMessages(ctx context.Context, p *ClaimMessagesParams) ([]*Message, error)
+	// SettleMessage records a delivery's outcome (see SettleParams). It
+	// does nothing if the lease is not p.Lease any more (the message was
+	// claimed again), returning store.ErrLeaseLost.
+	SettleMessage(ctx context.Context, p *SettleParams) error
+	// Messages lists messages of one state, oldest first: "pending" or
+	// "dead" (dead letters, kept until retention or a redelivery).
+	Messages(ctx context.Context, p *MessagesParams) ([]*Message, error)
+	// RedeliverMessage makes a dead message pending and due now;
+	// store.ErrNotFound.
+	RedeliverMessage(ctx context.Context, id string) error
+	// NextMessageDue returns when the next pending message becomes
+	// claimable (its due time, or its lease's end); zero if none is.
+	NextMessageDue(ctx context.Context) (time.Time, error)
+	// WatchMessages returns a channel that the next Enqueue, reschedule or
+	// redelivery closes (in any process of the store), and a func that
+	// stops the watch. Watch before claiming, so that nothing enqueued
+	// between the claim and the wait is missed.
+	WatchMessages() (<-chan struct{}, func())
+}
+
+// QueueWake is the hub id the queue's wakes use: no stream has it.
+const QueueWake = -1
+
+// WorldEventParams is one events.create.
+type WorldEventParams struct {
+	Request world.Request
+	// Now is the event's time; zero: the store's clock.
+	Now time.Time
+}
+
+// WorldEventResult is what an events.create returns: the events appended
+// (none for an idempotent run_started), and the entities Returns names.
+type WorldEventResult struct {
+	Events []world.Event
+	Run    *world.Run
+	Step   *world.Step
+	Hook   *world.Hook
+	Wait   *world.Wait
+}
+
+// WorldListParams pages a World list. Cursor is the previous page's
+// NextCursor; Limit defaults to DefaultListLimit (at most 1000).
+type WorldListParams struct {
+	RunID         string
+	CorrelationID string
+	WorkflowName  string
+	Status        world.Status
+	Cursor        string
+	Limit         int
+	Desc          bool // newest first (runs: the default, see WorldRuns)
+}
+
+// WorldPage is a page of a World list.
+type WorldPage[T any] struct {
+	Data       []T
+	NextCursor string // empty: no more
+}
+
+// Check validates p.
+func (p *WorldListParams) Check() error {
+	if p.Limit < 0 || p.Limit > 1000 {
+		return fmt.Errorf("%w: limit %d: 0 to 1000", ErrInvalid, p.Limit)
+	}
+	if p.Status != "" && !p.Status.Valid() {
+		return fmt.Errorf("%w: status %q", ErrInvalid, p.Status)
+	}
+	for what, s := range map[string]string{"run id": p.RunID, "correlation id": p.CorrelationID, "workflow name": p.WorkflowName, "cursor": p.Cursor} {
+		if err := checkName(what, s, MaxIDLen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WithDefaults returns a copy of p with its Limit set.
+func (p *WorldListParams) WithDefaults() *WorldListParams {
+	out := *p
+	if out.Limit == 0 {
+		out.Limit = DefaultListLimit
+	}
+	return &out
+}
+
+// WorldCloseParams closes a World stream.
+type WorldCloseParams struct {
+	RunID, Name string
+	// StepID and Attempt are the step attempt that closed it, if any.
+	StepID  string
+	Attempt int64
+}
+
+// Message is a queue message of the World.
+type Message struct {
+	ID             string          // msg_<ULID>: stable across deliveries
+	QueueName      string          // __wkf_workflow_<name> or __wkf_step_<name>
+	Payload        json.RawMessage // delivered verbatim
+	Target         string          // the app's base URL
+	IdempotencyKey string
+	DeploymentID   string
+	RunID          string // the run its payload names, if any
+	State          string // "pending" or "dead"
+	Attempt        int64  // deliveries so far
+	Failures       int64  // failed deliveries in a row
+	DeliverAt      time.Time
+	FirstFailure   time.Time // of the current run of failures; zero if none
+	LastError      string
+	CreatedAt      time.Time
+	// Lease is the claim's token while a delivery holds the message.
+	Lease string
+}
+
+// EnqueueParams is a queue() call.
+type EnqueueParams struct {
+	ID             string // required: msg_<ULID>
+	QueueName      string
+	Payload        json.RawMessage
+	Target         string
+	IdempotencyKey string
+	DeploymentID   string
+	RunID          string
+	Delay          time.Duration
+	Now            time.Time // zero: the store's clock
+}
+
+// MaxPayload bounds a queue message's payload and a World event's data.
+const MaxPayload = 16 << 20
+
+// Check validates p.
+func (p *EnqueueParams) Check() error {
+	if _, ok := world.QueueKind(p.QueueName); !ok || len(p.QueueName) > MaxIDLen {
+		return fmt.Errorf("%w: queue name %.60q is not __[ns_]wkf_workflow_… or __[ns_]wkf_step_…", ErrInvalid, p.QueueName)
+	}
+	if err := CheckID("message id", p.ID); err != nil {
+		return err
+	}
+	if len(p.Payload) == 0 || len(p.Payload) > MaxPayload || !json.Valid(p.Payload) {
+		return fmt.Errorf("%w: a payload of JSON, at most %d bytes", ErrInvalid, MaxPayload)
+	}
+	for what, s := range map[string]string{"target": p.Target, "idempotency key": p.IdempotencyKey,
+		"deployment id": p.DeploymentID, "run id": p.RunID} {
+		if err := checkName(what, s, MaxPathLen); err != nil {
+			return err
+		}
+	}
+	if p.Target == "" {
+		return fmt.Errorf("%w: a message needs a target", ErrInvalid)
+	}
+	if p.Delay < 0 {
+		return fmt.Errorf("%w: negative delay", ErrInvalid)
+	}
+	return nil
+}
+
+// ClaimMessagesParams claims due messages.
+type ClaimMessagesParams struct {
+	Owner string
+	Limit int
+	Lease time.Duration // how long a delivery may hold the message
+	Now   time.Time     // zero: the store's clock
+}
+
+// Check validates p.
+func (p *ClaimMessagesParams) Check() error {
+	if p.Limit < 1 || p.Lease <= 0 {
+		return fmt.Errorf("%w: a claim needs a limit >= 1 and a lease > 0", ErrInvalid)
+	}
+	return CheckID("owner", p.Owner)
+}
+
+// SettleParams is a delivery's outcome: Done deletes the message; else it
+// becomes due at DeliverAt (a {timeoutSeconds} reply, or a failure's
+// backoff when Failed), or dead when Dead.
+type SettleParams struct {
+	ID, Lease string
+	Done      bool
+	Failed    bool // a failed delivery: Failures grows, LastError is kept
+	Dead      bool
+	DeliverAt time.Time
+	LastError string
+	Now       time.Time // zero: the store's clock
+}
+
+// MessagesParams lists messages.
+type MessagesParams struct {
+	State string // "pending" or "dead"
+	Limit int    // 0: DefaultListLimit
+}
