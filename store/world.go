@@ -27,7 +27,8 @@ type WorldStore interface {
 	WorldEvents(ctx context.Context, p *WorldListParams) (*WorldPage[world.Event], error)
 	// WorldEventByID returns one event of a run; store.ErrNotFound.
 	WorldEventByID(ctx context.Context, runID, eventID string) (*world.Event, error)
-	// WorldStep returns a step (runID may be empty: step ids are global);
+	// WorldStep returns a step of a run (runID empty: of any run, the
+	// oldest: the runtime mints step ids unique);
 	// world.ErrStepNotFound.
 	WorldStep(ctx context.Context, runID, stepID string) (*world.Step, error)
 	// WorldSteps lists a run's steps, oldest first.
@@ -55,8 +56,9 @@ type WorldStore interface {
 	// closed reports a close done now.
 	WorldCloseStream(ctx context.Context, p *WorldCloseParams) (closed bool, err error)
 
-	// Enqueue stores a queue message, or returns the pending message with
-	// the same queue name and idempotency key (created false).
+	// Enqueue stores a queue message, or returns the message with the same
+	// id (a retry), or else the pending message with the same queue name
+	// and idempotency key, with created false.
 	Enqueue(ctx context.Context, p *EnqueueParams) (msg *Message, created bool, err error)
 	// ClaimMessages leases up to p.Limit due messages to p.Owner, oldest
 	// due first; one another owner holds is skipped until its lease ends.
@@ -78,7 +80,7 @@ type WorldStore interface {
 	// redelivery closes (in any process of the store), and a func that
 	// stops the watch. Watch before claiming, so that nothing enqueued
 	// between the claim and the wait is missed.
-	WatchMessages() (<-chan struct{}, func())
+	WatchMessages(ctx context.Context) (<-chan struct{}, func())
 }
 
 // QueueWake is the hub id the queue's wakes use: no stream has it.

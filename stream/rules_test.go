@@ -240,8 +240,8 @@ func ruleCases() []ruleCase {
 
 		// Late writes (AppendRequest.Late): a committed attempt goes on.
 		{name: "late/after the commit: appended and committed at once", setup: committed, do: late("s", 1, 3, "p", "q"),
-			acks: []string{"4:appended", "5:appended"},
-			recs: []string{`4:data{s a1 s3 "p"}`, `5:data{s a1 s4 "q"}`, `6:commit{s a1 count 5}`},
+			acks:  []string{"4:appended", "5:appended"},
+			recs:  []string{`4:data{s a1 s3 "p"}`, `5:data{s a1 s4 "q"}`, `6:commit{s a1 count 5}`},
 			after: wantWriter("s", 1, 5, stream.WriterCommitted, 0, 1, 2, 4, 5)},
 		{name: "late/retransmits first, then new chunks", setup: committed, do: late("s", 1, 2, "z", "p"),
 			acks: []string{"2:retransmit", "4:appended"},

@@ -65,10 +65,11 @@ func (c *clock) advance(d time.Duration) {
 // stream ids (they may differ between backends: a PostgreSQL sequence is
 // not transactional).
 type side struct {
-	name  string
-	s     store.Store
-	ids   map[string]int64 // path -> id
-	paths map[int64]string // id -> path
+	name   string
+	s      store.Store
+	ids    map[string]int64  // path -> id
+	paths  map[int64]string  // id -> path
+	leases map[string]string // queue message -> its last claim's lease
 }
 
 func (sd *side) learn(si *store.StreamInfo) {
@@ -115,8 +116,8 @@ func runSeed(t *testing.T, seed uint64, ops int) {
 	}
 	t.Cleanup(func() { pg.Close() })
 	sides := [2]*side{
-		{name: "sqlite", s: lite, ids: map[string]int64{}, paths: map[int64]string{}},
-		{name: "postgres", s: pg, ids: map[string]int64{}, paths: map[int64]string{}},
+		{name: "sqlite", s: lite, ids: map[string]int64{}, paths: map[int64]string{}, leases: map[string]string{}},
+		{name: "postgres", s: pg, ids: map[string]int64{}, paths: map[int64]string{}, leases: map[string]string{}},
 	}
 	g := &gen{rng: rand.New(rand.NewPCG(seed, 0x5eed)), clk: clk, epochs: map[string]int64{}}
 	var trail []string
@@ -196,7 +197,7 @@ func (g *gen) learn(o *op, out string) {
 
 func (g *gen) next() *op {
 	now := g.clk.Now()
-	switch g.n(24) {
+	switch g.n(30) {
 	case 0, 1:
 		p := store.CreateRunParams{ID: g.pick(runs), Workflow: g.pick(workflows), Input: []byte(g.pick(runs))}
 		if g.chance(4) {
@@ -296,6 +297,8 @@ func (g *gen) next() *op {
 			res, err := sd.s.Read(ctx, &q)
 			return showRead(res) + " " + sd.norm(err)
 		}}
+	case 23, 24, 25, 26, 27, 28:
+		return g.worldOp()
 	default:
 		return g.look()
 	}

@@ -42,6 +42,8 @@ type group struct {
 	opened   map[string]*store.StreamInfo // the streams open ops name, after the inserts
 	creates  bool                         // the first round trip wrote rows
 
+	w *worldGroup // the World's state, if an op needs it (world.go)
+
 	events  eventRows
 	batches batchRows
 	wrote   []head // the streams that got records, with their new heads

@@ -24,6 +24,7 @@ type readPlan struct {
 	creates []*createRunOp
 	opens   []*openStreamOp
 	claims  []*claimOp
+	world   []worldReads
 }
 
 // resolveStreams learns the run of every stream an op writes by a writer
@@ -210,6 +211,9 @@ func (g *group) lockAndRead() error {
 			}
 			return rows.Err()
 		})
+	}
+	if len(r.world) > 0 {
+		g.queueWorldReads(b, r.world)
 	}
 	// Creations come last: an insert waits only for another transaction
 	// inserting the same key, so every lock the group takes is taken before.

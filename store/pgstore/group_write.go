@@ -16,6 +16,11 @@ import (
 func (g *group) writes() *pgx.Batch {
 	q := g.s.q
 	b := &pgx.Batch{}
+	if g.w != nil {
+		for _, st := range g.w.stmts {
+			b.Queue(st.sql, st.args...)
+		}
+	}
 	if len(g.events.run) > 0 {
 		b.Queue(q.insertEventsMany, g.events.args()...)
 	}

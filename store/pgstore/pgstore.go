@@ -24,6 +24,7 @@ import (
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/internal/hub"
 	"github.com/weirhq/weir/store/internal/queue"
+	"github.com/weirhq/weir/world"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -146,7 +147,6 @@ func (c *Config) validate() error {
 // Store is the PostgreSQL store. It is safe for concurrent use, and any
 // number of Stores, in any number of processes, may share one database.
 type Store struct {
-	store.WorldStore // TODO(world): temporary
 	pool    *pgxpool.Pool
 	ownPool bool
 	cfg     *Config
@@ -169,6 +169,8 @@ type Store struct {
 	closed  bool
 	closing chan struct{} // closed by Close
 	bg      sync.WaitGroup
+
+	ids world.ULIDs // the World's run and event ids
 }
 
 // Open connects to the database at url (a postgres:// URL or a key=value
@@ -294,6 +296,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, err
 		writers: newWriterCache(cfg.CacheWriters),
 		closing: make(chan struct{}),
 	}
+	s.ids.Time = cfg.Now
 	// Migrations are safe to retry: each runs in one transaction.
 	err := s.do(ctx, true, func(ctx context.Context, _ *try) error { return migrate(ctx, pool, cfg.Schema) })
 	if err != nil {

@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/store/storetest"
 	"github.com/weirhq/weir/stream"
+	"github.com/weirhq/weir/world"
 )
 
 // The tests need PostgreSQL (package pgtest): an unreachable database fails
@@ -287,5 +289,77 @@ func TestRefusedWriteFailsAlone(t *testing.T) {
 	}
 	if len(res.Records) != 5*15 {
 		t.Fatalf("%d records, want %d", len(res.Records), 5*15)
+	}
+}
+
+// TestLostCommitRepliesApplyOnce cuts the connection after the server
+// committed, before the client heard, for each kind of write the World
+// makes: the retry finds its lost try's token and returns what committed,
+// and nothing is applied twice.
+func TestLostCommitRepliesApplyOnce(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	s := open(t, schema, nil)
+	ctx := t.Context()
+	ev := func(run string, typ world.EventType, corr string, data string) *store.WorldEventResult {
+		t.Helper()
+		left := pgstore.LoseCommitReplies(schema, 1)
+		res, err := s.WorldEvent(ctx, &store.WorldEventParams{Request: world.Request{RunID: run, Type: typ,
+			CorrelationID: corr, Data: json.RawMessage(data)}})
+		if err != nil {
+			t.Fatalf("%s after a lost reply: %v", typ, err)
+		}
+		if left() != 0 {
+			t.Fatalf("%s: no reply was lost", typ)
+		}
+		return res
+	}
+	run := ev("", world.RunCreated, "", `{"deploymentId":"d","workflowName":"w","input":[]}`).Run.RunID
+	ev(run, world.RunStarted, "", "")
+	ev(run, world.StepCreated, "step_1", `{"stepName":"s","input":[]}`)
+	ev(run, world.StepStarted, "step_1", "")
+	si, err := s.WorldOpenStream(ctx, run, "strm_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := pgstore.LoseCommitReplies(schema, 1)
+	res, err := s.Append(ctx, &store.AppendParams{StreamID: si.ID, Writer: world.StepWriter("step_1"), Attempt: 1,
+		Chunks: [][]byte{[]byte("a"), []byte("b")}, Late: true})
+	if err != nil || left() != 0 || len(res.Acks) != 2 || res.Acks[0].Outcome != stream.Appended {
+		t.Fatalf("append after a lost reply: %+v %v (left %d)", res, err, left())
+	}
+	done := ev(run, world.StepCompleted, "step_1", `{"result":1}`)
+	if done.Step.Status != world.Completed || len(done.Events) != 1 {
+		t.Fatalf("step_completed after a lost reply: %+v", done)
+	}
+	page, err := s.WorldEvents(ctx, &store.WorldListParams{RunID: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, e := range page.Data {
+		types = append(types, string(e.EventType))
+	}
+	if want := []string{"run_created", "run_started", "step_created", "step_started", "step_completed"}; !slices.Equal(types, want) {
+		t.Fatalf("events after lost replies: %v, want %v", types, want)
+	}
+	rd, err := s.Read(ctx, &store.ReadParams{StreamID: si.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, r := range rd.Records {
+		kinds = append(kinds, r.Kind.String())
+	}
+	if want := []string{"data", "data", "commit"}; !slices.Equal(kinds, want) {
+		t.Fatalf("stream after lost replies: %v, want %v", kinds, want)
+	}
+	left = pgstore.LoseCommitReplies(schema, 1)
+	if _, _, err := s.Enqueue(ctx, &store.EnqueueParams{ID: "msg_1", QueueName: "__wkf_workflow_w",
+		Payload: json.RawMessage(`{}`), Target: "http://x"}); err != nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	if ms, _ := s.Messages(ctx, &store.MessagesParams{State: "pending"}); len(ms) != 1 {
+		t.Fatalf("%d messages after an enqueue (left %d)", len(ms), left())
 	}
 }

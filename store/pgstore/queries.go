@@ -30,6 +30,9 @@ type queries struct {
 	// Retention (purge.go).
 	purgeLock, purgeBatches, purgeWriters, purgeProducers, purgeStreamKeys string
 	purgeStreams, purgeFences, purgeEvents, purgeRuns                      string
+
+	worldQueries
+	queueQueries
 }
 
 func newQueries(schema string) *queries {
@@ -37,6 +40,8 @@ func newQueries(schema string) *queries {
 	r := strings.NewReplacer("$S.", s+".")
 	q := &queries{schema: s}
 	set := func(dst *string, sql string) { *dst = r.Replace(sql) }
+	q.worldQueries.set(set)
+	q.queueQueries.set(set)
 
 	// Runs.
 	set(&q.run, `SELECT `+sqlrow.RunCols+` FROM $S.runs WHERE id = $1`)

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,8 +19,9 @@ const commitTimeout = 30 * time.Second
 // batches: the first begins with BEGIN, the last ends with COMMIT, so a
 // transaction costs one round trip per batch.
 type txn struct {
-	c *pgxpool.Conn
-	t *try
+	c      *pgxpool.Conn
+	t      *try
+	schema string // the store's, for testHookCommitted
 }
 
 func (s *Store) acquire(ctx context.Context, t *try) (*txn, error) {
@@ -27,7 +29,7 @@ func (s *Store) acquire(ctx context.Context, t *try) (*txn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &txn{c: c, t: t}, nil
+	return &txn{c: c, t: t, schema: s.cfg.Schema}, nil
 }
 
 // Query runs a query inside the transaction.
@@ -40,8 +42,21 @@ func (x *txn) commit(ctx context.Context, b *pgx.Batch) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
 	x.t.committing = true
-	return x.c.SendBatch(ctx, b).Close()
+	if err := x.c.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	if testHookCommitted != nil && testHookCommitted(x.schema) {
+		// The server committed; the client is made not to hear of it.
+		_ = x.c.Conn().Close(ctx)
+		return io.ErrUnexpectedEOF
+	}
+	return nil
 }
+
+// testHookCommitted, if set (by tests only), runs after each commit of a
+// store on schema; true loses the commit's reply, as a connection cut after
+// the server committed.
+var testHookCommitted func(schema string) bool
 
 // release rolls back whatever is still open and returns the connection to
 // the pool; a connection that cannot be rolled back is closed instead.

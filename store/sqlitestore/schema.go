@@ -186,7 +186,7 @@ CREATE INDEX world_events_correlation ON world_events (correlation_id, run_id, s
 CREATE TABLE world_steps (
 	seq          INTEGER PRIMARY KEY,
 	run_id       TEXT    NOT NULL,
-	step_id      TEXT    NOT NULL UNIQUE,
+	step_id      TEXT    NOT NULL, -- unique in its run (world-local's steps/<run>-<step>)
 	step_name    TEXT    NOT NULL,
 	status       TEXT    NOT NULL,
 	input        BLOB,
@@ -202,6 +202,8 @@ CREATE TABLE world_steps (
 	closes       TEXT    NOT NULL DEFAULT '' -- JSON list: streams closed at the attempt's commit
 );
 CREATE UNIQUE INDEX world_steps_run ON world_steps (run_id, step_id);
+CREATE INDEX world_steps_id ON world_steps (step_id);
+CREATE INDEX world_steps_list ON world_steps (run_id, seq);
 
 CREATE TABLE world_hooks (
 	seq          INTEGER PRIMARY KEY,
@@ -211,10 +213,9 @@ CREATE TABLE world_hooks (
 	metadata     BLOB,
 	is_webhook   INTEGER NOT NULL,
 	spec_version INTEGER NOT NULL,
-	created_at   INTEGER NOT NULL,
-	disposed     INTEGER NOT NULL DEFAULT 0
+	created_at   INTEGER NOT NULL -- a disposed hook's row is deleted: its id and token are free again
 );
-CREATE UNIQUE INDEX world_hooks_token ON world_hooks (token) WHERE disposed = 0;
+CREATE UNIQUE INDEX world_hooks_token ON world_hooks (token);
 CREATE INDEX world_hooks_run ON world_hooks (run_id, seq);
 
 CREATE TABLE world_waits (

@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -22,6 +21,9 @@ import (
 // world's and apply's.
 
 var _ store.WorldStore = (*Store)(nil)
+
+const worldRunFrom = ` FROM runs r JOIN world_runs w ON w.run_id = r.id`
+
 var _ apply.WorldTx = (*wtx)(nil)
 
 // stmt returns q prepared on the write connection, once.
@@ -61,123 +63,6 @@ func (tx *wtx) row(q string, args ...any) (*sql.Row, error) {
 	return st.QueryRowContext(bg, args...), nil
 }
 
-// The columns of each World entity, and their scanners.
-const (
-	worldRunCols = `r.id, r.status, w.deployment_id, r.workflow, w.spec_version, w.execution_context, r.input, r.output,
-		w.error_json, w.started_at, w.completed_at, r.created_at, r.updated_at, w.events`
-	worldRunFrom  = ` FROM runs r JOIN world_runs w ON w.run_id = r.id`
-	worldStepCols = `run_id, step_id, step_name, status, input, output, error_json, attempt, started_at, completed_at,
-		created_at, updated_at, retry_after, spec_version, closes`
-	worldHookCols  = `run_id, hook_id, token, metadata, is_webhook, spec_version, created_at`
-	worldWaitCols  = `wait_id, run_id, status, resume_at, completed_at, created_at, updated_at, spec_version`
-	worldEventCols = `run_id, slot, event_id, type, correlation_id, data, spec_version, created_at`
-)
-
-func scanWorldRun(row sqlrow.Scanner) (*world.Run, error) {
-	var r world.Run
-	var status string
-	var errJSON []byte
-	var started, completed, created, updated int64
-	if err := row.Scan(&r.RunID, &status, &r.DeploymentID, &r.WorkflowName, &r.SpecVersion, raw(&r.ExecutionContext),
-		raw(&r.Input), raw(&r.Output), &errJSON, &started, &completed, &created, &updated, &r.Events); err != nil {
-		return nil, err
-	}
-	r.Status = world.Status(status)
-	r.StartedAt, r.CompletedAt = timePtr(started), timePtr(completed)
-	r.CreatedAt, r.UpdatedAt = sqlrow.Time(created), sqlrow.Time(updated)
-	r.Error = decodeError(errJSON)
-	return &r, nil
-}
-
-func scanWorldStep(row sqlrow.Scanner) (*world.Step, error) {
-	var s world.Step
-	var status, closes string
-	var errJSON []byte
-	var started, completed, created, updated, retry int64
-	if err := row.Scan(&s.RunID, &s.StepID, &s.StepName, &status, raw(&s.Input), raw(&s.Output), &errJSON, &s.Attempt,
-		&started, &completed, &created, &updated, &retry, &s.SpecVersion, &closes); err != nil {
-		return nil, err
-	}
-	s.Status = world.Status(status)
-	s.StartedAt, s.CompletedAt, s.RetryAfter = timePtr(started), timePtr(completed), timePtr(retry)
-	s.CreatedAt, s.UpdatedAt = sqlrow.Time(created), sqlrow.Time(updated)
-	s.Error = decodeError(errJSON)
-	if closes != "" {
-		_ = json.Unmarshal([]byte(closes), &s.Closes)
-	}
-	return &s, nil
-}
-
-func scanWorldHook(row sqlrow.Scanner) (*world.Hook, error) {
-	var h world.Hook
-	var created int64
-	if err := row.Scan(&h.RunID, &h.HookID, &h.Token, raw(&h.Metadata), &h.IsWebhook, &h.SpecVersion, &created); err != nil {
-		return nil, err
-	}
-	h.CreatedAt = sqlrow.Time(created)
-	h.OwnerID, h.ProjectID, h.Environment = "weir-owner", "weir-project", "weir"
-	return &h, nil
-}
-
-func scanWorldWait(row sqlrow.Scanner) (*world.Wait, error) {
-	var w world.Wait
-	var resume, completed, created, updated int64
-	if err := row.Scan(&w.WaitID, &w.RunID, &w.Status, &resume, &completed, &created, &updated, &w.SpecVersion); err != nil {
-		return nil, err
-	}
-	w.ResumeAt, w.CompletedAt = timePtr(resume), timePtr(completed)
-	w.CreatedAt, w.UpdatedAt = sqlrow.Time(created), sqlrow.Time(updated)
-	return &w, nil
-}
-
-func scanWorldEvent(row sqlrow.Scanner) (*world.Event, error) {
-	var e world.Event
-	var typ string
-	var created int64
-	if err := row.Scan(&e.RunID, &e.Slot, &e.EventID, &typ, &e.CorrelationID, raw(&e.EventData), &e.SpecVersion, &created); err != nil {
-		return nil, err
-	}
-	e.EventType, e.CreatedAt = world.EventType(typ), sqlrow.Time(created)
-	return &e, nil
-}
-
-// raw scans a JSON column, NULL as nil.
-func raw(p *json.RawMessage) *[]byte { return (*[]byte)(p) }
-
-func timePtr(n int64) *time.Time {
-	if n == 0 {
-		return nil
-	}
-	t := sqlrow.Time(n)
-	return &t
-}
-
-func ptrNanos(t *time.Time) int64 {
-	if t == nil {
-		return 0
-	}
-	return sqlrow.Nanos(*t)
-}
-
-func decodeError(b []byte) *world.StructuredError {
-	if len(b) == 0 {
-		return nil
-	}
-	var e world.StructuredError
-	if json.Unmarshal(b, &e) != nil {
-		return nil
-	}
-	return &e
-}
-
-func encodeError(e *world.StructuredError) []byte {
-	if e == nil {
-		return nil
-	}
-	b, _ := json.Marshal(e)
-	return b
-}
-
 // noRow turns sql.ErrNoRows into (nil, nil).
 func noRow[T any](v *T, err error) (*T, error) {
 	if errors.Is(err, sql.ErrNoRows) {
@@ -191,47 +76,47 @@ func noRow[T any](v *T, err error) (*T, error) {
 
 // WorldRun loads a World run.
 func (tx *wtx) WorldRun(id string) (*world.Run, error) {
-	row, err := tx.row(`SELECT `+worldRunCols+worldRunFrom+` WHERE r.id = ?`, id)
+	row, err := tx.row(`SELECT `+sqlrow.WorldRunCols+worldRunFrom+` WHERE r.id = ?`, id)
 	if err != nil {
 		return nil, err
 	}
-	return noRow(scanWorldRun(row))
+	return noRow(sqlrow.ScanWorldRun(row))
 }
 
 // WorldStep loads a step of a run.
 func (tx *wtx) WorldStep(runID, stepID string) (*world.Step, error) {
-	st, err := tx.stmt(`SELECT ` + worldStepCols + ` FROM world_steps WHERE run_id = ? AND step_id = ?`)
+	st, err := tx.stmt(`SELECT ` + sqlrow.WorldStepCols + ` FROM world_steps WHERE run_id = ? AND step_id = ?`)
 	if err != nil {
 		return nil, err
 	}
-	return noRow(scanWorldStep(st.QueryRowContext(bg, runID, stepID)))
+	return noRow(sqlrow.ScanWorldStep(st.QueryRowContext(bg, runID, stepID)))
 }
 
 // WorldHook loads a live hook.
 func (tx *wtx) WorldHook(hookID string) (*world.Hook, error) {
-	st, err := tx.stmt(`SELECT ` + worldHookCols + ` FROM world_hooks WHERE hook_id = ? AND disposed = 0`)
+	st, err := tx.stmt(`SELECT ` + sqlrow.WorldHookCols + ` FROM world_hooks WHERE hook_id = ?`)
 	if err != nil {
 		return nil, err
 	}
-	return noRow(scanWorldHook(st.QueryRowContext(bg, hookID)))
+	return noRow(sqlrow.ScanWorldHook(st.QueryRowContext(bg, hookID)))
 }
 
 // WorldHookByToken loads the live hook holding token.
 func (tx *wtx) WorldHookByToken(token string) (*world.Hook, error) {
-	st, err := tx.stmt(`SELECT ` + worldHookCols + ` FROM world_hooks WHERE token = ? AND disposed = 0`)
+	st, err := tx.stmt(`SELECT ` + sqlrow.WorldHookCols + ` FROM world_hooks WHERE token = ?`)
 	if err != nil {
 		return nil, err
 	}
-	return noRow(scanWorldHook(st.QueryRowContext(bg, token)))
+	return noRow(sqlrow.ScanWorldHook(st.QueryRowContext(bg, token)))
 }
 
 // WorldWait loads a wait.
 func (tx *wtx) WorldWait(runID, waitID string) (*world.Wait, error) {
-	st, err := tx.stmt(`SELECT ` + worldWaitCols + ` FROM world_waits WHERE run_id = ? AND wait_id = ?`)
+	st, err := tx.stmt(`SELECT ` + sqlrow.WorldWaitCols + ` FROM world_waits WHERE run_id = ? AND wait_id = ?`)
 	if err != nil {
 		return nil, err
 	}
-	return noRow(scanWorldWait(st.QueryRowContext(bg, runID, waitID)))
+	return noRow(sqlrow.ScanWorldWait(st.QueryRowContext(bg, runID, waitID)))
 }
 
 // WorldRunStream returns run's World stream name.
@@ -264,26 +149,22 @@ func (tx *wtx) SaveWorldRun(r *world.Run, created bool) error {
 		}
 		return tx.exec(`INSERT INTO world_runs (run_id, deployment_id, spec_version, execution_context, error_json,
 			started_at, completed_at, events) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, r.RunID, r.DeploymentID, r.SpecVersion,
-			[]byte(r.ExecutionContext), encodeError(r.Error), ptrNanos(r.StartedAt), ptrNanos(r.CompletedAt), r.Events)
+			[]byte(r.ExecutionContext), sqlrow.EncodeError(r.Error), sqlrow.PtrNanos(r.StartedAt), sqlrow.PtrNanos(r.CompletedAt), r.Events)
 	}
 	if err := tx.exec(`UPDATE runs SET status = ?, output = ?, error = ?, updated_at = ? WHERE id = ?`,
 		string(r.Status), []byte(r.Output), errMsg, sqlrow.Nanos(r.UpdatedAt), r.RunID); err != nil {
 		return fmt.Errorf("update world run: %w", err)
 	}
 	return tx.exec(`UPDATE world_runs SET error_json = ?, started_at = ?, completed_at = ?, events = ? WHERE run_id = ?`,
-		encodeError(r.Error), ptrNanos(r.StartedAt), ptrNanos(r.CompletedAt), r.Events, r.RunID)
+		sqlrow.EncodeError(r.Error), sqlrow.PtrNanos(r.StartedAt), sqlrow.PtrNanos(r.CompletedAt), r.Events, r.RunID)
 }
 
 // SaveWorldStep saves a step.
 func (tx *wtx) SaveWorldStep(s *world.Step, created bool) error {
-	closes := ""
-	if len(s.Closes) > 0 {
-		b, _ := json.Marshal(s.Closes)
-		closes = string(b)
-	}
-	args := []any{s.StepName, string(s.Status), []byte(s.Input), []byte(s.Output), encodeError(s.Error), s.Attempt,
-		ptrNanos(s.StartedAt), ptrNanos(s.CompletedAt), sqlrow.Nanos(s.CreatedAt), sqlrow.Nanos(s.UpdatedAt),
-		ptrNanos(s.RetryAfter), s.SpecVersion, closes, s.RunID, s.StepID}
+	closes := sqlrow.EncodeCloses(s.Closes)
+	args := []any{s.StepName, string(s.Status), []byte(s.Input), []byte(s.Output), sqlrow.EncodeError(s.Error), s.Attempt,
+		sqlrow.PtrNanos(s.StartedAt), sqlrow.PtrNanos(s.CompletedAt), sqlrow.Nanos(s.CreatedAt), sqlrow.Nanos(s.UpdatedAt),
+		sqlrow.PtrNanos(s.RetryAfter), s.SpecVersion, closes, s.RunID, s.StepID}
 	if created {
 		return tx.exec(`INSERT INTO world_steps (step_name, status, input, output, error_json, attempt, started_at,
 			completed_at, created_at, updated_at, retry_after, spec_version, closes, run_id, step_id)
@@ -304,20 +185,20 @@ func (tx *wtx) SaveWorldHook(h *world.Hook) error {
 // DisposeWorldHooks disposes one hook or all of a run's.
 func (tx *wtx) DisposeWorldHooks(runID, hookID string) error {
 	if hookID != "" {
-		return tx.exec(`UPDATE world_hooks SET disposed = 1 WHERE hook_id = ? AND run_id = ?`, hookID, runID)
+		return tx.exec(`DELETE FROM world_hooks WHERE hook_id = ? AND run_id = ?`, hookID, runID)
 	}
-	return tx.exec(`UPDATE world_hooks SET disposed = 1 WHERE run_id = ? AND disposed = 0`, runID)
+	return tx.exec(`DELETE FROM world_hooks WHERE run_id = ?`, runID)
 }
 
 // SaveWorldWait saves a wait.
 func (tx *wtx) SaveWorldWait(w *world.Wait, created bool) error {
 	if created {
 		return tx.exec(`INSERT INTO world_waits (run_id, wait_id, status, resume_at, completed_at, created_at, updated_at,
-			spec_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, w.RunID, w.WaitID, w.Status, ptrNanos(w.ResumeAt),
-			ptrNanos(w.CompletedAt), sqlrow.Nanos(w.CreatedAt), sqlrow.Nanos(w.UpdatedAt), w.SpecVersion)
+			spec_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, w.RunID, w.WaitID, w.Status, sqlrow.PtrNanos(w.ResumeAt),
+			sqlrow.PtrNanos(w.CompletedAt), sqlrow.Nanos(w.CreatedAt), sqlrow.Nanos(w.UpdatedAt), w.SpecVersion)
 	}
 	return tx.exec(`UPDATE world_waits SET status = ?, completed_at = ?, updated_at = ? WHERE run_id = ? AND wait_id = ?`,
-		w.Status, ptrNanos(w.CompletedAt), sqlrow.Nanos(w.UpdatedAt), w.RunID, w.WaitID)
+		w.Status, sqlrow.PtrNanos(w.CompletedAt), sqlrow.Nanos(w.UpdatedAt), w.RunID, w.WaitID)
 }
 
 // DeleteWorldWaits removes a run's waits.
@@ -465,9 +346,9 @@ func collect[T any](rows *sql.Rows, scan func(*sql.Rows) (T, error), s *Store) (
 
 // WorldRun returns a World run.
 func (s *Store) WorldRun(ctx context.Context, id string) (*world.Run, error) {
-	r, err := scanWorldRun(s.rdb.QueryRowContext(ctx, `SELECT `+worldRunCols+worldRunFrom+` WHERE r.id = ?`, id))
+	r, err := sqlrow.ScanWorldRun(s.rdb.QueryRowContext(ctx, `SELECT `+sqlrow.WorldRunCols+worldRunFrom+` WHERE r.id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %q", world.ErrRunNotFound, id)
+		return nil, fmt.Errorf("world run: %w: %q", world.ErrRunNotFound, id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("world run: %w", s.readErr(err))
@@ -524,7 +405,7 @@ func page[T any](ctx context.Context, s *Store, q string, args []any, p *store.W
 
 // WorldRuns lists World runs.
 func (s *Store) WorldRuns(ctx context.Context, p *store.WorldListParams) (*store.WorldPage[world.Run], error) {
-	q := `SELECT * FROM (SELECT r.seq AS k, ` + worldRunCols + worldRunFrom + ` WHERE r.kind = 'world'`
+	q := `SELECT * FROM (SELECT r.seq AS k, ` + sqlrow.WorldRunCols + worldRunFrom + ` WHERE r.kind = 'world'`
 	var args []any
 	if p.WorkflowName != "" {
 		q, args = q+` AND r.workflow = ?`, append(args, p.WorkflowName)
@@ -535,7 +416,7 @@ func (s *Store) WorldRuns(ctx context.Context, p *store.WorldListParams) (*store
 	q += `) WHERE 1 = 1`
 	res, err := page(ctx, s, q, args, p, func(r *sql.Rows) (world.Run, int64, error) {
 		var k int64
-		run, err := scanWorldRun(prefixed{r, &k})
+		run, err := sqlrow.ScanWorldRun(prefixed{r, &k})
 		if err != nil {
 			return world.Run{}, 0, err
 		}
@@ -561,7 +442,7 @@ func (s *Store) WorldEvents(ctx context.Context, p *store.WorldListParams) (*sto
 	var args []any
 	switch {
 	case p.CorrelationID != "":
-		q = `SELECT * FROM (SELECT id AS k, ` + worldEventCols + ` FROM world_events WHERE correlation_id = ?`
+		q = `SELECT * FROM (SELECT id AS k, ` + sqlrow.WorldEventCols + ` FROM world_events WHERE correlation_id = ?`
 		args = append(args, p.CorrelationID)
 		if p.RunID != "" {
 			q, args = q+` AND run_id = ?`, append(args, p.RunID)
@@ -570,14 +451,14 @@ func (s *Store) WorldEvents(ctx context.Context, p *store.WorldListParams) (*sto
 		if _, err := s.WorldRun(ctx, p.RunID); err != nil {
 			return nil, err
 		}
-		q, args = `SELECT * FROM (SELECT slot AS k, `+worldEventCols+` FROM world_events WHERE run_id = ?`, append(args, p.RunID)
+		q, args = `SELECT * FROM (SELECT slot AS k, `+sqlrow.WorldEventCols+` FROM world_events WHERE run_id = ?`, append(args, p.RunID)
 	default:
 		return nil, fmt.Errorf("world events: %w: a run id or a correlation id is required", store.ErrInvalid)
 	}
 	q += `) WHERE 1 = 1`
 	res, err := page(ctx, s, q, args, p, func(r *sql.Rows) (world.Event, int64, error) {
 		var k int64
-		e, err := scanWorldEvent(prefixed{r, &k})
+		e, err := sqlrow.ScanWorldEvent(prefixed{r, &k})
 		if err != nil {
 			return world.Event{}, 0, err
 		}
@@ -591,7 +472,7 @@ func (s *Store) WorldEvents(ctx context.Context, p *store.WorldListParams) (*sto
 
 // WorldEventByID returns one event of a run.
 func (s *Store) WorldEventByID(ctx context.Context, runID, eventID string) (*world.Event, error) {
-	e, err := scanWorldEvent(s.rdb.QueryRowContext(ctx, `SELECT `+worldEventCols+` FROM world_events
+	e, err := sqlrow.ScanWorldEvent(s.rdb.QueryRowContext(ctx, `SELECT `+sqlrow.WorldEventCols+` FROM world_events
 		WHERE run_id = ? AND event_id = ?`, runID, eventID))
 	if err != nil {
 		return nil, fmt.Errorf("world event %q of run %q: %w", eventID, runID, s.readErr(err))
@@ -601,13 +482,13 @@ func (s *Store) WorldEventByID(ctx context.Context, runID, eventID string) (*wor
 
 // WorldStep returns a step.
 func (s *Store) WorldStep(ctx context.Context, runID, stepID string) (*world.Step, error) {
-	q, args := `SELECT `+worldStepCols+` FROM world_steps WHERE step_id = ?`, []any{stepID}
+	q, args := `SELECT `+sqlrow.WorldStepCols+` FROM world_steps WHERE step_id = ?`, []any{stepID}
 	if runID != "" {
 		q, args = q+` AND run_id = ?`, append(args, runID)
 	}
-	st, err := scanWorldStep(s.rdb.QueryRowContext(ctx, q, args...))
+	st, err := sqlrow.ScanWorldStep(s.rdb.QueryRowContext(ctx, q+` ORDER BY seq LIMIT 1`, args...))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %q", world.ErrStepNotFound, stepID)
+		return nil, fmt.Errorf("world step: %w: %q", world.ErrStepNotFound, stepID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("world step: %w", s.readErr(err))
@@ -617,10 +498,10 @@ func (s *Store) WorldStep(ctx context.Context, runID, stepID string) (*world.Ste
 
 // WorldSteps lists a run's steps.
 func (s *Store) WorldSteps(ctx context.Context, p *store.WorldListParams) (*store.WorldPage[world.Step], error) {
-	q := `SELECT * FROM (SELECT seq AS k, ` + worldStepCols + ` FROM world_steps WHERE run_id = ?) WHERE 1 = 1`
+	q := `SELECT * FROM (SELECT seq AS k, ` + sqlrow.WorldStepCols + ` FROM world_steps WHERE run_id = ?) WHERE 1 = 1`
 	res, err := page(ctx, s, q, []any{p.RunID}, p, func(r *sql.Rows) (world.Step, int64, error) {
 		var k int64
-		st, err := scanWorldStep(prefixed{r, &k})
+		st, err := sqlrow.ScanWorldStep(prefixed{r, &k})
 		if err != nil {
 			return world.Step{}, 0, err
 		}
@@ -643,9 +524,9 @@ func (s *Store) WorldHookByToken(ctx context.Context, token string) (*world.Hook
 }
 
 func (s *Store) oneHook(ctx context.Context, where string, arg string) (*world.Hook, error) {
-	h, err := scanWorldHook(s.rdb.QueryRowContext(ctx, `SELECT `+worldHookCols+` FROM world_hooks WHERE disposed = 0 AND `+where, arg))
+	h, err := sqlrow.ScanWorldHook(s.rdb.QueryRowContext(ctx, `SELECT `+sqlrow.WorldHookCols+` FROM world_hooks WHERE `+where, arg))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %q", world.ErrHookNotFound, arg)
+		return nil, fmt.Errorf("world hook: %w: %q", world.ErrHookNotFound, arg)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("world hook: %w", s.readErr(err))
@@ -655,7 +536,7 @@ func (s *Store) oneHook(ctx context.Context, where string, arg string) (*world.H
 
 // WorldHooks lists live hooks.
 func (s *Store) WorldHooks(ctx context.Context, p *store.WorldListParams) (*store.WorldPage[world.Hook], error) {
-	q := `SELECT * FROM (SELECT seq AS k, ` + worldHookCols + ` FROM world_hooks WHERE disposed = 0`
+	q := `SELECT * FROM (SELECT seq AS k, ` + sqlrow.WorldHookCols + ` FROM world_hooks WHERE 1 = 1`
 	var args []any
 	if p.RunID != "" {
 		q, args = q+` AND run_id = ?`, append(args, p.RunID)
@@ -663,7 +544,7 @@ func (s *Store) WorldHooks(ctx context.Context, p *store.WorldListParams) (*stor
 	q += `) WHERE 1 = 1`
 	res, err := page(ctx, s, q, args, p, func(r *sql.Rows) (world.Hook, int64, error) {
 		var k int64
-		h, err := scanWorldHook(prefixed{r, &k})
+		h, err := sqlrow.ScanWorldHook(prefixed{r, &k})
 		if err != nil {
 			return world.Hook{}, 0, err
 		}
@@ -680,25 +561,6 @@ func (s *Store) WorldHooks(ctx context.Context, p *store.WorldListParams) (*stor
 // lease_until hides it from other claims until the lease ends, so a
 // delivery whose process died is retried by the next claim.
 
-const messageCols = `id, queue_name, payload, target, idempotency_key, deployment_id, run_id, state, attempt,
-	failures, deliver_at, first_failure, last_error, created_at, lease`
-
-func scanMessage(row sqlrow.Scanner) (*store.Message, error) {
-	var m store.Message
-	var payload []byte
-	var due, first, created int64
-	if err := row.Scan(&m.ID, &m.QueueName, &payload, &m.Target, &m.IdempotencyKey, &m.DeploymentID, &m.RunID,
-		&m.State, &m.Attempt, &m.Failures, &due, &first, &m.LastError, &created, &m.Lease); err != nil {
-		return nil, err
-	}
-	m.Payload = payload
-	m.DeliverAt, m.CreatedAt = sqlrow.Time(due), sqlrow.Time(created)
-	if first != 0 {
-		m.FirstFailure = sqlrow.Time(first)
-	}
-	return &m, nil
-}
-
 // Enqueue stores a message, or returns the pending one with its key.
 func (s *Store) Enqueue(ctx context.Context, p *store.EnqueueParams) (*store.Message, bool, error) {
 	if err := p.Check(); err != nil {
@@ -712,25 +574,33 @@ func (s *Store) Enqueue(ctx context.Context, p *store.EnqueueParams) (*store.Mes
 	var created bool
 	err := s.write(ctx, func(tx *wtx) error {
 		created = false
+		// The same id again is a retry: the message stands.
+		row, err := tx.row(`SELECT `+sqlrow.MessageCols+` FROM world_queue WHERE id = ?`, p.ID)
+		if err != nil {
+			return err
+		}
+		if msg, err = noRow(sqlrow.ScanMessage(row)); err != nil || msg != nil {
+			return err
+		}
 		if p.IdempotencyKey != "" {
-			row, err := tx.row(`SELECT `+messageCols+` FROM world_queue
+			row, err := tx.row(`SELECT `+sqlrow.MessageCols+` FROM world_queue
 				WHERE queue_name = ? AND idempotency_key = ? AND state = 'pending'`, p.QueueName, p.IdempotencyKey)
 			if err != nil {
 				return err
 			}
-			if msg, err = noRow(scanMessage(row)); err != nil || msg != nil {
+			if msg, err = noRow(sqlrow.ScanMessage(row)); err != nil || msg != nil {
 				return err
 			}
 		}
-		row, err := tx.row(`INSERT INTO world_queue (id, queue_name, payload, target, idempotency_key, deployment_id,
-			run_id, state, deliver_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?) RETURNING `+messageCols,
+		row, err = tx.row(`INSERT INTO world_queue (id, queue_name, payload, target, idempotency_key, deployment_id,
+			run_id, state, deliver_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?) RETURNING `+sqlrow.MessageCols,
 			p.ID, p.QueueName, []byte(p.Payload), p.Target, p.IdempotencyKey, p.DeploymentID, p.RunID,
 			sqlrow.Nanos(now.Add(p.Delay)), sqlrow.Nanos(now))
 		if err != nil {
 			return err
 		}
 		tx.changed = true
-		if msg, err = scanMessage(row); err != nil {
+		if msg, err = sqlrow.ScanMessage(row); err != nil {
 			return translate(err)
 		}
 		created = true
@@ -766,7 +636,7 @@ func (s *Store) ClaimMessages(ctx context.Context, p *store.ClaimMessagesParams)
 		st, err := tx.stmt(`UPDATE world_queue SET lease = ?1, lease_owner = ?2, lease_until = ?3, attempt = attempt + 1
 			WHERE seq IN (SELECT seq FROM world_queue WHERE state = 'pending' AND deliver_at <= ?4 AND lease_until <= ?4
 				ORDER BY deliver_at, seq LIMIT ?5)
-			RETURNING ` + messageCols)
+			RETURNING ` + sqlrow.MessageCols)
 		if err != nil {
 			return err
 		}
@@ -777,7 +647,7 @@ func (s *Store) ClaimMessages(ctx context.Context, p *store.ClaimMessagesParams)
 		}
 		defer rows.Close()
 		for rows.Next() {
-			m, err := scanMessage(rows)
+			m, err := sqlrow.ScanMessage(rows)
 			if err != nil {
 				return translate(err)
 			}
@@ -853,11 +723,11 @@ func (s *Store) Messages(ctx context.Context, p *store.MessagesParams) ([]*store
 	if limit <= 0 {
 		limit = store.DefaultListLimit
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+messageCols+` FROM world_queue WHERE state = ? ORDER BY seq LIMIT ?`, p.State, limit)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+sqlrow.MessageCols+` FROM world_queue WHERE state = ? ORDER BY seq LIMIT ?`, p.State, limit)
 	if err != nil {
 		return nil, fmt.Errorf("messages: %w", s.readErr(err))
 	}
-	return collect(rows, func(r *sql.Rows) (*store.Message, error) { return scanMessage(r) }, s)
+	return collect(rows, func(r *sql.Rows) (*store.Message, error) { return sqlrow.ScanMessage(r) }, s)
 }
 
 // RedeliverMessage makes a dead message pending again.
@@ -904,7 +774,7 @@ func (s *Store) NextMessageDue(ctx context.Context) (time.Time, error) {
 }
 
 // WatchMessages watches for messages becoming due.
-func (s *Store) WatchMessages() (<-chan struct{}, func()) {
+func (s *Store) WatchMessages(ctx context.Context) (<-chan struct{}, func()) {
 	w := s.notify.Subscribe(store.QueueWake)
 	return w.C, func() { s.notify.Unsubscribe(store.QueueWake, w) }
 }

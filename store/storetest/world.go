@@ -506,7 +506,7 @@ func testWorldQueue(t *testing.T, h Harness) {
 		must(t, err)
 		return m, created
 	}
-	wake, stop := s.WatchMessages()
+	wake, stop := s.WatchMessages(ctx(t))
 	defer stop()
 	m1, created := enqueue("msg_1", "k1", 0)
 	if !created || m1.State != "pending" || m1.Attempt != 0 || !m1.DeliverAt.Equal(t0) {
