@@ -7,6 +7,7 @@ import (
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
+	"github.com/weirhq/weir/world"
 )
 
 // Sentinels of the server and the engine that cross the wire. The engine
@@ -31,6 +32,12 @@ var (
 	ErrUnauthorized = errors.New("unauthorized")
 	// ErrMethod is returned for a method a path does not take.
 	ErrMethod = errors.New("method not allowed")
+	// ErrUnsigned is a World delivery without a valid, fresh signature
+	// (the World package answers it; package delivery signs).
+	ErrUnsigned = errors.New("delivery not signed")
+	// ErrNoDelivery is a World queue message sent to a server that has no
+	// delivery secret, and so cannot deliver it.
+	ErrNoDelivery = errors.New("world deliveries are not configured")
 )
 
 // kindOf is a sentinel that is also a kind of a more general one.
@@ -74,6 +81,20 @@ var Errors = []Error{
 	{Err: ErrConflict, Code: "conflict", Status: http.StatusConflict, Reason: "conflict"},
 	{Err: store.ErrGone, Code: "gone", Status: http.StatusGone},
 	{Err: ErrUnknownWorkflow, Code: "unknown_workflow", Status: http.StatusNotFound},
+	// The World's (package world): the runtime maps each status to the
+	// error class it tests for (docs/world.md), and conflicts are a normal
+	// path of its replays.
+	{Err: world.ErrConflict, Code: "world_conflict", Status: http.StatusConflict},
+	{Err: world.ErrRunExpired, Code: "run_expired", Status: http.StatusGone},
+	{Err: world.ErrTooEarly, Code: "too_early", Status: http.StatusTooEarly, Retryable: true},
+	{Err: world.ErrRunNotFound, Code: "run_not_found", Status: http.StatusNotFound},
+	{Err: world.ErrHookNotFound, Code: "hook_not_found", Status: http.StatusNotFound},
+	{Err: world.ErrStepNotFound, Code: "step_not_found", Status: http.StatusNotFound},
+	{Err: world.ErrWaitNotFound, Code: "wait_not_found", Status: http.StatusNotFound},
+	{Err: world.ErrNotSupported, Code: "run_not_supported", Status: http.StatusUnprocessableEntity},
+	{Err: world.ErrInvalid, Code: "invalid_event", Status: http.StatusBadRequest},
+	{Err: ErrUnsigned, Code: "unsigned", Status: http.StatusUnauthorized},
+	{Err: ErrNoDelivery, Code: "no_delivery", Status: http.StatusServiceUnavailable},
 	{Err: stream.ErrUnknownWriter, Code: "unknown_writer", Status: http.StatusNotFound},
 	{Err: store.ErrNotFound, Code: "not_found", Status: http.StatusNotFound},
 	{Err: stream.ErrConflict, Code: "chunk_conflict", Status: http.StatusUnprocessableEntity, Reason: "conflict"},

@@ -33,6 +33,9 @@ type Run struct {
 	UpdatedAt       time.Time       `json:"updated_at"`
 	WakeAt          *time.Time      `json:"wake_at,omitempty"`
 	CancelRequested bool            `json:"cancel_requested,omitempty"`
+	// Kind is "world" for a Vercel Workflow run on weir's World (its events,
+	// steps and hooks are at /v1/world/runs/{id}), empty for a Go run.
+	Kind string `json:"kind,omitempty"`
 }
 
 // RunList is the reply of GET /v1/runs: a page of runs, newest first.

@@ -57,6 +57,8 @@ type metrics struct {
 
 	rejectedMu sync.RWMutex
 	rejected   map[string]*atomic.Uint64 // by reason
+
+	world worldMetrics // metrics_world.go
 }
 
 // Reader modes for readerOpened and readerClosed.
@@ -80,6 +82,7 @@ func newMetrics() *metrics {
 		readers:  make(map[string]*atomic.Int64),
 		chunks:   make(map[string]*atomic.Uint64),
 		rejected: make(map[string]*atomic.Uint64),
+		world:    worldMetrics{events: make(map[string]*atomic.Uint64), deliveries: make(map[string]*atomic.Uint64)},
 	}
 	for i := range m.latency {
 		m.latency[i].counts = make([]atomic.Uint64, len(latencyBuckets)+1)
@@ -185,10 +188,11 @@ const (
 	routeStreamLive // SSE and long-poll reads: long by design, kept apart
 	routeHealth
 	routeMetrics
+	routeWorld
 	numRouteClasses
 )
 
-var routeClassNames = [numRouteClasses]string{"other", "runs", "stream_write", "stream_read", "stream_live", "health", "metrics"}
+var routeClassNames = [numRouteClasses]string{"other", "runs", "stream_write", "stream_read", "stream_live", "health", "metrics", "world"}
 
 // classify returns r's route class.
 func classify(r *http.Request) routeClass {
@@ -207,6 +211,11 @@ func classify(r *http.Request) routeClass {
 		return routeStreamWrite
 	case p == "/v1/runs" || len(p) > len("/v1/runs/") && p[:len("/v1/runs/")] == "/v1/runs/" || p == "/v1/workflows":
 		return routeRuns
+	case strings.HasPrefix(p, "/v1/world/"):
+		if strings.HasPrefix(p, "/v1/world/streams/") && r.URL.Query().Get("follow") == "true" {
+			return routeStreamLive
+		}
+		return routeWorld
 	case p == "/healthz" || p == "/readyz":
 		return routeHealth
 	case p == "/metrics":
@@ -260,6 +269,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	bw := bufio.NewWriter(w)
 	s.metrics.write(bw)
+	s.writeWorldMetrics(bw)
 	_ = bw.Flush()
 }
 

@@ -295,7 +295,12 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	if err := s.e.Cancel(r.Context(), before.ID); err != nil {
+	if before.Kind == store.KindWorld {
+		if _, _, err := s.cancelWorldRun(r, before.ID); err != nil {
+			s.worldError(w, err)
+			return
+		}
+	} else if err := s.e.Cancel(r.Context(), before.ID); err != nil {
 		httpError(w, err)
 		return
 	}

@@ -19,6 +19,7 @@ func runJSON(r *store.Run) api.Run {
 		CreatedAt:       r.CreatedAt.UTC(),
 		UpdatedAt:       r.UpdatedAt.UTC(),
 		CancelRequested: r.CancelRequested,
+		Kind:            r.Kind,
 	}
 	if !r.WakeAt.IsZero() && !r.Status.Terminal() && r.WakeAt.After(r.UpdatedAt) {
 		t := r.WakeAt.UTC()

@@ -17,6 +17,7 @@ import (
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/world"
 )
 
 // Config configures a Server. The zero value is valid.
@@ -41,6 +42,12 @@ type Config struct {
 	IdempotencyTTL time.Duration
 	// Logger receives the server's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// WorldDelivery says a delivery loop (package delivery) pushes this
+	// server's World queue messages to the apps; without one, POST
+	// /v1/world/queue answers 503 rather than keep messages nothing
+	// sends. Defaults to false; `weir server` sets it when it has a
+	// World secret.
+	WorldDelivery bool
 }
 
 // WithDefaults returns a copy of c with defaults applied.
@@ -71,8 +78,9 @@ type Server struct {
 	log   *slog.Logger
 	mux   *http.ServeMux
 
-	metrics *metrics // see metrics.go
-	ds      dsState  // the streams handler's own state (stream.go)
+	metrics  *metrics    // see metrics.go
+	ds       dsState     // the streams handler's own state (stream.go)
+	worldIDs world.ULIDs // message ids the World API mints
 
 	// drained is cancelled by Drain (health_drain.go): live reads end.
 	drained     context.Context

@@ -67,6 +67,9 @@ type WorldStore interface {
 	// does nothing if the lease is not p.Lease any more (the message was
 	// claimed again), returning store.ErrLeaseLost.
 	SettleMessage(ctx context.Context, p *SettleParams) error
+	// RenewMessage extends a delivery's lease to p.Until, while the
+	// delivery goes on; store.ErrLeaseLost if the lease is not p.Lease.
+	RenewMessage(ctx context.Context, p *RenewMessageParams) error
 	// Messages lists messages of one state, oldest first: "pending" or
 	// "dead" (dead letters, kept until retention or a redelivery).
 	Messages(ctx context.Context, p *MessagesParams) ([]*Message, error)
@@ -243,6 +246,12 @@ type SettleParams struct {
 	DeliverAt time.Time
 	LastError string
 	Now       time.Time // zero: the store's clock
+}
+
+// RenewMessageParams extends a lease.
+type RenewMessageParams struct {
+	ID, Lease string
+	Until     time.Time
 }
 
 // MessagesParams lists messages.

@@ -92,6 +92,9 @@ type Run struct {
 	UpdatedAt        time.Time        `json:"updatedAt"`
 	// Events is how many events the run's log holds: the slot of its last.
 	Events int64 `json:"-"`
+	// Target is the app's base URL its last queue message named: where a
+	// message weir sends the run (a cancel) goes.
+	Target string `json:"-"`
 }
 
 // Step is a step of a World run.

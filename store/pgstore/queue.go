@@ -22,7 +22,7 @@ import (
 
 type queueQueries struct {
 	enqueue, messageByID, messageByKey, setTarget, claimMessages, settleDone, settleDead string
-	settleFailed, settleLater, messages, redeliver, nextDue                              string
+	settleFailed, settleLater, messages, redeliver, nextDue, renewMessage                string
 }
 
 func (q *queueQueries) set(set func(*string, string)) {
@@ -53,6 +53,7 @@ func (q *queueQueries) set(set func(*string, string)) {
 				AND o.queue_name = m.queue_name AND o.idempotency_key = m.idempotency_key AND o.idempotency_key <> '')
 				THEN '' ELSE m.idempotency_key END
 		WHERE id = $1 AND state = 'dead'`)
+	set(&q.renewMessage, `UPDATE $S.world_queue SET lease_until = $3 WHERE id = $1 AND lease = $2 AND state = 'pending'`)
 	set(&q.nextDue, `SELECT MIN(GREATEST(deliver_at, lease_until)) FROM $S.world_queue WHERE state = 'pending'`)
 }
 
@@ -245,4 +246,23 @@ func (s *Store) WatchMessages(ctx context.Context) (<-chan struct{}, func()) {
 	s.lis.ensure(ctx)
 	w := s.hub.Subscribe(store.QueueWake)
 	return w.C, func() { s.hub.Unsubscribe(store.QueueWake, w) }
+}
+
+// RenewMessage extends a delivery's lease.
+func (s *Store) RenewMessage(ctx context.Context, p *store.RenewMessageParams) error {
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		t.committing = true
+		ct, err := s.pool.Exec(ctx, s.q.renewMessage, p.ID, p.Lease, sqlrow.Nanos(p.Until))
+		if err != nil {
+			return err
+		}
+		if ct.RowsAffected() == 0 {
+			return fmt.Errorf("message %q: %w", p.ID, store.ErrLeaseLost)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("renew message: %w", err)
+	}
+	return nil
 }

@@ -627,7 +627,7 @@ func (p prefixed) Scan(dest ...any) error { return p.row.Scan(append([]any{p.k},
 // The lists select a key k and the entity's columns under their plain
 // names; cols names them again in the outer query.
 const (
-	worldRunOuter  = `id, status, deployment_id, workflow, spec_version, execution_context, input, output, error_json, started_at, completed_at, created_at, updated_at, events`
+	worldRunOuter  = `id, status, deployment_id, workflow, spec_version, execution_context, input, output, error_json, started_at, completed_at, created_at, updated_at, events, target`
 	worldStepOuter = sqlrow.WorldStepCols
 )
 
@@ -749,7 +749,7 @@ type worldQueries struct {
 
 func (q *worldQueries) set(set func(*string, string)) {
 	set(&q.worldRunSelect, `r.id, r.status, w.deployment_id, r.workflow, w.spec_version, w.execution_context, r.input,
-		r.output, w.error_json, w.started_at, w.completed_at, r.created_at, r.updated_at, w.events
+		r.output, w.error_json, w.started_at, w.completed_at, r.created_at, r.updated_at, w.events, w.target
 		FROM $S.runs r JOIN $S.world_runs w ON w.run_id = r.id`)
 	set(&q.worldRun, `SELECT `+q.worldRunSelect+` WHERE r.id = $1`)
 	set(&q.worldStepOf, `SELECT `+sqlrow.WorldStepCols+` FROM $S.world_steps WHERE run_id = $1 AND step_id = $2`)

@@ -778,3 +778,26 @@ func (s *Store) WatchMessages(ctx context.Context) (<-chan struct{}, func()) {
 	w := s.notify.Subscribe(store.QueueWake)
 	return w.C, func() { s.notify.Unsubscribe(store.QueueWake, w) }
 }
+
+// RenewMessage extends a delivery's lease.
+func (s *Store) RenewMessage(ctx context.Context, p *store.RenewMessageParams) error {
+	err := s.write(ctx, func(tx *wtx) error {
+		st, err := tx.stmt(`UPDATE world_queue SET lease_until = ? WHERE id = ? AND lease = ? AND state = 'pending'`)
+		if err != nil {
+			return err
+		}
+		tx.changed = true
+		res, err := st.ExecContext(bg, sqlrow.Nanos(p.Until), p.ID, p.Lease)
+		if err != nil {
+			return translate(err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("message %q: %w", p.ID, store.ErrLeaseLost)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("renew message: %w", err)
+	}
+	return nil
+}

@@ -541,27 +541,33 @@ func testWorldQueue(t *testing.T, h Harness) {
 		t.Fatalf("a leased message was claimed again: %+v", again)
 	}
 	// The lease ends: another owner claims it; the first lease is lost.
-	ms2 := claim("b", t0.Add(31*time.Second))
+	// A renewed lease holds the message past its first end.
+	must(t, s.RenewMessage(ctx(t), &store.RenewMessageParams{ID: "msg_1", Lease: ms[0].Lease, Until: t0.Add(45 * time.Second)}))
+	if again := claim("b", t0.Add(31*time.Second)); len(again) != 0 {
+		t.Fatalf("a renewed lease was claimed: %+v", again)
+	}
+	ms2 := claim("b", t0.Add(46*time.Second))
 	if len(ms2) != 1 || ms2[0].ID != "msg_1" || ms2[0].Attempt != 2 {
 		t.Fatalf("claim after the lease: %+v", ms2)
 	}
+	wantErr(t, s.RenewMessage(ctx(t), &store.RenewMessageParams{ID: "msg_1", Lease: ms[0].Lease, Until: t0.Add(time.Hour)}), store.ErrLeaseLost)
 	err = s.SettleMessage(ctx(t), &store.SettleParams{ID: "msg_1", Lease: ms[0].Lease, Done: true})
 	wantErr(t, err, store.ErrLeaseLost)
 	// A failure backs off; a {timeoutSeconds} reply reschedules.
 	must(t, s.SettleMessage(ctx(t), &store.SettleParams{ID: "msg_1", Lease: ms2[0].Lease, Failed: true,
-		DeliverAt: t0.Add(40 * time.Second), LastError: "HTTP 500", Now: t0.Add(31 * time.Second)}))
+		DeliverAt: t0.Add(50 * time.Second), LastError: "HTTP 500", Now: t0.Add(46 * time.Second)}))
 	pending, err := s.Messages(ctx(t), &store.MessagesParams{State: "pending"})
 	must(t, err)
-	if len(pending) != 2 || pending[0].Failures != 1 || pending[0].LastError != "HTTP 500" || !pending[0].FirstFailure.Equal(t0.Add(31*time.Second)) {
+	if len(pending) != 2 || pending[0].Failures != 1 || pending[0].LastError != "HTTP 500" || !pending[0].FirstFailure.Equal(t0.Add(46*time.Second)) {
 		t.Fatalf("after a failure: %+v", pending[0])
 	}
-	ms3 := claim("a", t0.Add(40*time.Second))
+	ms3 := claim("a", t0.Add(50*time.Second))
 	if len(ms3) != 1 || ms3[0].Attempt != 3 {
 		t.Fatalf("claim after the backoff: %+v", ms3)
 	}
-	must(t, s.SettleMessage(ctx(t), &store.SettleParams{ID: "msg_1", Lease: ms3[0].Lease, DeliverAt: t0.Add(50 * time.Second)}))
+	must(t, s.SettleMessage(ctx(t), &store.SettleParams{ID: "msg_1", Lease: ms3[0].Lease, DeliverAt: t0.Add(55 * time.Second)}))
 	pending, _ = s.Messages(ctx(t), &store.MessagesParams{State: "pending"})
-	if pending[0].Failures != 0 || !pending[0].FirstFailure.IsZero() || !pending[0].DeliverAt.Equal(t0.Add(50*time.Second)) {
+	if pending[0].Failures != 0 || !pending[0].FirstFailure.IsZero() || !pending[0].DeliverAt.Equal(t0.Add(55*time.Second)) {
 		t.Fatalf("after a reschedule: %+v", pending[0])
 	}
 	// Dead letters are kept until redelivered.

@@ -14,7 +14,7 @@ import (
 const (
 	// WorldRunCols are a World run's: runs r joined with world_runs w.
 	WorldRunCols = `r.id, r.status, w.deployment_id, r.workflow, w.spec_version, w.execution_context, r.input, r.output,
-		w.error_json, w.started_at, w.completed_at, r.created_at, r.updated_at, w.events`
+		w.error_json, w.started_at, w.completed_at, r.created_at, r.updated_at, w.events, w.target`
 	WorldStepCols = `run_id, step_id, step_name, status, input, output, error_json, attempt, started_at, completed_at,
 		created_at, updated_at, retry_after, spec_version, closes`
 	WorldHookCols  = `run_id, hook_id, token, metadata, is_webhook, spec_version, created_at`
@@ -29,7 +29,7 @@ func ScanWorldRun(row Scanner) (*world.Run, error) {
 	var errJSON []byte
 	var started, completed, created, updated int64
 	if err := row.Scan(&r.RunID, &status, &r.DeploymentID, &r.WorkflowName, &r.SpecVersion, Raw(&r.ExecutionContext),
-		Raw(&r.Input), Raw(&r.Output), &errJSON, &started, &completed, &created, &updated, &r.Events); err != nil {
+		Raw(&r.Input), Raw(&r.Output), &errJSON, &started, &completed, &created, &updated, &r.Events, &r.Target); err != nil {
 		return nil, err
 	}
 	r.Status = world.Status(status)

@@ -1,0 +1,424 @@
+// Package delivery pushes the World's queue messages (store.WorldStore) to
+// the apps they are for: each message is POSTed to its target's
+// /.well-known/workflow/v1/flow or /step route, signed, under a lease the
+// store holds and the deliverer renews while the app works, so that a
+// deliverer that dies leaves the message to another (or to itself,
+// restarted) within one lease.
+//
+// The contract with the app (docs/world.md, "Delivery"):
+//
+//   - POST {target}/.well-known/workflow/v1/flow for __[ns_]wkf_workflow_…
+//     queues, …/step for __[ns_]wkf_step_…; the body is the payload as
+//     queued.
+//   - Headers x-vqs-queue-name, x-vqs-message-id (stable across
+//     deliveries), x-vqs-message-attempt (1, 2, …), and Weir-Signature
+//     (see Sign), which the World package checks: unsigned or stale
+//     deliveries get 401.
+//   - A 2xx with {"timeoutSeconds": n} delivers the same message again in n
+//     seconds (sleeps, step retries); any other 2xx is done. Anything else
+//     (another status, a timeout, a refused connection) is retried after
+//     Config.Backoff, and dead-lettered after Config.MaxAge of failures
+//     (or Config.MaxFailures of them): kept, listed, counted, never
+//     dropped.
+//
+// Delivery is at least once: the runtime's claims and conflicts absorb a
+// duplicate.
+package delivery
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/world"
+)
+
+// Config configures a Deliverer.
+type Config struct {
+	// Store holds the queue. Required.
+	Store store.WorldStore
+	// Secret signs deliveries (Sign); the app's World package has the
+	// same. Required, at least 16 bytes.
+	Secret []byte
+	// Owner names this deliverer in its leases. Defaults to
+	// host/pid/random.
+	Owner string
+	// Concurrency bounds deliveries in flight. Defaults to 100.
+	Concurrency int
+	// LeaseTTL is how long a delivery's lease lasts without renewal; the
+	// deliverer renews it every LeaseTTL/3 while the app works. A
+	// deliverer that dies leaves its messages to another after at most
+	// this long. Defaults to 30s.
+	LeaseTTL time.Duration
+	// Timeout bounds one delivery's HTTP exchange: a step may take this
+	// long. Defaults to 15m.
+	Timeout time.Duration
+	// Backoff is the wait before each retry of a failed delivery; the
+	// last is repeated. Defaults to 1s, 2s, 5s, 10s, 30s, 60s.
+	Backoff []time.Duration
+	// MaxAge dead-letters a message that has failed for this long.
+	// Defaults to 24h.
+	MaxAge time.Duration
+	// MaxFailures, if > 0, dead-letters a message after this many failed
+	// deliveries in a row. Defaults to 0: MaxAge alone.
+	MaxFailures int
+	// Client sends the deliveries. Defaults to a client that follows no
+	// redirects (a 3xx is a failure).
+	Client *http.Client
+	// PollInterval is the longest the deliverer sleeps without looking at
+	// the queue (wakes from enqueues make it look sooner). Defaults to 1s.
+	PollInterval time.Duration
+	// Observe, if set, is called after each delivery with its outcome:
+	// "delivered", "rescheduled", "failed" or "dead".
+	Observe func(outcome string, d time.Duration)
+	// Logger receives the deliverer's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// DefaultBackoff is Config.Backoff's default.
+var DefaultBackoff = []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute}
+
+// ErrConfig is a Config New refuses.
+var ErrConfig = errors.New("delivery: bad config")
+
+// WithDefaults returns a copy of c with its defaults set.
+func (c *Config) WithDefaults() *Config {
+	out := *c
+	if out.Owner == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		out.Owner = fmt.Sprintf("%s/%d/%x", host, os.Getpid(), b)
+	}
+	if out.Concurrency == 0 {
+		out.Concurrency = 100
+	}
+	if out.LeaseTTL == 0 {
+		out.LeaseTTL = 30 * time.Second
+	}
+	if out.Timeout == 0 {
+		out.Timeout = 15 * time.Minute
+	}
+	if len(out.Backoff) == 0 {
+		out.Backoff = DefaultBackoff
+	}
+	if out.MaxAge == 0 {
+		out.MaxAge = 24 * time.Hour
+	}
+	if out.Client == nil {
+		out.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	if out.PollInterval == 0 {
+		out.PollInterval = time.Second
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return &out
+}
+
+// Deliverer pushes queue messages to apps. Run it with Run.
+type Deliverer struct {
+	cfg  *Config
+	sem  chan struct{}
+	wg   sync.WaitGroup
+	done chan struct{} // a delivery ended: a slot is free
+}
+
+// New returns a Deliverer.
+func New(cfg *Config) (*Deliverer, error) {
+	c := cfg.WithDefaults()
+	switch {
+	case c.Store == nil:
+		return nil, fmt.Errorf("%w: no Store", ErrConfig)
+	case len(c.Secret) < 16:
+		return nil, fmt.Errorf("%w: a Secret of at least 16 bytes is required", ErrConfig)
+	case c.Concurrency < 1 || c.LeaseTTL < 3*time.Millisecond || c.Timeout <= 0 || c.MaxAge <= 0 || c.MaxFailures < 0:
+		return nil, fmt.Errorf("%w: Concurrency >= 1, LeaseTTL, Timeout and MaxAge > 0, MaxFailures >= 0", ErrConfig)
+	}
+	for _, b := range c.Backoff {
+		if b <= 0 {
+			return nil, fmt.Errorf("%w: a Backoff of %v", ErrConfig, b)
+		}
+	}
+	return &Deliverer{cfg: c, sem: make(chan struct{}, c.Concurrency), done: make(chan struct{}, 1)}, nil
+}
+
+// Run delivers until ctx ends, then waits for the deliveries in flight:
+// each is cut, and its message made due again at once, so that the next
+// deliverer sends it without waiting for the lease.
+func (d *Deliverer) Run(ctx context.Context) error {
+	defer d.wg.Wait()
+	c := d.cfg
+	for ctx.Err() == nil {
+		wake, stop := c.Store.WatchMessages(ctx)
+		n, err := d.claim(ctx)
+		if err != nil && ctx.Err() == nil {
+			c.Logger.Warn("world delivery: claim failed", "err", err)
+		}
+		if n > 0 && len(d.sem) < cap(d.sem) {
+			stop()
+			continue // there may be more due
+		}
+		wait := c.PollInterval
+		if len(d.sem) < cap(d.sem) {
+			if due, err := c.Store.NextMessageDue(ctx); err == nil && !due.IsZero() {
+				wait = min(wait, max(0, due.Sub(c.Now())))
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-d.done:
+		case <-t.C:
+		}
+		t.Stop()
+		stop()
+	}
+	return nil
+}
+
+// claim leases as many due messages as there are free slots and starts
+// their deliveries.
+func (d *Deliverer) claim(ctx context.Context) (int, error) {
+	free := cap(d.sem) - len(d.sem)
+	if free == 0 {
+		return 0, nil
+	}
+	ms, err := d.cfg.Store.ClaimMessages(ctx, &store.ClaimMessagesParams{Owner: d.cfg.Owner, Limit: free, Lease: d.cfg.LeaseTTL, Now: d.cfg.Now()})
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range ms {
+		d.sem <- struct{}{}
+		d.wg.Add(1)
+		go func() {
+			defer func() {
+				<-d.sem
+				d.wg.Done()
+				select {
+				case d.done <- struct{}{}:
+				default:
+				}
+			}()
+			d.deliver(ctx, m)
+		}()
+	}
+	return len(ms), nil
+}
+
+// route returns the app's route for a queue name.
+func route(queue string) (string, bool) {
+	kind, ok := world.QueueKind(queue)
+	if !ok {
+		return "", false
+	}
+	if kind == "workflow" {
+		return "/.well-known/workflow/v1/flow", true
+	}
+	return "/.well-known/workflow/v1/step", true
+}
+
+// deliver sends one message and settles it.
+func (d *Deliverer) deliver(ctx context.Context, m *store.Message) {
+	c := d.cfg
+	start := time.Now()
+	dctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	// Renew the lease while the app works; a lost lease (the message was
+	// claimed again after a stall) cuts the delivery.
+	lost := make(chan struct{})
+	go d.renew(dctx, m, cancel, lost)
+	status, timeout, err := d.post(dctx, m)
+	cancel()
+	<-lost
+	if err != nil && ctx.Err() != nil {
+		// Cut by a shutdown: due again now rather than after the lease.
+		d.settle(&store.SettleParams{ID: m.ID, Lease: m.Lease, DeliverAt: c.Now()}, "", start)
+		return
+	}
+	now := c.Now()
+	switch {
+	case err == nil && status/100 == 2 && timeout >= 0:
+		d.settle(&store.SettleParams{ID: m.ID, Lease: m.Lease, DeliverAt: now.Add(timeout)}, "rescheduled", start)
+	case err == nil && status/100 == 2:
+		d.settle(&store.SettleParams{ID: m.ID, Lease: m.Lease, Done: true}, "delivered", start)
+	default:
+		msg := fmt.Sprintf("HTTP %d", status)
+		if err != nil {
+			msg = err.Error()
+		}
+		first := m.FirstFailure
+		if first.IsZero() {
+			first = now
+		}
+		failures := m.Failures + 1
+		p := &store.SettleParams{ID: m.ID, Lease: m.Lease, Failed: true, LastError: clip(msg, 1024), Now: now}
+		if c.MaxFailures > 0 && failures >= int64(c.MaxFailures) || now.Sub(first) >= c.MaxAge {
+			p.Failed, p.Dead = false, true
+			c.Logger.Warn("world delivery: dead-lettered", "message", m.ID, "queue", m.QueueName, "run", m.RunID,
+				"failures", failures, "err", msg)
+			d.settle(p, "dead", start)
+			return
+		}
+		p.DeliverAt = now.Add(c.Backoff[min(int(failures-1), len(c.Backoff)-1)])
+		c.Logger.Info("world delivery: failed, will retry", "message", m.ID, "target", m.Target, "err", msg, "at", p.DeliverAt)
+		d.settle(p, "failed", start)
+	}
+}
+
+// renew renews m's lease every third of LeaseTTL until ctx ends; a lost
+// lease cancels the delivery. It closes lost when it returns.
+func (d *Deliverer) renew(ctx context.Context, m *store.Message, cancel func(), lost chan struct{}) {
+	defer close(lost)
+	c := d.cfg
+	t := time.NewTicker(c.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := c.Store.RenewMessage(ctx, &store.RenewMessageParams{ID: m.ID, Lease: m.Lease, Until: c.Now().Add(c.LeaseTTL)})
+		if errors.Is(err, store.ErrLeaseLost) {
+			c.Logger.Warn("world delivery: lease lost mid-delivery", "message", m.ID)
+			cancel()
+			return
+		}
+	}
+}
+
+func (d *Deliverer) settle(p *store.SettleParams, outcome string, start time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.cfg.Store.SettleMessage(ctx, p); err != nil {
+		// The lease ends and the message is delivered again: at least once.
+		d.cfg.Logger.Warn("world delivery: settle failed", "message", p.ID, "err", err)
+		return
+	}
+	if outcome != "" && d.cfg.Observe != nil {
+		d.cfg.Observe(outcome, time.Since(start))
+	}
+}
+
+// maxReply bounds the reply body read.
+const maxReply = 64 << 10
+
+// post sends m and returns the status and a {timeoutSeconds} reply's delay
+// (-1 without one).
+func (d *Deliverer) post(ctx context.Context, m *store.Message) (int, time.Duration, error) {
+	path, ok := route(m.QueueName)
+	if !ok {
+		return 0, 0, fmt.Errorf("queue name %q has no route", m.QueueName)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(m.Target, "/")+path, bytes.NewReader(m.Payload))
+	if err != nil {
+		return 0, 0, err
+	}
+	attempt := strconv.FormatInt(m.Attempt, 10)
+	h := req.Header
+	h.Set("Content-Type", "application/json")
+	h.Set("x-vqs-queue-name", m.QueueName)
+	h.Set("x-vqs-message-id", m.ID)
+	h.Set("x-vqs-message-attempt", attempt)
+	h.Set(SignatureHeader, Sign(d.cfg.Secret, d.cfg.Now(), m.QueueName, m.ID, m.Attempt, m.Payload))
+	resp, err := d.cfg.Client.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxReply))
+	if resp.StatusCode/100 != 2 {
+		return resp.StatusCode, 0, nil
+	}
+	var v struct {
+		TimeoutSeconds *float64 `json:"timeoutSeconds"`
+	}
+	if json.Unmarshal(body, &v) == nil && v.TimeoutSeconds != nil && *v.TimeoutSeconds >= 0 {
+		return resp.StatusCode, time.Duration(min(*v.TimeoutSeconds, 10*365*24*3600) * float64(time.Second)), nil
+	}
+	return resp.StatusCode, -1, nil
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// SignatureHeader carries a delivery's signature.
+const SignatureHeader = "Weir-Signature"
+
+// MaxSkew is how old (or how far ahead) a signature's time may be before
+// the app refuses the delivery.
+const MaxSkew = 5 * time.Minute
+
+// Sign returns the Weir-Signature value of a delivery: "t=<unix seconds>,
+// v1=<hex HMAC-SHA256(secret, t.queue.id.attempt.body)>". The message id,
+// queue name and attempt are signed with the body, so a captured delivery
+// cannot be replayed under another name or id, and the time bounds a
+// replay of the same one to MaxSkew.
+func Sign(secret []byte, at time.Time, queue, id string, attempt int64, body []byte) string {
+	t := strconv.FormatInt(at.Unix(), 10)
+	return "t=" + t + ",v1=" + mac(secret, t, queue, id, attempt, body)
+}
+
+func mac(secret []byte, t, queue, id string, attempt int64, body []byte) string {
+	h := hmac.New(sha256.New, secret)
+	fmt.Fprintf(h, "%s.%s.%s.%d.", t, queue, id, attempt)
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ErrSignature is a delivery whose signature is missing, malformed, wrong
+// or stale.
+var ErrSignature = errors.New("delivery: bad signature")
+
+// Verify checks a delivery's signature at now: what the World package does
+// (in TypeScript) before it runs a delivery.
+func Verify(secret []byte, now time.Time, sig, queue, id string, attempt int64, body []byte) error {
+	var t, v1 string
+	for _, part := range strings.Split(sig, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
+		switch k {
+		case "t":
+			t = v
+		case "v1":
+			v1 = v
+		}
+	}
+	sec, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v1 == "" {
+		return fmt.Errorf("%w: want t=<unix>,v1=<hex>", ErrSignature)
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > MaxSkew || d < -MaxSkew {
+		return fmt.Errorf("%w: signed %v ago, the limit is %v", ErrSignature, d.Round(time.Second), MaxSkew)
+	}
+	if !hmac.Equal([]byte(v1), []byte(mac(secret, t, queue, id, attempt, body))) {
+		return fmt.Errorf("%w: the signature does not match", ErrSignature)
+	}
+	return nil
+}

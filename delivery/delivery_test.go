@@ -1,0 +1,380 @@
+package delivery_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/delivery"
+	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/pgstore"
+	"github.com/weirhq/weir/store/sqlitestore"
+)
+
+var secret = []byte("0123456789abcdef-test-secret")
+
+// onEveryStore runs f on a fresh store of each backend.
+func onEveryStore(t *testing.T, f func(t *testing.T, st store.Store)) {
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		st, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "weir.db"), &sqlitestore.Config{Synchronous: "OFF"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		f(t, st)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		st, err := pgstore.Open(t.Context(), pgtest.URL(), &pgstore.Config{Schema: pgtest.NewSchema(t), MaxConns: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		f(t, st)
+	})
+}
+
+// delivered is one request the app got.
+type delivered struct {
+	path, queue, id string
+	attempt         int64
+	body            string
+	sigErr          error
+}
+
+// app is an app's two routes: each request is verified, reported on got,
+// and answered by reply (nil: 200 {}).
+type app struct {
+	srv   *httptest.Server
+	got   chan delivered
+	mu    sync.Mutex
+	reply func(n int, d delivered) (int, string)
+	n     int
+}
+
+func newApp(t *testing.T, reply func(n int, d delivered) (int, string)) *app {
+	a := &app{got: make(chan delivered, 100), reply: reply}
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		att, _ := strconv.ParseInt(r.Header.Get("x-vqs-message-attempt"), 10, 64)
+		d := delivered{path: r.URL.Path, queue: r.Header.Get("x-vqs-queue-name"), id: r.Header.Get("x-vqs-message-id"),
+			attempt: att, body: string(body)}
+		d.sigErr = delivery.Verify(secret, time.Now(), r.Header.Get(delivery.SignatureHeader), d.queue, d.id, d.attempt, body)
+		a.mu.Lock()
+		a.n++
+		n := a.n
+		a.mu.Unlock()
+		code, rep := 200, "{}"
+		if a.reply != nil {
+			code, rep = a.reply(n, d)
+		}
+		a.got <- d
+		w.WriteHeader(code)
+		_, _ = io.WriteString(w, rep)
+	}))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+// next waits for the app's next delivery.
+func (a *app) next(t *testing.T) delivered {
+	t.Helper()
+	select {
+	case d := <-a.got:
+		return d
+	case <-time.After(10 * time.Second):
+		t.Fatal("waited 10s for a delivery")
+		return delivered{}
+	}
+}
+
+type outcomes struct {
+	mu  sync.Mutex
+	out []string
+	ch  chan string
+}
+
+func (o *outcomes) observe(outcome string, _ time.Duration) {
+	o.mu.Lock()
+	o.out = append(o.out, outcome)
+	o.mu.Unlock()
+	o.ch <- outcome
+}
+
+func (o *outcomes) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case s := <-o.ch:
+		return s
+	case <-time.After(10 * time.Second):
+		t.Fatal("waited 10s for a delivery's outcome")
+		return ""
+	}
+}
+
+// start runs a deliverer on st until the test ends.
+func start(t *testing.T, st store.Store, cfg delivery.Config) *outcomes {
+	t.Helper()
+	o := &outcomes{ch: make(chan string, 100)}
+	cfg.Store, cfg.Secret, cfg.Observe = st, secret, o.observe
+	if cfg.Backoff == nil {
+		cfg.Backoff = []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}
+	}
+	d, err := delivery.New(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the deliverer did not stop within 10s")
+		}
+	})
+	return o
+}
+
+func enqueue(t *testing.T, st store.Store, id, queue, target string, delay time.Duration) {
+	t.Helper()
+	_, _, err := st.Enqueue(t.Context(), &store.EnqueueParams{ID: id, QueueName: queue, Payload: json.RawMessage(`{"runId":"wrun_1"}`),
+		Target: target, Delay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pending(t *testing.T, st store.Store, state string) []*store.Message {
+	t.Helper()
+	ms, err := st.Messages(t.Context(), &store.MessagesParams{State: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+func TestDeliversSignedToTheRoute(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st store.Store) {
+		a := newApp(t, nil)
+		o := start(t, st, delivery.Config{})
+		enqueue(t, st, "msg_flow", "__wkf_workflow_wf", a.srv.URL, 0)
+		enqueue(t, st, "msg_step", "__ns1_wkf_step_add", a.srv.URL+"/", 0)
+		got := map[string]delivered{}
+		for range 2 {
+			d := a.next(t)
+			got[d.id] = d
+		}
+		if d := got["msg_flow"]; d.path != "/.well-known/workflow/v1/flow" || d.queue != "__wkf_workflow_wf" || d.attempt != 1 ||
+			d.body != `{"runId":"wrun_1"}` || d.sigErr != nil {
+			t.Fatalf("flow delivery %+v", d)
+		}
+		if d := got["msg_step"]; d.path != "/.well-known/workflow/v1/step" || d.sigErr != nil {
+			t.Fatalf("step delivery %+v", d)
+		}
+		o.next(t)
+		o.next(t)
+		if ms := pending(t, st, "pending"); len(ms) != 0 {
+			t.Fatalf("pending after delivery: %+v", ms)
+		}
+	})
+}
+
+func TestTimeoutSecondsRedeliversTheSameMessage(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st store.Store) {
+		a := newApp(t, func(n int, d delivered) (int, string) {
+			if n == 1 {
+				return 200, `{"timeoutSeconds":0}`
+			}
+			return 200, `{}`
+		})
+		o := start(t, st, delivery.Config{})
+		enqueue(t, st, "msg_1", "__wkf_workflow_wf", a.srv.URL, 0)
+		first, second := a.next(t), a.next(t)
+		if first.id != second.id || first.attempt != 1 || second.attempt != 2 {
+			t.Fatalf("deliveries %+v then %+v: want one id, attempts 1 and 2", first, second)
+		}
+		if got := []string{o.next(t), o.next(t)}; got[0] != "rescheduled" || got[1] != "delivered" {
+			t.Fatalf("outcomes %v", got)
+		}
+	})
+}
+
+func TestFailuresBackOffThenSucceed(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st store.Store) {
+		a := newApp(t, func(n int, d delivered) (int, string) {
+			if n <= 2 {
+				return 500, "boom"
+			}
+			return 204, ""
+		})
+		o := start(t, st, delivery.Config{})
+		enqueue(t, st, "msg_1", "__wkf_workflow_wf", a.srv.URL, 0)
+		for i := range 3 {
+			if d := a.next(t); d.attempt != int64(i+1) {
+				t.Fatalf("delivery %d has attempt %d", i+1, d.attempt)
+			}
+		}
+		if got := []string{o.next(t), o.next(t), o.next(t)}; fmt.Sprint(got) != "[failed failed delivered]" {
+			t.Fatalf("outcomes %v", got)
+		}
+	})
+}
+
+func TestDeadLetteredAfterMaxFailures(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st store.Store) {
+		a := newApp(t, func(int, delivered) (int, string) { return 503, "down" })
+		o := start(t, st, delivery.Config{MaxFailures: 3})
+		enqueue(t, st, "msg_1", "__wkf_workflow_wf", a.srv.URL, 0)
+		if got := []string{o.next(t), o.next(t), o.next(t)}; fmt.Sprint(got) != "[failed failed dead]" {
+			t.Fatalf("outcomes %v", got)
+		}
+		dead := pending(t, st, "dead")
+		if len(dead) != 1 || dead[0].ID != "msg_1" || dead[0].Failures != 3 || dead[0].LastError != "HTTP 503" {
+			t.Fatalf("dead letters %+v", dead)
+		}
+		for range 3 {
+			a.next(t)
+		}
+		// A redelivery sends it again.
+		if err := st.RedeliverMessage(t.Context(), "msg_1"); err != nil {
+			t.Fatal(err)
+		}
+		if d := a.next(t); d.id != "msg_1" || d.attempt != 4 {
+			t.Fatalf("redelivered %+v", d)
+		}
+	})
+}
+
+func TestAppDownMessagesWait(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st store.Store) {
+		// A target nothing listens on: connection refused, retried.
+		down := httptest.NewServer(http.NotFoundHandler())
+		url := down.URL
+		down.Close()
+		o := start(t, st, delivery.Config{})
+		enqueue(t, st, "msg_1", "__wkf_workflow_wf", url, 0)
+		if got := o.next(t); got != "failed" {
+			t.Fatalf("outcome %q", got)
+		}
+		ms := pending(t, st, "pending")
+		if len(ms) != 1 || ms[0].Failures < 1 || ms[0].LastError == "" {
+			t.Fatalf("the message after a refused connection: %+v", ms)
+		}
+	})
+}
+
+func TestADeadDeliverersLeaseEnds(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st store.Store) {
+		a := newApp(t, nil)
+		enqueue(t, st, "msg_1", "__wkf_workflow_wf", a.srv.URL, 0)
+		// A deliverer claims it and dies without settling.
+		ms, err := st.ClaimMessages(t.Context(), &store.ClaimMessagesParams{Owner: "ghost", Limit: 1, Lease: 300 * time.Millisecond})
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("claim: %v %v", ms, err)
+		}
+		start(t, st, delivery.Config{PollInterval: 50 * time.Millisecond})
+		if d := a.next(t); d.id != "msg_1" || d.attempt != 2 {
+			t.Fatalf("after the lease: %+v", d)
+		}
+	})
+}
+
+func TestShutdownMakesTheMessageDueAgain(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st store.Store) {
+		release := make(chan struct{})
+		inApp := make(chan struct{}, 1)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			inApp <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}))
+		defer srv.Close()
+		defer close(release)
+		cfg := delivery.Config{Store: st, Secret: secret}
+		d, err := delivery.New(&cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = d.Run(ctx) }()
+		enqueue(t, st, "msg_1", "__wkf_workflow_wf", srv.URL, 0)
+		select {
+		case <-inApp:
+		case <-time.After(10 * time.Second):
+			t.Fatal("waited 10s for the delivery")
+		}
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return within 10s of its context's end")
+		}
+		ms := pending(t, st, "pending")
+		if len(ms) != 1 || ms[0].Lease != "" || ms[0].Failures != 0 || ms[0].DeliverAt.After(time.Now()) {
+			t.Fatalf("after the shutdown: %+v", ms)
+		}
+		if due, err := st.NextMessageDue(t.Context()); err != nil || due.After(time.Now()) {
+			t.Fatalf("next due %v %v: want now", due, err)
+		}
+	})
+}
+
+func TestVerify(t *testing.T) {
+	now := time.Now()
+	body := []byte(`{"runId":"r"}`)
+	sig := delivery.Sign(secret, now, "__wkf_workflow_wf", "msg_1", 2, body)
+	if err := delivery.Verify(secret, now, sig, "__wkf_workflow_wf", "msg_1", 2, body); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		sig, queue, id string
+		attempt        int64
+		body           []byte
+		at             time.Time
+	}{
+		"other body":    {sig, "__wkf_workflow_wf", "msg_1", 2, []byte(`{}`), now},
+		"other queue":   {sig, "__wkf_step_wf", "msg_1", 2, body, now},
+		"other id":      {sig, "__wkf_workflow_wf", "msg_2", 2, body, now},
+		"other attempt": {sig, "__wkf_workflow_wf", "msg_1", 3, body, now},
+		"stale":         {sig, "__wkf_workflow_wf", "msg_1", 2, body, now.Add(6 * time.Minute)},
+		"unsigned":      {"", "__wkf_workflow_wf", "msg_1", 2, body, now},
+		"malformed":     {"t=x,v1=", "__wkf_workflow_wf", "msg_1", 2, body, now},
+		"other secret":  {delivery.Sign([]byte("another secret of 16+ bytes"), now, "__wkf_workflow_wf", "msg_1", 2, body), "__wkf_workflow_wf", "msg_1", 2, body, now},
+	} {
+		if err := delivery.Verify(secret, c.at, c.sig, c.queue, c.id, c.attempt, c.body); !errors.Is(err, delivery.ErrSignature) {
+			t.Errorf("%s: Verify = %v, want ErrSignature", name, err)
+		}
+	}
+}
+
+func TestConfigIsChecked(t *testing.T) {
+	for name, c := range map[string]delivery.Config{
+		"no store":     {Secret: secret},
+		"short secret": {Store: nilStore{}, Secret: []byte("short")},
+		"bad backoff":  {Store: nilStore{}, Secret: secret, Backoff: []time.Duration{0}},
+	} {
+		if _, err := delivery.New(&c); !errors.Is(err, delivery.ErrConfig) {
+			t.Errorf("%s: New = %v, want ErrConfig", name, err)
+		}
+	}
+}
+
+// nilStore is only ever handed to New, which must refuse the config first.
+type nilStore struct{ store.WorldStore }

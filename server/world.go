@@ -1,0 +1,665 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/weirhq/weir/api"
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/world"
+)
+
+// weir's World API (docs/protocol.md, "The World API"): what the World
+// package (js/world) calls for a Vercel Workflow app, under /v1/world/.
+// The rules are package world's, run by the store in the event's
+// transaction; this file parses, answers, and strips payloads when a reader
+// asks for resolveData=none. Bodies are JSON; data fields are the runtime's
+// JSON, given back as they came.
+
+func (s *Server) worldRoutes() {
+	m := s.mux
+	m.HandleFunc("POST /v1/world/runs/{run}/events", s.handleWorldEvent)
+	m.HandleFunc("GET /v1/world/runs/{run}/events", s.handleWorldEvents)
+	m.HandleFunc("GET /v1/world/runs/{run}/events/{event}", s.handleWorldEventGet)
+	m.HandleFunc("GET /v1/world/events", s.handleWorldEventsByCorrelation)
+	m.HandleFunc("GET /v1/world/runs", s.handleWorldRuns)
+	m.HandleFunc("GET /v1/world/runs/{run}", s.handleWorldRun)
+	m.HandleFunc("POST /v1/world/runs/{run}/cancel", s.handleWorldCancel)
+	m.HandleFunc("GET /v1/world/runs/{run}/steps", s.handleWorldSteps)
+	m.HandleFunc("GET /v1/world/runs/{run}/steps/{step}", s.handleWorldStep)
+	m.HandleFunc("GET /v1/world/steps/{step}", s.handleWorldStep)
+	m.HandleFunc("GET /v1/world/hooks", s.handleWorldHooks)
+	m.HandleFunc("GET /v1/world/hooks/{hook}", s.handleWorldHook)
+	m.HandleFunc("POST /v1/world/queue", s.handleWorldEnqueue)
+	m.HandleFunc("GET /v1/world/queue", s.handleWorldMessages)
+	m.HandleFunc("POST /v1/world/queue/{msg}/redeliver", s.handleWorldRedeliver)
+	m.HandleFunc("GET /v1/world/runs/{run}/streams", s.handleWorldStreamNames)
+	m.HandleFunc("POST /v1/world/runs/{run}/streams/{name}", s.handleWorldWrite)
+	m.HandleFunc("POST /v1/world/runs/{run}/streams/{name}/close", s.handleWorldClose)
+	m.HandleFunc("GET /v1/world/streams/{name}", s.handleWorldRead)
+	m.HandleFunc("GET /v1/world/streams/{name}/info", s.handleWorldInfo)
+	m.HandleFunc("GET /v1/world/streams/{name}/chunks", s.handleWorldChunks)
+}
+
+// newRunID is the path segment of a run_created that lets weir mint the id.
+const newRunID = "-"
+
+// worldEventRequest is the body of POST /v1/world/runs/{run}/events.
+type worldEventRequest struct {
+	EventType     world.EventType `json:"eventType"`
+	CorrelationID string          `json:"correlationId,omitempty"`
+	EventData     json.RawMessage `json:"eventData,omitempty"`
+	SpecVersion   int             `json:"specVersion,omitempty"`
+}
+
+// worldEventReply is an EventResult of the World interface.
+type worldEventReply struct {
+	Event   *world.Event  `json:"event,omitempty"`
+	Run     *world.Run    `json:"run,omitempty"`
+	Step    *world.Step   `json:"step,omitempty"`
+	Hook    *world.Hook   `json:"hook,omitempty"`
+	Wait    *world.Wait   `json:"wait,omitempty"`
+	Events  []world.Event `json:"events,omitempty"`
+	Cursor  *string       `json:"cursor,omitempty"`
+	HasMore *bool         `json:"hasMore,omitempty"`
+}
+
+// worldPage is a page of a World list: {data, cursor, hasMore}.
+type worldPage[T any] struct {
+	Data    []T     `json:"data"`
+	Cursor  *string `json:"cursor"`
+	HasMore bool    `json:"hasMore"`
+}
+
+func pageOf[T any](p *store.WorldPage[T], each func(*T)) worldPage[T] {
+	out := worldPage[T]{Data: p.Data}
+	if out.Data == nil {
+		out.Data = []T{}
+	}
+	for i := range out.Data {
+		each(&out.Data[i])
+	}
+	if p.NextCursor != "" {
+		c := p.NextCursor
+		out.Cursor, out.HasMore = &c, true
+	}
+	return out
+}
+
+// resolveNone reports resolveData=none: payloads are left out.
+func resolveNone(q map[string][]string) (bool, error) {
+	switch v := first(q, "resolveData"); v {
+	case "", "all":
+		return false, nil
+	case "none":
+		return true, nil
+	default:
+		return false, fmt.Errorf("%w: resolveData %q: want all or none", api.ErrBadRequest, clip(v))
+	}
+}
+
+func first(q map[string][]string, k string) string {
+	if v := q[k]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// Stripping payloads, for resolveData=none.
+func stripRun(r *world.Run, none bool) {
+	if none && r != nil {
+		r.Input, r.Output = nil, nil
+	}
+}
+
+func stripStep(s *world.Step, none bool) {
+	if none && s != nil {
+		s.Input, s.Output = nil, nil
+	}
+}
+
+func stripHook(h *world.Hook, none bool) {
+	if none && h != nil {
+		h.Metadata = nil
+	}
+}
+
+func stripEvent(e *world.Event, none bool) {
+	if none && e != nil {
+		e.EventData = world.StripData(e)
+	}
+}
+
+// handleWorldEvent serves POST /v1/world/runs/{run}/events: events.create.
+func (s *Server) handleWorldEvent(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, "resolveData")
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	none, err := resolveNone(q)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	body, err := readBody(w, r, store.MaxPayload+64<<10)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	var req worldEventRequest
+	if err := decodeJSON(body, &req); err != nil {
+		httpError(w, err)
+		return
+	}
+	runID := r.PathValue("run")
+	if runID == newRunID {
+		if req.EventType != world.RunCreated {
+			httpError(w, fmt.Errorf("%w: only run_created may name the run %q", api.ErrBadRequest, newRunID))
+			return
+		}
+		runID = ""
+	}
+	res, err := s.store.WorldEvent(r.Context(), &store.WorldEventParams{Request: world.Request{
+		RunID: runID, Type: req.EventType, CorrelationID: req.CorrelationID, Data: req.EventData, SpecVersion: req.SpecVersion,
+	}})
+	if err != nil {
+		s.worldError(w, err)
+		return
+	}
+	s.metrics.worldEvent(req.EventType)
+	rep := worldEventReply{Run: res.Run, Step: res.Step, Hook: res.Hook, Wait: res.Wait}
+	if n := len(res.Events); n > 0 {
+		e := res.Events[n-1]
+		rep.Event = &e
+	}
+	if req.EventType == world.RunStarted && res.Run != nil && len(res.Events) > 0 {
+		// The whole log, so that the runtime can skip its first
+		// events.list (as world-local does).
+		page, err := s.store.WorldEvents(r.Context(), &store.WorldListParams{RunID: res.Run.RunID, Limit: 1000})
+		if err == nil {
+			for i := range page.Data {
+				stripEvent(&page.Data[i], none)
+			}
+			rep.Events = page.Data
+			more := page.NextCursor != ""
+			rep.HasMore = &more
+			if more {
+				rep.Cursor = &page.NextCursor
+			}
+		}
+	}
+	stripEvent(rep.Event, none)
+	stripRun(rep.Run, none)
+	stripStep(rep.Step, none)
+	stripHook(rep.Hook, none)
+	writeJSON(w, http.StatusOK, rep)
+}
+
+// worldError answers a World error: a too-early step start says when to
+// come back.
+func (s *Server) worldError(w http.ResponseWriter, err error) {
+	var te *world.TooEarlyError
+	if errors.As(err, &te) {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(te.RetryAfter.Seconds()))))
+	}
+	httpError(w, err)
+}
+
+// listParams parses a World list's pagination: limit, cursor, sortOrder.
+func listParams(q map[string][]string, desc bool) (*store.WorldListParams, error) {
+	p := &store.WorldListParams{Cursor: first(q, "cursor"), Desc: desc}
+	if v := first(q, "limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return nil, fmt.Errorf("%w: limit %q: want 1 to 1000", api.ErrBadRequest, clip(v))
+		}
+		p.Limit = n
+	}
+	switch v := first(q, "sortOrder"); v {
+	case "":
+	case "asc":
+		p.Desc = false
+	case "desc":
+		p.Desc = true
+	default:
+		return nil, fmt.Errorf("%w: sortOrder %q: want asc or desc", api.ErrBadRequest, clip(v))
+	}
+	return p, nil
+}
+
+var pageKeys = []string{"limit", "cursor", "sortOrder", "resolveData"}
+
+// handleWorldEvents serves GET /v1/world/runs/{run}/events: events.list.
+func (s *Server) handleWorldEvents(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, pageKeys...)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	s.listEvents(w, r, q, &store.WorldListParams{RunID: r.PathValue("run")})
+}
+
+// handleWorldEventsByCorrelation serves GET /v1/world/events?correlationId=:
+// events.listByCorrelationId.
+func (s *Server) handleWorldEventsByCorrelation(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, append([]string{"correlationId", "runId"}, pageKeys...)...)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	corr := first(q, "correlationId")
+	if corr == "" {
+		httpError(w, fmt.Errorf("%w: correlationId is required", api.ErrBadRequest))
+		return
+	}
+	s.listEvents(w, r, q, &store.WorldListParams{CorrelationID: corr, RunID: first(q, "runId")})
+}
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, q map[string][]string, base *store.WorldListParams) {
+	none, err := resolveNone(q)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	p, err := listParams(q, false)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	p.RunID, p.CorrelationID = base.RunID, base.CorrelationID
+	page, err := s.store.WorldEvents(r.Context(), p)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, pageOf(page, func(e *world.Event) { stripEvent(e, none) }))
+}
+
+// handleWorldEventGet serves GET /v1/world/runs/{run}/events/{event}.
+func (s *Server) handleWorldEventGet(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, "resolveData")
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	none, err := resolveNone(q)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	e, err := s.store.WorldEventByID(r.Context(), r.PathValue("run"), r.PathValue("event"))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	stripEvent(e, none)
+	writeJSON(w, http.StatusOK, e)
+}
+
+// handleWorldRuns serves GET /v1/world/runs: runs.list, newest first.
+func (s *Server) handleWorldRuns(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, append([]string{"workflowName", "status"}, pageKeys...)...)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	none, err := resolveNone(q)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	p, err := listParams(q, true)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	p.WorkflowName, p.Status = first(q, "workflowName"), world.Status(first(q, "status"))
+	page, err := s.store.WorldRuns(r.Context(), p)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, pageOf(page, func(run *world.Run) { stripRun(run, none) }))
+}
+
+// handleWorldRun serves GET /v1/world/runs/{run}: runs.get.
+func (s *Server) handleWorldRun(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, "resolveData")
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	none, err := resolveNone(q)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	run, err := s.store.WorldRun(r.Context(), r.PathValue("run"))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	stripRun(run, none)
+	writeJSON(w, http.StatusOK, run)
+}
+
+// handleWorldCancel serves POST /v1/world/runs/{run}/cancel: a cancel from
+// weir (the CLI, the UI). It writes run_cancelled, which disposes the run's
+// hooks, and sends the app the run's workflow message, so that its runtime
+// sees the cancellation.
+func (s *Server) handleWorldCancel(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	run, status, err := s.cancelWorldRun(r, r.PathValue("run"))
+	if err != nil {
+		s.worldError(w, err)
+		return
+	}
+	writeJSON(w, status, run)
+}
+
+func (s *Server) cancelWorldRun(r *http.Request, id string) (*world.Run, int, error) {
+	ctx := r.Context()
+	before, err := s.store.WorldRun(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	if before.Status.Terminal() && before.Status != world.Cancelled {
+		return before, http.StatusOK, nil
+	}
+	res, err := s.store.WorldEvent(ctx, &store.WorldEventParams{Request: world.Request{RunID: id, Type: world.RunCancelled}})
+	if err != nil {
+		return nil, 0, err
+	}
+	if before.Target != "" && before.Status != world.Cancelled {
+		payload, _ := json.Marshal(map[string]string{"runId": id})
+		_, _, err := s.store.Enqueue(ctx, &store.EnqueueParams{ID: s.worldIDs.New("msg"),
+			QueueName: "__wkf_workflow_" + before.WorkflowName, Payload: payload, Target: before.Target,
+			DeploymentID: before.DeploymentID, RunID: id})
+		if err != nil {
+			s.log.Warn("world: cancel: the workflow message was not queued", "run", id, "err", err)
+		}
+	}
+	return res.Run, http.StatusAccepted, nil
+}
+
+// handleWorldSteps serves GET /v1/world/runs/{run}/steps: steps.list.
+func (s *Server) handleWorldSteps(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, pageKeys...)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	none, err := resolveNone(q)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	p, err := listParams(q, false)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	p.RunID = r.PathValue("run")
+	if _, err := s.store.WorldRun(r.Context(), p.RunID); err != nil {
+		httpError(w, err)
+		return
+	}
+	page, err := s.store.WorldSteps(r.Context(), p)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, pageOf(page, func(st *world.Step) { stripStep(st, none) }))
+}
+
+// handleWorldStep serves GET /v1/world/runs/{run}/steps/{step} and
+// /v1/world/steps/{step}: steps.get.
+func (s *Server) handleWorldStep(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, "resolveData")
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	none, err := resolveNone(q)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	st, err := s.store.WorldStep(r.Context(), r.PathValue("run"), r.PathValue("step"))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	stripStep(st, none)
+	writeJSON(w, http.StatusOK, st)
+}
+
+// handleWorldHooks serves GET /v1/world/hooks: hooks.getByToken with
+// ?token=, else hooks.list (?runId=).
+func (s *Server) handleWorldHooks(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, append([]string{"token", "runId"}, pageKeys...)...)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	none, err := resolveNone(q)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	if tok, ok := q["token"]; ok {
+		if err := world.Token(tok[0]); err != nil {
+			httpError(w, err)
+			return
+		}
+		h, err := s.store.WorldHookByToken(r.Context(), tok[0])
+		if err != nil {
+			httpError(w, err)
+			return
+		}
+		stripHook(h, none)
+		writeJSON(w, http.StatusOK, h)
+		return
+	}
+	p, err := listParams(q, false)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	p.RunID = first(q, "runId")
+	page, err := s.store.WorldHooks(r.Context(), p)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, pageOf(page, func(h *world.Hook) { stripHook(h, none) }))
+}
+
+// handleWorldHook serves GET /v1/world/hooks/{hook}: hooks.get.
+func (s *Server) handleWorldHook(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, "resolveData")
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	none, err := resolveNone(q)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	h, err := s.store.WorldHook(r.Context(), r.PathValue("hook"))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	stripHook(h, none)
+	writeJSON(w, http.StatusOK, h)
+}
+
+// enqueueRequest is the body of POST /v1/world/queue.
+type enqueueRequest struct {
+	QueueName      string          `json:"queueName"`
+	Payload        json.RawMessage `json:"payload"`
+	Target         string          `json:"target"`
+	MessageID      string          `json:"messageId,omitempty"` // a retry sends the id the first try minted
+	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+	DelaySeconds   float64         `json:"delaySeconds,omitempty"`
+	DeploymentID   string          `json:"deploymentId,omitempty"`
+}
+
+// maxDelay bounds a message's delay: a durable sleep of a year is fine, a
+// delay that overflows a time is not.
+const maxDelay = 10 * 365 * 24 * time.Hour
+
+// handleWorldEnqueue serves POST /v1/world/queue: queue().
+func (s *Server) handleWorldEnqueue(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	if !s.cfg.WorldDelivery {
+		httpError(w, fmt.Errorf("%w: start weir server with a World secret (--world-secret or WEIR_WORLD_SECRET) to deliver World messages", api.ErrNoDelivery))
+		return
+	}
+	body, err := readBody(w, r, store.MaxPayload+64<<10)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	var req enqueueRequest
+	if err := decodeJSON(body, &req); err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := checkTarget(req.Target); err != nil {
+		httpError(w, err)
+		return
+	}
+	delay := time.Duration(req.DelaySeconds * float64(time.Second))
+	if req.DelaySeconds < 0 || delay > maxDelay {
+		httpError(w, fmt.Errorf("%w: delaySeconds %v: 0 to 10 years", api.ErrBadRequest, req.DelaySeconds))
+		return
+	}
+	id := req.MessageID
+	if id == "" {
+		id = s.worldIDs.New("msg")
+	} else if !strings.HasPrefix(id, "msg_") {
+		httpError(w, fmt.Errorf("%w: messageId %q: want msg_<ULID>", api.ErrBadRequest, clip(id)))
+		return
+	}
+	m, _, err := s.store.Enqueue(r.Context(), &store.EnqueueParams{ID: id, QueueName: req.QueueName, Payload: req.Payload,
+		Target: req.Target, IdempotencyKey: req.IdempotencyKey, DeploymentID: req.DeploymentID,
+		RunID: payloadRun(req.Payload), Delay: delay})
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"messageId": m.ID})
+}
+
+// payloadRun is the run a queue payload names: a workflow message's runId,
+// a step message's workflowRunId.
+func payloadRun(p json.RawMessage) string {
+	var v struct {
+		RunID         string `json:"runId"`
+		WorkflowRunID string `json:"workflowRunId"`
+	}
+	_ = json.Unmarshal(p, &v)
+	if v.RunID != "" {
+		return v.RunID
+	}
+	return v.WorkflowRunID
+}
+
+// checkTarget accepts an http or https base URL without credentials, query
+// or fragment: weir POSTs to {target}/.well-known/workflow/v1/….
+func checkTarget(t string) error {
+	if t == "" {
+		return fmt.Errorf("%w: target (the app's base URL) is required", api.ErrBadRequest)
+	}
+	u, err := parseURL(t)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		u.RawQuery != "" || u.Fragment != "" || len(t) > 2048 {
+		return fmt.Errorf("%w: target %q: want an http(s) base URL without credentials, query or fragment", api.ErrBadRequest, clip(t))
+	}
+	return nil
+}
+
+// messageJSON is a queue message as the API lists it.
+type messageJSON struct {
+	ID             string          `json:"messageId"`
+	QueueName      string          `json:"queueName"`
+	RunID          string          `json:"runId,omitempty"`
+	Target         string          `json:"target"`
+	State          string          `json:"state"`
+	Attempt        int64           `json:"attempt"`
+	Failures       int64           `json:"failures"`
+	DeliverAt      time.Time       `json:"deliverAt"`
+	FirstFailure   *time.Time      `json:"firstFailure,omitempty"`
+	LastError      string          `json:"lastError,omitempty"`
+	CreatedAt      time.Time       `json:"createdAt"`
+	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+}
+
+// handleWorldMessages serves GET /v1/world/queue?state=pending|dead: the
+// pending messages, or the dead letters.
+func (s *Server) handleWorldMessages(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, "state", "limit")
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	p := &store.MessagesParams{State: first(q, "state")}
+	if p.State == "" {
+		p.State = "dead"
+	}
+	if v := first(q, "limit"); v != "" {
+		if p.Limit, err = strconv.Atoi(v); err != nil || p.Limit < 1 || p.Limit > 1000 {
+			httpError(w, fmt.Errorf("%w: limit %q: want 1 to 1000", api.ErrBadRequest, clip(v)))
+			return
+		}
+	}
+	ms, err := s.store.Messages(r.Context(), p)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	out := struct {
+		Messages []messageJSON `json:"messages"`
+	}{Messages: make([]messageJSON, len(ms))}
+	for i, m := range ms {
+		mj := messageJSON{ID: m.ID, QueueName: m.QueueName, RunID: m.RunID, Target: m.Target, State: m.State,
+			Attempt: m.Attempt, Failures: m.Failures, DeliverAt: m.DeliverAt.UTC(), LastError: m.LastError,
+			CreatedAt: m.CreatedAt.UTC(), IdempotencyKey: m.IdempotencyKey, Payload: m.Payload}
+		if !m.FirstFailure.IsZero() {
+			t := m.FirstFailure.UTC()
+			mj.FirstFailure = &t
+		}
+		out.Messages[i] = mj
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleWorldRedeliver serves POST /v1/world/queue/{msg}/redeliver: a dead
+// letter is delivered again, now.
+func (s *Server) handleWorldRedeliver(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := s.store.RedeliverMessage(r.Context(), r.PathValue("msg")); err != nil {
+		httpError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,537 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/weirhq/weir/api"
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
+	"github.com/weirhq/weir/world"
+)
+
+// The World's streams. A World stream is a run stream of its World run
+// (runs/<run>/<name>, readable with the Durable Streams protocol too), also
+// known by its name, which the runtime makes globally unique. Writes take
+// weir's extension headers: a step's writer is step/<stepId> at the
+// attempt weir's own step_started gave, and may go on writing after the
+// step completed (store.AppendParams.Late: v4 flushes a step's writes after
+// it records the outcome). Reads address chunks by index in the view
+// served, as the runtime does: the live view's index counts data records,
+// the committed view's the chunks it holds.
+
+func parseURL(s string) (*url.URL, error) { return url.Parse(s) }
+
+// handleWorldWrite serves POST /v1/world/runs/{run}/streams/{name}:
+// writeToStream and writeToStreamMulti.
+func (s *Server) handleWorldWrite(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	wh, err := parseWriteHeaders(r.Header)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	switch {
+	case wh.producer != nil || wh.commit || wh.abort || wh.streamSeq != "" || wh.close:
+		httpError(w, fmt.Errorf("%w: a World stream write takes Weir-Writer, Weir-Attempt, Weir-Seq, Weir-Framing and Idempotency-Key only (a step's events commit and abort; POST …/close closes)", api.ErrBadRequest))
+		return
+	case wh.weir && (!strings.HasPrefix(wh.writer, "step/") || wh.attempt < 1):
+		httpError(w, fmt.Errorf("%w: a World stream's writer is step/<stepId> at an attempt >= 1, or none", api.ErrBadRequest))
+		return
+	}
+	ctx := r.Context()
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		s.rejected(err)
+		httpError(w, err)
+		return
+	}
+	if len(body) == 0 {
+		httpError(w, fmt.Errorf("%w: empty body: a write needs bytes", api.ErrBadRequest))
+		return
+	}
+	info, err := s.store.WorldOpenStream(ctx, r.PathValue("run"), r.PathValue("name"))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	p := &store.AppendParams{StreamID: info.ID, Now: time.Now()}
+	if p.Chunks, err = bodyChunks(info.ContentType, wh, body); err != nil {
+		s.rejected(err)
+		httpError(w, err)
+		return
+	}
+	if wh.weir {
+		p.Writer, p.Attempt, p.FirstSeq, p.Late = wh.writer, wh.attempt, wh.seq, true
+	}
+	if wh.idemKey != "" {
+		k := inflightKey{info.ID, wh.idemKey}
+		if !s.ds.begin(k) {
+			s.rejected(api.ErrInFlight)
+			httpError(w, fmt.Errorf("%w: a request with this Idempotency-Key is still in flight", api.ErrInFlight))
+			return
+		}
+		defer s.ds.end(k)
+		p.IdempotencyKey, p.RequestDigest, p.KeyTTL = wh.idemKey, requestDigest(wh, body), s.cfg.IdempotencyTTL
+	}
+	res, err := s.store.Append(ctx, p)
+	if err != nil {
+		s.rejected(err)
+		s.streamError(w, err) // the extension's headers: Weir-Expected-Seq, …
+		return
+	}
+	if !res.Replayed && s.metrics != nil {
+		s.metrics.streamAcks(res.Acks)
+		if res.Aborted {
+			s.metrics.streamAborted()
+		}
+	}
+	if res.Replayed {
+		w.Header().Set("Weir-Idempotent-Replay", "true")
+	}
+	rep := appendReply{Acks: make([]ackJSON, len(res.Acks)), NextOffset: formatOffset(res.NextOffset), Closed: res.Closed}
+	for i, a := range res.Acks {
+		rep.Acks[i] = ackJSON{Offset: a.Offset, Outcome: a.Outcome.String()}
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+// closeRequest is the optional body of POST …/streams/{name}/close: the step
+// attempt that closes the stream, whose close then waits for its commit.
+type closeRequest struct {
+	StepID  string `json:"stepId,omitempty"`
+	Attempt int64  `json:"attempt,omitempty"`
+}
+
+// handleWorldClose serves POST /v1/world/runs/{run}/streams/{name}/close:
+// closeStream. 200 {"closed": true} when closed now; 202 {"closed": false}
+// when the close waits for the step attempt's commit (a failed attempt's
+// close is dropped: the next attempt closes again).
+func (s *Server) handleWorldClose(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	body, err := readBody(w, r, 64<<10)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	var req closeRequest
+	if len(body) > 0 {
+		if err := decodeJSON(body, &req); err != nil {
+			httpError(w, err)
+			return
+		}
+	}
+	if (req.StepID == "") != (req.Attempt == 0) || req.Attempt < 0 {
+		httpError(w, fmt.Errorf("%w: stepId and attempt (>= 1) go together", api.ErrBadRequest))
+		return
+	}
+	ctx := r.Context()
+	run, name := r.PathValue("run"), r.PathValue("name")
+	if _, err := s.store.WorldOpenStream(ctx, run, name); err != nil {
+		httpError(w, err)
+		return
+	}
+	closed, err := s.store.WorldCloseStream(ctx, &store.WorldCloseParams{RunID: run, Name: name, StepID: req.StepID, Attempt: req.Attempt})
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if !closed && req.StepID != "" {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, map[string]bool{"closed": closed})
+}
+
+// handleWorldStreamNames serves GET /v1/world/runs/{run}/streams:
+// listStreamsByRunId.
+func (s *Server) handleWorldStreamNames(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	if _, err := s.store.WorldRun(r.Context(), r.PathValue("run")); err != nil {
+		httpError(w, err)
+		return
+	}
+	names, err := s.store.WorldStreams(r.Context(), r.PathValue("run"))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	if names == nil {
+		names = []string{}
+	}
+	writeJSON(w, http.StatusOK, map[string][]string{"streams": names})
+}
+
+// chunkIter walks one view of a stream chunk by chunk: index is the next
+// chunk's index in the view, off the next offset to read.
+type chunkIter struct {
+	st     store.Store
+	id     int64
+	filter *stream.Committed // nil: the live view
+	off    int64
+	index  int64
+	ready  []stream.Record // chunks the committed view released, not yet taken
+	closed bool            // the view reached the close record
+	head   int64           // the stream's next offset at the last read
+}
+
+func newChunkIter(st store.Store, id int64, view stream.View, off, index int64) *chunkIter {
+	it := &chunkIter{st: st, id: id, off: off, index: index}
+	if view == stream.CommittedView {
+		it.filter = stream.NewCommitted(off)
+	}
+	return it
+}
+
+// next returns the view's next chunks, up to limit, from one read of the
+// store; none when the iterator is at the end of what the stream holds.
+func (it *chunkIter) next(ctx context.Context, limit int) ([]stream.Record, error) {
+	var out []stream.Record
+	take := func(r *stream.Record) {
+		switch r.Kind {
+		case stream.KindData:
+			out = append(out, *r)
+			it.index++
+		case stream.KindClose:
+			it.closed = true
+		}
+	}
+	for len(it.ready) > 0 && len(out) < limit {
+		take(&it.ready[0])
+		it.ready = it.ready[1:]
+	}
+	if len(out) >= limit || it.closed {
+		return out, nil
+	}
+	res, err := it.st.Read(ctx, &store.ReadParams{StreamID: it.id, From: it.off, Limit: min(limit, 1000)})
+	if err != nil {
+		return nil, err
+	}
+	it.head = res.NextOffset
+	for i := range res.Records {
+		r := &res.Records[i]
+		it.off = r.Offset + 1
+		if it.filter == nil {
+			take(r)
+			continue
+		}
+		it.filter.Push(r, func(c *stream.Record) { it.ready = append(it.ready, *c) })
+	}
+	for len(it.ready) > 0 && len(out) < limit {
+		take(&it.ready[0])
+		it.ready = it.ready[1:]
+	}
+	return out, nil
+}
+
+// caughtUp reports that nothing more is in the view now.
+func (it *chunkIter) caughtUp() bool { return len(it.ready) == 0 && it.off >= it.head }
+
+// resume is where a later iterator picks up: the offset of the first chunk
+// not yet taken, and its index.
+func (it *chunkIter) resume() (off, index int64) {
+	if len(it.ready) > 0 {
+		return it.ready[0].Offset, it.index
+	}
+	if it.filter != nil {
+		return it.filter.NextOffset(), it.index
+	}
+	return it.off, it.index
+}
+
+// seek skips to chunk index n of the view (a negative n counts from the
+// tail), or to the end if the view has fewer.
+func (it *chunkIter) seek(ctx context.Context, n int64) error {
+	if n < 0 {
+		tail, _, err := it.count(ctx)
+		if err != nil {
+			return err
+		}
+		n = max(0, tail+n)
+		*it = *newChunkIter(it.st, it.id, viewOf(it), 0, 0)
+	}
+	for it.index < n {
+		cs, err := it.next(ctx, int(min(n-it.index, 1000)))
+		if err != nil {
+			return err
+		}
+		if len(cs) == 0 && (it.caughtUp() || it.closed) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func viewOf(it *chunkIter) stream.View {
+	if it.filter != nil {
+		return stream.CommittedView
+	}
+	return stream.Live
+}
+
+// count walks the whole view: how many chunks it holds now, and whether it
+// is done (closed).
+func (it *chunkIter) count(ctx context.Context) (int64, bool, error) {
+	c := newChunkIter(it.st, it.id, viewOf(it), 0, 0)
+	for {
+		cs, err := c.next(ctx, 1000)
+		if err != nil {
+			return 0, false, err
+		}
+		if c.closed || len(cs) == 0 && c.caughtUp() {
+			return c.index, c.closed, nil
+		}
+	}
+}
+
+// worldStream returns the stream a World name names, and the view asked
+// for (?view=live|committed; live by default).
+func (s *Server) worldStream(r *http.Request, q map[string][]string) (*store.StreamInfo, stream.View, error) {
+	v, ok := stream.ParseView(first(q, "view"))
+	if !ok {
+		return nil, 0, fmt.Errorf("%w: view %q: want live or committed", api.ErrBadRequest, clip(first(q, "view")))
+	}
+	name := r.PathValue("name")
+	if err := world.StreamName(name); err != nil {
+		return nil, 0, err
+	}
+	info, err := s.store.WorldStream(r.Context(), name)
+	return info, v, err
+}
+
+// frameEOF ends a World read's body: the stream is closed and the reader
+// has every chunk. A body that ends without it was cut (a deadline, a
+// drain): the reader asks again from the index it reached.
+const frameEOF = 0xFFFFFFFF
+
+// handleWorldRead serves GET /v1/world/streams/{name}?index=N&view=&follow=:
+// readFromStream. The body is the view's chunks from index N, each as its
+// length (4 bytes, big-endian) then its bytes, and frameEOF once the stream
+// is closed. With follow=true the response waits for new chunks (up to
+// Config.SSEMaxDuration, then ends without frameEOF); an unknown stream is
+// then waited for too, as world-local's reader does for a stream not yet
+// written.
+func (s *Server) handleWorldRead(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, "index", "view", "follow")
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	var index int64
+	if v := first(q, "index"); v != "" {
+		if index, err = strconv.ParseInt(v, 10, 64); err != nil {
+			httpError(w, fmt.Errorf("%w: index %q: want an integer", api.ErrBadRequest, clip(v)))
+			return
+		}
+	}
+	follow := first(q, "follow") == "true"
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.SSEMaxDuration)
+	defer cancel()
+	info, view, err := s.worldStream(r, q)
+	for follow && errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
+		// Not written yet: look again shortly. (A stream is created by
+		// its first write; there is nothing to wait on before.)
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+		info, view, err = s.worldStream(r, q)
+	}
+	if err != nil {
+		if ctx.Err() != nil && r.Context().Err() == nil {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.WriteHeader(http.StatusOK) // nothing yet: the reader asks again
+			return
+		}
+		httpError(w, err)
+		return
+	}
+	it := newChunkIter(s.store, info.ID, view, 0, 0)
+	if err := it.seek(ctx, index); err != nil {
+		httpError(w, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Weir-Index", strconv.FormatInt(it.index, 10))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	rc := http.NewResponseController(w)
+	var buf []byte
+	for {
+		cs, err := it.next(ctx, 256)
+		if err != nil {
+			return // the reader asks again from its index
+		}
+		buf = buf[:0]
+		for _, c := range cs {
+			buf = binary.BigEndian.AppendUint32(buf, uint32(len(c.Data)))
+			buf = append(buf, c.Data...)
+		}
+		if it.closed {
+			buf = binary.BigEndian.AppendUint32(buf, frameEOF)
+		}
+		if len(buf) > 0 {
+			_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if it.closed {
+			return
+		}
+		if len(cs) > 0 || !it.caughtUp() {
+			continue
+		}
+		if !follow || s.draining() {
+			return
+		}
+		if err := s.store.Wait(ctx, info.ID, it.off); err != nil {
+			return
+		}
+	}
+}
+
+// handleWorldInfo serves GET /v1/world/streams/{name}/info?view=:
+// getStreamInfo, {tailIndex, done}.
+func (s *Server) handleWorldInfo(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, "view")
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	info, view, err := s.worldStream(r, q)
+	if errors.Is(err, store.ErrNotFound) {
+		// Never written: empty, not done (world-local's answer).
+		writeJSON(w, http.StatusOK, map[string]any{"tailIndex": -1, "done": false})
+		return
+	}
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	n, done, err := newChunkIter(s.store, info.ID, view, 0, 0).count(r.Context())
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tailIndex": n - 1, "done": done})
+}
+
+// chunkCursor is a getStreamChunks cursor: where the next page begins.
+type chunkCursor struct {
+	Index  int64 `json:"i"`
+	Offset int64 `json:"o"`
+}
+
+// handleWorldChunks serves GET /v1/world/streams/{name}/chunks?view=&limit=&cursor=:
+// getStreamChunks, {data: [{index, data}], cursor, hasMore, done}.
+func (s *Server) handleWorldChunks(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, "view", "limit", "cursor")
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	limit := 100
+	if v := first(q, "limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 1000 {
+			httpError(w, fmt.Errorf("%w: limit %q: want 1 to 1000", api.ErrBadRequest, clip(v)))
+			return
+		}
+	}
+	var cur chunkCursor
+	if v := first(q, "cursor"); v != "" {
+		b, err := base64.RawURLEncoding.DecodeString(v)
+		if err != nil || json.Unmarshal(b, &cur) != nil || cur.Index < 0 || cur.Offset < 0 {
+			httpError(w, fmt.Errorf("%w: cursor %q", api.ErrBadRequest, clip(v)))
+			return
+		}
+	}
+	type chunkJSON struct {
+		Index int64        `json:"index"`
+		Data  taggedBinary `json:"data"`
+	}
+	out := struct {
+		Data    []chunkJSON `json:"data"`
+		Cursor  *string     `json:"cursor"`
+		HasMore bool        `json:"hasMore"`
+		Done    bool        `json:"done"`
+	}{Data: []chunkJSON{}}
+	info, view, err := s.worldStream(r, q)
+	if errors.Is(err, store.ErrNotFound) {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	it := newChunkIter(s.store, info.ID, view, cur.Offset, cur.Index)
+	for len(out.Data) < limit && !it.closed {
+		cs, err := it.next(r.Context(), limit-len(out.Data))
+		if err != nil {
+			httpError(w, err)
+			return
+		}
+		for i, c := range cs {
+			out.Data = append(out.Data, chunkJSON{Index: it.index - int64(len(cs)-i), Data: taggedBinary(c.Data)})
+		}
+		if len(cs) == 0 && it.caughtUp() {
+			break
+		}
+	}
+	// Peek: is there more, or the close, right after this page?
+	off, index := it.resume()
+	if !it.closed {
+		peek := newChunkIter(s.store, info.ID, view, off, index)
+		cs, err := peek.next(r.Context(), 1)
+		if err != nil {
+			httpError(w, err)
+			return
+		}
+		out.HasMore = len(cs) > 0
+		it.closed = peek.closed && len(cs) == 0
+	}
+	out.Done = it.closed
+	if out.HasMore {
+		b, _ := json.Marshal(chunkCursor{Index: index, Offset: off})
+		c := base64.RawURLEncoding.EncodeToString(b)
+		out.Cursor = &c
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// taggedBinary is bytes as the World's JSON tags them:
+// {"__type":"Uint8Array","data":"<base64>"}.
+type taggedBinary []byte
+
+// MarshalJSON implements json.Marshaler.
+func (b taggedBinary) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Type string `json:"__type"`
+		Data string `json:"data"`
+	}{"Uint8Array", base64.StdEncoding.EncodeToString(b)})
+}
