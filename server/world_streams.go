@@ -507,13 +507,18 @@ func (s *Server) handleWorldChunks(w http.ResponseWriter, r *http.Request) {
 	off, index := it.resume()
 	if !it.closed {
 		peek := newChunkIter(s.store, info.ID, view, off, index)
-		cs, err := peek.next(r.Context(), 1)
-		if err != nil {
-			httpError(w, err)
-			return
+		for {
+			cs, err := peek.next(r.Context(), 1)
+			if err != nil {
+				httpError(w, err)
+				return
+			}
+			if len(cs) > 0 || peek.closed || peek.caughtUp() {
+				out.HasMore = len(cs) > 0
+				it.closed = peek.closed && len(cs) == 0
+				break
+			}
 		}
-		out.HasMore = len(cs) > 0
-		it.closed = peek.closed && len(cs) == 0
 	}
 	out.Done = it.closed
 	if out.HasMore {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/delivery"
 	"github.com/weirhq/weir/internal/demo"
 	"github.com/weirhq/weir/server"
 )
@@ -40,6 +41,13 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests and runs to stop")
 	retention := fs.Duration("retention", 0, "delete finished runs, with their streams, this long after they end (0: keep them forever)")
 	noWorker := fs.Bool("no-worker", false, "serve the API and the streams but execute no run (workers are other processes on the same PostgreSQL database)")
+	worldSecret := fs.String("world-secret", "", "the secret that signs World deliveries to Vercel Workflow apps (at least 16 bytes; default $WEIR_WORLD_SECRET); without one, World queue messages are refused")
+	var wcfg delivery.Config
+	fs.DurationVar(&wcfg.LeaseTTL, "world-lease", 30*time.Second, "a World delivery's lease, renewed while the app works: a server killed mid-delivery leaves the message to another after this long")
+	fs.DurationVar(&wcfg.Timeout, "world-timeout", 15*time.Minute, "the longest one World delivery (a step) may take")
+	fs.IntVar(&wcfg.Concurrency, "world-concurrency", 100, "World deliveries in flight at once")
+	fs.DurationVar(&wcfg.MaxAge, "world-max-age", 24*time.Hour, "dead-letter a World message that has failed for this long")
+	fs.IntVar(&wcfg.MaxFailures, "world-max-failures", 0, "dead-letter a World message after this many failed deliveries in a row (0: --world-max-age alone)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage(err)
 	}
@@ -48,6 +56,12 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *token == "" {
 		*token = os.Getenv("WEIR_TOKEN")
+	}
+	if *worldSecret == "" {
+		*worldSecret = os.Getenv("WEIR_WORLD_SECRET")
+	}
+	if *worldSecret != "" && len(*worldSecret) < 16 {
+		return errUsage(fmt.Errorf("server: the World secret must have at least 16 bytes"))
 	}
 	if *longPoll <= 0 {
 		return errUsage(fmt.Errorf("server: --long-poll-timeout must be positive"))
@@ -86,7 +100,17 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		RequireTokenForReads: !loopback,
 		LongPollTimeout:      *longPoll,
 		Logger:               log,
+		WorldDelivery:        *worldSecret != "",
 	})
+	var deliverer *delivery.Deliverer
+	if *worldSecret != "" {
+		wcfg.Store, wcfg.Secret, wcfg.Logger, wcfg.Observe = st, []byte(*worldSecret), log, srv.DeliveryObserver()
+		if deliverer, err = delivery.New(&wcfg); err != nil {
+			_ = e.Close(context.Background())
+			closeStore()
+			return errUsage(err)
+		}
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		_ = e.Close(context.Background())
@@ -111,11 +135,22 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			auth = "token required for reads and writes"
 		}
 	}
-	fmt.Fprintf(stdout, "weir server listening on http://%s (store %s; %s; workflows %s)\n",
-		ln.Addr(), *storeSpec, auth, strings.Join(e.Workflows(), ", "))
+	world := "World deliveries off (no --world-secret)"
+	if deliverer != nil {
+		world = "World deliveries on"
+	}
+	fmt.Fprintf(stdout, "weir server listening on http://%s (store %s; %s; workflows %s; %s)\n",
+		ln.Addr(), *storeSpec, auth, strings.Join(e.Workflows(), ", "), world)
 
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	dctx, stopDelivery := context.WithCancel(context.Background())
+	delivered := make(chan struct{})
+	if deliverer != nil {
+		go func() { defer close(delivered); _ = deliverer.Run(dctx) }()
+	} else {
+		close(delivered)
+	}
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -133,6 +168,10 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		log.Warn("weir server: requests still running at the shutdown timeout; closing them", "err", err)
 		_ = hs.Close()
 	}
+	// Deliveries in flight are cut and their messages made due again, for
+	// the next server.
+	stopDelivery()
+	<-delivered
 	if err := e.Close(sctx); err != nil {
 		log.Warn("weir server: runs still stopping at the shutdown timeout", "err", err)
 	}
