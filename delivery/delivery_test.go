@@ -378,3 +378,13 @@ func TestConfigIsChecked(t *testing.T) {
 
 // nilStore is only ever handed to New, which must refuse the config first.
 type nilStore struct{ store.WorldStore }
+
+// TestSignVector pins the signature the World package checks: the same
+// vector is in js/world/test/queue.test.ts.
+func TestSignVector(t *testing.T) {
+	got := delivery.Sign([]byte("0123456789abcdef-test-secret"), time.Unix(1764583200, 0), "__wkf_step_step//add",
+		"msg_01JZ0000000000000000000000", 3, []byte(`{"workflowRunId":"wrun_1","stepId":"step_1"}`))
+	if want := "t=1764583200,v1=07a6aab843a86bab3830011e61b8c3743043f92e9c5451712778498c0e24c21a"; got != want {
+		t.Fatalf("Sign = %s, want %s", got, want)
+	}
+}

@@ -1,0 +1,72 @@
+/** The package's version, sent as the default deployment id. */
+export const VERSION = '0.1.0';
+
+/** A World stream view: live (every chunk as written) or committed. */
+export type View = 'live' | 'committed';
+
+/** Config configures the World. Every field has an environment default. */
+export interface Config {
+  /** weir server's URL. Default $WEIR_URL, else http://127.0.0.1:4437. */
+  url: string;
+  /** The bearer token weir server wants. Default $WEIR_TOKEN. */
+  token?: string;
+  /**
+   * The app's base URL, where weir delivers queue messages. Default
+   * $WEIR_APP_URL, else $WORKFLOW_LOCAL_BASE_URL, else
+   * http://127.0.0.1:$PORT (3000 without $PORT), read at each queue().
+   */
+  appUrl?: string;
+  /**
+   * The secret weir signs deliveries with (weir server --world-secret).
+   * Default $WEIR_WORLD_SECRET. Without it every delivery is refused (401).
+   */
+  secret?: string;
+  /** The deployment id of this app. Default $WEIR_DEPLOYMENT_ID, else weir-world@<version>. */
+  deploymentId: string;
+  /**
+   * The view run.getReadable() reads. Default $WEIR_WORLD_READ_VIEW, else
+   * live: Vercel's latency, each chunk once across identical retries;
+   * committed holds a step's chunks until the step ends (docs/world.md).
+   */
+  readView: View;
+  /**
+   * How long a step's outcome waits, before it reaches weir, for the
+   * step's stream writes to be handed over (v4 flushes them after the
+   * outcome). Default $WEIR_WORLD_BARRIER_MS, else 25 ms.
+   */
+  barrierMs: number;
+  /** The fetch to use. Default globalThis.fetch. */
+  fetch: typeof fetch;
+}
+
+/** Returns the config, from overrides and the environment. */
+export function resolveConfig(overrides: Partial<Config> = {}, env: NodeJS.ProcessEnv = process.env): Config {
+  const view = (overrides.readView ?? env.WEIR_WORLD_READ_VIEW ?? 'live') as View;
+  if (view !== 'live' && view !== 'committed') {
+    throw new Error(`@weirhq/world: WEIR_WORLD_READ_VIEW=${String(view)}: want live or committed`);
+  }
+  const barrier = overrides.barrierMs ?? Number(env.WEIR_WORLD_BARRIER_MS ?? 25);
+  if (!Number.isFinite(barrier) || barrier < 0) {
+    throw new Error(`@weirhq/world: WEIR_WORLD_BARRIER_MS=${String(env.WEIR_WORLD_BARRIER_MS)}: want a number of milliseconds`);
+  }
+  const cfg: Config = {
+    url: (overrides.url ?? env.WEIR_URL ?? 'http://127.0.0.1:4437').replace(/\/+$/, ''),
+    deploymentId: overrides.deploymentId ?? env.WEIR_DEPLOYMENT_ID ?? `weir-world@${VERSION}`,
+    readView: view,
+    barrierMs: barrier,
+    fetch: overrides.fetch ?? globalThis.fetch,
+  };
+  const token = overrides.token ?? env.WEIR_TOKEN;
+  if (token) cfg.token = token;
+  const app = overrides.appUrl ?? env.WEIR_APP_URL;
+  if (app) cfg.appUrl = app;
+  const secret = overrides.secret ?? env.WEIR_WORLD_SECRET;
+  if (secret) cfg.secret = secret;
+  return cfg;
+}
+
+/** The app's base URL now (see Config.appUrl). */
+export function appUrl(cfg: Config, env: NodeJS.ProcessEnv = process.env): string {
+  const u = cfg.appUrl ?? env.WORKFLOW_LOCAL_BASE_URL ?? `http://127.0.0.1:${env.PORT ?? '3000'}`;
+  return u.replace(/\/+$/, '');
+}

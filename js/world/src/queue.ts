@@ -1,0 +1,121 @@
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { decode, encode } from './codec';
+import { appUrl, type Config } from './config';
+import { sendJSON } from './http';
+import type { StreamState } from './streams';
+import { ulid } from './ulid';
+
+// The queue: queue() stores the message in weir, which POSTs it to this
+// app's /.well-known/workflow/v1/flow or /step route, signed
+// (package delivery in weir). createQueueHandler checks the signature and
+// runs the runtime's handler inside this package's delivery context, so
+// that the step's stream writes know their step.
+
+/** How old a delivery's signature may be. */
+export const MAX_SKEW_SECONDS = 300;
+
+/**
+ * Verifies a delivery's Weir-Signature: t=<unix>,v1=<hex HMAC-SHA256(secret,
+ * t.queue.id.attempt.body)>, at most 5 minutes off now. Returns the reason
+ * it is refused, or undefined.
+ */
+export function verifySignature(
+  secret: string,
+  header: string | null,
+  queueName: string,
+  messageId: string,
+  attempt: number,
+  body: Uint8Array,
+  now: number = Date.now(),
+): string | undefined {
+  if (!header) return 'unsigned delivery';
+  let t = '';
+  let v1 = '';
+  for (const part of header.split(',')) {
+    const [k, v] = part.trim().split('=', 2);
+    if (k === 't') t = v ?? '';
+    if (k === 'v1') v1 = v ?? '';
+  }
+  const sec = Number(t);
+  if (!/^\d+$/.test(t) || !/^[0-9a-f]{64}$/.test(v1)) return 'malformed signature';
+  if (Math.abs(now / 1000 - sec) > MAX_SKEW_SECONDS) return 'stale signature';
+  const want = sign(secret, t, queueName, messageId, attempt, body);
+  if (!timingSafeEqual(Buffer.from(want, 'hex'), Buffer.from(v1, 'hex'))) return 'bad signature';
+  return undefined;
+}
+
+/** The v1 MAC of a delivery, as weir's delivery.Sign computes it. */
+export function sign(secret: string, t: string, queueName: string, messageId: string, attempt: number, body: Uint8Array): string {
+  const h = createHmac('sha256', secret);
+  h.update(`${t}.${queueName}.${messageId}.${attempt}.`);
+  h.update(body);
+  return h.digest('hex');
+}
+
+type Handler = (
+  message: unknown,
+  meta: { attempt: number; queueName: string; messageId: string; requestId?: string },
+) => Promise<void | { timeoutSeconds: number }>;
+
+export function createQueue(cfg: Config, st: StreamState) {
+  return {
+    async getDeploymentId(): Promise<string> {
+      return cfg.deploymentId;
+    },
+
+    async queue(
+      queueName: string,
+      message: unknown,
+      opts?: { deploymentId?: string; idempotencyKey?: string; delaySeconds?: number },
+    ): Promise<{ messageId: string }> {
+      // The id is minted here, so that a retry whose first reply was lost
+      // finds its message rather than queueing a second.
+      const messageId = ulid('msg');
+      const body = encode({
+        queueName,
+        payload: message,
+        target: appUrl(cfg),
+        messageId,
+        ...(opts?.idempotencyKey && { idempotencyKey: opts.idempotencyKey }),
+        ...(opts?.delaySeconds && { delaySeconds: opts.delaySeconds }),
+        deploymentId: opts?.deploymentId ?? cfg.deploymentId,
+      });
+      return sendJSON(cfg, { method: 'POST', path: 'world/queue', json: body, idempotent: true }, (t) => JSON.parse(t) as { messageId: string });
+    },
+
+    createQueueHandler(prefix: string, handler: Handler): (req: Request) => Promise<Response> {
+      return async (req: Request) => {
+        const queueName = req.headers.get('x-vqs-queue-name') ?? '';
+        const messageId = req.headers.get('x-vqs-message-id') ?? '';
+        const attempt = Number(req.headers.get('x-vqs-message-attempt') ?? '');
+        if (!queueName || !messageId || !Number.isInteger(attempt) || attempt < 1) {
+          return Response.json({ error: 'missing x-vqs-queue-name, x-vqs-message-id or x-vqs-message-attempt' }, { status: 400 });
+        }
+        const body = new Uint8Array(await req.arrayBuffer());
+        if (!cfg.secret) {
+          return Response.json({ error: 'WEIR_WORLD_SECRET is not set: deliveries cannot be verified' }, { status: 401 });
+        }
+        const refused = verifySignature(cfg.secret, req.headers.get('weir-signature'), queueName, messageId, attempt, body);
+        if (refused) return Response.json({ error: refused }, { status: 401 });
+        if (!queueName.startsWith(prefix)) return Response.json({ error: 'Unhandled queue' }, { status: 400 });
+        let message: Record<string, unknown>;
+        try {
+          message = decode(new TextDecoder().decode(body));
+        } catch {
+          return Response.json({ error: 'malformed body' }, { status: 400 });
+        }
+        const delivery = {
+          runId: (message?.runId ?? message?.workflowRunId) as string | undefined,
+          stepId: message?.stepId as string | undefined,
+        };
+        try {
+          const result = await st.delivery.run(delivery, () => handler(message, { attempt, queueName, messageId }));
+          if (result && typeof result.timeoutSeconds === 'number') return Response.json({ timeoutSeconds: result.timeoutSeconds });
+          return Response.json({ ok: true });
+        } catch (error) {
+          return Response.json(String(error), { status: 500 });
+        }
+      };
+    },
+  };
+}
