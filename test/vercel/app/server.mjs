@@ -1,0 +1,106 @@
+// The test app: a Vercel Workflow v4 app with no framework. It serves the
+// routes `wf build` generated (.well-known/workflow/v1/{flow,step}.js) and a
+// few routes the tests drive it with. WORKFLOW_TARGET_WORLD picks the World
+// (@weirhq/world, local, @workflow/world-postgres); the app's code is the
+// same for all three.
+//
+// It is also the server @workflow/world-testing's test files spawn (they
+// look for server.mjs beside them, and read {state: 'listening', info} on
+// fd 3 when CONTROL_FD=3): the harness copies it there.
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { serve } from '@hono/node-server';
+import { Hono } from 'hono';
+import { getHookByToken, getRun, resumeHook, start } from 'workflow/api';
+import { getWorld } from 'workflow/runtime';
+
+// Node 20 lacks Promise.withResolvers, which the runtime's hooks use.
+if (!Promise.withResolvers) {
+  Promise.withResolvers = function () {
+    let resolve, reject;
+    const promise = new Promise((a, b) => ((resolve = a), (reject = b)));
+    return { promise, resolve, reject };
+  };
+}
+
+const appDir = process.env.WEIR_APP_DIR ?? process.cwd();
+const require = createRequire(path.join(appDir, 'index.js'));
+const wk = path.join(appDir, '.well-known/workflow/v1/');
+const flow = require(wk + 'flow.js'); // v4's bundles are CommonJS
+const step = require(wk + 'step.js');
+const manifest = JSON.parse(fs.readFileSync(wk + 'manifest.json', 'utf8'));
+
+// WEIR_TEST_FAIL_FLOW=n answers the first n flow deliveries with 500 (the
+// fault tests' app that errors twice).
+let failFlow = Number(process.env.WEIR_TEST_FAIL_FLOW ?? 0);
+let flowDeliveries = 0;
+
+const tagged = (_k, v) =>
+  v instanceof Uint8Array ? { __type: 'Uint8Array', data: Buffer.from(v).toString('base64') } : v;
+const json = (v, status = 200) =>
+  new Response(JSON.stringify(v, tagged), { status, headers: { 'content-type': 'application/json' } });
+
+function workflowOf(file, name) {
+  const wf = manifest.workflows?.[file]?.[name];
+  if (!wf) throw new Error(`no workflow ${name} in ${file}`);
+  return wf;
+}
+
+const app = new Hono()
+  .post('/.well-known/workflow/v1/flow', (c) => {
+    flowDeliveries++;
+    if (failFlow > 0) {
+      failFlow--;
+      return c.text('injected failure', 500);
+    }
+    return flow.POST(c.req.raw);
+  })
+  .post('/.well-known/workflow/v1/step', (c) => step.POST(c.req.raw))
+  .get('/_stats', (c) => c.json({ flowDeliveries }))
+  .post('/invoke', async (c) => {
+    const { file, workflow, args = [] } = await c.req.json();
+    const run = await start(workflowOf(file, workflow), args);
+    return c.json({ runId: run.runId });
+  })
+  .post('/hooks/:token', async (c) => {
+    const hook = await getHookByToken(c.req.param('token'));
+    const { runId } = await resumeHook(hook.token, { ...(await c.req.json()), metadata: await hook.metadata });
+    return c.json({ runId, hookId: hook.hookId });
+  })
+  .get('/hooks/:token', async (c) => {
+    try {
+      const hook = await getHookByToken(c.req.param('token'));
+      return c.json({ hookId: hook.hookId, runId: hook.runId });
+    } catch (err) {
+      return c.json({ error: String(err) }, 404);
+    }
+  })
+  .get('/runs/:runId', async (c) => json(await (await getWorld()).runs.get(c.req.param('runId'))))
+  .get('/runs/:runId/events', async (c) => {
+    const world = await getWorld();
+    const events = [];
+    let cursor;
+    do {
+      const page = await world.events.list({ runId: c.req.param('runId'), pagination: { cursor } });
+      events.push(...page.data);
+      cursor = page.hasMore ? page.cursor : undefined;
+    } while (cursor);
+    return json(events);
+  })
+  .post('/runs/:runId/cancel', async (c) => {
+    await getRun(c.req.param('runId')).cancel();
+    return c.json({ ok: true });
+  })
+  .get('/runs/:runId/readable', (c) => new Response(getRun(c.req.param('runId')).getReadable()));
+
+serve({ fetch: app.fetch, port: Number(process.env.PORT) || 0, hostname: '127.0.0.1' }, async (info) => {
+  process.env.PORT = String(info.port);
+  // The queues of world-local and world-postgres deliver here.
+  process.env.WORKFLOW_LOCAL_BASE_URL = `http://127.0.0.1:${info.port}`;
+  const world = await getWorld();
+  if (world.start) await world.start().catch((err) => console.error('world.start failed', err));
+  const line = JSON.stringify({ state: 'listening', info: { port: info.port } }) + '\n';
+  if (process.env.CONTROL_FD === '3') fs.createWriteStream('', { fd: 3 }).end(line);
+  else process.stdout.write(line);
+});
