@@ -23,6 +23,15 @@
 //
 // Delivery is at least once: the runtime's claims and conflicts absorb a
 // duplicate.
+//
+// A run's workflow messages are delivered one at a time: each makes the app
+// replay the run, and a replay that starts after a message was queued sees
+// everything that message was sent to wake it for. So while a run's
+// workflow delivery is in flight the run's other workflow messages wait,
+// and once it succeeds the ones queued before it began are dropped
+// (store.WorldStore.CoalesceMessages). A step that completes wakes its
+// workflow; without this, a fan-out of N steps replays the run N times at
+// once, each replay re-queueing every pending step.
 package delivery
 
 import (
@@ -143,6 +152,9 @@ type Deliverer struct {
 	sem  chan struct{}
 	wg   sync.WaitGroup
 	done chan struct{} // a delivery ended: a slot is free
+
+	mu   sync.Mutex
+	busy map[string]time.Time // run -> when its workflow delivery in flight began
 }
 
 // New returns a Deliverer.
@@ -161,7 +173,7 @@ func New(cfg *Config) (*Deliverer, error) {
 			return nil, fmt.Errorf("%w: a Backoff of %v", ErrConfig, b)
 		}
 	}
-	return &Deliverer{cfg: c, sem: make(chan struct{}, c.Concurrency), done: make(chan struct{}, 1)}, nil
+	return &Deliverer{cfg: c, sem: make(chan struct{}, c.Concurrency), done: make(chan struct{}, 1), busy: map[string]time.Time{}}, nil
 }
 
 // Run delivers until ctx ends, then waits for the deliveries in flight:
@@ -206,11 +218,31 @@ func (d *Deliverer) claim(ctx context.Context) (int, error) {
 	if free == 0 {
 		return 0, nil
 	}
-	ms, err := d.cfg.Store.ClaimMessages(ctx, &store.ClaimMessagesParams{Owner: d.cfg.Owner, Limit: free, Lease: d.cfg.LeaseTTL, Now: d.cfg.Now()})
+	d.mu.Lock()
+	skip := make([]string, 0, len(d.busy))
+	for run := range d.busy {
+		skip = append(skip, run)
+	}
+	d.mu.Unlock()
+	ms, err := d.cfg.Store.ClaimMessages(ctx, &store.ClaimMessagesParams{Owner: d.cfg.Owner, Limit: free, Lease: d.cfg.LeaseTTL,
+		SkipRuns: skip, Now: d.cfg.Now()})
 	if err != nil {
 		return 0, err
 	}
+	// Extras first, so that a delivery that ends at once finds them back
+	// in the queue for its coalescing.
+	var start []*store.Message
 	for _, m := range ms {
+		if d.begin(m) {
+			start = append(start, m)
+			continue
+		}
+		// A second workflow message of a run this claim took one of: back
+		// to the queue, due when it was; claims skip it while the first is
+		// delivered, which may make it redundant.
+		d.settle(&store.SettleParams{ID: m.ID, Lease: m.Lease, DeliverAt: m.DeliverAt}, "", time.Now())
+	}
+	for _, m := range start {
 		d.sem <- struct{}{}
 		d.wg.Add(1)
 		go func() {
@@ -226,6 +258,44 @@ func (d *Deliverer) claim(ctx context.Context) (int, error) {
 		}()
 	}
 	return len(ms), nil
+}
+
+// begin marks the run of a workflow message busy; false if it is already.
+func (d *Deliverer) begin(m *store.Message) bool {
+	if m.Kind != "workflow" || m.RunID == "" {
+		return true
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.busy[m.RunID]; ok {
+		return false
+	}
+	d.busy[m.RunID] = d.cfg.Now()
+	return true
+}
+
+// end frees the run of a workflow message; after a replay that succeeded,
+// the run's workflow messages queued before it began are dropped.
+func (d *Deliverer) end(m *store.Message, ok bool) {
+	if m.Kind != "workflow" || m.RunID == "" {
+		return
+	}
+	d.mu.Lock()
+	began := d.busy[m.RunID]
+	d.mu.Unlock()
+	if ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		n, err := d.cfg.Store.CoalesceMessages(ctx, &store.CoalesceParams{RunID: m.RunID, Before: began})
+		cancel()
+		if err == nil && d.cfg.Observe != nil {
+			for range n {
+				d.cfg.Observe("coalesced", 0)
+			}
+		}
+	}
+	d.mu.Lock()
+	delete(d.busy, m.RunID)
+	d.mu.Unlock()
 }
 
 // route returns the app's route for a queue name.
@@ -244,6 +314,8 @@ func route(queue string) (string, bool) {
 func (d *Deliverer) deliver(ctx context.Context, m *store.Message) {
 	c := d.cfg
 	start := time.Now()
+	ok := false
+	defer func() { d.end(m, ok) }()
 	dctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	// Renew the lease while the app works; a lost lease (the message was
@@ -261,8 +333,10 @@ func (d *Deliverer) deliver(ctx context.Context, m *store.Message) {
 	now := c.Now()
 	switch {
 	case err == nil && status/100 == 2 && timeout >= 0:
+		ok = true
 		d.settle(&store.SettleParams{ID: m.ID, Lease: m.Lease, DeliverAt: now.Add(timeout)}, "rescheduled", start)
 	case err == nil && status/100 == 2:
+		ok = true
 		d.settle(&store.SettleParams{ID: m.ID, Lease: m.Lease, Done: true}, "delivered", start)
 	default:
 		msg := fmt.Sprintf("HTTP %d", status)

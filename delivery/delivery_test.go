@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -152,7 +153,7 @@ func start(t *testing.T, st store.Store, cfg delivery.Config) *outcomes {
 func enqueue(t *testing.T, st store.Store, id, queue, target string, delay time.Duration) {
 	t.Helper()
 	_, _, err := st.Enqueue(t.Context(), &store.EnqueueParams{ID: id, QueueName: queue, Payload: json.RawMessage(`{"runId":"wrun_1"}`),
-		Target: target, Delay: delay})
+		Target: target, RunID: "wrun_1", Delay: delay})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,4 +388,59 @@ func TestSignVector(t *testing.T) {
 	if want := "t=1764583200,v1=07a6aab843a86bab3830011e61b8c3743043f92e9c5451712778498c0e24c21a"; got != want {
 		t.Fatalf("Sign = %s, want %s", got, want)
 	}
+}
+
+func TestARunsWorkflowMessagesAreSerializedAndCoalesced(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st store.Store) {
+		release := make(chan struct{})
+		var mu sync.Mutex
+		inFlight, maxInFlight, flows := 0, 0, 0
+		entered := make(chan struct{}, 10)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			inFlight++
+			flows++
+			maxInFlight = max(maxInFlight, inFlight)
+			first := flows == 1
+			mu.Unlock()
+			entered <- struct{}{}
+			if first {
+				<-release
+			}
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+		}))
+		defer srv.Close()
+		o := start(t, st, delivery.Config{})
+		enqueue(t, st, "msg_1", "__wkf_workflow_wf", srv.URL, 0)
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("waited 10s for the first delivery")
+		}
+		// Four more wake-ups while the first replay runs: none is delivered
+		// beside it; the first after it replays once, and makes the rest
+		// redundant.
+		for i := 2; i <= 5; i++ {
+			enqueue(t, st, fmt.Sprintf("msg_%d", i), "__wkf_workflow_wf", srv.URL, 0)
+		}
+		close(release)
+		var got []string
+		for len(got) < 5 {
+			got = append(got, o.next(t))
+		}
+		slices.Sort(got)
+		if fmt.Sprint(got) != "[coalesced coalesced coalesced delivered delivered]" {
+			t.Fatalf("outcomes %v", got)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if maxInFlight != 1 || flows != 2 {
+			t.Fatalf("%d deliveries, at most %d at once: want 2, one at a time", flows, maxInFlight)
+		}
+		if ms := pending(t, st, "pending"); len(ms) != 0 {
+			t.Fatalf("pending after: %+v", ms)
+		}
+	})
 }

@@ -67,6 +67,13 @@ type WorldStore interface {
 	// does nothing if the lease is not p.Lease any more (the message was
 	// claimed again), returning store.ErrLeaseLost.
 	SettleMessage(ctx context.Context, p *SettleParams) error
+	// CoalesceMessages deletes the pending workflow messages of p.RunID
+	// that were due before p.Before and that no delivery holds, and returns
+	// how many. The deliverer calls it after a workflow delivery of the run
+	// that began at p.Before succeeded: that replay saw every event those
+	// messages were sent to wake it for, and every timer of theirs had
+	// fired. (A message due later, a sleep's wake-up, stays.)
+	CoalesceMessages(ctx context.Context, p *CoalesceParams) (int, error)
 	// RenewMessage extends a delivery's lease to p.Until, while the
 	// delivery goes on; store.ErrLeaseLost if the lease is not p.Lease.
 	RenewMessage(ctx context.Context, p *RenewMessageParams) error
@@ -161,6 +168,7 @@ type WorldCloseParams struct {
 type Message struct {
 	ID             string          // msg_<ULID>: stable across deliveries
 	QueueName      string          // __wkf_workflow_<name> or __wkf_step_<name>
+	Kind           string          // "workflow" or "step": world.QueueKind of QueueName
 	Payload        json.RawMessage // delivered verbatim
 	Target         string          // the app's base URL
 	IdempotencyKey string
@@ -224,7 +232,11 @@ type ClaimMessagesParams struct {
 	Owner string
 	Limit int
 	Lease time.Duration // how long a delivery may hold the message
-	Now   time.Time     // zero: the store's clock
+	// SkipRuns are runs whose workflow messages are not claimed (their
+	// step messages are): the deliverer has a workflow delivery of each in
+	// flight, and a second would replay the run for nothing.
+	SkipRuns []string
+	Now      time.Time // zero: the store's clock
 }
 
 // Check validates p.
@@ -252,6 +264,13 @@ type SettleParams struct {
 type RenewMessageParams struct {
 	ID, Lease string
 	Until     time.Time
+}
+
+// CoalesceParams names the workflow messages a replay made redundant.
+type CoalesceParams struct {
+	RunID  string
+	Before time.Time // the replay's start: messages due before it go
+	Now    time.Time // zero: the store's clock
 }
 
 // MessagesParams lists messages.

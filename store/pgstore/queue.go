@@ -10,6 +10,7 @@ import (
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/internal/sqlrow"
+	"github.com/weirhq/weir/world"
 )
 
 // The World's queue (store.WorldStore): a message is a world_queue row,
@@ -22,13 +23,13 @@ import (
 
 type queueQueries struct {
 	enqueue, messageByID, messageByKey, setTarget, claimMessages, settleDone, settleDead string
-	settleFailed, settleLater, messages, redeliver, nextDue, renewMessage                string
+	settleFailed, settleLater, messages, redeliver, nextDue, renewMessage, coalesce      string
 }
 
 func (q *queueQueries) set(set func(*string, string)) {
 	cols := sqlrow.MessageCols
-	set(&q.enqueue, `INSERT INTO $S.world_queue (id, queue_name, payload, target, idempotency_key, deployment_id,
-			run_id, state, deliver_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9)
+	set(&q.enqueue, `INSERT INTO $S.world_queue (id, queue_name, kind, payload, target, idempotency_key, deployment_id,
+			run_id, state, deliver_at, created_at) VALUES ($1, $2, $10, $3, $4, $5, $6, $7, 'pending', $8, $9)
 		ON CONFLICT DO NOTHING RETURNING `+cols)
 	set(&q.messageByID, `SELECT `+cols+` FROM $S.world_queue WHERE id = $1`)
 	set(&q.messageByKey, `SELECT `+cols+` FROM $S.world_queue
@@ -36,6 +37,7 @@ func (q *queueQueries) set(set func(*string, string)) {
 	set(&q.setTarget, `UPDATE $S.world_runs SET target = $2 WHERE run_id = $1 AND target <> $2`)
 	set(&q.claimMessages, `UPDATE $S.world_queue SET lease = $1, lease_owner = $2, lease_until = $3, attempt = attempt + 1
 		WHERE seq IN (SELECT seq FROM $S.world_queue WHERE state = 'pending' AND deliver_at <= $4 AND lease_until <= $4
+			AND NOT (kind = 'workflow' AND run_id = ANY ($6::text[]))
 			ORDER BY deliver_at, seq LIMIT $5 FOR UPDATE SKIP LOCKED)
 		RETURNING `+cols)
 	const where = ` WHERE id = $1 AND lease = $2 AND state = 'pending'`
@@ -53,6 +55,8 @@ func (q *queueQueries) set(set func(*string, string)) {
 				AND o.queue_name = m.queue_name AND o.idempotency_key = m.idempotency_key AND o.idempotency_key <> '')
 				THEN '' ELSE m.idempotency_key END
 		WHERE id = $1 AND state = 'dead'`)
+	set(&q.coalesce, `DELETE FROM $S.world_queue WHERE run_id = $1 AND kind = 'workflow' AND state = 'pending'
+		AND deliver_at < $2 AND lease_until <= $3`)
 	set(&q.renewMessage, `UPDATE $S.world_queue SET lease_until = $3 WHERE id = $1 AND lease = $2 AND state = 'pending'`)
 	set(&q.nextDue, `SELECT MIN(GREATEST(deliver_at, lease_until)) FROM $S.world_queue WHERE state = 'pending'`)
 }
@@ -70,8 +74,9 @@ func (s *Store) Enqueue(ctx context.Context, p *store.EnqueueParams) (*store.Mes
 	var created bool
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		t.committing = true
+		kind, _ := world.QueueKind(p.QueueName)
 		ms, err := queryRows(ctx, s, s.q.enqueue, []any{p.ID, p.QueueName, []byte(p.Payload), p.Target, p.IdempotencyKey,
-			p.DeploymentID, p.RunID, sqlrow.Nanos(now.Add(p.Delay)), sqlrow.Nanos(now)})
+			p.DeploymentID, p.RunID, sqlrow.Nanos(now.Add(p.Delay)), sqlrow.Nanos(now), kind})
 		if err != nil {
 			return err
 		}
@@ -134,7 +139,7 @@ func (s *Store) ClaimMessages(ctx context.Context, p *store.ClaimMessagesParams)
 		t.committing = true
 		var err error
 		out, err = queryRows(ctx, s, s.q.claimMessages, []any{s.ids.New("lse"), p.Owner, sqlrow.Nanos(now.Add(p.Lease)),
-			sqlrow.Nanos(now), p.Limit})
+			sqlrow.Nanos(now), p.Limit, append([]string{}, p.SkipRuns...)})
 		return err
 	})
 	if err != nil {
@@ -246,6 +251,25 @@ func (s *Store) WatchMessages(ctx context.Context) (<-chan struct{}, func()) {
 	s.lis.ensure(ctx)
 	w := s.hub.Subscribe(store.QueueWake)
 	return w.C, func() { s.hub.Unsubscribe(store.QueueWake, w) }
+}
+
+// CoalesceMessages deletes a run's redundant workflow messages.
+func (s *Store) CoalesceMessages(ctx context.Context, p *store.CoalesceParams) (int, error) {
+	now := p.Now
+	if now.IsZero() {
+		now = s.cfg.Now()
+	}
+	var n int64
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		t.committing = true
+		ct, err := s.pool.Exec(ctx, s.q.coalesce, p.RunID, sqlrow.Nanos(p.Before), sqlrow.Nanos(now))
+		n = ct.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("coalesce messages: %w", err)
+	}
+	return int(n), nil
 }
 
 // RenewMessage extends a delivery's lease.

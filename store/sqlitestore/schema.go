@@ -241,6 +241,7 @@ CREATE TABLE world_queue (
 	seq             INTEGER PRIMARY KEY,
 	id              TEXT    NOT NULL UNIQUE,
 	queue_name      TEXT    NOT NULL,
+	kind            TEXT    NOT NULL, -- 'workflow' or 'step' (world.QueueKind)
 	payload         BLOB    NOT NULL,
 	target          TEXT    NOT NULL,
 	idempotency_key TEXT    NOT NULL,
@@ -260,7 +261,7 @@ CREATE TABLE world_queue (
 CREATE UNIQUE INDEX world_queue_key ON world_queue (queue_name, idempotency_key) WHERE state = 'pending' AND idempotency_key != '';
 CREATE INDEX world_queue_due ON world_queue (deliver_at, seq) WHERE state = 'pending';
 CREATE INDEX world_queue_dead ON world_queue (seq) WHERE state = 'dead';
-CREATE INDEX world_queue_run ON world_queue (run_id);
+CREATE INDEX world_queue_run ON world_queue (run_id, kind) WHERE state = 'pending';
 `,
 }
 

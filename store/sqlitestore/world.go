@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -592,9 +593,10 @@ func (s *Store) Enqueue(ctx context.Context, p *store.EnqueueParams) (*store.Mes
 				return err
 			}
 		}
-		row, err = tx.row(`INSERT INTO world_queue (id, queue_name, payload, target, idempotency_key, deployment_id,
-			run_id, state, deliver_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?) RETURNING `+sqlrow.MessageCols,
-			p.ID, p.QueueName, []byte(p.Payload), p.Target, p.IdempotencyKey, p.DeploymentID, p.RunID,
+		kind, _ := world.QueueKind(p.QueueName)
+		row, err = tx.row(`INSERT INTO world_queue (id, queue_name, kind, payload, target, idempotency_key, deployment_id,
+			run_id, state, deliver_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?) RETURNING `+sqlrow.MessageCols,
+			p.ID, p.QueueName, kind, []byte(p.Payload), p.Target, p.IdempotencyKey, p.DeploymentID, p.RunID,
 			sqlrow.Nanos(now.Add(p.Delay)), sqlrow.Nanos(now))
 		if err != nil {
 			return err
@@ -635,13 +637,15 @@ func (s *Store) ClaimMessages(ctx context.Context, p *store.ClaimMessagesParams)
 		lease := s.ids.New("lse_")
 		st, err := tx.stmt(`UPDATE world_queue SET lease = ?1, lease_owner = ?2, lease_until = ?3, attempt = attempt + 1
 			WHERE seq IN (SELECT seq FROM world_queue WHERE state = 'pending' AND deliver_at <= ?4 AND lease_until <= ?4
+				AND NOT (kind = 'workflow' AND run_id IN (SELECT value FROM json_each(?6)))
 				ORDER BY deliver_at, seq LIMIT ?5)
 			RETURNING ` + sqlrow.MessageCols)
 		if err != nil {
 			return err
 		}
 		tx.changed = true
-		rows, err := st.QueryContext(bg, lease, p.Owner, sqlrow.Nanos(now.Add(p.Lease)), sqlrow.Nanos(now), p.Limit)
+		skip, _ := json.Marshal(append([]string{}, p.SkipRuns...))
+		rows, err := st.QueryContext(bg, lease, p.Owner, sqlrow.Nanos(now.Add(p.Lease)), sqlrow.Nanos(now), p.Limit, string(skip))
 		if err != nil {
 			return translate(err)
 		}
@@ -777,6 +781,33 @@ func (s *Store) NextMessageDue(ctx context.Context) (time.Time, error) {
 func (s *Store) WatchMessages(ctx context.Context) (<-chan struct{}, func()) {
 	w := s.notify.Subscribe(store.QueueWake)
 	return w.C, func() { s.notify.Unsubscribe(store.QueueWake, w) }
+}
+
+// CoalesceMessages deletes a run's redundant workflow messages.
+func (s *Store) CoalesceMessages(ctx context.Context, p *store.CoalesceParams) (int, error) {
+	now := p.Now
+	if now.IsZero() {
+		now = s.cfg.Now()
+	}
+	var n int64
+	err := s.write(ctx, func(tx *wtx) error {
+		st, err := tx.stmt(`DELETE FROM world_queue WHERE run_id = ? AND kind = 'workflow' AND state = 'pending'
+			AND deliver_at < ? AND lease_until <= ?`)
+		if err != nil {
+			return err
+		}
+		tx.changed = true
+		res, err := st.ExecContext(bg, p.RunID, sqlrow.Nanos(p.Before), sqlrow.Nanos(now))
+		if err != nil {
+			return translate(err)
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("coalesce messages: %w", err)
+	}
+	return int(n), nil
 }
 
 // RenewMessage extends a delivery's lease.

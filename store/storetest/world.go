@@ -26,6 +26,7 @@ func testWorld(t *testing.T, h Harness) {
 	t.Run("Waits", func(t *testing.T) { t.Parallel(); testWorldWaits(t, h) })
 	t.Run("Lists", func(t *testing.T) { t.Parallel(); testWorldLists(t, h) })
 	t.Run("Queue", func(t *testing.T) { t.Parallel(); testWorldQueue(t, h) })
+	t.Run("QueueRuns", func(t *testing.T) { t.Parallel(); testWorldQueueRuns(t, h) })
 	t.Run("Purge", func(t *testing.T) { t.Parallel(); testWorldPurge(t, h) })
 	t.Run("Reopen", func(t *testing.T) { t.Parallel(); testWorldReopen(t, h) })
 }
@@ -643,4 +644,53 @@ func testWorldReopen(t *testing.T, h Harness) {
 		t.Fatalf("committed after a restart: %v", got)
 	}
 	wantEvents(t, s, id, "run_created", "run_started", "step_created", "step_started", "step_completed")
+}
+
+func testWorldQueueRuns(t *testing.T, h Harness) {
+	s := h.New(t)
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
+	enqueue := func(id, queue, run string, at time.Time) {
+		t.Helper()
+		_, _, err := s.Enqueue(ctx(t), &store.EnqueueParams{ID: id, QueueName: queue, Payload: json.RawMessage(`{}`), Target: "http://x", RunID: run, Now: at})
+		must(t, err)
+	}
+	enqueue("msg_f1", "__wkf_workflow_wf", "r1", t0)
+	enqueue("msg_s1", "__wkf_step_st", "r1", t0)
+	enqueue("msg_f2", "__wkf_workflow_wf", "r2", t0)
+	// Workflow messages of a skipped run stay; its step messages do not.
+	ms, err := s.ClaimMessages(ctx(t), &store.ClaimMessagesParams{Owner: "o", Limit: 10, Lease: time.Minute, SkipRuns: []string{"r1"}, Now: t0})
+	must(t, err)
+	var ids []string
+	for _, m := range ms {
+		ids = append(ids, m.ID+"/"+m.Kind)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"msg_f2/workflow", "msg_s1/step"}) {
+		t.Fatalf("claimed %v", ids)
+	}
+	// Coalescing drops r1's workflow messages due before the replay, not
+	// later ones (a sleep's wake-up), nor claimed ones, nor other runs'.
+	enqueue("msg_f3", "__wkf_workflow_wf", "r1", t0.Add(2*time.Second))
+	_, _, err = s.Enqueue(ctx(t), &store.EnqueueParams{ID: "msg_f4", QueueName: "__wkf_workflow_wf", Payload: json.RawMessage(`{}`),
+		Target: "http://x", RunID: "r1", Now: t0, Delay: time.Hour})
+	must(t, err)
+	n, err := s.CoalesceMessages(ctx(t), &store.CoalesceParams{RunID: "r1", Before: t0.Add(time.Second), Now: t0.Add(time.Second)})
+	must(t, err)
+	if n != 1 {
+		t.Fatalf("coalesced %d, want 1 (msg_f1)", n)
+	}
+	n, err = s.CoalesceMessages(ctx(t), &store.CoalesceParams{RunID: "r2", Before: t0.Add(time.Second), Now: t0.Add(time.Second)})
+	must(t, err)
+	if n != 0 {
+		t.Fatalf("coalesced %d of r2, whose message a delivery holds", n)
+	}
+	pending, err := s.Messages(ctx(t), &store.MessagesParams{State: "pending"})
+	must(t, err)
+	ids = ids[:0]
+	for _, m := range pending {
+		ids = append(ids, m.ID)
+	}
+	if !slices.Equal(ids, []string{"msg_s1", "msg_f2", "msg_f3", "msg_f4"}) {
+		t.Fatalf("pending %v", ids)
+	}
 }

@@ -137,7 +137,7 @@ func EncodeError(e *world.StructuredError) []byte {
 }
 
 // MessageCols are a queue message's columns.
-const MessageCols = `id, queue_name, payload, target, idempotency_key, deployment_id, run_id, state, attempt,
+const MessageCols = `id, queue_name, kind, payload, target, idempotency_key, deployment_id, run_id, state, attempt,
 	failures, deliver_at, first_failure, last_error, created_at, lease`
 
 // ScanMessage scans MessageCols.
@@ -145,7 +145,7 @@ func ScanMessage(row Scanner) (*store.Message, error) {
 	var m store.Message
 	var payload []byte
 	var due, first, created int64
-	if err := row.Scan(&m.ID, &m.QueueName, &payload, &m.Target, &m.IdempotencyKey, &m.DeploymentID, &m.RunID,
+	if err := row.Scan(&m.ID, &m.QueueName, &m.Kind, &payload, &m.Target, &m.IdempotencyKey, &m.DeploymentID, &m.RunID,
 		&m.State, &m.Attempt, &m.Failures, &due, &first, &m.LastError, &created, &m.Lease); err != nil {
 		return nil, err
 	}

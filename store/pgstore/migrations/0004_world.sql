@@ -98,6 +98,7 @@ CREATE TABLE world_queue (
 	seq             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	id              text   NOT NULL UNIQUE,
 	queue_name      text   NOT NULL,
+	kind            text   NOT NULL, -- 'workflow' or 'step' (world.QueueKind)
 	payload         bytea  NOT NULL,
 	target          text   NOT NULL,
 	idempotency_key text   NOT NULL,
@@ -117,4 +118,4 @@ CREATE TABLE world_queue (
 CREATE UNIQUE INDEX world_queue_key ON world_queue (queue_name, idempotency_key) WHERE state = 'pending' AND idempotency_key <> '';
 CREATE INDEX world_queue_due ON world_queue (deliver_at, seq) WHERE state = 'pending';
 CREATE INDEX world_queue_dead ON world_queue (seq) WHERE state = 'dead';
-CREATE INDEX world_queue_run ON world_queue (run_id);
+CREATE INDEX world_queue_run ON world_queue (run_id, kind) WHERE state = 'pending';
