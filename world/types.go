@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -201,6 +202,12 @@ func (e *TooEarlyError) Is(target error) bool { return target == ErrTooEarly }
 // StepWriter is the stream writer of a step's writes: one identity for
 // every attempt, as a Go step's "step/<n>".
 func StepWriter(stepID string) string { return "step/" + stepID }
+
+// StepOfWriter returns the step id of a StepWriter.
+func StepOfWriter(writer string) (string, bool) {
+	id, ok := strings.CutPrefix(writer, "step/")
+	return id, ok && id != ""
+}
 
 // StreamName checks a World stream name: its runtime makes them globally
 // unique (strm_<ULID>_user…).

@@ -151,7 +151,7 @@ func appendChunks(tx Tx, st *Stream, p *store.AppendParams) ([]stream.Ack, bool,
 			return nil, false, err
 		}
 		if w == nil {
-			w, fresh = &stream.Writer{ID: p.Writer}, true
+			w, fresh = lateWriter(tx, st, p), true
 		}
 		if st.RunID != "" {
 			if req.Fence, err = tx.Fence(st.RunID, p.Writer); err != nil {

@@ -225,6 +225,37 @@ func saveFinishes(tx Tx, finishes []tried) error {
 	return nil
 }
 
+// lateWriter is the state a writer starts with on a stream it never wrote
+// on: open, unless it is a World step's writer appending late (Late) at the
+// attempt its step ended with. Then the attempt's outcome applies here too:
+// completed, the writer starts committed, so that the chunks are appended
+// and committed at once; failed, it starts aborted, and they are refused.
+// (A step's stream can be new after its outcome: v4 pipes a stream a step
+// returns only after the step completed.) The store holds the run's lock,
+// so the step cannot end between this look and the append.
+func lateWriter(tx Tx, st *Stream, p *store.AppendParams) *stream.Writer {
+	w := &stream.Writer{ID: p.Writer}
+	wt, ok := tx.(WorldTx)
+	if !p.Late || !ok || st.RunID == "" {
+		return w
+	}
+	id, ok := world.StepOfWriter(p.Writer)
+	if !ok {
+		return w
+	}
+	step, err := wt.WorldStep(st.RunID, id)
+	if err != nil || step == nil || step.Attempt != p.Attempt {
+		return w
+	}
+	switch step.Status {
+	case world.Completed:
+		w.Attempt, w.Status = p.Attempt, stream.WriterCommitted
+	case world.Failed:
+		w.Attempt, w.Status = p.Attempt, stream.WriterAborted
+	}
+	return w
+}
+
 // WorldClose closes a World stream for store.WorldStore.WorldCloseStream:
 // at once, or, from a step attempt, when the attempt commits.
 func WorldClose(tx WorldTx, p *store.WorldCloseParams) (bool, error) {

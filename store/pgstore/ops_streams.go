@@ -4,6 +4,7 @@ import (
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
 	"github.com/weirhq/weir/stream"
+	"github.com/weirhq/weir/world"
 )
 
 // The ops on streams. Each names what the rules read (apply.Reads) in its
@@ -29,6 +30,9 @@ func (o *appendOp) plan(g *group, r *readPlan) {
 		r.anon = append(r.anon, anonKey{o.p.StreamID, o.prevToken})
 	}
 	r.AppendReads(o.p, run)
+	if id, ok := world.StepOfWriter(o.p.Writer); ok && o.p.Late && run != "" {
+		r.world = append(r.world, worldReads{run: run, step: id}) // apply's lateWriter
+	}
 }
 
 func (o *appendOp) apply(g *group) error {

@@ -274,6 +274,43 @@ func testWorldStreams(t *testing.T, h Harness) {
 			t.Fatalf("WorldStream = %+v", byName)
 		}
 	})
+	t.Run("ANewStreamAfterTheOutcomeTakesIt", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		id := worldRun(t, s, "")
+		worldStep(t, s, id, "step_ok")
+		worldStep(t, s, id, "step_bad")
+		wev(t, s, id, world.StepCompleted, "step_ok", jmap{"result": 1})
+		wev(t, s, id, world.StepFailed, "step_bad", jmap{"error": "x"})
+		// v4 pipes a stream a step returned after the step's outcome: on a
+		// stream the step never wrote on, its writer starts as it ended.
+		ret, err := s.WorldOpenStream(ctx(t), id, "strm_returned")
+		must(t, err)
+		_, err = worldAppend(t, s, ret.ID, "step_ok", 1, 0, "r0", "r1")
+		must(t, err)
+		closed, err := s.WorldCloseStream(ctx(t), &store.WorldCloseParams{RunID: id, Name: "strm_returned", StepID: "step_ok", Attempt: 1})
+		must(t, err)
+		if !closed {
+			t.Fatal("a completed step's close is not at once")
+		}
+		if got := committed(readAll(t, s, ret.ID)); !slices.Equal(got, []string{"r0", "r1"}) && !slices.Equal(got, []string{"r0", "r1", "<close>"}) {
+			t.Fatalf("a completed step's late stream: committed %v", got)
+		}
+		_, err = worldAppend(t, s, ret.ID, "step_bad", 1, 0, "x")
+		if err == nil {
+			t.Fatal("a failed step's late write was taken")
+		}
+		bad, err := s.WorldOpenStream(ctx(t), id, "strm_bad")
+		must(t, err)
+		_, err = worldAppend(t, s, bad.ID, "step_bad", 1, 0, "x")
+		wantErr(t, err, stream.ErrWriterFinished)
+		// Another attempt than the one the step ended with is not late.
+		_, err = worldAppend(t, s, bad.ID, "step_ok", 2, 0, "y")
+		must(t, err)
+		if got := committed(readAll(t, s, bad.ID)); len(got) != 0 {
+			t.Fatalf("an attempt the step did not end with is committed: %v", got)
+		}
+	})
 	t.Run("FailedStepIsAborted", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
