@@ -47,6 +47,25 @@ const runsAPI = {
   cancel: (id) => api(`/v1/runs/${encodeURIComponent(id)}/cancel`, { method: "POST" }),
 };
 
+// The World API: the events of a Vercel Workflow run, and the queue's dead
+// letters.
+const worldAPI = {
+  async events(id) {
+    const out = [];
+    let cursor = null;
+    do {
+      const q = new URLSearchParams({ limit: "1000" });
+      if (cursor) q.set("cursor", cursor);
+      const page = await api(`/v1/world/runs/${encodeURIComponent(id)}/events?${q}`);
+      out.push(...page.data);
+      cursor = page.hasMore ? page.cursor : null;
+    } while (cursor);
+    return out;
+  },
+  dead: () => api("/v1/world/queue?state=dead").then((b) => listOf(b, "messages")),
+  redeliver: (id) => api(`/v1/world/queue/${encodeURIComponent(id)}/redeliver`, { method: "POST" }),
+};
+
 // Field names as the server writes them, with fallbacks, in one place.
 const runField = {
   id: (r) => r.id ?? r.ID,
@@ -56,6 +75,7 @@ const runField = {
   updated: (r) => r.updated_at ?? r.UpdatedAt,
   error: (r) => r.error ?? r.Error,
   output: (r) => r.output ?? r.Output,
+  kind: (r) => r.kind ?? r.Kind ?? "",
 };
 const terminal = (s) => s === "completed" || s === "failed" || s === "cancelled";
 
@@ -99,7 +119,7 @@ function runsPage() {
         const id = runField.id(r), st = runField.status(r);
         return el("tr", { "data-run": id },
           el("td", { class: "id" }, el("a", { href: `#/runs/${encodeURIComponent(id)}`, text: id })),
-          el("td", { text: runField.workflow(r) }),
+          el("td", {}, el("span", { text: runField.workflow(r) }), runField.kind(r) === "world" ? el("span", { class: "kind", text: "world" }) : ""),
           el("td", {}, el("span", { class: `status ${st}`, text: st })),
           el("td", { text: fmtTime(runField.created(r)) }),
           el("td", { text: fmtTime(runField.updated(r)) }));
@@ -110,6 +130,7 @@ function runsPage() {
     } catch (e) {
       $("#runs-error").textContent = e.message;
     }
+    renderDead().catch(() => {});
   };
   const onFilter = () => {
     const q = new URLSearchParams();
@@ -137,6 +158,22 @@ function runsPage() {
   stopPage = () => { alive = false; clearInterval(timer); };
 }
 
+// renderDead lists the World queue's dead letters, each with a button that
+// delivers it again.
+async function renderDead() {
+  const box = $("#dead-letters");
+  if (!box) return;
+  const dead = await worldAPI.dead();
+  if (!dead.length) { box.replaceChildren(); return; }
+  box.replaceChildren(el("h2", { text: `Dead letters (${dead.length})` }), el("ul", {}, ...dead.map((m) => {
+    const btn = el("button", { class: "redeliver", text: "Deliver again" });
+    btn.onclick = async () => { await worldAPI.redeliver(m.messageId).catch(() => {}); renderDead().catch(() => {}); };
+    return el("li", { "data-message": m.messageId },
+      el("span", { class: "id", text: m.messageId }), " ",
+      el("span", { text: `${m.queueName} · run ${m.runId || "-"} · ${m.failures} failures · ${m.lastError}` }), " ", btn);
+  })));
+}
+
 // ---- run page -------------------------------------------------------------
 
 function runPage(id) {
@@ -153,16 +190,18 @@ function runPage(id) {
   };
   const refresh = async () => {
     try {
-      const [run, events, list] = await Promise.all([runsAPI.get(id), runsAPI.events(id), runsAPI.streams(id)]);
+      const [run, list] = await Promise.all([runsAPI.get(id), runsAPI.streams(id)]);
       const r = run.run ?? run;
+      const world = runField.kind(r) === "world";
       const st = runField.status(r);
       const badge = $("#run-status");
       badge.textContent = st;
       badge.className = `status ${st}`;
-      $("#run-meta").textContent = `${runField.workflow(r)} · created ${fmtTime(runField.created(r))}`;
+      $("#run-meta").textContent = `${runField.workflow(r)}${world ? " · a Vercel Workflow run on weir's World" : ""} · created ${fmtTime(runField.created(r))}`;
       $("#run-actions").hidden = terminal(st);
-      renderResult(r, st);
-      renderTimeline(events);
+      renderResult(r, st, world);
+      if (world) renderWorldTimeline(await worldAPI.events(id));
+      else renderTimeline(await runsAPI.events(id));
       for (const s of list) {
         const name = s.name ?? s.Name;
         if (!streams.has(name)) {
@@ -189,9 +228,12 @@ function runPage(id) {
   stopPage = () => { alive = false; for (const s of streams.values()) s.stop(); };
 }
 
-function renderResult(r, st) {
+function renderResult(r, st, world) {
   const box = $("#run-result");
-  if (st === "completed") {
+  if (world && st === "completed") {
+    // The runtime's serialized value: weir keeps it as it came.
+    box.replaceChildren(el("h2", { text: "Result" }), el("p", { class: "muted", text: "serialized by the Workflow runtime (see the app's run.returnValue)" }));
+  } else if (st === "completed") {
     let out = runField.output(r);
     if (typeof out !== "string") out = JSON.stringify(out);
     box.replaceChildren(el("h2", { text: "Result" }), el("pre", { class: "result", text: out ?? "" }));
@@ -224,6 +266,40 @@ function renderTimeline(events) {
       case "run_cancelled": cls = "bad"; text = "run cancelled"; break;
     }
     const li = el("li", { class: cls, "data-type": type }, el("div", { text }), el("div", { class: "when", text: fmtTime(at) }));
+    if (err) li.append(el("div", { class: "err", text: err }));
+    return li;
+  });
+  $("#timeline").replaceChildren(...items);
+}
+
+// renderWorldTimeline renders a World run's event log: each step with its
+// attempts, retries and outcome, hooks, sleeps, and the run's end.
+function renderWorldTimeline(events) {
+  const names = new Map(), attempts = new Map();
+  const label = (id) => `step “${(names.get(id) || id).split("//").pop()}”`;
+  const items = events.map((e) => {
+    const type = e.eventType, id = e.correlationId, d = e.eventData || {};
+    let cls = "", text = type.replace("_", " ");
+    switch (type) {
+      case "run_created": cls = "run"; text = "run created"; break;
+      case "run_started": cls = "run"; text = "run started"; break;
+      case "step_created": names.set(id, d.stepName || id); text = `${label(id)} created`; break;
+      case "step_started": attempts.set(id, (attempts.get(id) || 0) + 1); text = `${label(id)} · attempt ${attempts.get(id)} started`; break;
+      case "step_retrying": cls = "retry"; text = `${label(id)} · attempt ${attempts.get(id) || 1} failed, will retry` + (d.retryAfter ? ` after ${fmtTime(d.retryAfter)}` : ""); break;
+      case "step_completed": cls = "ok"; text = `${label(id)} · attempt ${attempts.get(id) || 1} completed`; break;
+      case "step_failed": cls = "bad"; text = `${label(id)} · attempt ${attempts.get(id) || 1} failed for good`; break;
+      case "hook_created": text = `hook ${id} created`; break;
+      case "hook_received": text = `hook ${id} received a payload`; break;
+      case "hook_disposed": text = `hook ${id} disposed`; break;
+      case "hook_conflict": cls = "bad"; text = `hook token ${d.token || ""} is another run's`; break;
+      case "wait_created": text = `sleep until ${fmtTime(d.resumeAt)}`; break;
+      case "wait_completed": text = "sleep ended"; break;
+      case "run_completed": cls = "ok"; text = "run completed"; break;
+      case "run_failed": cls = "bad"; text = "run failed"; break;
+      case "run_cancelled": cls = "bad"; text = "run cancelled"; break;
+    }
+    const li = el("li", { class: cls, "data-type": type }, el("div", { text }), el("div", { class: "when", text: fmtTime(e.createdAt) }));
+    const err = typeof d.error === "string" ? d.error : d.error?.message;
     if (err) li.append(el("div", { class: "err", text: err }));
     return li;
   });

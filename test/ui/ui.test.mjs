@@ -109,3 +109,87 @@ test("the UI shows a retried step's stream live, with the abort struck through",
   await page.locator("table.runs .status.completed").first().waitFor({ timeout: 10_000 });
   assert.deepEqual(consoleErrors, []);
 });
+
+// A Vercel Workflow run on weir's World, made over the World API as the
+// World package makes it: its timeline shows each step's attempts, the hook
+// and the sleep, its stream the retried attempt's aborted chunk struck
+// through; the runs list marks it world; a dead letter can be redelivered.
+test("the UI shows a World run: attempts, hooks, sleeps, and its stream", { timeout: 90_000 }, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "weir-ui-world-"));
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const storeArg = process.env.WEIR_STORE || `sqlite:${join(dir, "weir.db")}`;
+  const args = ["server", "--addr", `127.0.0.1:${port}`, "--store", storeArg, "--world-secret", "ui-test-secret-0123456789",
+    "--world-max-failures", "1"];
+  if (token) args.push("--token", token);
+  const server = spawn(bin, args, { stdio: ["ignore", "inherit", "inherit"] });
+  t.after(() => { server.kill("SIGTERM"); rmSync(dir, { recursive: true, force: true }); });
+  await waitHealthy(url);
+  const auth = token ? { Authorization: `Bearer ${token}` } : {};
+  const call = async (method, path, body, hdrs = {}) => {
+    const res = await fetch(url + path, { method, headers: { ...auth, ...hdrs }, body });
+    if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${await res.text()}`);
+    return res.headers.get("content-type")?.includes("json") ? res.json() : res.text();
+  };
+  const ev = (run, eventType, correlationId, eventData) =>
+    call("POST", `/v1/world/runs/${run}/events`, JSON.stringify({ eventType, correlationId, eventData }), { "Content-Type": "application/json" });
+  const frame = (...chunks) => Buffer.concat(chunks.flatMap((c) => { const b = Buffer.from(c); const n = Buffer.alloc(4); n.writeUInt32BE(b.length); return [n, b]; }));
+  const write = (run, step, attempt, seq, ...chunks) => call("POST", `/v1/world/runs/${run}/streams/strm_ui`, frame(...chunks), {
+    "Content-Type": "application/octet-stream", "Weir-Framing": "u32be", "Weir-Writer": `step/${step}`, "Weir-Attempt": String(attempt), "Weir-Seq": String(seq) });
+
+  const { run } = await ev("-", "run_created", undefined, { deploymentId: "dpl_ui", workflowName: "workflow//./app//agent", input: [] });
+  const id = run.runId;
+  await ev(id, "run_started");
+  await ev(id, "step_created", "step_1", { stepName: "step//./app//think" });
+  await ev(id, "step_started", "step_1");
+  await write(id, "step_1", 1, 0, "Hello ", "wrld");
+  await ev(id, "step_retrying", "step_1", { error: "model timed out" });
+  await ev(id, "step_started", "step_1");
+  await write(id, "step_1", 2, 0, "Hello ", "world");
+  await ev(id, "step_completed", "step_1", { result: 1 });
+  await ev(id, "hook_created", "hook_1", { token: "ui-approval" });
+  await ev(id, "hook_received", "hook_1", { payload: 1 });
+  await ev(id, "wait_created", "wait_1", { resumeAt: new Date(Date.now() + 1000).toISOString() });
+  await ev(id, "wait_completed", "wait_1");
+  await ev(id, "run_completed", undefined, { output: 1 });
+  // A message for an app that is not there: dead after one failure.
+  await call("POST", "/v1/world/queue", JSON.stringify({ queueName: "__wkf_workflow_agent", payload: { runId: id }, target: "http://127.0.0.1:9" }),
+    { "Content-Type": "application/json" });
+
+  const browser = await chromium.launch({
+    executablePath: chromePath,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+  t.after(() => browser.close());
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  await page.goto(url + "/ui/");
+  if (token) await page.locator("#token").fill(token);
+  const row = page.locator(`tr[data-run="${id}"]`);
+  await row.waitFor({ timeout: 10_000 });
+  assert.equal(await row.locator(".kind").textContent(), "world");
+  // The dead letter, and its redelivery.
+  const dead = page.locator("#dead-letters li").first();
+  await dead.waitFor({ timeout: 20_000 });
+  await dead.getByRole("button", { name: "Deliver again" }).click();
+
+  await page.goto(`${url}/ui/#/runs/${encodeURIComponent(id)}`);
+  const tl = page.locator("#timeline");
+  await tl.locator('li[data-type="run_completed"]').waitFor({ timeout: 10_000 });
+  const text = await tl.textContent();
+  for (const want of ["step “think” · attempt 1 started", "attempt 1 failed, will retry", "step “think” · attempt 2 started",
+    "attempt 2 completed", "hook hook_1 created", "sleep ended", "run completed"]) {
+    assert.ok(text.includes(want), `timeline lacks "${want}": ${text}`);
+  }
+  assert.ok(text.includes("model timed out"));
+  const stream = page.locator('.stream[data-stream="strm_ui"]');
+  await stream.locator(".chunk.void").first().waitFor({ timeout: 10_000 });
+  assert.equal(await stream.locator(".chunk.void").first().textContent(), "wrld");
+  await page.getByLabel("committed").check();
+  await page.waitForFunction(() => document.querySelectorAll('.stream[data-stream="strm_ui"] .chunk.void').length === 0);
+  assert.equal((await stream.locator(".body").textContent()).trim(), "Hello world");
+  await page.screenshot({ path: join(shots, "ui-world-run.png"), fullPage: true });
+  assert.deepEqual(errors, []);
+});
