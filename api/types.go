@@ -38,6 +38,23 @@ type Run struct {
 	Kind string `json:"kind,omitempty"`
 }
 
+// WorldEvent is one event of a World run's log (GET
+// /v1/world/runs/{id}/events; docs/protocol.md, "The World API").
+type WorldEvent struct {
+	EventID       string          `json:"eventId"`
+	EventType     string          `json:"eventType"`
+	CorrelationID string          `json:"correlationId,omitempty"`
+	EventData     json.RawMessage `json:"eventData,omitempty"`
+	CreatedAt     time.Time       `json:"createdAt"`
+}
+
+// WorldEventPage is a page of a World run's events.
+type WorldEventPage struct {
+	Data    []WorldEvent `json:"data"`
+	Cursor  *string      `json:"cursor"`
+	HasMore bool         `json:"hasMore"`
+}
+
 // RunList is the reply of GET /v1/runs: a page of runs, newest first.
 type RunList struct {
 	Runs []Run `json:"runs"`

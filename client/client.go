@@ -223,6 +223,24 @@ func (c *Client) Events(ctx context.Context, id string, after int64) ([]Event, e
 	return out.Events, nil
 }
 
+// WorldEvents returns the whole event log of a World run (a Vercel
+// Workflow run on weir's World), oldest first.
+func (c *Client) WorldEvents(ctx context.Context, id string) ([]api.WorldEvent, error) {
+	var out []api.WorldEvent
+	q := url.Values{"limit": {"1000"}}
+	for {
+		var page api.WorldEventPage
+		if _, err := c.doJSON(ctx, http.MethodGet, "/v1/world/runs/"+url.PathEscape(id)+"/events", q, nil, nil, &page); err != nil {
+			return nil, err
+		}
+		out = append(out, page.Data...)
+		if !page.HasMore || page.Cursor == nil {
+			return out, nil
+		}
+		q.Set("cursor", *page.Cursor)
+	}
+}
+
 // Cancel asks for a run to be cancelled and returns it as it is now (its
 // status turns cancelled once the engine has stopped it; see Wait).
 // Cancelling a finished run changes nothing.

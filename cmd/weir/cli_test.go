@@ -362,3 +362,41 @@ func TestServerShutdownDrainsAndLosesNothing(t *testing.T) {
 		t.Fatalf("after a restart the stream holds %q", b)
 	}
 }
+
+// A World run (a Vercel Workflow run on weir's World) lists with the Go
+// runs, marked, and shows its World event log.
+func TestRunsCommandsShowWorldRuns(t *testing.T) {
+	url := startServer(t, "--world-secret", "cli-test-secret-0123456789")
+	t.Setenv("WEIR_URL", url)
+	post := func(path, body string) map[string]any {
+		t.Helper()
+		res, err := http.Post(url+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.StatusCode != 200 {
+			t.Fatalf("POST %s: %d %v", path, res.StatusCode, err)
+		}
+		return out
+	}
+	created := post("/v1/world/runs/-/events", `{"eventType":"run_created","eventData":{"deploymentId":"d","workflowName":"wf//agent","input":[]}}`)
+	id := created["run"].(map[string]any)["runId"].(string)
+	post("/v1/world/runs/"+id+"/events", `{"eventType":"run_started"}`)
+	post("/v1/world/runs/"+id+"/events", `{"eventType":"step_created","correlationId":"step_1","eventData":{"stepName":"s"}}`)
+	out := mustWeir(t, "runs", "ls")
+	if !strings.Contains(out, id) || !strings.Contains(out, "world") || !strings.Contains(out, "KIND") {
+		t.Fatalf("runs ls:\n%s", out)
+	}
+	out = mustWeir(t, "runs", "show", id)
+	for _, want := range []string{"Vercel Workflow run", "run_created", "run_started", "step_created", "step_1"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("runs show lacks %q:\n%s", want, out)
+		}
+	}
+	mustWeir(t, "runs", "cancel", id)
+	if out := mustWeir(t, "runs", "show", id); !strings.Contains(out, "run_cancelled") {
+		t.Fatalf("after cancel:\n%s", out)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/store"
 )
@@ -78,9 +79,13 @@ func runsLs(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tWORKFLOW\tSTATUS\tCREATED\tUPDATED")
+	fmt.Fprintln(tw, "ID\tKIND\tWORKFLOW\tSTATUS\tCREATED\tUPDATED")
 	for _, r := range page.Runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Workflow, r.Status, fmtTime(r.CreatedAt), fmtTime(r.UpdatedAt))
+		kind := "go"
+		if r.Kind != "" {
+			kind = r.Kind
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, kind, r.Workflow, r.Status, fmtTime(r.CreatedAt), fmtTime(r.UpdatedAt))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -111,6 +116,9 @@ func runsShow(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	run, err := c.GetRun(ctx, id)
 	if err != nil {
 		return err
+	}
+	if run.Kind == "world" {
+		return worldShow(ctx, c, run, *asJSON, stdout)
 	}
 	events, err := c.Events(ctx, id, 0)
 	if err != nil {
@@ -168,6 +176,51 @@ func runsShow(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			state = "closed"
 		}
 		fmt.Fprintf(tw, "  %s\t%d records\t%s\tweir stream cat %s %s\n", s.Name, s.NextOffset, state, run.ID, s.Name)
+	}
+	return tw.Flush()
+}
+
+// worldShow shows a World run: its World event log and its streams.
+func worldShow(ctx context.Context, c *client.Client, run *client.Run, asJSON bool, stdout io.Writer) error {
+	events, err := c.WorldEvents(ctx, run.ID)
+	if err != nil {
+		return err
+	}
+	streams, err := c.Streams(ctx, run.ID)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(stdout, struct {
+			Run     *client.Run         `json:"run"`
+			Events  []api.WorldEvent    `json:"events"`
+			Streams []client.StreamInfo `json:"streams"`
+		}{run, events, streams})
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "run\t%s (a Vercel Workflow run on weir's World)\n", run.ID)
+	fmt.Fprintf(tw, "workflow\t%s\n", run.Workflow)
+	fmt.Fprintf(tw, "status\t%s\n", run.Status)
+	fmt.Fprintf(tw, "created\t%s\n", fmtTime(run.CreatedAt))
+	fmt.Fprintf(tw, "updated\t%s\n", fmtTime(run.UpdatedAt))
+	if run.Error != "" {
+		fmt.Fprintf(tw, "error\t%s\n", firstLine(run.Error))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nevents (%d):\n", len(events))
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	for i, ev := range events {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", i+1, ev.CreatedAt.Local().Format("15:04:05.000"), ev.EventType, ev.CorrelationID)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nstreams (%d):\n", len(streams))
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	for _, s := range streams {
+		fmt.Fprintf(tw, "  %s\t%d records\tweir stream cat %s %s\n", s.Name, s.NextOffset, run.ID, s.Name)
 	}
 	return tw.Flush()
 }
