@@ -178,9 +178,10 @@ func (s *Server) handleWorldEvent(w http.ResponseWriter, r *http.Request) {
 		e := res.Events[n-1]
 		rep.Event = &e
 	}
-	if req.EventType == world.RunStarted && res.Run != nil && len(res.Events) > 0 {
+	if req.EventType == world.RunStarted && res.Run != nil {
 		// The whole log, so that the runtime can skip its first
-		// events.list (as world-local does).
+		// events.list (world-local does for a first start; weir for every
+		// one: each workflow delivery of a running run starts it again).
 		page, err := s.store.WorldEvents(r.Context(), &store.WorldListParams{RunID: res.Run.RunID, Limit: 1000})
 		if err == nil {
 			for i := range page.Data {

@@ -32,11 +32,17 @@ export interface Config {
   /**
    * How long a step's outcome waits, before it reaches weir, for the
    * step's stream writes to be handed over (v4 flushes them after the
-   * outcome). Default $WEIR_WORLD_BARRIER_MS, else 25 ms.
+   * outcome): one flush window and then the writes in flight. Default
+   * $WEIR_WORLD_BARRIER_MS, else 10 ms (twice the flush interval, if more).
    */
   barrierMs: number;
-  /** The fetch to use. Default globalThis.fetch. */
-  fetch: typeof fetch;
+  /**
+   * How long core buffers a step's stream writes before it hands them over
+   * (the World's streamFlushIntervalMs). Default $WEIR_WORLD_FLUSH_MS, else
+   * 1 ms: a write to weir is one loopback round trip, and core's write()
+   * waits for the flush, so its 10 ms default costs a step 10 ms a chunk.
+   */
+  flushMs: number;
 }
 
 /** Returns the config, from overrides and the environment. */
@@ -45,7 +51,11 @@ export function resolveConfig(overrides: Partial<Config> = {}, env: NodeJS.Proce
   if (view !== 'live' && view !== 'committed') {
     throw new Error(`@weirhq/world: WEIR_WORLD_READ_VIEW=${String(view)}: want live or committed`);
   }
-  const barrier = overrides.barrierMs ?? Number(env.WEIR_WORLD_BARRIER_MS ?? 25);
+  const flush = overrides.flushMs ?? Number(env.WEIR_WORLD_FLUSH_MS ?? 1);
+  if (!Number.isFinite(flush) || flush < 0) {
+    throw new Error(`@weirhq/world: WEIR_WORLD_FLUSH_MS=${String(env.WEIR_WORLD_FLUSH_MS)}: want a number of milliseconds`);
+  }
+  const barrier = overrides.barrierMs ?? Number(env.WEIR_WORLD_BARRIER_MS ?? Math.max(10, 2 * flush));
   if (!Number.isFinite(barrier) || barrier < 0) {
     throw new Error(`@weirhq/world: WEIR_WORLD_BARRIER_MS=${String(env.WEIR_WORLD_BARRIER_MS)}: want a number of milliseconds`);
   }
@@ -54,7 +64,7 @@ export function resolveConfig(overrides: Partial<Config> = {}, env: NodeJS.Proce
     deploymentId: overrides.deploymentId ?? env.WEIR_DEPLOYMENT_ID ?? `weir-world@${VERSION}`,
     readView: view,
     barrierMs: barrier,
-    fetch: overrides.fetch ?? globalThis.fetch,
+    flushMs: flush,
   };
   const token = overrides.token ?? env.WEIR_TOKEN;
   if (token) cfg.token = token;

@@ -23,6 +23,7 @@ export function createWorld(overrides: Partial<Config> = {}): World {
   const queue = createQueue(cfg, st);
   const world = {
     specVersion: 3,
+    streamFlushIntervalMs: cfg.flushMs,
     ...queue,
     ...storage,
     ...streams,

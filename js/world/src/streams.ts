@@ -242,7 +242,7 @@ export function createStreams(cfg: Config, st: StreamState) {
 export function readStream(cfg: Config, name: string, start: number, view: View): ReadableStream<Uint8Array> {
   const abort = new AbortController();
   let index = start;
-  let body: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  let body: AsyncIterator<Buffer> | undefined;
   let deframer = new Deframer();
   let failures = 0;
   let resolved = start >= 0;
@@ -257,13 +257,13 @@ export function readStream(cfg: Config, name: string, start: number, view: View)
               query: { index, view, follow: 'true' },
               idempotent: true,
               signal: abort.signal,
+              streaming: true,
             });
             if (!resolved) {
               index = Number(res.headers.get('weir-index') ?? '0');
               resolved = true;
             }
-            if (!res.body) throw new Error('no body');
-            body = res.body.getReader();
+            body = res.stream[Symbol.asyncIterator]();
             deframer = new Deframer();
           } catch (err) {
             if (abort.signal.aborted) return;
@@ -275,9 +275,9 @@ export function readStream(cfg: Config, name: string, start: number, view: View)
             continue;
           }
         }
-        let r: Awaited<ReturnType<ReadableStreamDefaultReader<Uint8Array>['read']>>;
+        let r: IteratorResult<Buffer>;
         try {
-          r = await body.read();
+          r = await body.next();
         } catch {
           if (abort.signal.aborted) return;
           body = undefined; // cut mid-body: resume from index
@@ -287,13 +287,12 @@ export function readStream(cfg: Config, name: string, start: number, view: View)
           body = undefined;
           continue; // ended without the end-of-stream frame: resume
         }
-        const chunks = deframer.push(r.value);
+        const chunks = deframer.push(new Uint8Array(r.value.buffer, r.value.byteOffset, r.value.byteLength));
         for (const c of chunks) controller.enqueue(c);
         index += chunks.length;
         if (chunks.length > 0) failures = 0;
         if (deframer.eof) {
           controller.close();
-          abort.abort();
           return;
         }
         if (chunks.length > 0) return;

@@ -103,8 +103,8 @@ export async function startWeir(store, { port, args = [] } = {}) {
 }
 
 /** Starts the test app with the World env names. */
-export async function startApp(env, { port } = {}) {
-  const p = spawnUntil(process.execPath, [path.join(appDir, 'app/server.mjs')], {
+export async function startApp(env, { port, nodeArgs = [] } = {}) {
+  const p = spawnUntil(process.execPath, [...nodeArgs, path.join(appDir, 'app/server.mjs')], {
     env: { PORT: String(port ?? 0), ...env },
     cwd: appDir,
     re: /"state":"listening","info":\{"port":(\d+)\}/,
