@@ -444,3 +444,61 @@ func TestARunsWorkflowMessagesAreSerializedAndCoalesced(t *testing.T) {
 		}
 	})
 }
+
+// On PostgreSQL any number of weir servers share the queue: two
+// deliverers on one schema deliver each message once.
+func TestTwoDeliverersShareThePostgresQueue(t *testing.T) {
+	schema := pgtest.NewSchema(t)
+	open := func() store.Store {
+		st, err := pgstore.Open(t.Context(), pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	a, b := open(), open()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.Header.Get("x-vqs-message-id")]++
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	oa := start(t, a, delivery.Config{Owner: "a"})
+	ob := start(t, b, delivery.Config{Owner: "b"})
+	const n = 40
+	for i := range n {
+		// Step messages: delivered in parallel, not one per run.
+		_, _, err := a.Enqueue(t.Context(), &store.EnqueueParams{ID: fmt.Sprintf("msg_%02d", i), QueueName: "__wkf_step_s",
+			Payload: json.RawMessage(`{}`), Target: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	byOwner := map[string]int{}
+	for range n {
+		select {
+		case <-oa.ch:
+			byOwner["a"]++
+		case <-ob.ch:
+			byOwner["b"]++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waited 10s for deliveries: %v so far", byOwner)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != n {
+		t.Fatalf("%d messages delivered, want %d", len(seen), n)
+	}
+	for id, c := range seen {
+		if c != 1 {
+			t.Fatalf("message %s delivered %d times", id, c)
+		}
+	}
+	if byOwner["b"] == 0 {
+		t.Logf("every delivery went to deliverer a (%v): NOTIFY woke a first each time", byOwner)
+	}
+}
