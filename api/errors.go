@@ -32,6 +32,17 @@ var (
 	ErrUnauthorized = errors.New("unauthorized")
 	// ErrMethod is returned for a method a path does not take.
 	ErrMethod = errors.New("method not allowed")
+	// ErrForbidden is a request the server refuses whoever sends it: a
+	// Host it does not answer to, a state-changing request from a web page
+	// of another origin.
+	ErrForbidden = errors.New("forbidden")
+	// ErrUnsupportedMedia is a body of a content type the endpoint does not
+	// take.
+	ErrUnsupportedMedia = errors.New("unsupported media type")
+	// ErrBusy is a request refused because a budget is spent (concurrent
+	// readers, upload bytes in flight): send it again later
+	// (Retry-After).
+	ErrBusy = errors.New("server busy")
 	// ErrUnsigned is a World delivery without a valid, fresh signature
 	// (the World package answers it; package delivery signs).
 	ErrUnsigned = errors.New("delivery not signed")
@@ -113,6 +124,9 @@ var Errors = []Error{
 	{Err: ErrBadRequest, Code: "bad_request", Status: http.StatusBadRequest},
 	{Err: ErrUnauthorized, Code: "unauthorized", Status: http.StatusUnauthorized},
 	{Err: ErrMethod, Code: "method_not_allowed", Status: http.StatusMethodNotAllowed},
+	{Err: ErrForbidden, Code: "forbidden", Status: http.StatusForbidden},
+	{Err: ErrUnsupportedMedia, Code: "unsupported_media_type", Status: http.StatusUnsupportedMediaType},
+	{Err: ErrBusy, Code: "busy", Status: http.StatusServiceUnavailable, Retryable: true},
 	{Err: store.ErrClosedStore, Code: "store_closed", Status: http.StatusServiceUnavailable, Retryable: true},
 	{Err: ErrEngineClosed, Code: "engine_closed", Status: http.StatusServiceUnavailable, Retryable: true},
 }

@@ -40,13 +40,6 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
 	}
 	h := w.Header()
 	h.Set("WWW-Authenticate", `Bearer realm="weir"`)
-	if strings.HasPrefix(r.URL.Path, streamPrefix) {
-		// The protocol's cross-origin headers, so that a browser client
-		// can read the 401 rather than a CORS failure.
-		h.Set("Cross-Origin-Resource-Policy", "cross-origin")
-		h.Set("Access-Control-Allow-Origin", "*")
-		h.Set("Access-Control-Expose-Headers", corsExposeHeaders)
-	}
 	if !ok {
 		httpError(w, fmt.Errorf("%w: this request needs the server's token: send Authorization: Bearer <token>", api.ErrUnauthorized))
 	} else {

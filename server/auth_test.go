@@ -11,7 +11,7 @@ import (
 )
 
 func TestAuthWritesNeedTheToken(t *testing.T) {
-	s := newTestServer(t, &Config{Token: "s3cret"})
+	s := newTestServer(t, &Config{Token: "s3cret", CORSOrigins: []string{"http://app.example"}})
 	body := `{"workflow":"echo"}`
 	r := s.do("POST", "/v1/runs", body).want(t, http.StatusUnauthorized)
 	if !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
@@ -29,8 +29,9 @@ func TestAuthWritesNeedTheToken(t *testing.T) {
 	// The stream endpoints are covered too: writes need the token, reads
 	// and preflights do not.
 	for _, m := range []string{"PUT", "POST", "DELETE"} {
-		r := s.do(m, "/v1/stream/some/stream", "x", "Content-Type", "text/plain").want(t, http.StatusUnauthorized)
-		if r.header.Get("Access-Control-Allow-Origin") != "*" {
+		// An allowed origin's browser client can read the 401.
+		r := s.do(m, "/v1/stream/some/stream", "x", "Content-Type", "text/plain", "Origin", "http://app.example").want(t, http.StatusUnauthorized)
+		if r.header.Get("Access-Control-Allow-Origin") != "http://app.example" {
 			t.Fatalf("%s: a stream 401 without CORS headers: %v", m, r.header)
 		}
 	}

@@ -37,6 +37,10 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	if err := requireJSON(r); err != nil {
+		httpError(w, err)
+		return
+	}
 	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
 	if err != nil {
 		httpError(w, err)

@@ -75,6 +75,7 @@ func FuzzStartRun(f *testing.F) {
 		}
 
 		r := httptest.NewRequest("POST", "/v1/runs", bytes.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
 		if key != "" && !strings.ContainsAny(key, "\r\n\x00") {
 			r.Header.Set("Idempotency-Key", key)
 		}

@@ -98,6 +98,9 @@ func (s *testServer) do(method, path, body string, header ...string) *reply {
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Add(header[i], header[i+1])
 	}
+	if body != "" && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json") // as every client of the runs API sends
+	}
 	resp, err := s.ts.Client().Do(req)
 	if err != nil {
 		s.t.Fatal(err)

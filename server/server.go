@@ -42,6 +42,15 @@ type Config struct {
 	IdempotencyTTL time.Duration
 	// Logger receives the server's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// AllowedHosts, if set, are the only Host names (lower case, no port)
+	// the server answers to; any other gets 403. weir server sets them on
+	// a loopback bind (LoopbackHosts and the --addr host), against DNS
+	// rebinding. Defaults to none: any Host.
+	AllowedHosts []string
+	// CORSOrigins are the web origins besides the server's own that may
+	// change things (state-changing requests) and read replies (CORS);
+	// "*" is any. Defaults to none: only the server's own pages (the UI).
+	CORSOrigins []string
 	// WorldDelivery says a delivery loop (package delivery) pushes this
 	// server's World queue messages to the apps; without one, POST
 	// /v1/world/queue answers 503 rather than keep messages nothing
@@ -105,13 +114,28 @@ func New(e *weir.Engine, cfg *Config) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w, r, done := s.instrument(w, r) // metrics.go
 	defer done()
-	s.guardBody(w, r)       // auth.go: even a refused request's body is read with it
+	s.guardBody(w, r) // auth.go: even a refused request's body is read with it
+	// guard.go: the Host, CORS preflights, the Origin of a change.
+	if err := s.checkHost(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	isStream := strings.HasPrefix(r.URL.Path, streamPrefix)
+	if r.Method == http.MethodOptions {
+		s.preflight(w, r, isStream)
+		return
+	}
+	s.corsHeaders(w, r, isStream)
+	if err := s.checkOrigin(r); err != nil {
+		httpError(w, err)
+		return
+	}
 	if !s.authorize(w, r) { // auth.go
 		return
 	}
 	// Stream paths are opaque: route them before ServeMux cleans or
 	// redirects anything.
-	if strings.HasPrefix(r.URL.Path, streamPrefix) {
+	if isStream {
 		s.handleStream(w, r)
 		return
 	}

@@ -79,15 +79,16 @@ func (d *dsState) end(k inflightKey) {
 func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cross-Origin-Resource-Policy", "cross-origin")
-	h.Set("Access-Control-Allow-Origin", "*")
-	h.Set("Access-Control-Allow-Methods", corsAllowMethods)
-	h.Set("Access-Control-Allow-Headers", corsAllowHeaders)
-	h.Set("Access-Control-Expose-Headers", corsExposeHeaders)
-	if r.Method == http.MethodOptions {
-		h.Set("Access-Control-Max-Age", "86400")
-		w.WriteHeader(http.StatusNoContent)
-		return
+	// A stream's bytes are the writer's: served inert, so that an HTML or
+	// SVG stream cannot run on the server's origin (where the UI keeps its
+	// token) — no script, no plugin, no frame, an opaque origin.
+	h.Set("Content-Security-Policy", "sandbox; default-src 'none'; frame-ancestors 'none'")
+	// No page of another origin embeds a stream (an <img>, a <script>)
+	// unless origins were allowed; CORS reads are the corsHeaders' call.
+	if len(s.cfg.CORSOrigins) > 0 {
+		h.Set("Cross-Origin-Resource-Policy", "cross-origin")
+	} else {
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
 	}
 	path := strings.TrimPrefix(r.URL.Path, streamPrefix)
 	if err := checkStreamPath(path); err != nil {
@@ -166,6 +167,7 @@ func (s *Server) handleHead(w http.ResponseWriter, r *http.Request, path string)
 	}
 	h := w.Header()
 	h.Set("Content-Type", info.ContentType)
+	attachActive(h, info.ContentType)
 	h.Set("Stream-Next-Offset", formatOffset(info.NextOffset))
 	h.Set("Cache-Control", "no-store")
 	setExpiryHeaders(h, info)

@@ -257,6 +257,7 @@ func (s *Server) pageHeaders(h http.Header, info *store.StreamInfo, q *readQuery
 		h.Set("Weir-Data-Encoding", dataEncoding(info.ContentType))
 	} else {
 		h.Set("Content-Type", info.ContentType)
+		attachActive(h, info.ContentType)
 	}
 	h.Set("Stream-Next-Offset", formatOffset(pg.next))
 	if pg.upToDate {

@@ -147,6 +147,10 @@ func (s *Server) handleWorldEvent(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	if err := requireJSON(r); err != nil {
+		httpError(w, err)
+		return
+	}
 	body, err := readBody(w, r, store.MaxPayload+64<<10)
 	if err != nil {
 		httpError(w, err)
@@ -529,6 +533,10 @@ func (s *Server) handleWorldEnqueue(w http.ResponseWriter, r *http.Request) {
 	}
 	if !s.cfg.WorldDelivery {
 		httpError(w, fmt.Errorf("%w: start weir server with a World secret (--world-secret or WEIR_WORLD_SECRET) to deliver World messages", api.ErrNoDelivery))
+		return
+	}
+	if err := requireJSON(r); err != nil {
+		httpError(w, err)
 		return
 	}
 	body, err := readBody(w, r, store.MaxPayload+64<<10)

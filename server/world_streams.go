@@ -131,6 +131,10 @@ func (s *Server) handleWorldClose(w http.ResponseWriter, r *http.Request) {
 	}
 	var req closeRequest
 	if len(body) > 0 {
+		if err := requireJSON(r); err != nil {
+			httpError(w, err)
+			return
+		}
 		if err := decodeJSON(body, &req); err != nil {
 			httpError(w, err)
 			return

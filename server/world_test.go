@@ -57,6 +57,9 @@ func (d *dsServer) wcall(method, path string, body []byte, hdr ...string) *dsRep
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Add(hdr[i], hdr[i+1])
 	}
+	if body != nil && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := d.ts.Client().Do(req)
 	if err != nil {
 		d.t.Fatalf("%s %s: %v", method, path, err)

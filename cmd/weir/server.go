@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -42,6 +43,8 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	retention := fs.Duration("retention", 0, "delete finished runs, with their streams, this long after they end (0: keep them forever)")
 	noWorker := fs.Bool("no-worker", false, "serve the API and the streams but execute no run (workers are other processes on the same PostgreSQL database)")
 	worldSecret := fs.String("world-secret", "", "the secret that signs World deliveries to Vercel Workflow apps (at least 16 bytes; default $WEIR_WORLD_SECRET); without one, World queue messages are refused")
+	var corsOrigins listFlag
+	fs.Var(&corsOrigins, "cors-origin", "a web origin (https://app.example) besides the server's own whose pages may use the API and read replies; repeat, or * for any (default: none)")
 	var wcfg delivery.Config
 	fs.DurationVar(&wcfg.LeaseTTL, "world-lease", 30*time.Second, "a World delivery's lease, renewed while the app works: a server killed mid-delivery leaves the message to another after this long")
 	fs.DurationVar(&wcfg.Timeout, "world-timeout", 15*time.Minute, "the longest one World delivery (a step) may take")
@@ -59,6 +62,11 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *worldSecret == "" {
 		*worldSecret = os.Getenv("WEIR_WORLD_SECRET")
+	}
+	for _, o := range corsOrigins {
+		if u, err := url.Parse(o); o != "*" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/")) {
+			return errUsage(fmt.Errorf("server: --cors-origin %q: want scheme://host[:port], or *", o))
+		}
 	}
 	if *worldSecret != "" && len(*worldSecret) < 16 {
 		return errUsage(fmt.Errorf("server: the World secret must have at least 16 bytes"))
@@ -95,8 +103,19 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		closeStore()
 		return err
 	}
+	var hosts []string
+	if loopback {
+		// Against DNS rebinding: a name an attacker points at 127.0.0.1
+		// reaches nothing.
+		hosts = append([]string{}, server.LoopbackHosts...)
+		if h, _, err := net.SplitHostPort(*addr); err == nil && h != "" {
+			hosts = append(hosts, strings.ToLower(strings.Trim(h, "[]")))
+		}
+	}
 	srv := server.New(e, &server.Config{
 		Token:                *token,
+		AllowedHosts:         hosts,
+		CORSOrigins:          corsOrigins,
 		RequireTokenForReads: !loopback,
 		LongPollTimeout:      *longPoll,
 		Logger:               log,
@@ -208,4 +227,18 @@ func isLoopback(addr string) (bool, error) {
 		}
 	}
 	return len(ips) > 0, nil
+}
+
+// listFlag is a flag that may be repeated, each value also comma-separated.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l = append(*l, p)
+		}
+	}
+	return nil
 }

@@ -1,7 +1,8 @@
 // weir's web UI: a runs list and a run page with its event timeline and its
 // streams rendered live. No framework, no build step. It talks only to the
 // server's public API, with the bearer token the user typed (kept in
-// localStorage), so it sees exactly what any client sees.
+// sessionStorage: this tab only, gone with it), so it sees exactly what any
+// client sees.
 "use strict";
 
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -20,7 +21,7 @@ const el = (tag, attrs = {}, ...kids) => {
 
 function headers(extra = {}) {
   const h = { ...extra };
-  const tok = localStorage.getItem("weir.token");
+  const tok = sessionStorage.getItem("weir.token");
   if (tok) h["Authorization"] = "Bearer " + tok;
   return h;
 }
@@ -426,9 +427,9 @@ function chunkEl(r, isVoid) {
 window.addEventListener("hashchange", route);
 window.addEventListener("DOMContentLoaded", () => {
   const tok = $("#token");
-  tok.value = localStorage.getItem("weir.token") || "";
+  tok.value = sessionStorage.getItem("weir.token") || "";
   // Keep the token as it is typed; the next request uses it. (Re-rendering
   // on change would swallow the click that blurs the field.)
-  tok.oninput = tok.onchange = () => localStorage.setItem("weir.token", tok.value);
+  tok.oninput = tok.onchange = () => sessionStorage.setItem("weir.token", tok.value);
   route();
 });

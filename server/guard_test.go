@@ -1,0 +1,133 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// A web page the user visits can reach a loopback server; these are the
+// requests such a page can make, and what the server does with them.
+
+func TestCrossSiteChangesAreRefused(t *testing.T) {
+	s := newTestServer(t, &Config{CORSOrigins: []string{"https://app.example"}})
+	host := strings.TrimPrefix(s.ts.URL, "http://")
+	// A page of another origin POSTs text/plain (no preflight needed): refused
+	// before anything happens.
+	r := s.do("POST", "/v1/runs", `{"workflow":"echo"}`, "Origin", "https://evil.example", "Content-Type", "text/plain").
+		want(t, http.StatusForbidden)
+	if r.header.Get("Weir-Error") != "forbidden" {
+		t.Fatalf("code %q", r.header.Get("Weir-Error"))
+	}
+	s.do("POST", "/v1/runs", `{"workflow":"echo"}`, "Origin", "https://evil.example").want(t, http.StatusForbidden)
+	s.do("POST", "/v1/runs/x/cancel", "", "Origin", "https://evil.example").want(t, http.StatusForbidden)
+	s.do("PUT", "/v1/stream/s", "", "Origin", "https://evil.example", "Content-Type", "text/plain").want(t, http.StatusForbidden)
+	s.do("POST", "/v1/world/queue", `{}`, "Origin", "null").want(t, http.StatusForbidden)
+	// Without Origin, a browser's cross-site mark is enough.
+	s.do("POST", "/v1/runs", `{"workflow":"echo"}`, "Sec-Fetch-Site", "cross-site").want(t, http.StatusForbidden)
+	if runs := s.do("GET", "/v1/runs", ""); strings.Contains(runs.body, `"id"`) {
+		t.Fatalf("a refused request started a run: %s", runs.body)
+	}
+	// The server's own pages, an allowed origin, and clients that are not
+	// browsers (no Origin) go on.
+	s.do("POST", "/v1/runs", `{"workflow":"echo"}`, "Origin", "http://"+host).want(t, http.StatusCreated)
+	s.do("POST", "/v1/runs", `{"workflow":"echo"}`, "Origin", "https://app.example").want(t, http.StatusCreated)
+	s.do("POST", "/v1/runs", `{"workflow":"echo"}`).want(t, http.StatusCreated)
+	// The runs API takes JSON only.
+	s.do("POST", "/v1/runs", `{"workflow":"echo"}`, "Content-Type", "text/plain").want(t, http.StatusUnsupportedMediaType)
+	s.do("POST", "/v1/runs", `workflow=echo`, "Content-Type", "application/x-www-form-urlencoded").want(t, http.StatusUnsupportedMediaType)
+	// Reads of another origin are served, but without CORS consent its
+	// browser cannot read them.
+	r = s.do("GET", "/v1/runs", "", "Origin", "https://evil.example").want(t, http.StatusOK)
+	if got := r.header.Get("Access-Control-Allow-Origin"); got != "" {
+		t.Fatalf("Access-Control-Allow-Origin %q for another origin", got)
+	}
+	r = s.do("GET", "/v1/runs", "", "Origin", "https://app.example").want(t, http.StatusOK)
+	if got := r.header.Get("Access-Control-Allow-Origin"); got != "https://app.example" {
+		t.Fatalf("Access-Control-Allow-Origin %q for an allowed origin", got)
+	}
+}
+
+func TestPreflightsAnswerOnlyAllowedOrigins(t *testing.T) {
+	s := newTestServer(t, &Config{CORSOrigins: []string{"https://app.example"}})
+	for _, path := range []string{"/v1/stream/s", "/v1/runs"} {
+		r := s.do("OPTIONS", path, "", "Origin", "https://evil.example", "Access-Control-Request-Method", "POST")
+		if r.status != http.StatusNoContent || r.header.Get("Access-Control-Allow-Origin") != "" {
+			t.Fatalf("%s: preflight of another origin: %d %v", path, r.status, r.header)
+		}
+		r = s.do("OPTIONS", path, "", "Origin", "https://app.example", "Access-Control-Request-Method", "POST")
+		if r.status != http.StatusNoContent || r.header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+			t.Fatalf("%s: preflight of an allowed origin: %d %v", path, r.status, r.header)
+		}
+	}
+	// The Durable Streams protocol's headers, for its browser clients.
+	r := s.do("OPTIONS", "/v1/stream/s", "", "Origin", "https://app.example", "Access-Control-Request-Method", "GET",
+		"Access-Control-Request-Headers", "if-none-match")
+	if !strings.Contains(strings.ToLower(r.header.Get("Access-Control-Allow-Headers")), "if-none-match") {
+		t.Fatalf("allow headers %q", r.header.Get("Access-Control-Allow-Headers"))
+	}
+	// With no origins configured, only the server's own pages.
+	def := newTestServer(t, nil)
+	r = def.do("GET", "/v1/stream/s", "", "Origin", "https://app.example")
+	if r.header.Get("Access-Control-Allow-Origin") != "" || r.header.Get("Cross-Origin-Resource-Policy") != "same-origin" {
+		t.Fatalf("default: %v", r.header)
+	}
+}
+
+func TestDNSRebindingIsRefused(t *testing.T) {
+	s := newTestServer(t, &Config{AllowedHosts: append([]string{"weir.internal"}, LoopbackHosts...)})
+	port := s.ts.URL[strings.LastIndex(s.ts.URL, ":"):]
+	for host, want := range map[string]int{
+		"attacker.example" + port: http.StatusForbidden,
+		"attacker.example":        http.StatusForbidden,
+		"localhost" + port:        http.StatusOK,
+		"LOCALHOST.":              http.StatusOK,
+		"127.0.0.1" + port:        http.StatusOK,
+		"[::1]" + port:            http.StatusOK,
+		"weir.internal":           http.StatusOK,
+	} {
+		req, _ := http.NewRequest("GET", s.ts.URL+"/v1/runs", nil)
+		req.Host = host
+		resp, err := s.ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Host %q: %d, want %d", host, resp.StatusCode, want)
+		}
+	}
+}
+
+func TestActiveStreamsAreServedInert(t *testing.T) {
+	s := newTestServer(t, nil)
+	for _, ct := range []string{"text/html", "image/svg+xml", "application/xml", "text/plain"} {
+		path := "/v1/stream/page-" + strings.ReplaceAll(ct, "/", "-")
+		s.do("PUT", path, "<script>alert(localStorage.getItem('weir.token'))</script>", "Content-Type", ct).want(t, http.StatusCreated)
+		for _, m := range []string{"GET", "HEAD"} {
+			r := s.do(m, path+"?offset=-1", "").want(t, http.StatusOK)
+			if csp := r.header.Get("Content-Security-Policy"); !strings.Contains(csp, "sandbox") || !strings.Contains(csp, "default-src 'none'") {
+				t.Fatalf("%s %s: CSP %q", m, ct, csp)
+			}
+			if r.header.Get("X-Content-Type-Options") != "nosniff" {
+				t.Fatalf("%s %s: no nosniff", m, ct)
+			}
+			attach := r.header.Get("Content-Disposition") == "attachment"
+			if attach != (ct != "text/plain") {
+				t.Fatalf("%s %s: Content-Disposition %q", m, ct, r.header.Get("Content-Disposition"))
+			}
+		}
+	}
+}
+
+func TestTheUICannotBeFramed(t *testing.T) {
+	s := newTestServer(t, nil)
+	r := s.do("GET", "/ui/", "").want(t, http.StatusOK)
+	if !strings.Contains(r.header.Get("Content-Security-Policy"), "frame-ancestors 'none'") || r.header.Get("X-Frame-Options") != "DENY" {
+		t.Fatalf("UI headers %v", r.header)
+	}
+	js := s.do("GET", "/ui/app.js", "").want(t, http.StatusOK)
+	if strings.Contains(js.body, "localStorage") {
+		t.Fatal("the UI keeps its token in localStorage")
+	}
+}
