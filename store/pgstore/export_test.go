@@ -29,3 +29,9 @@ func LoseCommitReplies(schema string, n int64) (left func() int64) {
 	lose.Store(schema, c)
 	return func() int64 { return max(c.Load(), 0) }
 }
+
+// HeadReads counts the stream heads Waits have read.
+func (s *Store) HeadReads() int64 { return s.stats.headReads.Load() }
+
+// Waiting returns how many Waits of stream id are subscribed.
+func (s *Store) Waiting(id int64) int { return s.hub.Waiting(id) }

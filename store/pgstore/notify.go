@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -167,6 +168,7 @@ type listener struct {
 	channel string
 	once    sync.Once
 	ready   chan struct{} // closed once the first LISTEN is in place
+	up      atomic.Bool   // LISTEN is in place now: waiters need not poll
 }
 
 func newListener(s *Store) *listener {
@@ -195,6 +197,19 @@ func (l *listener) ensure(ctx context.Context) {
 func (l *listener) loop() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The safety poll: one timer for every waiter of this process.
+	go func() {
+		t := time.NewTicker(l.s.cfg.SafetyPollInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				l.s.hub.WakeAll()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	go func() {
 		select {
 		case <-l.s.closing:
@@ -233,6 +248,8 @@ func (l *listener) listen(ctx context.Context, listening func()) error {
 		return err
 	}
 	listening()
+	l.up.Store(true)
+	defer l.up.Store(false)
 	l.s.hub.WakeAll() // anything sent before the LISTEN was missed
 	var hs []head
 	for {
@@ -298,6 +315,7 @@ func (s *Store) Wait(ctx context.Context, id int64, next int64) error {
 		w := s.hub.Subscribe(id)
 		var n int64
 		var closed bool
+		s.stats.headReads.Add(1)
 		err := s.do(ctx, true, func(ctx context.Context, _ *try) error {
 			return s.pool.QueryRow(ctx, s.q.head, id).Scan(&n, &closed)
 		})
@@ -309,10 +327,16 @@ func (s *Store) Wait(ctx context.Context, id int64, next int64) error {
 			s.hub.Unsubscribe(id, w)
 			return nil
 		}
+		// While LISTEN works, notifications (and the listener's shared
+		// safety poll) wake us; only without it does each waiter poll.
+		poll := s.cfg.PollInterval
+		if s.lis.up.Load() {
+			poll = time.Hour
+		}
 		if t == nil {
-			t = time.NewTimer(s.cfg.PollInterval)
+			t = time.NewTimer(poll)
 		} else {
-			t.Reset(s.cfg.PollInterval)
+			t.Reset(poll)
 		}
 		select {
 		case <-w.C:

@@ -54,10 +54,15 @@ type Config struct {
 	// writer not in the cache is rebuilt from its stream's log. Defaults to
 	// 4096.
 	CacheWriters int
-	// PollInterval is how often a Wait re-reads its stream without a
-	// notification: the latency a lost notification costs. Defaults to
-	// 500ms.
+	// PollInterval is how often a Wait re-reads its stream while this
+	// process's LISTEN connection is down (notifications may be lost).
+	// Defaults to 500ms.
 	PollInterval time.Duration
+	// SafetyPollInterval is how often, while LISTEN works, every Wait
+	// re-reads its stream anyway (one timer for all of them): the latency
+	// a notification lost another way (a publisher's failed NOTIFY) costs.
+	// Idle readers cost the database nothing else. Defaults to 10s.
+	SafetyPollInterval time.Duration
 	// NotifyInterval is the shortest time between two NOTIFYs this process
 	// sends. Streams written meanwhile share the next one, so a busy process
 	// sends at most one per interval. Defaults to 2ms.
@@ -107,6 +112,9 @@ func (c *Config) WithDefaults() *Config {
 	if out.CacheWriters == 0 {
 		out.CacheWriters = 4096
 	}
+	if out.SafetyPollInterval == 0 {
+		out.SafetyPollInterval = 10 * time.Second
+	}
 	if out.PollInterval == 0 {
 		out.PollInterval = 500 * time.Millisecond
 	}
@@ -135,7 +143,7 @@ func (c *Config) WithDefaults() *Config {
 }
 
 func (c *Config) validate() error {
-	if c.MaxConns < 0 || c.CacheWriters < 0 || c.PollInterval < 0 || c.NotifyInterval < 0 || c.MaxBatch < 0 || c.Committers < 0 {
+	if c.MaxConns < 0 || c.CacheWriters < 0 || c.PollInterval < 0 || c.SafetyPollInterval < 0 || c.NotifyInterval < 0 || c.MaxBatch < 0 || c.Committers < 0 {
 		return fmt.Errorf("%w: negative config value", store.ErrInvalid)
 	}
 	if len(c.Schema) > 50 {
@@ -158,7 +166,7 @@ type Store struct {
 
 	keysSaved atomic.Int64 // idempotency keys saved: expired ones are purged every 256
 
-	stats      struct{ groups, ops atomic.Int64 }
+	stats      struct{ groups, ops, headReads atomic.Int64 }
 	ops        *queue.Queue[op] // to the committers
 	committers sync.WaitGroup
 

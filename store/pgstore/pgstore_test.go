@@ -363,3 +363,53 @@ func TestLostCommitRepliesApplyOnce(t *testing.T) {
 		t.Fatalf("%d messages after an enqueue (left %d)", len(ms), left())
 	}
 }
+
+// Idle readers cost the database nothing while LISTEN works: a Wait reads
+// its stream's head once, then waits for a notification or the shared
+// safety poll, not for its own poll timer.
+func TestIdleWaitersDoNotPoll(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	cfg := testConfig(schema)
+	cfg.PollInterval = 20 * time.Millisecond // the old per-waiter poll, fast
+	cfg.SafetyPollInterval = time.Hour
+	s := open(t, schema, cfg)
+	si, err := s.OpenStream(t.Context(), &store.OpenStreamParams{Path: "idle", Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	const n = 20
+	done := make(chan error, n)
+	for range n {
+		go func() { done <- s.Wait(ctx, si.ID, 0) }()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Waiting(si.ID) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %d waiters, have %d", n, s.Waiting(si.ID))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	before := s.HeadReads()
+	// What is measured is a stretch of idle time: 25 of the old polls.
+	time.Sleep(500 * time.Millisecond)
+	if polled := s.HeadReads() - before; polled > n {
+		t.Fatalf("%d idle waiters read their head %d times in 500 ms", n, polled)
+	}
+	// A write still wakes them at once.
+	if _, err := s.Append(t.Context(), &store.AppendParams{StreamID: si.ID, Chunks: [][]byte{[]byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter did not wake within 10s of the write")
+		}
+	}
+}
