@@ -155,3 +155,14 @@ func attachActive(h http.Header, contentType string) {
 		h.Set("Content-Disposition", "attachment")
 	}
 }
+
+// reader takes a slot of Config.MaxReaders for a stream read, or answers
+// that the server is busy (503, Retry-After).
+func (s *Server) reader() (release func(), err error) {
+	select {
+	case s.readers <- struct{}{}:
+		return func() { <-s.readers }, nil
+	default:
+		return nil, fmt.Errorf("%w: %d stream reads are being served, the limit is %d: read again shortly", api.ErrBusy, len(s.readers), cap(s.readers))
+	}
+}

@@ -417,6 +417,9 @@ var testHookReadingBody func()
 // readBody reads r's body up to limit bytes: 413 beyond it.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
+		// Refused unread: at once, and the connection closed.
+		w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 		return nil, fmt.Errorf("%w: body of %d bytes, the limit is %d", store.ErrTooLarge, r.ContentLength, limit)
 	}
 	if testHookReadingBody != nil {

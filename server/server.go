@@ -9,9 +9,11 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/weirhq/weir"
@@ -51,6 +53,22 @@ type Config struct {
 	// change things (state-changing requests) and read replies (CORS);
 	// "*" is any. Defaults to none: only the server's own pages (the UI).
 	CORSOrigins []string
+	// MaxReaders bounds the stream reads served at once (catch-up,
+	// long-poll, SSE, World reads); one more gets 503 with Retry-After.
+	// Defaults to 1024.
+	MaxReaders int
+	// ReadPageBytes bounds the data of one page a read holds and writes
+	// (one larger chunk alone is served whole): a reader's memory. Defaults
+	// to 256 KiB.
+	ReadPageBytes int
+	// MaxUploadBytes bounds the request bodies being received at once
+	// (their Content-Length, or MaxBodyBytes when unknown); one more gets
+	// 503 with Retry-After. Defaults to 256 MiB.
+	MaxUploadBytes int64
+	// MinUploadRate is the slowest a body may arrive, in bytes a second,
+	// after a 30 s grace: a body that trickles slower is cut. Defaults to
+	// 1 KiB/s.
+	MinUploadRate int64
 	// WorldDelivery says a delivery loop (package delivery) pushes this
 	// server's World queue messages to the apps; without one, POST
 	// /v1/world/queue answers 503 rather than keep messages nothing
@@ -76,6 +94,18 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.MaxReaders == 0 {
+		c.MaxReaders = 1024
+	}
+	if c.ReadPageBytes == 0 {
+		c.ReadPageBytes = 256 << 10
+	}
+	if c.MaxUploadBytes == 0 {
+		c.MaxUploadBytes = 256 << 20
+	}
+	if c.MinUploadRate == 0 {
+		c.MinUploadRate = 1 << 10
+	}
 	return c
 }
 
@@ -87,9 +117,11 @@ type Server struct {
 	log   *slog.Logger
 	mux   *http.ServeMux
 
-	metrics  *metrics    // see metrics.go
-	ds       dsState     // the streams handler's own state (stream.go)
-	worldIDs world.ULIDs // message ids the World API mints
+	readers  chan struct{} // a slot per stream read in flight (MaxReaders)
+	uploads  atomic.Int64  // body bytes being received (MaxUploadBytes)
+	metrics  *metrics      // see metrics.go
+	ds       dsState       // the streams handler's own state (stream.go)
+	worldIDs world.ULIDs   // message ids the World API mints
 
 	// drained is cancelled by Drain (health_drain.go): live reads end.
 	drained     context.Context
@@ -103,7 +135,8 @@ func New(e *weir.Engine, cfg *Config) *Server {
 		c = *cfg
 	}
 	c = c.WithDefaults()
-	s := &Server{e: e, store: e.Store(), cfg: c, log: c.Logger, mux: http.NewServeMux(), metrics: newMetrics()}
+	s := &Server{e: e, store: e.Store(), cfg: c, log: c.Logger, mux: http.NewServeMux(), metrics: newMetrics(),
+		readers: make(chan struct{}, c.MaxReaders)}
 	s.drained, s.drainCancel = context.WithCancel(context.Background())
 	s.metrics.useStore(s.store)
 	s.routes()
@@ -114,10 +147,18 @@ func New(e *weir.Engine, cfg *Config) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w, r, done := s.instrument(w, r) // metrics.go
 	defer done()
-	s.guardBody(w, r) // auth.go: even a refused request's body is read with it
+	// auth.go: the body's budget and pace. A refusal below leaves the
+	// body unread and the connection closed, at once.
+	release, err := s.guardBody(w, r)
+	if err != nil {
+		w.Header().Set("Retry-After", "1")
+		refuse(w, r, err)
+		return
+	}
+	defer release()
 	// guard.go: the Host, CORS preflights, the Origin of a change.
 	if err := s.checkHost(r); err != nil {
-		httpError(w, err)
+		refuse(w, r, err)
 		return
 	}
 	isStream := strings.HasPrefix(r.URL.Path, streamPrefix)
@@ -127,7 +168,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.corsHeaders(w, r, isStream)
 	if err := s.checkOrigin(r); err != nil {
-		httpError(w, err)
+		refuse(w, r, err)
 		return
 	}
 	if !s.authorize(w, r) { // auth.go
@@ -145,10 +186,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // streamPrefix is where the Durable Streams protocol is served.
 const streamPrefix = "/v1/stream/"
 
+// refuse answers err to a request whose body will not be read: at once,
+// closing the connection, so that the server does not first wait for the
+// rest of a body the client may be trickling.
+func refuse(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Body != nil && r.Body != http.NoBody {
+		w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	}
+	httpError(w, err)
+}
+
 // httpError writes a one-line plain-text error with the status and wire code
 // err maps to (api.Errors: the one table that does).
 func httpError(w http.ResponseWriter, err error) {
 	e, _ := api.Lookup(err)
+	if errors.Is(err, api.ErrBusy) && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", "1")
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set(api.ErrorHeader, e.Code)

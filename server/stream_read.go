@@ -35,9 +35,6 @@ import (
 // modes (long-poll, SSE), reaching an abort record ends the read with an
 // error (409 / an "error" event) naming the abort, so the reader re-reads.
 
-// maxPageBytes bounds the data of one catch-up or long-poll response (at
-// least one record is always sent).
-const maxPageBytes = 4 << 20
 
 // streamWriteTimeout is how long writing one reply (or one SSE flush) may
 // block on a client that does not read before the response ends. A variable
@@ -151,6 +148,12 @@ func (rd *dsReader) read(ctx context.Context, maxBytes int) (*dsPage, error) {
 
 // handleRead serves GET: catch-up, long-poll and SSE.
 func (s *Server) handleRead(w http.ResponseWriter, r *http.Request, path string) {
+	release, err := s.reader()
+	if err != nil {
+		s.streamError(w, err)
+		return
+	}
+	defer release()
 	ctx := r.Context()
 	now := time.Now()
 	info, err := s.lookup(ctx, path, now)
@@ -197,7 +200,7 @@ func (s *Server) catchUp(w http.ResponseWriter, r *http.Request, info *store.Str
 		pg = &dsPage{next: info.NextOffset, head: info.NextOffset, upToDate: true, closed: info.Closed}
 	} else {
 		var err error
-		if pg, err = rd.read(r.Context(), maxPageBytes); err != nil {
+		if pg, err = rd.read(r.Context(), s.cfg.ReadPageBytes); err != nil {
 			s.streamError(w, err)
 			return
 		}
@@ -423,7 +426,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, info *store.St
 	h := w.Header()
 	next := rd.pos // where the client resumes if the server drains
 	for {
-		pg, err := rd.read(ctx, maxPageBytes)
+		pg, err := rd.read(ctx, s.cfg.ReadPageBytes)
 		if err != nil {
 			switch {
 			case ctx.Err() != nil && !s.draining():
@@ -529,7 +532,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, info *store.St
 	}
 	end := time.Now().Add(s.cfg.SSEMaxDuration)
 	for first := true; ; first = false {
-		pg, err := rd.read(ctx, maxPageBytes)
+		pg, err := rd.read(ctx, s.cfg.ReadPageBytes)
 		if err != nil {
 			if ctx.Err() == nil {
 				writeSSEError(&buf, err.Error(), nil)

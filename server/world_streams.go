@@ -334,6 +334,13 @@ const frameEOF = 0xFFFFFFFF
 // then waited for too, as world-local's reader does for a stream not yet
 // written.
 func (s *Server) handleWorldRead(w http.ResponseWriter, r *http.Request) {
+	release, err := s.reader()
+	if err != nil {
+		w.Header().Set("Retry-After", "1")
+		httpError(w, err)
+		return
+	}
+	defer release()
 	q, err := parseQuery(r, "index", "view", "follow")
 	if err != nil {
 		httpError(w, err)

@@ -132,8 +132,21 @@ func TestWorldEventStatuses(t *testing.T) {
 		d.wcall("POST", "runs/"+run+"/events", []byte(`{"eventType":`)).must(t, http.StatusBadRequest)
 		d.wcall("POST", "runs/"+run+"/events", []byte(`{"eventType":"run_started","extra":1}`)).must(t, http.StatusBadRequest)
 		d.ev("-", world.RunStarted, "", nil).must(t, http.StatusBadRequest)
+		// Refused before a byte of it is read: a client that asks first
+		// (Expect: 100-continue) is told so, and sends nothing.
 		big := bytes.Repeat([]byte("x"), 17<<20)
-		d.wcall("POST", "runs/"+run+"/events", big).must(t, http.StatusRequestEntityTooLarge)
+		req, _ := http.NewRequest("POST", d.ts.URL+"/v1/world/runs/"+run+"/events", bytes.NewReader(big))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Expect", "100-continue")
+		cl := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: 10 * time.Second}, Timeout: 30 * time.Second}
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("an oversized event: %d", resp.StatusCode)
+		}
 		// Hostile hook tokens are refused before anything is stored.
 		for _, tok := range []string{"a b", "../x", "x/y", "", strings.Repeat("t", 2000)} {
 			d.ev(run, world.HookCreated, "hook_x", map[string]any{"token": tok}).must(t, http.StatusBadRequest)

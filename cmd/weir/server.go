@@ -43,6 +43,10 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	retention := fs.Duration("retention", 0, "delete finished runs, with their streams, this long after they end (0: keep them forever)")
 	noWorker := fs.Bool("no-worker", false, "serve the API and the streams but execute no run (workers are other processes on the same PostgreSQL database)")
 	worldSecret := fs.String("world-secret", "", "the secret that signs World deliveries to Vercel Workflow apps (at least 16 bytes; default $WEIR_WORLD_SECRET); without one, World queue messages are refused")
+	var scfg server.Config
+	fs.IntVar(&scfg.MaxReaders, "max-readers", 1024, "stream reads served at once (catch-up, long-poll, SSE); one more gets 503 with Retry-After")
+	fs.Int64Var(&scfg.MaxUploadBytes, "max-upload-bytes", 256<<20, "request body bytes received at once across requests; one more gets 503 with Retry-After")
+	fs.Int64Var(&scfg.MinUploadRate, "min-upload-rate", 1<<10, "the slowest a request body may arrive, in bytes a second, after 30 s")
 	var corsOrigins listFlag
 	fs.Var(&corsOrigins, "cors-origin", "a web origin (https://app.example) besides the server's own whose pages may use the API and read replies; repeat, or * for any (default: none)")
 	var wcfg delivery.Config
@@ -113,6 +117,9 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	srv := server.New(e, &server.Config{
+		MaxReaders:           scfg.MaxReaders,
+		MaxUploadBytes:       scfg.MaxUploadBytes,
+		MinUploadRate:        scfg.MinUploadRate,
 		Token:                *token,
 		AllowedHosts:         hosts,
 		CORSOrigins:          corsOrigins,

@@ -1,0 +1,3 @@
+"""The client's version (read by the build backend too)."""
+
+__version__ = "0.1.0"

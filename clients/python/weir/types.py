@@ -1,0 +1,300 @@
+"""The values weir's client hands out: acks, records, runs, events, offsets."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+__all__ = [
+    "START",
+    "NOW",
+    "View",
+    "LiveMode",
+    "Outcome",
+    "format_offset",
+    "parse_offset",
+    "Ack",
+    "AppendResult",
+    "StreamHead",
+    "Record",
+    "Run",
+    "RunPage",
+    "Event",
+    "RunStream",
+]
+
+#: The offset of a stream's start, in requests.
+START = "-1"
+#: The offset of a stream's tail at the moment of the request.
+NOW = "now"
+
+View = Literal["committed", "live"]
+LiveMode = Literal["long-poll", "sse"]
+Outcome = Literal["appended", "adopted", "retransmit"]
+
+
+def format_offset(n: int) -> str:
+    """Spells weir's record offset ``n`` as a Durable Streams offset: the
+    position before record ``n`` (``0000000000000000_0000000000000042``)."""
+    if n < 0:
+        raise ValueError(f"offset {n}: record offsets are >= 0")
+    return f"{0:016d}_{n:016d}"
+
+
+def parse_offset(s: str) -> int:
+    """The inverse of :func:`format_offset`: the record offset ``s`` is before."""
+    hi, sep, lo = s.partition("_")
+    if not sep or not hi.isdigit() or not lo.isdigit() or int(hi) != 0:
+        raise ValueError(f"offset {s!r}: not a weir offset (0000000000000000_NNNNNNNNNNNNNNNN)")
+    return int(lo)
+
+
+def _time(v: Any) -> datetime | None:
+    # Go writes RFC 3339 with up to 9 fractional digits; fromisoformat takes
+    # "Z" from 3.11 on, and at most 6 digits before it.
+    if not isinstance(v, str) or not v:
+        return None
+    s = v.replace("Z", "+00:00")
+    if "." in s:
+        head, _, rest = s.partition(".")
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        s = head + "." + rest[: min(digits, 6)].ljust(6, "0") + rest[digits:]
+    try:
+        return datetime.fromisoformat(s)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Ack:
+    """One chunk acknowledged by the server.
+
+    Attributes:
+        seq: the chunk's seq within its writer attempt.
+        offset: the record offset it stands at (its Durable Streams offset is
+            ``format_offset(offset + 1)``: after it).
+        outcome: ``appended`` (a new record), ``adopted`` (an earlier attempt's
+            identical record stands for it) or ``retransmit`` (acknowledged
+            before: a retried request).
+    """
+
+    seq: int
+    offset: int
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """The reply to one append.
+
+    Attributes:
+        acks: one per chunk, in request order (empty for anonymous appends,
+            whose reply carries none).
+        next_offset: the stream's next offset after the append.
+        closed: the stream is closed.
+        replayed: an ``Idempotency-Key`` replay: the first reply, nothing appended.
+    """
+
+    acks: tuple[Ack, ...]
+    next_offset: str
+    closed: bool = False
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class StreamHead:
+    """What ``HEAD`` says of a stream."""
+
+    content_type: str
+    next_offset: str
+    closed: bool
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record of a stream (``format=ndjson``).
+
+    Attributes:
+        offset: weir's record offset, dense from 0.
+        next_offset: the offset to resume a read after this record.
+        kind: ``data``, ``abort``, ``commit`` or ``close``.
+        writer: the writer ("" for anonymous and producer appends, and ``close``).
+        attempt: the writer's attempt (0: committed at append).
+        seq: a data record's seq within its attempt.
+        data: a data record's bytes. For a JSON stream, the value re-encoded
+            compactly (see :attr:`value`).
+        value: a JSON stream's data record, decoded; None otherwise.
+        from_seq: an abort's first void seq: the writer's data with seq >=
+            from_seq written by earlier attempts is void (from 0: all of it).
+        count: a commit's count: the writer's data with seq < count is committed.
+        voided: with ``apply_aborts``, on an abort or close, the offsets of the
+            data records this reader already got that are now void.
+    """
+
+    offset: int
+    next_offset: str
+    kind: Literal["data", "abort", "commit", "close"]
+    writer: str = ""
+    attempt: int = 0
+    seq: int = 0
+    data: bytes = b""
+    value: Any = None
+    from_seq: int = 0
+    count: int = 0
+    voided: tuple[int, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The data as UTF-8 text."""
+        return self.data.decode("utf-8")
+
+
+@dataclass
+class Run:
+    """A run, as the runs API shows it (``GET /v1/runs/{id}``).
+
+    Attributes:
+        id, workflow, status: ``status`` is pending, running, completed, failed
+            or cancelled.
+        input, output: JSON values (``output`` once completed).
+        error: a failed or cancelled run's error.
+        created_at, updated_at, wake_at: times (``wake_at``: a parked run's wake-up).
+        cancel_requested: a cancel was asked and the run has not ended yet.
+        kind: ``world`` for a Vercel Workflow run on weir's World, else "".
+        created: set by :meth:`weir.Client.start`: this call created the run
+            (``201``) rather than finding it (``200``).
+        raw: the reply's JSON object, fields this client does not know included.
+    """
+
+    id: str
+    workflow: str
+    status: str
+    input: Any = None
+    output: Any = None
+    error: str = ""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    wake_at: datetime | None = None
+    cancel_requested: bool = False
+    kind: str = ""
+    created: bool = False
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    #: The statuses a run never leaves.
+    TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+    @property
+    def done(self) -> bool:
+        """The run ended (completed, failed or cancelled)."""
+        return self.status in self.TERMINAL
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Run:
+        """Builds a run from the runs API's JSON object."""
+        return cls(
+            id=str(d.get("id", "")),
+            workflow=str(d.get("workflow", "")),
+            status=str(d.get("status", "")),
+            input=d.get("input"),
+            output=d.get("output"),
+            error=str(d.get("error", "")),
+            created_at=_time(d.get("created_at")),
+            updated_at=_time(d.get("updated_at")),
+            wake_at=_time(d.get("wake_at")),
+            cancel_requested=bool(d.get("cancel_requested", False)),
+            kind=str(d.get("kind", "")),
+            raw=d,
+        )
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """A page of runs, newest first; ``next_cursor`` is the ``before`` of the
+    next (older) page, None on the last."""
+
+    runs: tuple[Run, ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of a run's event log.
+
+    Attributes:
+        seq: dense from 1.
+        type: run_started, step_started, step_completed, step_failed,
+            sleep_scheduled, sleep_fired, run_completed, run_failed, run_cancelled.
+        op: the durable operation's position in the run; a step's stream writer
+            is ``step/{op}``.
+        name, attempt: the step's name and attempt.
+        data: a step's or the run's output (JSON).
+        error, final: a failure's message; ``final``: no more attempts.
+        at, wake_at: when it happened; when a sleep fires or a failed step is retried.
+    """
+
+    seq: int
+    type: str
+    op: int = 0
+    name: str = ""
+    attempt: int = 0
+    data: Any = None
+    error: str = ""
+    final: bool = False
+    at: datetime | None = None
+    wake_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Event:
+        """Builds an event from the runs API's JSON object."""
+        return cls(
+            seq=int(d.get("seq", 0)),
+            type=str(d.get("type", "")),
+            op=int(d.get("op", 0)),
+            name=str(d.get("name", "")),
+            attempt=int(d.get("attempt", 0)),
+            data=d.get("data"),
+            error=str(d.get("error", "")),
+            final=bool(d.get("final", False)),
+            at=_time(d.get("at")),
+            wake_at=_time(d.get("wake_at")),
+        )
+
+
+@dataclass(frozen=True)
+class RunStream:
+    """One stream of a run (``GET /v1/runs/{id}/streams``).
+
+    Attributes:
+        name: the stream's name in its run.
+        path: where to read it: ``Client.read(path)`` (``runs/{id}/{name}``).
+        content_type: its content type.
+        next_offset: its record count (the record offset its next record gets).
+        closed: it is closed.
+        created_at: when it was created.
+    """
+
+    name: str
+    path: str
+    content_type: str
+    next_offset: int
+    closed: bool
+    created_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RunStream:
+        """Builds a stream description from the runs API's JSON object."""
+        return cls(
+            name=str(d.get("name", "")),
+            path=str(d.get("path", "")),
+            content_type=str(d.get("content_type", "")),
+            next_offset=int(d.get("next_offset", 0)),
+            closed=bool(d.get("closed", False)),
+            created_at=_time(d.get("created_at")),
+        )
+
+
+def compact_json(value: Any) -> bytes:
+    """Encodes a JSON value the compact way weir stores JSON chunks."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
