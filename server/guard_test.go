@@ -131,3 +131,18 @@ func TestTheUICannotBeFramed(t *testing.T) {
 		t.Fatal("the UI keeps its token in localStorage")
 	}
 }
+
+// The demo workflow's input is the client's: one that would hold a run slot
+// for ages fails at once, with the limit.
+func TestDemoInputIsBounded(t *testing.T) {
+	s := newTestServer(t, nil)
+	run := s.start(`{"workflow":"demo.tokens","input":{"text":"a b c","delay":9000000000000000000}}`)
+	got := s.wait(run.ID)
+	if got.Status != "failed" || !strings.Contains(got.Error, "delay") {
+		t.Fatalf("run %s: %s %q", run.ID, got.Status, got.Error)
+	}
+	run = s.start(`{"workflow":"demo.tokens","input":{"text":"` + strings.Repeat("a ", 10000) + `"}}`)
+	if got := s.wait(run.ID); got.Status != "failed" || !strings.Contains(got.Error, "limit") {
+		t.Fatalf("a long text: %s %q", got.Status, got.Error)
+	}
+}

@@ -400,3 +400,11 @@ func TestRunsCommandsShowWorldRuns(t *testing.T) {
 		t.Fatalf("after cancel:\n%s", out)
 	}
 }
+
+func TestServerNoDemo(t *testing.T) {
+	url := startServer(t, "--no-demo")
+	code, _, errOut := runWeir(t, "runs", "start", "demo.tokens", "--url", url)
+	if code != 1 || !strings.Contains(errOut, "unknown workflow") {
+		t.Fatalf("the demo on a --no-demo server: exit %d %q", code, errOut)
+	}
+}

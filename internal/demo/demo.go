@@ -62,7 +62,38 @@ func Register(e *weir.Engine) *weir.Workflow[TokensInput, TokensOutput] {
 	return weir.Register(e, TokensWorkflow, tokens)
 }
 
+// The demo's input limits: a client chooses its input, and weir server
+// registers the demo, so no input may hold a run slot for long.
+const (
+	MaxText  = 16 << 10        // bytes of Text and of RetryText
+	MaxDelay = time.Second     // the pause after each token
+	MaxRun   = 2 * time.Minute // tokens × delay
+)
+
+// ErrDemoInput is an input over the demo's limits.
+var ErrDemoInput = errors.New("demo.tokens: input over the limits")
+
+// Check refuses an input over the limits.
+func (in TokensInput) Check() error {
+	switch {
+	case len(in.Text) > MaxText || len(in.RetryText) > MaxText:
+		return fmt.Errorf("%w: text of %d bytes, the limit is %d", ErrDemoInput, max(len(in.Text), len(in.RetryText)), MaxText)
+	case in.Delay < 0 || in.Delay > MaxDelay:
+		return fmt.Errorf("%w: delay %v: 0 to %v", ErrDemoInput, in.Delay, MaxDelay)
+	case in.FailAfter < 0:
+		return fmt.Errorf("%w: fail_after %d", ErrDemoInput, in.FailAfter)
+	}
+	n := max(len(Tokenize(in.Text)), len(Tokenize(in.RetryText)))
+	if d := time.Duration(n) * in.Delay; d > MaxRun {
+		return fmt.Errorf("%w: %d tokens with a delay of %v take %v, the limit is %v", ErrDemoInput, n, in.Delay, d, MaxRun)
+	}
+	return nil
+}
+
 func tokens(ctx weir.Context, in TokensInput) (TokensOutput, error) {
+	if err := in.Check(); err != nil {
+		return TokensOutput{}, err
+	}
 	type result struct {
 		Tokens  int   `json:"tokens"`
 		Attempt int64 `json:"attempt"`
