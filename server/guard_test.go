@@ -146,3 +146,19 @@ func TestDemoInputIsBounded(t *testing.T) {
 		t.Fatalf("a long text: %s %q", got.Status, got.Error)
 	}
 }
+
+// Expiries that a store's nanosecond times cannot hold are refused, not
+// stored wrapped around.
+func TestUnrepresentableExpiriesAreRefused(t *testing.T) {
+	s := newTestServer(t, nil)
+	for _, at := range []string{"2300-01-01T00:00:00Z", "1600-01-01T00:00:00Z", "1969-12-31T23:59:59Z"} {
+		r := s.do("PUT", "/v1/stream/exp-"+at[:4], "", "Content-Type", "text/plain", "Stream-Expires-At", at).want(t, http.StatusBadRequest)
+		if !strings.Contains(r.body, "between") {
+			t.Fatalf("%s: %q", at, r.body)
+		}
+	}
+	s.do("PUT", "/v1/stream/exp-ok", "", "Content-Type", "text/plain", "Stream-Expires-At", "2200-01-01T00:00:00Z").want(t, http.StatusCreated)
+	if r := s.do("GET", "/v1/stream/exp-ok?offset=-1", ""); r.status != http.StatusOK {
+		t.Fatalf("a stream expiring in 2200 is gone: %d", r.status)
+	}
+}

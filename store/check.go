@@ -367,6 +367,12 @@ func (p *CreateStreamParams) Check() error {
 		return fmt.Errorf("%w: negative TTL", ErrInvalid)
 	case p.Fork != nil && (p.Fork.Offset < -1 || p.Fork.SubOffset < 0):
 		return fmt.Errorf("%w: negative fork offset", ErrInvalid)
+	case !p.Expiry.At.IsZero() && (p.Expiry.At.Before(MinExpiresAt) || p.Expiry.At.After(MaxExpiresAt)):
+		// Times are stored as Unix nanoseconds, 0 for none.
+		return fmt.Errorf("%w: expiry %s: between %s and %s", ErrInvalid, p.Expiry.At.UTC().Format(time.RFC3339),
+			MinExpiresAt.Format(time.RFC3339), MaxExpiresAt.Format(time.RFC3339))
+	case p.Expiry.HasTTL && p.Expiry.TTL > MaxTTL:
+		return fmt.Errorf("%w: TTL %v: at most %v", ErrInvalid, p.Expiry.TTL, MaxTTL)
 	}
 	if err := CheckText("content type", p.ContentType); err != nil {
 		return err
@@ -397,3 +403,14 @@ func (p *CreateStreamParams) WithDefaults(clock func() time.Time) *CreateStreamP
 func (p *ReadParams) Fits(n, bytes int, r *stream.Record) bool {
 	return n < p.Limit && (n == 0 || bytes+len(r.Data) <= p.MaxBytes)
 }
+
+// The expiries a store can hold: its times are Unix nanoseconds (int64,
+// 0 for none), so an absolute expiry lies between 1970 and 2262, and a
+// sliding TTL is at most 100 years.
+var (
+	MinExpiresAt = time.Unix(1, 0).UTC()
+	MaxExpiresAt = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// MaxTTL bounds a sliding TTL.
+const MaxTTL = 100 * 365 * 24 * time.Hour

@@ -154,6 +154,7 @@ class Writer:
         self._finished = ""  # "committed" or "aborted"
         self._closed = False
         self._flusher: threading.Thread | None = None
+        self._closed_flusher = False
         self._acks: list[Ack] = []
         self._sent_any = False
         #: Chunks acknowledged, by outcome (appended, adopted, retransmit).
@@ -416,9 +417,6 @@ class Writer:
         self._ensure_stream()
         if seq is None:
             seq = self._probe(batch[0])
-            if seq is None:
-                # The probe itself was taken (the attempt was at the last seq).
-                return self._send(_MAX_SEQ + 1, batch[1:]) if len(batch) > 1 else ([], _MAX_SEQ)
         try:
             resp = self._append(seq, batch)
         except GapError as e:
@@ -433,24 +431,18 @@ class Writer:
             ) from None
         return self._acks_of(resp, seq, len(batch)), seq
 
-    def _probe(self, chunk: bytes) -> int | None:
-        """Learns the attempt's next seq: an append at the last possible seq is
-        refused whole with ``gap`` and the expected seq (or, in the one case it
-        is the next seq, taken)."""
+    def _probe(self, chunk: bytes) -> int:
+        """Learns the attempt's next seq: an append at the last seq the server
+        parses is refused whole, with ``gap`` and the seq it expects."""
         try:
-            resp = self._append(_MAX_SEQ, [chunk])
+            self._append(_MAX_SEQ, [chunk])
         except GapError as e:
             if e.expected is None:
                 raise ProtocolError("a gap reply without Weir-Expected-Seq", method=e.method, path=e.path) from e
             with self._cond:
                 self._seq = e.expected
             return e.expected
-        acks = self._acks_of(resp, _MAX_SEQ, 1)
-        with self._cond:
-            self._seq = _MAX_SEQ + 1
-            del self._buf[:1]
-            self._acks.extend(acks)
-        return None
+        raise ProtocolError(f"the server took a chunk at seq {_MAX_SEQ}: the attempt has no seqs left", path=self._url)
 
     def _append(self, seq: int, batch: list[bytes]) -> Response:
         headers = {
