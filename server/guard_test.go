@@ -1,7 +1,10 @@
 package server
 
 import (
+	"errors"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -160,5 +163,36 @@ func TestUnrepresentableExpiriesAreRefused(t *testing.T) {
 	s.do("PUT", "/v1/stream/exp-ok", "", "Content-Type", "text/plain", "Stream-Expires-At", "2200-01-01T00:00:00Z").want(t, http.StatusCreated)
 	if r := s.do("GET", "/v1/stream/exp-ok?offset=-1", ""); r.status != http.StatusOK {
 		t.Fatalf("a stream expiring in 2200 is gone: %d", r.status)
+	}
+}
+
+// Errors quote their input clipped, and a 500's cause is logged.
+func TestErrorRepliesAreShort(t *testing.T) {
+	s := newTestServer(t, nil)
+	name := strings.Repeat("w", 1<<20)
+	r := s.do("POST", "/v1/runs", `{"workflow":"`+name+`"}`)
+	if r.status < 400 || len(r.body) > 600 {
+		t.Fatalf("a 1 MiB workflow name: %d, a %d-byte reply", r.status, len(r.body))
+	}
+	r = s.do("GET", "/v1/runs/"+strings.Repeat("r", 100000), "")
+	if len(r.body) > 600 {
+		t.Fatalf("a long run id: a %d-byte reply", len(r.body))
+	}
+}
+
+func TestInternalErrorsAreLoggedWithTheirCause(t *testing.T) {
+	var logs strings.Builder
+	s := newTestServer(t, &Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	req := httptest.NewRequest("GET", "/v1/whatever", nil)
+	rw := httptest.NewRecorder()
+	w, r, done := s.srv.instrument(rw, req)
+	httpError(w, errors.New("the disk caught fire"))
+	done()
+	_ = r
+	if rw.Code != http.StatusInternalServerError || strings.Contains(rw.Body.String(), "fire") {
+		t.Fatalf("reply %d %q: want 500 without the cause", rw.Code, rw.Body.String())
+	}
+	if !strings.Contains(logs.String(), "the disk caught fire") {
+		t.Fatalf("the cause was not logged: %q", logs.String())
 	}
 }

@@ -391,6 +391,9 @@ func (s *Server) instrument(w http.ResponseWriter, r *http.Request) (http.Respon
 		if code == 0 {
 			code = http.StatusOK
 		}
+		if rec.err != nil {
+			s.log.Error("weir server: internal error", "method", r.Method, "path", clip(r.URL.Path), "err", rec.err)
+		}
 		s.metrics.request(class, code, time.Since(start))
 	}
 }
@@ -400,6 +403,7 @@ func (s *Server) instrument(w http.ResponseWriter, r *http.Request) (http.Respon
 type statusRecorder struct {
 	http.ResponseWriter
 	code int
+	err  error // the cause of a 500, logged when the request ends
 }
 
 func (w *statusRecorder) WriteHeader(code int) {

@@ -186,6 +186,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // streamPrefix is where the Durable Streams protocol is served.
 const streamPrefix = "/v1/stream/"
 
+// maxErrorLen bounds an error reply's line.
+const maxErrorLen = 512
+
 // refuse answers err to a request whose body will not be read: at once,
 // closing the connection, so that the server does not first wait for the
 // rest of a body the client may be trickling.
@@ -210,7 +213,16 @@ func httpError(w http.ResponseWriter, err error) {
 	w.WriteHeader(e.Status)
 	msg := err.Error()
 	if e.Status == http.StatusInternalServerError {
+		if rec, ok := w.(*statusRecorder); ok {
+			rec.err = err // logged with the request when it ends (metrics.go)
+		}
 		msg = "internal error"
 	}
-	_, _ = w.Write([]byte(strings.ReplaceAll(msg, "\n", " ") + "\n"))
+	// One line, and short: a reason may quote the request (a name, a
+	// path), which must not come back a megabyte long.
+	msg = strings.ReplaceAll(msg, "\n", " ")
+	if len(msg) > maxErrorLen {
+		msg = strings.ToValidUTF8(msg[:maxErrorLen], "") + "…"
+	}
+	_, _ = w.Write([]byte(msg + "\n"))
 }

@@ -1,0 +1,65 @@
+"""weir: a Python client of weir server, the durable workflow engine whose
+streams are exactly-once.
+
+Standard library only. Write a stream exactly once, read it back, start and
+watch runs::
+
+    import weir
+
+    client = weir.Client("http://127.0.0.1:4437", token="…")
+    with client.writer("chat/42", writer="answer-42", attempt=1, content_type="text/plain") as w:
+        w.write("Hello", ", world")
+    for rec in client.read("chat/42"):
+        print(rec.text, end="")
+
+Every error reply raises the class of its ``Weir-Error`` code
+(:class:`FencedError`, :class:`GapError`, …; all are :class:`WeirError`).
+See ``clients/python/README.md`` and weir's ``docs/protocol.md``.
+"""
+
+from ._version import __version__
+from .client import Client
+from .errors import *  # noqa: F403: one class per wire code
+from .errors import CODES, error_from_reply
+from .errors import __all__ as _errors
+from .reader import Reader, Voids
+from .types import (
+    NOW,
+    START,
+    Ack,
+    AppendResult,
+    Event,
+    Record,
+    Run,
+    RunPage,
+    RunStream,
+    StreamHead,
+    format_offset,
+    parse_offset,
+)
+from .writer import MAX_CHUNK_BYTES, MAX_REQUEST_CHUNKS, Writer
+
+__all__ = [
+    "__version__",
+    "Client",
+    "Writer",
+    "Reader",
+    "Voids",
+    "Ack",
+    "AppendResult",
+    "StreamHead",
+    "Record",
+    "Run",
+    "RunPage",
+    "Event",
+    "RunStream",
+    "START",
+    "NOW",
+    "MAX_CHUNK_BYTES",
+    "MAX_REQUEST_CHUNKS",
+    "CODES",
+    "format_offset",
+    "parse_offset",
+    "error_from_reply",
+    *_errors,
+]

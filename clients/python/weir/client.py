@@ -1,0 +1,418 @@
+"""The client of one weir server: streams (create, append, read, write exactly
+once) and the runs API (start, get, list, events, cancel, streams)."""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from ._http import Response, Transport, stream_url_path
+from .errors import NotFoundError, ProtocolError
+from .reader import Reader
+from .types import START, Ack, AppendResult, Event, LiveMode, Run, RunPage, RunStream, StreamHead, View
+from .writer import Writer
+
+__all__ = ["Client"]
+
+_u32 = struct.Struct(">I")
+
+
+def _seg(s: str, what: str) -> str:
+    if not s:
+        raise ValueError(f"{what}: empty")
+    return urllib.parse.quote(s, safe="")
+
+
+class Client:
+    """A client of one weir server. Safe to share between threads.
+
+    Args:
+        url: the server's base URL; default ``$WEIR_URL``, else
+            ``http://127.0.0.1:4437`` (``weir server``'s default).
+        token: the bearer token (``weir server --token``); default ``$WEIR_TOKEN``.
+        timeout: seconds for each socket operation of a request: the connect,
+            the send, each read of the reply. Live reads use ``live_timeout``.
+        retry_for: seconds a request that may be sent again (reads, weir's
+            de-duplicated writes, starts with an idempotency key) keeps
+            retrying network failures and retryable replies, in all.
+        live_timeout: the socket timeout of live reads (long-poll, SSE): above
+            the server's ``--long-poll-timeout`` (20 s by default).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float = 10.0,
+        retry_for: float = 30.0,
+        live_timeout: float = 35.0,
+    ) -> None:
+        self._t = Transport(url, token, timeout, retry_for)
+        self.live_timeout = live_timeout
+
+    @property
+    def url(self) -> str:
+        """The server's base URL."""
+        return self._t.url
+
+    def close(self) -> None:
+        """Closes the idle connections (the client stays usable)."""
+        self._t.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # Streams.
+
+    def create_stream(
+        self,
+        path: str,
+        content_type: str = "application/octet-stream",
+        *,
+        ttl: int | None = None,
+        expires_at: str | None = None,
+        closed: bool = False,
+        body: bytes | None = None,
+    ) -> bool:
+        """Creates a standalone stream at ``/v1/stream/{path}``.
+
+        Returns:
+            True if created, False if a stream with the same configuration
+            was there.
+
+        Raises:
+            ConflictError: a stream with another configuration is there.
+        """
+        h = {"Content-Type": content_type}
+        if ttl is not None:
+            h["Stream-TTL"] = str(ttl)
+        if expires_at is not None:
+            h["Stream-Expires-At"] = expires_at
+        if closed:
+            h["Stream-Closed"] = "true"
+        resp = self._t.request("PUT", stream_url_path(path), headers=h, body=body, idempotent=True)
+        return resp.status == 201
+
+    def stream_info(self, path: str) -> StreamHead:
+        """What ``HEAD`` says of a stream: content type, tail, closed."""
+        resp = self._t.request("HEAD", stream_url_path(path), idempotent=True)
+        return StreamHead(
+            content_type=resp.headers.get("content-type", ""),
+            next_offset=resp.headers.get("stream-next-offset", ""),
+            closed=resp.headers.get("stream-closed", "").lower() == "true",
+        )
+
+    def append(
+        self,
+        path: str,
+        data: bytes | str | Sequence[bytes],
+        content_type: str = "application/octet-stream",
+        *,
+        writer: str | None = None,
+        attempt: int | None = None,
+        seq: int | None = None,
+        idempotency_key: str | None = None,
+        close: bool = False,
+    ) -> AppendResult:
+        """One append request, as it is: the low level under :class:`Writer`.
+
+        Without ``writer`` it is an anonymous append, committed at once, and
+        is sent once unless an ``idempotency_key`` makes its retry a replay.
+        With ``writer`` (and ``seq``, the first chunk's), ``data`` may be a
+        list of chunks, sent framed; prefer :meth:`writer`, which counts seqs
+        and retries for you.
+        """
+        h = {"Content-Type": content_type}
+        chunks = [data.encode() if isinstance(data, str) else data] if isinstance(data, (bytes, str)) else list(data)
+        if writer is not None:
+            if seq is None:
+                raise ValueError("append with a writer needs seq (the first chunk's)")
+            h["Weir-Writer"] = writer
+            h["Weir-Seq"] = str(seq)
+            if attempt is not None:
+                h["Weir-Attempt"] = str(attempt)
+        elif attempt is not None or seq is not None:
+            raise ValueError("attempt and seq need a writer")
+        if len(chunks) == 1:
+            body = bytes(chunks[0])
+        elif writer is None:
+            raise ValueError("several chunks need a writer (framing is weir's extension)")
+        else:
+            h["Weir-Framing"] = "u32be"
+            body = b"".join(_u32.pack(len(c)) + bytes(c) for c in chunks)
+        if idempotency_key is not None:
+            h["Idempotency-Key"] = idempotency_key
+        if close:
+            h["Stream-Closed"] = "true"
+        resp = self._t.request(
+            "POST",
+            stream_url_path(path),
+            headers=h,
+            body=body,
+            idempotent=writer is not None or idempotency_key is not None,
+        )
+        assert isinstance(resp, Response)
+        acks: tuple[Ack, ...] = ()
+        if resp.status == 200 and seq is not None:
+            first = seq
+            try:
+                rep = resp.json()
+                acks = tuple(Ack(first + i, int(a["offset"]), a["outcome"]) for i, a in enumerate(rep["acks"]))
+            except (ValueError, KeyError, TypeError) as e:
+                raise ProtocolError(f"append reply is not weir's acks JSON: {e}") from None
+        return AppendResult(
+            acks=acks,
+            next_offset=resp.headers.get("stream-next-offset", ""),
+            closed=resp.headers.get("stream-closed", "").lower() == "true",
+            replayed=resp.headers.get("weir-idempotent-replay", "").lower() == "true",
+        )
+
+    def close_stream(self, path: str) -> str:
+        """Closes a stream (closing twice is fine). Writers still open there are
+        finished: their uncommitted chunks never join the committed view.
+
+        Returns:
+            The stream's final offset.
+        """
+        resp = self._t.request(
+            "POST", stream_url_path(path), headers={"Stream-Closed": "true"}, idempotent=True
+        )
+        return resp.headers.get("stream-next-offset", "")
+
+    def delete_stream(self, path: str, *, missing_ok: bool = False) -> None:
+        """Deletes a stream and all it holds.
+
+        Raises:
+            NotFoundError: there is no such stream, unless ``missing_ok`` (a
+                delete retried after its first try went through finds none).
+        """
+        try:
+            self._t.request("DELETE", stream_url_path(path), idempotent=True)
+        except NotFoundError:
+            if not missing_ok:
+                raise
+
+    def writer(
+        self,
+        path: str,
+        writer: str,
+        attempt: int,
+        *,
+        content_type: str = "application/octet-stream",
+        linger: float = 0.0,
+        max_batch_chunks: int = 1000,
+        max_batch_bytes: int = 8 << 20,
+        start_seq: int | None = 0,
+        create: bool = True,
+    ) -> Writer:
+        """An exactly-once writer of one attempt on a standalone stream; see
+        :class:`Writer` for the arguments."""
+        return Writer(
+            self._t,
+            path,
+            writer,
+            attempt,
+            content_type=content_type,
+            linger=linger,
+            max_batch_chunks=max_batch_chunks,
+            max_batch_bytes=max_batch_bytes,
+            start_seq=start_seq,
+            create=create,
+        )
+
+    def read(
+        self,
+        path: str,
+        *,
+        offset: str = START,
+        view: View = "committed",
+        live: LiveMode | None = None,
+        apply_aborts: bool = False,
+    ) -> Reader:
+        """Reads a stream from ``offset``; see :class:`Reader`.
+
+        ``view="committed"`` (the default) yields the output of committed
+        writers, each chunk once, then the ``close`` record; ``view="live"``
+        every record as written. ``live`` follows the stream until it closes.
+        """
+        return Reader(
+            self._t, path, offset=offset, view=view, live=live, apply_aborts=apply_aborts, live_timeout=self.live_timeout
+        )
+
+    def read_run(
+        self,
+        run_id: str,
+        name: str,
+        *,
+        offset: str = START,
+        view: View = "committed",
+        live: LiveMode | None = None,
+        apply_aborts: bool = False,
+    ) -> Reader:
+        """Reads the stream ``name`` of a run (``runs/{run}/{name}``). When
+        following, a stream the run has not created yet is waited for while
+        the run goes on; the read ends if the run ends without it."""
+
+        def still_coming() -> bool:
+            return not self.get_run(run_id).done
+
+        return Reader(
+            self._t,
+            f"runs/{run_id}/{name}",
+            offset=offset,
+            view=view,
+            live=live,
+            apply_aborts=apply_aborts,
+            live_timeout=self.live_timeout,
+            wait_for=still_coming,
+        )
+
+    # Runs.
+
+    def _json(self, method: str, path: str, *, idempotent: bool, query: Mapping[str, Any] | None = None,
+              headers: Mapping[str, str] | None = None, body: Any = None) -> tuple[int, Any]:
+        data = None
+        h = dict(headers or {})
+        if body is not None:
+            data = json.dumps(body).encode()
+            h["Content-Type"] = "application/json"
+        resp = self._t.request(method, path, query=query, headers=h, body=data, idempotent=idempotent)
+        assert isinstance(resp, Response)
+        try:
+            return resp.status, resp.json()
+        except ValueError as e:
+            raise ProtocolError(f"{method} {path}: the reply is not JSON: {e}") from None
+
+    def start(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        id: str | None = None,
+    ) -> Run:
+        """Starts a run of ``workflow`` with ``input`` (any JSON value).
+
+        With an ``idempotency_key`` (or an ``id``) a retry of this start
+        returns the same run, never a second one, so the client retries it
+        itself; without either it is sent once. :attr:`Run.created` says
+        whether this call created the run.
+
+        Raises:
+            UnknownWorkflowError: no such workflow on the server.
+            KeyReusedError: the key started a run of another workflow or input.
+            RunConflictError: ``id`` names a run of another workflow.
+        """
+        if idempotency_key is not None and id is not None:
+            raise ValueError("start: an idempotency key or an id, not both")
+        body: dict[str, Any] = {"workflow": workflow}
+        if input is not None:
+            body["input"] = input
+        if id is not None:
+            body["id"] = id
+        h = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
+        status, d = self._json(
+            "POST", "/v1/runs", body=body, headers=h, idempotent=idempotency_key is not None or id is not None
+        )
+        run = Run.from_json(d)
+        run.created = status == 201
+        return run
+
+    def get_run(self, run_id: str) -> Run:
+        """Returns a run. Raises :class:`NotFoundError` for an unknown one."""
+        _, d = self._json("GET", "/v1/runs/" + _seg(run_id, "run id"), idempotent=True)
+        return Run.from_json(d)
+
+    def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        before: str | None = None,
+    ) -> RunPage:
+        """One page of runs, newest first (``limit``: 1 to 1000, the server's
+        default 50); pass its ``next_cursor`` as ``before`` for the next page."""
+        q = {"workflow": workflow, "status": status, "limit": limit, "before": before}
+        _, d = self._json("GET", "/v1/runs", query=q, idempotent=True)
+        return RunPage(tuple(Run.from_json(r) for r in d.get("runs", [])), d.get("next_cursor") or None)
+
+    def runs(self, *, workflow: str | None = None, status: str | None = None, page_size: int = 100) -> Iterator[Run]:
+        """Every run matching the filters, newest first, page by page."""
+        before = None
+        while True:
+            page = self.list_runs(workflow=workflow, status=status, limit=page_size, before=before)
+            yield from page.runs
+            if page.next_cursor is None:
+                return
+            before = page.next_cursor
+
+    def events(self, run_id: str, *, after: int = 0) -> list[Event]:
+        """A run's event log, in order; ``after``: only the events after that seq."""
+        q = {"after": after} if after > 0 else None
+        _, d = self._json("GET", f"/v1/runs/{_seg(run_id, 'run id')}/events", query=q, idempotent=True)
+        return [Event.from_json(e) for e in d.get("events", [])]
+
+    def cancel(self, run_id: str) -> Run:
+        """Asks for a run to be cancelled; returns it as it is now (it turns
+        ``cancelled`` once the engine stopped it: see :meth:`wait`). Cancelling
+        an ended run changes nothing."""
+        _, d = self._json("POST", f"/v1/runs/{_seg(run_id, 'run id')}/cancel", idempotent=True)
+        return Run.from_json(d)
+
+    def run_streams(self, run_id: str) -> list[RunStream]:
+        """The streams of a run, by name."""
+        _, d = self._json("GET", f"/v1/runs/{_seg(run_id, 'run id')}/streams", idempotent=True)
+        return [RunStream.from_json(s) for s in d.get("streams", [])]
+
+    def workflows(self) -> list[str]:
+        """The names of the workflows the server can start."""
+        _, d = self._json("GET", "/v1/workflows", idempotent=True)
+        return [str(w) for w in d.get("workflows", [])]
+
+    def wait(self, run_id: str, *, timeout: float) -> Run:
+        """Polls a run until it ends and returns it.
+
+        Raises:
+            TimeoutError: it had not ended after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        delay = 0.01
+        while True:
+            run = self.get_run(run_id)
+            if run.done:
+                return run
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"run {run_id} is still {run.status} after {timeout} s")
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.5)
+
+    def health(self) -> None:
+        """Returns if the server answers ``/healthz`` with 200; raises otherwise."""
+        self._t.request("GET", "/healthz", idempotent=True)
+
+    def deliver_hook(self, token: str, payload: Any) -> None:
+        """Placeholder: delivering a payload to a workflow's hook.
+
+        weir's Go SDK has no hooks yet, so the server has no endpoint for them
+        (World hooks, ``/v1/world/hooks``, belong to the Vercel Workflow
+        runtime, which resumes them itself). This method will send the payload
+        once the SDK and the protocol have hooks; until then it raises.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError(
+            "hooks do not exist in weir's Go SDK yet: there is no endpoint to deliver a payload to "
+            "(see clients/python/README.md, 'Hooks')"
+        )
+
