@@ -17,8 +17,11 @@ import (
 // Config.RequireTokenForReads. CORS preflights (OPTIONS), /healthz and the
 // UI's static files stay open. It answers 401 itself and returns false when the request may not go
 // on.
+//
+// Config.ReadToken is a token for reads only (a dashboard's): it reads
+// whatever the token reads, and changes nothing.
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
-	if s.cfg.Token == "" || r.URL.Path == "/healthz" {
+	if (s.cfg.Token == "" && s.cfg.ReadToken == "") || r.URL.Path == "/healthz" {
 		return true
 	}
 	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/")) {
@@ -26,6 +29,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
 		// the token the user typed into it.
 		return true
 	}
+	read := false
 	switch r.Method {
 	case http.MethodOptions:
 		return true
@@ -33,19 +37,42 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
 		if !s.cfg.RequireTokenForReads {
 			return true
 		}
+		read = true
 	}
 	got, ok := bearerToken(r)
-	if ok && tokensEqual(got, s.cfg.Token) {
+	if ok && s.cfg.Token != "" && tokensEqual(got, s.cfg.Token) {
 		return true
 	}
+	if ok && read && s.cfg.ReadToken != "" && tokensEqual(got, s.cfg.ReadToken) {
+		return true
+	}
+	s.authFailed(r)
 	h := w.Header()
 	h.Set("WWW-Authenticate", `Bearer realm="weir"`)
-	if !ok {
+	switch {
+	case !ok:
 		refuse(w, r, fmt.Errorf("%w: this request needs the server's token: send Authorization: Bearer <token>", api.ErrUnauthorized))
-	} else {
+	case !read && s.cfg.ReadToken != "" && tokensEqual(got, s.cfg.ReadToken):
+		refuse(w, r, fmt.Errorf("%w: this token reads only; a %s needs the server's token", api.ErrUnauthorized, r.Method))
+	default:
 		refuse(w, r, fmt.Errorf("%w: wrong bearer token", api.ErrUnauthorized))
 	}
 	return false
+}
+
+// authFailed logs a failed authentication: at most one line a second,
+// saying how many failed since the last line.
+func (s *Server) authFailed(r *http.Request) {
+	s.auth.mu.Lock()
+	defer s.auth.mu.Unlock()
+	s.auth.failed++
+	now := time.Now()
+	if now.Sub(s.auth.last) < time.Second {
+		return
+	}
+	s.log.Warn("weir server: failed authentication", "remote", r.RemoteAddr, "method", r.Method, "path", clip(r.URL.Path),
+		"failures_since_last_log", s.auth.failed)
+	s.auth.last, s.auth.failed = now, 0
 }
 
 // bearerToken returns the token of an Authorization: Bearer header.

@@ -3,9 +3,11 @@ package server
 import (
 	"bufio"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -127,5 +129,63 @@ func TestStalledBodyOfRefusedRequestIsCut(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+// A read token reads what the token reads and changes nothing; a write
+// with it says why it was refused.
+func TestReadTokenReadsOnly(t *testing.T) {
+	s := newTestServer(t, &Config{Token: "write-write-write-write", ReadToken: "read-read-read-read", RequireTokenForReads: true})
+	read := []string{"Authorization", "Bearer read-read-read-read"}
+	s.do("GET", "/v1/runs", "", read...).want(t, http.StatusOK)
+	s.do("GET", "/metrics", "", read...).want(t, http.StatusOK)
+	s.do("PUT", "/v1/stream/dash/s", "", "Content-Type", "text/plain", "Authorization", "Bearer write-write-write-write").want(t, http.StatusCreated)
+	s.do("GET", "/v1/stream/dash/s?offset=-1", "", read...).want(t, http.StatusOK)
+	for _, m := range []string{"POST", "PUT", "DELETE"} {
+		r := s.do(m, "/v1/stream/dash/s", "x", append([]string{"Content-Type", "text/plain"}, read...)...).want(t, http.StatusUnauthorized)
+		if !strings.Contains(r.body, "reads only") {
+			t.Fatalf("%s with the read token: %q", m, r.body)
+		}
+	}
+	if r := s.do("POST", "/v1/runs", `{"workflow":"echo"}`, append([]string{"Content-Type", "application/json"}, read...)...); r.status != http.StatusUnauthorized {
+		t.Fatalf("a run started with the read token: %d", r.status)
+	}
+	s.do("GET", "/v1/runs", "", "Authorization", "Bearer write-write-write-write").want(t, http.StatusOK)
+	s.do("GET", "/v1/runs", "", "Authorization", "Bearer read-read-read-reaX").want(t, http.StatusUnauthorized)
+}
+
+// lockedBuffer is a log sink handlers write to while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Failed authentications are logged, but a guesser hammering the server
+// cannot flood the log: one line a second at most, with a count.
+func TestFailedAuthIsLoggedAtALimitedRate(t *testing.T) {
+	var logs lockedBuffer
+	s := newTestServer(t, &Config{Token: "write-write-write-write", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	start := time.Now()
+	for i := range 200 {
+		s.do("POST", "/v1/runs", `{"workflow":"echo"}`, "Content-Type", "application/json", "Authorization", fmt.Sprintf("Bearer guess-%d", i)).want(t, http.StatusUnauthorized)
+	}
+	lines := strings.Count(logs.String(), "failed authentication")
+	if most := int(time.Since(start)/time.Second) + 1; lines < 1 || lines > most {
+		t.Fatalf("200 failed authentications logged in %d lines: %s", lines, logs.String())
+	}
+	if strings.Contains(logs.String(), "guess-") {
+		t.Fatal("the log holds a guessed token")
 	}
 }

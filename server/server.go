@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,9 @@ type Config struct {
 	// RequireTokenForReads makes reads need the token too; `weir server`
 	// sets it when bound beyond loopback. Defaults to false.
 	RequireTokenForReads bool
+	// ReadToken, if set, is a second token that reads (where reads need a
+	// token) and writes nothing: a dashboard's. Defaults to none.
+	ReadToken string
 	// LongPollTimeout is how long a long-poll read waits for data before it
 	// answers 204. Defaults to 20s.
 	LongPollTimeout time.Duration
@@ -117,11 +121,16 @@ type Server struct {
 	log   *slog.Logger
 	mux   *http.ServeMux
 
-	readers  chan struct{} // a slot per stream read in flight (MaxReaders)
-	uploads  atomic.Int64  // body bytes being received (MaxUploadBytes)
-	metrics  *metrics      // see metrics.go
-	ds       dsState       // the streams handler's own state (stream.go)
-	worldIDs world.ULIDs   // message ids the World API mints
+	readers chan struct{} // a slot per stream read in flight (MaxReaders)
+	auth    struct {      // failed authentications, for the rate-limited log
+		mu     sync.Mutex
+		failed int
+		last   time.Time
+	}
+	uploads  atomic.Int64 // body bytes being received (MaxUploadBytes)
+	metrics  *metrics     // see metrics.go
+	ds       dsState      // the streams handler's own state (stream.go)
+	worldIDs world.ULIDs  // message ids the World API mints
 
 	// drained is cancelled by Drain (health_drain.go): live reads end.
 	drained     context.Context

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -179,14 +180,70 @@ func TestServerAndRunsCommands(t *testing.T) {
 }
 
 func TestServerWithToken(t *testing.T) {
-	url := startServer(t, "--token", "s3cret")
+	url := startServer(t, "--token", "s3cret-s3cret-s3cret")
 	code, _, errOut := runWeir(t, "runs", "start", "demo.tokens", "--url", url)
 	if code != 1 || !strings.Contains(errOut, "401") {
 		t.Fatalf("start without the token: exit %d %q", code, errOut)
 	}
 	mustWeir(t, "runs", "ls", "--url", url) // reads are open on loopback
-	t.Setenv("WEIR_TOKEN", "s3cret")
+	t.Setenv("WEIR_TOKEN", "s3cret-s3cret-s3cret")
 	mustWeir(t, "runs", "start", "demo.tokens", "--url", url, "--input", `{"text":"a"}`)
+}
+
+// A token can come from a file, out of the process's command line (and
+// so out of ps and /proc/PID/cmdline); a read token reads and writes
+// nothing.
+func TestServerTokenFiles(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile, readFile := filepath.Join(dir, "token"), filepath.Join(dir, "read-token")
+	if err := os.WriteFile(tokenFile, []byte("write-write-write-write\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(readFile, []byte("read-read-read-read-read\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("WEIR_TOKEN", "")
+	url := startServer(t, "--token-file", tokenFile, "--read-token-file", readFile)
+	t.Setenv("WEIR_TOKEN", "read-read-read-read-read")
+	code, _, errOut := runWeir(t, "runs", "start", "demo.tokens", "--url", url, "--input", `{"text":"a"}`)
+	if code != 1 || !strings.Contains(errOut, "reads only") {
+		t.Fatalf("start with the read token: exit %d %q", code, errOut)
+	}
+	t.Setenv("WEIR_TOKEN", "write-write-write-write")
+	mustWeir(t, "runs", "start", "demo.tokens", "--url", url, "--input", `{"text":"a"}`)
+}
+
+func TestServerRefusesWeakTokens(t *testing.T) {
+	t.Setenv("WEIR_TOKEN", "")
+	t.Setenv("WEIR_READ_TOKEN", "")
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	long := "0123456789abcdef"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--token", "s3cret"}, "at least 16"},
+		{[]string{"--token", long, "--read-token", "short"}, "at least 16"},
+		{[]string{"--read-token", long}, "needs a token"},
+		{[]string{"--token", long, "--read-token", long}, "must differ"},
+		{[]string{"--token", long, "--token-file", empty}, "not both"},
+		{[]string{"--token-file", empty}, "is empty"},
+		{[]string{"--token-file", filepath.Join(dir, "missing")}, "no such file"},
+	} {
+		args := append([]string{"server", "--addr", "127.0.0.1:0", "--store", "sqlite:" + filepath.Join(dir, "w.db")}, c.args...)
+		code, _, errOut := runWeir(t, args...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d %q, want an error saying %q", c.args, code, errOut, c.want)
+		}
+	}
+	t.Setenv("WEIR_TOKEN", "short")
+	if code, _, errOut := runWeir(t, "server", "--addr", "127.0.0.1:0", "--store", "sqlite:"+filepath.Join(dir, "w.db")); code == 0 || !strings.Contains(errOut, "at least 16") {
+		t.Errorf("a short $WEIR_TOKEN: exit %d %q", code, errOut)
+	}
 }
 
 func TestServerRefusesOpenBindWithoutToken(t *testing.T) {

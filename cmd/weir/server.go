@@ -37,7 +37,10 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Usage = func() { fmt.Fprint(stderr, serverUsage); fs.PrintDefaults() }
 	addr := fs.String("addr", "127.0.0.1:4437", "address to listen on; beyond loopback a token is required")
 	storeSpec := fs.String("store", "sqlite:./weir.db", "the store: sqlite:PATH[?synchronous=NORMAL], or a postgres:// URL")
-	token := fs.String("token", "", "bearer token that writes (and, beyond loopback, reads) must carry (default $WEIR_TOKEN)")
+	token := fs.String("token", "", "bearer token (at least 16 bytes) that writes (and, beyond loopback, reads) must carry (default $WEIR_TOKEN); see also --token-file")
+	tokenFile := fs.String("token-file", "", "read the token from this file (its first line), so that it is not in the process's command line")
+	readToken := fs.String("read-token", "", "a second token (at least 16 bytes) that reads only, for dashboards (default $WEIR_READ_TOKEN); needs --token")
+	readTokenFile := fs.String("read-token-file", "", "read the read-only token from this file (its first line)")
 	longPoll := fs.Duration("long-poll-timeout", 20*time.Second, "how long a long-poll read waits for data before answering 204")
 	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests and runs to stop")
 	retention := fs.Duration("retention", 0, "delete finished runs, with their streams, this long after they end (0: keep them forever)")
@@ -56,14 +59,24 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.IntVar(&wcfg.Concurrency, "world-concurrency", 100, "World deliveries in flight at once")
 	fs.DurationVar(&wcfg.MaxAge, "world-max-age", 24*time.Hour, "dead-letter a World message that has failed for this long")
 	fs.IntVar(&wcfg.MaxFailures, "world-max-failures", 0, "dead-letter a World message after this many failed deliveries in a row (0: --world-max-age alone)")
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	if err != nil {
 		return errUsage(err)
 	}
 	if fs.NArg() > 0 {
 		return errUsage(fmt.Errorf("server: unexpected argument %q", fs.Arg(0)))
 	}
-	if *token == "" {
-		*token = os.Getenv("WEIR_TOKEN")
+	if *token, err = secret("token", *token, *tokenFile, "WEIR_TOKEN"); err != nil {
+		return err
+	}
+	if *readToken, err = secret("read token", *readToken, *readTokenFile, "WEIR_READ_TOKEN"); err != nil {
+		return err
+	}
+	if *readToken != "" && *token == "" {
+		return errUsage(fmt.Errorf("server: a read token needs a token too: the read token reads only, and writes need the token"))
+	}
+	if *readToken != "" && *readToken == *token {
+		return errUsage(fmt.Errorf("server: the read token must differ from the token"))
 	}
 	if *worldSecret == "" {
 		*worldSecret = os.Getenv("WEIR_WORLD_SECRET")
@@ -129,6 +142,7 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		MaxUploadBytes:       scfg.MaxUploadBytes,
 		MinUploadRate:        scfg.MinUploadRate,
 		Token:                *token,
+		ReadToken:            *readToken,
 		AllowedHosts:         hosts,
 		CORSOrigins:          corsOrigins,
 		RequireTokenForReads: !loopback,
@@ -167,6 +181,9 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		auth = "token required for writes"
 		if !loopback {
 			auth = "token required for reads and writes"
+		}
+		if *readToken != "" {
+			auth += ", read token for reads"
 		}
 	}
 	world := "World deliveries off (no --world-secret)"
@@ -256,4 +273,36 @@ func (l *listFlag) Set(v string) error {
 		}
 	}
 	return nil
+}
+
+// minTokenLen is the shortest token or read token `weir server` takes: 16
+// bytes, 128 bits when random, out of reach of guessing at any rate a
+// server answers.
+const minTokenLen = 16
+
+// secret is a token from its flag, else its file's first line, else the
+// environment variable: one source, at least minTokenLen bytes, or none.
+func secret(name, flagValue, file, env string) (string, error) {
+	if flagValue != "" && file != "" {
+		return "", errUsage(fmt.Errorf("server: give the %s by flag or by file, not both", name))
+	}
+	v := flagValue
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("server: the %s file: %w", name, err)
+		}
+		v, _, _ = strings.Cut(string(b), "\n")
+		v = strings.TrimSpace(v)
+		if v == "" {
+			return "", errUsage(fmt.Errorf("server: the %s file %s is empty", name, file))
+		}
+	}
+	if v == "" {
+		v = os.Getenv(env)
+	}
+	if v != "" && len(v) < minTokenLen {
+		return "", errUsage(fmt.Errorf("server: the %s has %d bytes; it must have at least %d (try: openssl rand -hex 16)", name, len(v), minTokenLen))
+	}
+	return v, nil
 }
