@@ -35,7 +35,6 @@ import (
 // modes (long-poll, SSE), reaching an abort record ends the read with an
 // error (409 / an "error" event) naming the abort, so the reader re-reads.
 
-
 // streamWriteTimeout is how long writing one reply (or one SSE flush) may
 // block on a client that does not read before the response ends. A variable
 // for tests.
