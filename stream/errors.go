@@ -31,7 +31,26 @@ var (
 	// append) is later used with attempts. (The other way round, attempt 0 is
 	// older than any attempt: FencedError.)
 	ErrMode = errors.New("writer mode mismatch")
+	// ErrFull is returned when the new data of a request would take the
+	// stream past its byte limit (AppendRequest.MaxBytes); the whole
+	// request is refused. See FullError.
+	ErrFull = errors.New("stream full")
 )
+
+// FullError reports a request whose new data the stream has no room for.
+// It matches ErrFull.
+type FullError struct {
+	Limit  int64 // the stream's limit, in data bytes
+	Holds  int64 // the data bytes it holds
+	Adding int64 // the new data bytes the request would add
+}
+
+func (e *FullError) Error() string {
+	return fmt.Sprintf("stream full: it holds %d of its %d data bytes, the request adds %d", e.Holds, e.Limit, e.Adding)
+}
+
+// Is makes errors.Is(err, ErrFull) true.
+func (e *FullError) Is(target error) bool { return target == ErrFull }
 
 // FencedError reports a zombie attempt. It matches ErrFenced.
 type FencedError struct {

@@ -70,6 +70,9 @@ func (h *harness) apply(o rop) result {
 		before = cloneWriter(m.ws[o.w])
 	}
 	logLen := len(m.log)
+	if o.op == "append" {
+		h.probeLimit(o)
+	}
 	r := m.do(o)
 	line := o.String()
 	if r.err != nil {
@@ -162,6 +165,55 @@ func (h *harness) apply(o rop) result {
 	}
 	h.feed(r.recs)
 	return r
+}
+
+// probeLimit checks the byte limit on copies of the stream: with the limit
+// exactly what the request adds, it is answered as without a limit; one byte
+// less, it is refused with a FullError (unless it fails anyway, with the same
+// error) and changes nothing; a request that adds nothing (retransmits,
+// adoptions) is answered however full the stream is.
+func (h *harness) probeLimit(o rop) {
+	h.tb.Helper()
+	m := h.m
+	held := stream.DataBytes(m.log)
+	chunks := make([][]byte, len(o.chunks))
+	for i, c := range o.chunks {
+		chunks[i] = []byte(c)
+	}
+	run := func(limit int64) (stream.Head, *stream.Writer, []stream.Ack, []stream.Record, error) {
+		hd := m.h
+		w, _ := m.writerFor(o)
+		w = cloneWriter(w)
+		req := &stream.AppendRequest{Attempt: o.a, FirstSeq: o.s, Chunks: chunks, Fence: o.fence, Late: o.late, MaxBytes: limit, Bytes: held}
+		acks, recs, err := stream.Append(&hd, w, req)
+		return hd, w, acks, recs, err
+	}
+	h0, w0, acks0, recs0, err0 := run(0)
+	added := stream.DataBytes(recs0)
+	limits := []int64{held + added}
+	if added == 0 {
+		limits = append(limits, max(held, 1)) // full, or as full as can be
+	}
+	for _, limit := range limits {
+		h1, w1, acks1, recs1, err1 := run(limit)
+		if fmt.Sprint(err1) != fmt.Sprint(err0) || h1 != h0 || !equalWriter(w1, w0) ||
+			!slices.Equal(acks1, acks0) || !slices.EqualFunc(recs1, recs0, sameRecord) {
+			h.fatalf("%v with limit %d (holds %d, adds %d): %v %v %v, without a limit %v %v %v",
+				o, limit, held, added, err1, acks1, recs1, err0, acks0, recs0)
+		}
+	}
+	if err0 != nil || added == 0 || held+added-1 == 0 { // a limit of 0 is none
+		return
+	}
+	hd, w1, acks1, recs1, err1 := run(held + added - 1)
+	var fe *stream.FullError
+	if !errors.As(err1, &fe) || !errors.Is(err1, stream.ErrFull) || fe.Holds != held || fe.Adding != added || fe.Limit != held+added-1 {
+		h.fatalf("%v one byte past the limit (holds %d, adds %d): %v, want a FullError", o, held, added, err1)
+	}
+	w, _ := m.writerFor(o)
+	if acks1 != nil || recs1 != nil || hd != m.h || !equalWriter(w1, w) {
+		h.fatalf("%v refused as full but changed the stream: %v %v", o, acks1, recs1)
+	}
 }
 
 func equalWriter(a, b *stream.Writer) bool {

@@ -99,6 +99,44 @@ type AppendRequest struct {
 	// after the step completed (docs/world.md). Other writers leave it off:
 	// a chunk after the commit is refused (ErrWriterFinished).
 	Late bool
+	// MaxBytes, if positive, is the stream's limit of data bytes: a request
+	// whose new data records (not its retransmits, not the chunks an
+	// earlier attempt's records adopt) would take Bytes past it is refused
+	// with *FullError. A retransmit is acknowledged however full the
+	// stream is.
+	MaxBytes int64
+	// Bytes is the data bytes the stream holds, for MaxBytes.
+	Bytes int64
+}
+
+// room refuses add new data bytes that would take the stream past the
+// request's limit.
+func (req *AppendRequest) room(add int64) error {
+	if req.MaxBytes > 0 && req.Bytes+add > req.MaxBytes {
+		return &FullError{Limit: req.MaxBytes, Holds: req.Bytes, Adding: add}
+	}
+	return nil
+}
+
+// DataBytes is the data bytes recs hold: what a stream's byte count
+// (AppendRequest.Bytes) grows by when they are written.
+func DataBytes(recs []Record) int64 {
+	var n int64
+	for i := range recs {
+		if recs[i].Kind == KindData {
+			n += int64(len(recs[i].Data))
+		}
+	}
+	return n
+}
+
+// chunkBytes is the bytes of chunks.
+func chunkBytes(chunks [][]byte) int64 {
+	var n int64
+	for _, c := range chunks {
+		n += int64(len(c))
+	}
+	return n
 }
 
 // Append applies one append request of writer w to the stream h and returns
@@ -106,13 +144,16 @@ type AppendRequest struct {
 // anonymous append: every chunk is appended and committed at once.
 //
 // On error nothing is changed. Errors: ErrClosed, *FencedError,
-// ErrWriterFinished, ErrMode, *GapError, *ConflictError.
+// ErrWriterFinished, ErrMode, *GapError, *ConflictError, *FullError.
 func Append(h *Head, w *Writer, req *AppendRequest) ([]Ack, []Record, error) {
 	n := len(req.Chunks)
 	acks := make([]Ack, n)
 	if w == nil {
 		if h.Closed {
 			return nil, nil, ErrClosed
+		}
+		if err := req.room(chunkBytes(req.Chunks)); err != nil {
+			return nil, nil, err
 		}
 		recs := make([]Record, n)
 		for i, c := range req.Chunks {
@@ -193,6 +234,21 @@ func Append(h *Head, w *Writer, req *AppendRequest) ([]Ack, []Record, error) {
 		}
 		acks[i] = Ack{Offset: e.Offset, Outcome: Retransmit}
 	}
+	// The rest are adopted while they match the earlier attempts' live
+	// records, then appended: only those count against the limit.
+	if req.MaxBytes > 0 {
+		q, adopting, add := next, !w.Diverged || begins, int64(0)
+		for j := i; j < n; j, q = j+1, q+1 {
+			if adopting && q < int64(len(w.Live)) && w.Live[q].Digest == digests[j] {
+				continue
+			}
+			adopting = false
+			add += int64(len(req.Chunks[j]))
+		}
+		if err := req.room(add); err != nil {
+			return nil, nil, err
+		}
+	}
 
 	// Nothing can fail from here on: mutate.
 	if begins {
@@ -242,6 +298,9 @@ func appendLate(h *Head, w *Writer, req *AppendRequest, digests []Digest) ([]Ack
 			return nil, nil, &ConflictError{Seq: q, Offset: e.Offset, Want: e.Digest, Got: digests[i]}
 		}
 		acks[i] = Ack{Offset: w.Live[q].Offset, Outcome: Retransmit}
+	}
+	if err := req.room(chunkBytes(req.Chunks[i:])); err != nil {
+		return nil, nil, err
 	}
 	recs := make([]Record, 0, n-i+1)
 	for ; i < n; i++ {

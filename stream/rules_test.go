@@ -712,3 +712,48 @@ func TestStringers(t *testing.T) {
 		}
 	}
 }
+
+// A full stream still acknowledges retransmits and lets a retried attempt
+// adopt what the earlier one wrote; only new data is refused.
+func TestByteLimit(t *testing.T) {
+	var h stream.Head
+	w := &stream.Writer{ID: "step"}
+	req := func(a, s int64, limit int64, chunks ...string) *stream.AppendRequest {
+		r := &stream.AppendRequest{Attempt: a, FirstSeq: s, MaxBytes: limit}
+		for _, c := range chunks {
+			r.Chunks = append(r.Chunks, []byte(c))
+		}
+		return r
+	}
+	var held int64
+	do := func(r *stream.AppendRequest) ([]stream.Ack, error) {
+		r.Bytes = held
+		acks, recs, err := stream.Append(&h, w, r)
+		held += stream.DataBytes(recs)
+		return acks, err
+	}
+	if _, err := do(req(1, 0, 6, "abc", "def")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := do(req(1, 0, 6, "abc", "def")); err != nil {
+		t.Fatalf("retransmit to a full stream: %v", err)
+	}
+	acks, err := do(req(2, 0, 6, "abc", "def"))
+	if err != nil || acks[0].Outcome != stream.Adopted || acks[1].Outcome != stream.Adopted {
+		t.Fatalf("adoption on a full stream: %v %v", acks, err)
+	}
+	_, err = do(req(3, 0, 6, "abc", "xyz"))
+	var fe *stream.FullError
+	if !errors.As(err, &fe) || fe.Holds != 6 || fe.Adding != 3 {
+		t.Fatalf("divergent retry on a full stream: %v, want FullError{Holds 6, Adding 3}", err)
+	}
+	if w.Attempt != 2 {
+		t.Fatalf("a refused attempt began: attempt %d", w.Attempt)
+	}
+	if _, _, err := stream.Append(&h, nil, &stream.AppendRequest{Chunks: [][]byte{{1}}, MaxBytes: 6, Bytes: held}); !errors.Is(err, stream.ErrFull) {
+		t.Fatalf("anonymous append to a full stream: %v", err)
+	}
+	if _, _, err := stream.Append(&h, nil, &stream.AppendRequest{Chunks: [][]byte{{1}}, MaxBytes: 7, Bytes: held}); err != nil {
+		t.Fatalf("an append that fits: %v", err)
+	}
+}
