@@ -12,6 +12,7 @@ import http.client
 import os
 import random
 import select
+import socket
 import threading
 import time
 import urllib.parse
@@ -74,6 +75,17 @@ class StreamingResponse:
     def read(self) -> bytes:
         """The rest of the body."""
         return self._resp.read()
+
+    def abort(self) -> None:
+        """Cuts the connection under a read in progress on another thread
+        (which then sees the body end); that thread still calls close()."""
+        conn = self._conn
+        sock = conn.sock if conn is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def close(self) -> None:
         """Releases the connection."""
@@ -221,8 +233,13 @@ class Transport:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise
-                # Jitter so that many clients a restart cut off do not come back in step.
-                time.sleep(min(delay * random.uniform(0.5, 1.0), left))
+                # Jitter so that many clients a restart cut off do not come
+                # back in step; a Retry-After (a busy server's) is a floor.
+                wait = delay * random.uniform(0.5, 1.0)
+                after = err.headers.get("retry-after", "").strip()
+                if after.isdigit():
+                    wait = max(wait, float(after))
+                time.sleep(min(wait, left))
                 delay = min(delay * 2, 2.0)
                 self.retries += 1
 
@@ -241,8 +258,18 @@ class Transport:
             conn.timeout = t
             if conn.sock is not None:
                 conn.sock.settimeout(t)
-            conn.request(method, target, body=body, headers=headers)
-            resp = conn.getresponse()
+            try:
+                conn.request(method, target, body=body, headers=headers)
+            except OSError as send_error:
+                # The server may refuse a request before reading its body (a
+                # body over its limit, a wrong token) and close the
+                # connection: the send fails, and its reply is there to read.
+                try:
+                    resp = conn.getresponse()
+                except (OSError, http.client.HTTPException):
+                    raise send_error from None
+            else:
+                resp = conn.getresponse()
             if stream and 200 <= resp.status < 300:
                 return StreamingResponse(self, conn, resp)
             data = resp.read()

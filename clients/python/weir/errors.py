@@ -58,6 +58,9 @@ __all__ = [
     "InvalidError",
     "UnauthorizedError",
     "MethodNotAllowedError",
+    "ForbiddenError",
+    "UnsupportedMediaTypeError",
+    "BusyError",
     "StoreClosedError",
     "EngineClosedError",
     "InternalError",
@@ -80,7 +83,8 @@ class WeirError(Exception):
 
     Attributes:
         status: the HTTP status (0 when no reply came).
-        code: the ``Weir-Error`` wire code ("" if the reply had none).
+        code: the ``Weir-Error`` wire code (for a reply without one, that of
+            the class its status maps to; "" for local errors).
         message: the server's one-line reason, or what went wrong locally.
         method, path: the request.
         headers: the reply's headers (lower-cased names), e.g. ``weir-attempt``.
@@ -418,6 +422,37 @@ class MethodNotAllowedError(WeirError):
     code_name = "method_not_allowed"
 
 
+class ForbiddenError(WeirError):
+    """403 ``forbidden``: a request the server refuses whoever sends it: a
+    ``Host`` it does not answer to (a loopback server reached by another
+    name), or a state-changing request from a web page of another origin."""
+
+    code_name = "forbidden"
+
+
+class UnsupportedMediaTypeError(WeirError):
+    """415 ``unsupported_media_type``: a body of a content type the endpoint
+    does not take (the runs API takes ``application/json`` only)."""
+
+    code_name = "unsupported_media_type"
+
+
+class BusyError(UnavailableError):
+    """503 ``busy``: a budget of the server is spent (reads at once, upload
+    bytes in flight); the client sends the request again after
+    :attr:`retry_after` seconds, where it may.
+
+    Attributes:
+        retry_after: seconds to wait (``Retry-After``), or None.
+    """
+
+    code_name = "busy"
+
+    @property
+    def retry_after(self) -> int | None:
+        return _header_int(self.headers, "retry-after")
+
+
 class StoreClosedError(UnavailableError):
     """503 ``store_closed``: the server's store is closed (it is stopping)."""
 
@@ -455,12 +490,14 @@ CODES: dict[str, type[WeirError]] = _by_code()
 _BY_STATUS: dict[int, type[WeirError]] = {
     400: BadRequestError,
     401: UnauthorizedError,
-    403: FencedError,
+    403: ForbiddenError,
     404: NotFoundError,
     405: MethodNotAllowedError,
     410: GoneError,
     413: TooLargeError,
+    415: UnsupportedMediaTypeError,
     422: ChunkConflictError,
+    429: BusyError,
     500: InternalError,
     503: UnavailableError,
 }
@@ -485,6 +522,8 @@ def error_from_reply(
             cls = ClosedError
         elif status == 409 and "weir-expected-seq" in lower:
             cls = GapError
+        elif status == 403 and "weir-attempt" in lower:
+            cls = FencedError
         elif status in (502, 504):
             cls = UnavailableError
         else:

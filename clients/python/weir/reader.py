@@ -156,12 +156,21 @@ class Reader:
         #: Requests sent again after a failure (reconnects).
         self.reconnects = 0
         self._resp: StreamingResponse | None = None
+        self._stopped = False
+        self._cursor: str | None = None  # the last Stream-Cursor, echoed (for caches)
 
     def __iter__(self) -> Iterator[Record]:
         return self._records()
 
     def close(self) -> None:
-        """Drops the connection of a live read in progress."""
+        """Ends the read: drops its connection (from any thread); the
+        iteration stops instead of resuming."""
+        self._stopped = True
+        resp = self._resp
+        if resp is not None:
+            resp.abort()  # the iterating thread sees the body end, and stops
+
+    def _release(self) -> None:
         resp, self._resp = self._resp, None
         if resp is not None:
             resp.close()
@@ -170,7 +179,7 @@ class Reader:
         live_now = False  # the first request catches up; then it follows
         last_progress = time.monotonic()
         delay = 0.05
-        while True:
+        while not self._stopped:
             try:
                 up_to_date = yield from self._one(self.live if live_now else None)
             except NotFoundError:
@@ -182,6 +191,8 @@ class Reader:
                 delay = min(delay * 2, 0.5)
                 continue
             except WeirError as e:
+                if self._stopped:
+                    return
                 if not e.retryable or time.monotonic() - last_progress > self._t.retry_for:
                     raise
                 self.reconnects += 1
@@ -189,7 +200,7 @@ class Reader:
                 delay = min(delay * 2, 2.0)
                 continue
             finally:
-                self.close()
+                self._release()
             last_progress = time.monotonic()
             delay = 0.05
             if self.closed or (up_to_date and self.live is None):
@@ -198,7 +209,13 @@ class Reader:
                 live_now = True
 
     def _query(self, mode: LiveMode | None) -> dict[str, str | int | None]:
-        return {"offset": self.offset, "format": "ndjson", "view": self.view, "live": mode}
+        return {
+            "offset": self.offset,
+            "format": "ndjson",
+            "view": self.view,
+            "live": mode,
+            "cursor": self._cursor if mode else None,
+        }
 
     def _emit(self, rec: Record, next_offset: str | None) -> Record:
         """Bookkeeping before a record goes out: the resume offset, voids, close."""
@@ -225,6 +242,7 @@ class Reader:
         )
         assert isinstance(resp, StreamingResponse)
         self._resp = resp
+        self._cursor = resp.headers.get("stream-cursor") or self._cursor
         if mode == "sse":
             return (yield from self._sse(resp))
         if resp.status == 204:
@@ -297,6 +315,8 @@ class Reader:
             elif ev == "control":
                 ctl = _json(b"\n".join(payload), "SSE control event")
                 next_offset = ctl.get("streamNextOffset")
+                if ctl.get("streamCursor"):
+                    self._cursor = str(ctl["streamCursor"])
                 for i, rec in enumerate(pending):
                     yield self._emit(rec, next_offset if i == len(pending) - 1 else None)
                 pending = []

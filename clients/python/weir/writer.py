@@ -69,8 +69,12 @@ class Writer:
     sent before it returns. With ``linger > 0`` chunks are buffered and a
     background thread sends them once the oldest has waited ``linger``
     seconds, or at once when a batch is full (``max_batch_chunks``,
-    ``max_batch_bytes``); an error it meets is raised by the next call.
-    :meth:`flush` sends everything now.
+    ``max_batch_bytes``); an error it meets is raised by the next call,
+    which then takes none of its own chunks (call it again to write them).
+    :meth:`flush` sends everything now. A batch refused as too large
+    (``413``: a proxy in front of the server with a body limit below
+    ``max_batch_bytes``, say) is split and sent again, same seqs, since
+    nothing of a refused request is stored; a single chunk refused so raises.
 
     Retries: a request that fails on the network or with a retryable reply is
     sent again with the same seqs until the client's ``retry_for`` runs out;
@@ -375,6 +379,19 @@ class Writer:
                     seq = self._seq
                 try:
                     acks, first = self._send(seq, batch)
+                except TooLargeError as e:
+                    if len(batch) > 1 and e.status == 413:
+                        # Over a limit of this server (its --max-body-bytes
+                        # may be below ours): nothing of the request was
+                        # stored, so the same seqs go again in smaller batches.
+                        with self._cond:
+                            self._max_chunks = max(1, len(batch) // 2)
+                            self._max_bytes = max(5, sum(len(c) + 4 for c in batch) // 2)
+                        continue
+                    with self._cond:
+                        self._broken = e
+                        self._buf.clear()
+                    raise
                 except WeirError as e:
                     if not e.retryable:
                         with self._cond:
