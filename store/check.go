@@ -20,6 +20,8 @@ const (
 	// DefaultListLimit is ListRunsParams.Limit and PurgeRunsParams.Limit
 	// when they are 0.
 	DefaultListLimit = 100
+	// MaxListLimit is the largest ListStandaloneParams.Limit.
+	MaxListLimit = 1000
 	// DefaultReadLimit is ReadParams.Limit when it is 0.
 	DefaultReadLimit = 1000
 	// DefaultReadBytes is ReadParams.MaxBytes when it is 0.
@@ -137,6 +139,30 @@ func (p *RenewLeaseParams) Check() error {
 		return fmt.Errorf("%w: a lease TTL > 0 is required", ErrInvalid)
 	}
 	return CheckRunID(p.RunID)
+}
+
+// Check validates a ListStandaloneStreams call.
+func (p *ListStandaloneParams) Check() error {
+	if p.Limit < 0 || p.Limit > MaxListLimit {
+		return fmt.Errorf("%w: limit %d: between 0 and %d", ErrInvalid, p.Limit, MaxListLimit)
+	}
+	if err := checkName("prefix", p.Prefix, MaxPathLen); err != nil {
+		return err
+	}
+	return checkName("cursor", p.After, MaxPathLen)
+}
+
+// WithDefaults returns a copy of p with Limit at DefaultListLimit if 0 and
+// Now from clock if zero.
+func (p *ListStandaloneParams) WithDefaults(clock func() time.Time) *ListStandaloneParams {
+	out := *p
+	if out.Limit == 0 {
+		out.Limit = DefaultListLimit
+	}
+	if out.Now.IsZero() {
+		out.Now = clock()
+	}
+	return &out
 }
 
 // Check validates a PurgeRuns call.
@@ -377,9 +403,21 @@ func (p *CreateStreamParams) Check() error {
 	if err := CheckText("content type", p.ContentType); err != nil {
 		return err
 	}
+	if p.MaxStreams < 0 || p.MaxBytes < 0 {
+		return fmt.Errorf("%w: negative limit", ErrInvalid)
+	}
 	if len(p.Chunks) > 0 {
 		if err := (&AppendParams{Chunks: p.Chunks}).Check(); err != nil {
 			return err
+		}
+		if p.MaxBytes > 0 {
+			var n int64
+			for _, c := range p.Chunks {
+				n += int64(len(c))
+			}
+			if n > p.MaxBytes {
+				return &stream.FullError{Limit: p.MaxBytes, Adding: n}
+			}
 		}
 	}
 	return nil

@@ -55,6 +55,10 @@ var (
 	// ErrKeyReused is returned for an append whose Idempotency-Key was used
 	// before, on the same stream, with another request digest.
 	ErrKeyReused = errors.New("idempotency key reused with another request")
+	// ErrQuota is returned for a new standalone stream the store has no
+	// room for (CreateStreamParams.MaxStreams). A full stream is
+	// *stream.FullError (stream.ErrFull) instead.
+	ErrQuota = errors.New("quota exceeded")
 )
 
 // Limits every backend enforces.
@@ -160,6 +164,11 @@ type Store interface {
 	// ErrNotFound (the fork source does not exist) and ErrGone (the fork
 	// source is soft-deleted).
 	CreateStream(ctx context.Context, p *CreateStreamParams) (info *StreamInfo, created bool, err error)
+	// ListStandaloneStreams lists the standalone streams whose path starts
+	// with p.Prefix, after p.After, in byte order of their paths: those a
+	// reader can open (not deleted, not expired at p.Now). Returns
+	// ErrInvalid for a bad prefix, cursor or limit.
+	ListStandaloneStreams(ctx context.Context, p *ListStandaloneParams) (*StreamList, error)
 	// DeleteStream deletes a standalone stream. A stream that forks still
 	// reference (Forks > 0) is only soft-deleted: it keeps its records and
 	// answers ErrGone from then on. Otherwise it is deleted with everything
@@ -251,6 +260,24 @@ type ListRunsParams struct {
 	// order). Empty: from the newest.
 	Before string
 	Limit  int // 0: 100
+}
+
+// ListStandaloneParams filters ListStandaloneStreams.
+type ListStandaloneParams struct {
+	Prefix string // only paths that start with it; empty: all
+	// After is a cursor: only paths after it (StreamList.Next of the page
+	// before). Empty: from the first.
+	After string
+	Limit int       // 0: DefaultListLimit; at most MaxListLimit
+	Now   time.Time // for expiry; zero: the store's clock
+}
+
+// StreamList is a page of ListStandaloneStreams.
+type StreamList struct {
+	Streams []*StreamInfo
+	// Next is the cursor of the next page (ListStandaloneParams.After);
+	// empty if this page is the last.
+	Next string
 }
 
 // ClaimRunsParams claims runs.
@@ -358,6 +385,10 @@ type StreamInfo struct {
 	NextOffset  int64
 	Closed      bool
 	CreatedAt   time.Time
+	// DataBytes is the data bytes written to the stream since it was
+	// created (a fork's copied records not included): what
+	// AppendParams.MaxBytes limits.
+	DataBytes int64
 
 	// Durable Streams metadata. Run streams have none: no expiry, no forks.
 
@@ -421,6 +452,15 @@ type CreateStreamParams struct {
 	Closed      bool     // close the stream after Chunks
 	Fork        *ForkParams
 	Now         time.Time // creation time and first LastAccess; zero: the store's clock
+	// MaxStreams, if positive, refuses a new stream (ErrQuota) when the
+	// store already holds that many standalone streams (not deleted; an
+	// expired stream counts until it is purged). A create that finds its
+	// stream is answered whatever the count.
+	MaxStreams int64
+	// MaxBytes, if positive, is the new stream's byte limit for its initial
+	// Chunks (*stream.FullError beyond it), as AppendParams.MaxBytes is for
+	// an append. A fork's copied records do not count toward it.
+	MaxBytes int64
 }
 
 // ForkParams makes CreateStream create a fork: a new stream that starts as a
@@ -532,6 +572,12 @@ type AppendParams struct {
 	// Late lets a committed attempt go on writing (stream.AppendRequest):
 	// the World's step writers set it.
 	Late bool
+	// MaxBytes, if positive, is the stream's limit of data bytes: new data
+	// that would take it past the limit is refused whole with
+	// *stream.FullError (retransmits and adopted chunks are not new data).
+	// The bytes a stream holds are those written to it since it was created
+	// (StreamInfo.DataBytes).
+	MaxBytes int64
 
 	// Producer is a Durable Streams idempotent producer's request. It needs
 	// an anonymous append (Writer empty): the producer rule replaces the

@@ -142,7 +142,8 @@ func appendOnce(tx Tx, st *Stream, p *store.AppendParams) (*store.AppendResult, 
 // abort record. stream.Append changes st and the writer only when it
 // accepts the request.
 func appendChunks(tx Tx, st *Stream, p *store.AppendParams) ([]stream.Ack, bool, error) {
-	req := stream.AppendRequest{Attempt: p.Attempt, FirstSeq: p.FirstSeq, Chunks: p.Chunks, Late: p.Late}
+	req := stream.AppendRequest{Attempt: p.Attempt, FirstSeq: p.FirstSeq, Chunks: p.Chunks, Late: p.Late,
+		MaxBytes: p.MaxBytes, Bytes: st.Bytes}
 	var w *stream.Writer
 	fresh := false
 	if p.Writer != "" {
@@ -168,6 +169,7 @@ func appendChunks(tx Tx, st *Stream, p *store.AppendParams) ([]stream.Ack, bool,
 		return nil, false, err
 	}
 	if len(recs) > 0 {
+		st.Bytes += stream.DataBytes(recs)
 		if err := tx.AddRecords(st, recs); err != nil {
 			return nil, false, err
 		}

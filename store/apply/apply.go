@@ -38,6 +38,9 @@ type Stream struct {
 	ID    int64
 	RunID string // empty for a standalone stream
 	Head  stream.Head
+	// Bytes is the data bytes written to the stream since it was created
+	// (store.StreamInfo.DataBytes); backends save it with the head.
+	Bytes int64
 	// The Durable Streams metadata of standalone streams.
 	Expiry     store.Expiry
 	LastAccess time.Time

@@ -2,6 +2,7 @@ package apply
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/weirhq/weir/store"
@@ -76,23 +77,73 @@ func RunConflict(run *store.Run, p *store.CreateRunParams) error {
 	return nil
 }
 
-// Initial returns the batches a new stream starts with, after its fork copy
-// if it is a fork (h is its head then, and becomes the new head): p.Chunks,
-// anonymous and committed, then a close record if p.Closed. A new stream is
-// not subject to its own expiry: a TTL of 0 still takes its first records.
-func Initial(h *stream.Head, p *store.CreateStreamParams) [][]stream.Record {
+// Initial returns the batches a new stream st starts with, after its fork
+// copy if it is a fork (st.Head is the head after the copy then): p.Chunks,
+// anonymous and committed, then a close record if p.Closed. It advances
+// st.Head and st.Bytes by them. A new stream is not subject to its own
+// expiry: a TTL of 0 still takes its first records.
+func Initial(st *Stream, p *store.CreateStreamParams) [][]stream.Record {
 	var out [][]stream.Record
 	if len(p.Chunks) > 0 {
-		_, recs, err := stream.Append(h, nil, &stream.AppendRequest{Chunks: p.Chunks})
+		_, recs, err := stream.Append(&st.Head, nil, &stream.AppendRequest{Chunks: p.Chunks})
 		if err != nil {
 			panic(err) // an anonymous append to an open stream cannot fail
 		}
+		st.Bytes += stream.DataBytes(recs)
 		out = append(out, recs)
 	}
 	if p.Closed {
-		if r, recs := stream.Close(h); r == stream.Done {
+		if r, recs := stream.Close(&st.Head); r == stream.Done {
 			out = append(out, recs)
 		}
 	}
 	return out
+}
+
+// CheckCount refuses a new standalone stream (store.ErrQuota) when the
+// store holds live of them and p's limit (CreateStreamParams.MaxStreams)
+// allows no more.
+func CheckCount(p *store.CreateStreamParams, live int64) error {
+	if p.MaxStreams > 0 && live >= p.MaxStreams {
+		return fmt.Errorf("%w: the store holds %d streams, its limit", store.ErrQuota, live)
+	}
+	return nil
+}
+
+// ListStandalone makes the page of store.ListStandaloneStreams from fetch,
+// which returns up to n standalone streams (not deleted) whose path is at
+// or after from, in byte order. The streams with p.Prefix form one run of
+// that order, so the page ends at the first path without it; expired
+// streams are left out, fetching on past them. p must have its defaults.
+func ListStandalone(p *store.ListStandaloneParams, fetch func(from string, n int) ([]*store.StreamInfo, error)) (*store.StreamList, error) {
+	from := p.Prefix
+	if p.After != "" && p.After >= from {
+		// No path lies between a path and itself + "\x01": paths hold no NUL.
+		from = p.After + "\x01"
+	}
+	out := &store.StreamList{}
+	n := p.Limit + 1
+	for {
+		rows, err := fetch(from, n)
+		if err != nil {
+			return nil, err
+		}
+		for _, si := range rows {
+			if !strings.HasPrefix(si.Path, p.Prefix) {
+				return out, nil
+			}
+			if si.Expiry.Passed(si.LastAccess, p.Now) {
+				continue
+			}
+			if len(out.Streams) == p.Limit {
+				out.Next = out.Streams[len(out.Streams)-1].Path
+				return out, nil
+			}
+			out.Streams = append(out.Streams, si)
+		}
+		if len(rows) < n {
+			return out, nil
+		}
+		from = rows[len(rows)-1].Path + "\x01"
+	}
 }

@@ -354,6 +354,12 @@ func (g *gen) createStream(now time.Time) *op {
 	if g.chance(2) {
 		p.Now = now.Add(-time.Second)
 	}
+	if g.chance(4) {
+		p.MaxStreams = int64(1 + g.n(4))
+	}
+	if g.chance(4) {
+		p.MaxBytes = int64(1 + g.n(6))
+	}
 	src := ""
 	if g.chance(2) {
 		src = g.pick(append(paths[:3:3], "f1", "f2"))
@@ -403,6 +409,9 @@ func (g *gen) append(now time.Time) *op {
 	if g.chance(3) {
 		p.Now = now.Add(time.Duration(g.n(3)-1) * time.Second)
 	}
+	if g.chance(3) {
+		p.MaxBytes = int64(1 + g.n(30))
+	}
 	return &op{desc: fmt.Sprintf("Append %s %+v producer %+v", path, p, p.Producer), run: func(ctx context.Context, sd *side) string {
 		q := p
 		q.StreamID = sd.id(path)
@@ -413,7 +422,26 @@ func (g *gen) append(now time.Time) *op {
 
 // look is a read of state: a stream, a run, the lists.
 func (g *gen) look() *op {
-	switch g.n(5) {
+	switch g.n(6) {
+	case 5:
+		p := store.ListStandaloneParams{Prefix: g.pick([]string{"", "s", "f", "x"}), Limit: g.n(3)}
+		if g.chance(2) {
+			p.After = g.pick(append(paths[:3:3], "f1", "f2"))
+		}
+		if g.chance(3) {
+			p.Now = g.clk.Now().Add(time.Duration(g.n(3)) * 30 * time.Second)
+		}
+		return &op{desc: fmt.Sprintf("ListStandaloneStreams %+v", p), run: func(ctx context.Context, sd *side) string {
+			l, err := sd.s.ListStandaloneStreams(ctx, &p)
+			if err != nil {
+				return sd.norm(err)
+			}
+			var b strings.Builder
+			for _, si := range l.Streams {
+				b.WriteString(sd.showStream(si))
+			}
+			return b.String() + " next=" + l.Next
+		}}
 	case 0:
 		path := g.pick(paths)
 		return &op{desc: "GetStream " + path, run: func(ctx context.Context, sd *side) string {

@@ -78,6 +78,20 @@ func (s *Store) createStream(ctx context.Context, x *txn, p *store.CreateStreamP
 		v := int64(p.Expiry.TTL)
 		ttl = &v
 	}
+	if p.MaxStreams > 0 {
+		// Creates under a limit take turns, so two cannot both take the
+		// last place; the count is then exact.
+		var live int64
+		if _, err := x.c.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, s.q.schema+".streams"); err != nil {
+			return 0, nil, err
+		}
+		if err := x.c.QueryRow(ctx, s.q.countStandalone).Scan(&live); err != nil {
+			return 0, nil, err
+		}
+		if err := apply.CheckCount(p, live); err != nil {
+			return 0, nil, err
+		}
+	}
 	if fp := p.Fork; fp != nil {
 		var err error
 		if src, srcPath, err = s.lockStream(ctx, x, fp.SourceID); err != nil {
@@ -108,16 +122,17 @@ func (s *Store) createStream(ctx context.Context, x *txn, p *store.CreateStreamP
 		}
 	}
 	b := &pgx.Batch{}
-	for _, recs := range apply.Initial(&head, p) {
+	st := &apply.Stream{ID: id, Head: head}
+	for _, recs := range apply.Initial(st, p) {
 		b.Queue(s.q.insertBatch, id, recs[len(recs)-1].Offset, recs[0].Offset, "", stream.EncodeBatch(nil, recs), dataBytes(recs))
 	}
-	b.Queue(s.q.setHead, id, head.NextOffset, head.Closed)
+	b.Queue(s.q.setHead, id, st.Head.NextOffset, st.Head.Closed, st.Bytes)
 	b.Queue("COMMIT")
 	if err := x.commit(ctx, b); err != nil {
 		return 0, nil, err
 	}
 	var wrote []int64
-	if head.NextOffset > 0 {
+	if st.Head.NextOffset > 0 {
 		wrote = append(wrote, id)
 	}
 	return id, wrote, nil

@@ -168,6 +168,7 @@ func (f *fenceRows) args() []any { return []any{f.run, f.writer, f.attempt} }
 
 type streamRows struct {
 	id, next, access, cbEpoch, cbSeq []int64
+	bytes                            []int64
 	closed                           []bool
 	closedBy                         []*string
 	seq                              []string
@@ -182,10 +183,11 @@ func (s *streamRows) add(st *gStream) {
 	}
 	s.id, s.next, s.closed, s.access = append(s.id, st.ID), append(s.next, st.Head.NextOffset), append(s.closed, st.Head.Closed), append(s.access, sqlrow.Nanos(st.LastAccess))
 	s.closedBy, s.cbEpoch, s.cbSeq, s.seq = append(s.closedBy, cb), append(s.cbEpoch, e), append(s.cbSeq, q), append(s.seq, st.StreamSeq)
+	s.bytes = append(s.bytes, st.Bytes)
 }
 
 func (s *streamRows) args() []any {
-	return []any{s.id, s.next, s.closed, s.access, s.closedBy, s.cbEpoch, s.cbSeq, s.seq}
+	return []any{s.id, s.next, s.closed, s.access, s.closedBy, s.cbEpoch, s.cbSeq, s.seq, s.bytes}
 }
 
 type writerRows struct {

@@ -413,3 +413,47 @@ func TestIdleWaitersDoNotPoll(t *testing.T) {
 		}
 	}
 }
+
+// A schema from before migration 5 gets each stream's data bytes counted
+// from its batches: a fork's copied batches not included.
+func TestDataBytesBackfill(t *testing.T) {
+	ctx := t.Context()
+	schema := newSchema(t)
+	s := open(t, schema, nil)
+	src, _, err := s.CreateStream(ctx, &store.CreateStreamParams{Path: "src", Chunks: [][]byte{[]byte("abc"), []byte("de")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, &store.AppendParams{StreamID: src.ID, Writer: "w", Attempt: 1, Chunks: [][]byte{[]byte("fghi")}}); err != nil {
+		t.Fatal(err)
+	}
+	fork, _, err := s.CreateStream(ctx, &store.CreateStreamParams{Path: "fork", Fork: &store.ForkParams{SourceID: src.ID, Offset: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, &store.AppendParams{StreamID: fork.ID, Chunks: [][]byte{[]byte("xy")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q := pgx.Identifier{schema}.Sanitize()
+	if err := adminDo(t, func(ctx context.Context) error {
+		_, err := adminPool(t).Exec(ctx, `DROP INDEX `+q+`.streams_standalone;
+			ALTER TABLE `+q+`.streams DROP COLUMN data_bytes;
+			DELETE FROM `+q+`.weir_migrations WHERE version = 5`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, schema, nil)
+	for id, want := range map[int64]int64{src.ID: 9, fork.ID: 2} {
+		si, err := s.GetStream(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if si.DataBytes != want {
+			t.Errorf("stream %q: DataBytes %d after the migration, want %d", si.Path, si.DataBytes, want)
+		}
+	}
+}

@@ -15,6 +15,7 @@ type queries struct {
 	// Read and written outside the group commit.
 	run, runExists, runLease, renew, cancel, events, streamByPath, streamByID string
 	runStreams, head, read, touch, insertBatch, setHead                       string
+	countStandalone, standalone                                               string
 
 	// Group commit (group.go).
 	lockRuns, lockStreams, readWriters, readFences, readProducers, readKeys     string
@@ -62,10 +63,14 @@ func newQueries(schema string) *queries {
 	set(&q.streamByPath, `SELECT `+sqlrow.StreamCols+` FROM $S.streams WHERE path = $1`)
 	set(&q.streamByID, `SELECT `+sqlrow.StreamCols+` FROM $S.streams WHERE id = $1`)
 	set(&q.runStreams, `SELECT `+sqlrow.StreamCols+` FROM $S.streams WHERE run_id = $1 ORDER BY name`)
+	// Byte order (COLLATE "C"), as SQLite's and apply.ListStandalone's.
+	set(&q.standalone, `SELECT `+sqlrow.StreamCols+` FROM $S.streams
+		WHERE run_id IS NULL AND NOT deleted AND (path COLLATE "C") >= $1 ORDER BY (path COLLATE "C") LIMIT $2`)
 	set(&q.head, `SELECT next_offset, closed FROM $S.streams WHERE id = $1`)
 	set(&q.insertBatch, `INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data, data_bytes)
 		VALUES ($1, $2, $3, $4, $5, $6)`)
-	set(&q.setHead, `UPDATE $S.streams SET next_offset = $2, closed = $3 WHERE id = $1`)
+	set(&q.setHead, `UPDATE $S.streams SET next_offset = $2, closed = $3, data_bytes = $4 WHERE id = $1`)
+	set(&q.countStandalone, `SELECT count(*) FROM $S.streams WHERE run_id IS NULL AND NOT deleted`)
 	set(&q.touch, `WITH u AS (
 			UPDATE $S.streams SET last_access = $2 WHERE id = $1 AND ttl IS NOT NULL AND last_access < $2
 		)
@@ -181,9 +186,11 @@ func newQueries(schema string) *queries {
 	set(&q.insertBatchesMany, `INSERT INTO $S.batches (stream_id, last_offset, first_offset, writer, data, token, data_bytes)
 		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::bytea[], $6::bigint[], $7::bigint[])`)
 	set(&q.setStreams, `UPDATE $S.streams x SET next_offset = u.next, closed = u.closed, last_access = u.access,
-			closed_by = u.closed_by, closed_by_epoch = u.cb_epoch, closed_by_seq = u.cb_seq, stream_seq = u.seq
-		FROM unnest($1::bigint[], $2::bigint[], $3::boolean[], $4::bigint[], $5::text[], $6::bigint[], $7::bigint[], $8::text[])
-			AS u(id, next, closed, access, closed_by, cb_epoch, cb_seq, seq)
+			closed_by = u.closed_by, closed_by_epoch = u.cb_epoch, closed_by_seq = u.cb_seq, stream_seq = u.seq,
+			data_bytes = u.bytes
+		FROM unnest($1::bigint[], $2::bigint[], $3::boolean[], $4::bigint[], $5::text[], $6::bigint[], $7::bigint[], $8::text[],
+				$9::bigint[])
+			AS u(id, next, closed, access, closed_by, cb_epoch, cb_seq, seq, bytes)
 		WHERE x.id = u.id`)
 	set(&q.putWriters, `INSERT INTO $S.writers AS w (stream_id, writer, attempt, next, diverged, status, version, token)
 		SELECT u.stream_id, u.writer, u.attempt, u.next, u.diverged, u.status, 1, $7

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/apply"
 	"github.com/weirhq/weir/store/internal/sqlrow"
 	"github.com/weirhq/weir/stream"
 )
@@ -198,4 +199,37 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 		return nil, fmt.Errorf("read: %w", err)
 	}
 	return res, nil
+}
+
+// ListStandaloneStreams lists standalone streams by path (apply.ListStandalone).
+func (s *Store) ListStandaloneStreams(ctx context.Context, p *store.ListStandaloneParams) (*store.StreamList, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("list streams: %w", err)
+	}
+	p = p.WithDefaults(s.cfg.Now)
+	var out *store.StreamList
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		var err error
+		out, err = apply.ListStandalone(p, func(from string, n int) ([]*store.StreamInfo, error) {
+			rows, err := s.pool.Query(ctx, s.q.standalone, from, n)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			var page []*store.StreamInfo
+			for rows.Next() {
+				si, err := sqlrow.ScanStream(rows)
+				if err != nil {
+					return nil, err
+				}
+				page = append(page, si)
+			}
+			return page, rows.Err()
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list streams: %w", err)
+	}
+	return out, nil
 }

@@ -54,6 +54,15 @@ func (tx *wtx) createStream(p *store.CreateStreamParams) (*store.StreamInfo, boo
 	if !errors.Is(err, sql.ErrNoRows) {
 		return nil, false, translate(err)
 	}
+	if p.MaxStreams > 0 {
+		var live int64
+		if err := tx.w.countStandalone.QueryRowContext(bg).Scan(&live); err != nil {
+			return nil, false, fmt.Errorf("count streams: %w", translate(err))
+		}
+		if err := apply.CheckCount(p, live); err != nil {
+			return nil, false, err
+		}
+	}
 	var src *apply.Stream
 	var srcPath string
 	fork := sql.NullInt64{}
@@ -96,7 +105,7 @@ func (tx *wtx) createStream(p *store.CreateStreamParams) (*store.StreamInfo, boo
 			return nil, false, fmt.Errorf("count fork: %w", translate(err))
 		}
 	}
-	for _, recs := range apply.Initial(&st.Head, p) {
+	for _, recs := range apply.Initial(st, p) {
 		if err := tx.AddRecords(st, recs); err != nil {
 			return nil, false, err
 		}

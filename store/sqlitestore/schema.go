@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+
+	"github.com/weirhq/weir/stream"
 )
 
 // migrations are applied in order; migration i brings the file to
@@ -263,6 +265,52 @@ CREATE INDEX world_queue_due ON world_queue (deliver_at, seq) WHERE state = 'pen
 CREATE INDEX world_queue_dead ON world_queue (seq) WHERE state = 'dead';
 CREATE INDEX world_queue_run ON world_queue (run_id, kind) WHERE state = 'pending';
 `,
+	// 5: a stream's data bytes, for the byte limit (AppendParams.MaxBytes),
+	// kept with its head; backfilled by backfillDataBytes. The index counts
+	// standalone streams for CreateStreamParams.MaxStreams and lists them.
+	`
+ALTER TABLE streams ADD COLUMN data_bytes INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX streams_standalone ON streams (path) WHERE run_id IS NULL AND deleted = 0;
+`,
+}
+
+// fixups run in a migration's transaction after its SQL, for what SQL
+// cannot compute: fixups[i] completes migration i.
+var fixups = map[int]func(ctx context.Context, conn *sql.Conn) error{4: backfillDataBytes}
+
+// backfillDataBytes counts the data bytes of every stream's records (a
+// fork's own records only: those at or after its fork offset).
+func backfillDataBytes(ctx context.Context, conn *sql.Conn) error {
+	rows, err := conn.QueryContext(ctx, `SELECT b.stream_id, b.first_offset, b.data, s.fork_offset
+		FROM batches b JOIN streams s ON s.id = b.stream_id ORDER BY b.stream_id`)
+	if err != nil {
+		return err
+	}
+	sums := map[int64]int64{}
+	var recs []stream.Record
+	for rows.Next() {
+		var id, first, forkOffset int64
+		var data []byte
+		if err := rows.Scan(&id, &first, &data, &forkOffset); err != nil {
+			rows.Close()
+			return err
+		}
+		if recs, err = stream.DecodeBatch(recs[:0], data, first, forkOffset); err != nil {
+			rows.Close()
+			return fmt.Errorf("stream %d: %w", id, err)
+		}
+		sums[id] += stream.DataBytes(recs)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for id, n := range sums {
+		if _, err := conn.ExecContext(ctx, `UPDATE streams SET data_bytes = ? WHERE id = ?`, n, id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // migrate brings the file's schema to the latest version, one transaction per
@@ -305,6 +353,11 @@ func applyMigration(ctx context.Context, conn *sql.Conn, v int) (err error) {
 	}
 	if _, err := conn.ExecContext(ctx, migrations[v]); err != nil {
 		return err
+	}
+	if fix := fixups[v]; fix != nil {
+		if err := fix(ctx, conn); err != nil {
+			return err
+		}
 	}
 	// PRAGMA takes no parameters; v is an int we control.
 	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {

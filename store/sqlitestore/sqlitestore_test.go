@@ -1,6 +1,7 @@
 package sqlitestore_test
 
 import (
+	"database/sql"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -58,6 +59,53 @@ func TestConfigIsValidated(t *testing.T) {
 	for _, cfg := range []*sqlitestore.Config{{Synchronous: "SOMETIMES"}, {MaxBatch: -1}} {
 		if _, err := sqlitestore.Open(t.Context(), path, cfg); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("Open(%+v): err = %v, want ErrInvalid", cfg, err)
+		}
+	}
+}
+
+// A file from before migration 5 gets each stream's data bytes counted
+// from its records: a fork's copied records not included.
+func TestDataBytesBackfill(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "weir.db")
+	s := open(t, path)
+	ctx := t.Context()
+	src, _, err := s.CreateStream(ctx, &store.CreateStreamParams{Path: "src", Chunks: [][]byte{[]byte("abc"), []byte("de")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, &store.AppendParams{StreamID: src.ID, Writer: "w", Attempt: 1, Chunks: [][]byte{[]byte("fghi")}}); err != nil {
+		t.Fatal(err)
+	}
+	fork, _, err := s.CreateStream(ctx, &store.CreateStreamParams{Path: "fork", Fork: &store.ForkParams{SourceID: src.ID, Offset: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, &store.AppendParams{StreamID: fork.ID, Chunks: [][]byte{[]byte("xy")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`DROP INDEX streams_standalone`, `ALTER TABLE streams DROP COLUMN data_bytes`, `PRAGMA user_version = 4`} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, path)
+	for id, want := range map[int64]int64{src.ID: 9, fork.ID: 2} {
+		si, err := s.GetStream(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if si.DataBytes != want {
+			t.Errorf("stream %q: DataBytes %d after the migration, want %d", si.Path, si.DataBytes, want)
 		}
 	}
 }

@@ -23,6 +23,7 @@ type wstmts struct {
 	savepoint, release, rollbackTo   *sql.Stmt
 	streamHead, streamByPath         *sql.Stmt
 	insertStream, setHead            *sql.Stmt
+	countStandalone                  *sql.Stmt
 	writer, writerBatches, putWriter *sql.Stmt
 	fence, putFence                  *sql.Stmt
 	insertBatch                      *sql.Stmt
@@ -66,7 +67,8 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 		p(&w.streamInfo, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE id = ?`),
 		p(&w.insertStream, `INSERT INTO streams (id, path, run_id, name, content_type, created_at, last_access)
 			VALUES (`+nextStreamID+`, ?1, NULLIF(?2, ''), ?3, ?4, ?5, ?5) RETURNING `+sqlrow.StreamCols),
-		p(&w.setHead, `UPDATE streams SET next_offset = ?, closed = ? WHERE id = ?`),
+		p(&w.setHead, `UPDATE streams SET next_offset = ?, closed = ?, data_bytes = ? WHERE id = ?`),
+		p(&w.countStandalone, `SELECT count(*) FROM streams WHERE run_id IS NULL AND deleted = 0`),
 
 		p(&w.writer, `SELECT attempt, next, diverged, status FROM writers WHERE stream_id = ? AND writer = ?`),
 		p(&w.writerBatches, `SELECT first_offset, data FROM batches WHERE stream_id = ? AND writer = ? ORDER BY last_offset`),
@@ -159,6 +161,7 @@ func (w *wstmts) close() error {
 type rstmts struct {
 	run, events               *sql.Stmt
 	stream, streamByPath      *sql.Stmt
+	standalone                *sql.Stmt
 	runStreams, head, batches *sql.Stmt
 	runExists                 *sql.Stmt
 	all                       []*sql.Stmt
@@ -183,6 +186,8 @@ func prepareRead(ctx context.Context, db *sql.DB) (*rstmts, error) {
 		p(&r.stream, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE id = ?`),
 		p(&r.streamByPath, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE path = ?`),
 		p(&r.runStreams, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE run_id = ? ORDER BY name`),
+		p(&r.standalone, `SELECT `+sqlrow.StreamCols+` FROM streams
+			WHERE run_id IS NULL AND deleted = 0 AND path >= ? ORDER BY path LIMIT ?`),
 		p(&r.head, `SELECT next_offset, closed FROM streams WHERE id = ?`),
 		p(&r.batches, `SELECT first_offset, data FROM batches WHERE stream_id = ? AND last_offset >= ? ORDER BY last_offset`),
 	)

@@ -262,3 +262,34 @@ func (s *Store) waitOnce(ctx context.Context, id int64, next int64) (done bool, 
 		return true, store.ErrClosedStore
 	}
 }
+
+// ListStandaloneStreams lists standalone streams by path (apply.ListStandalone).
+func (s *Store) ListStandaloneStreams(ctx context.Context, p *store.ListStandaloneParams) (*store.StreamList, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("list streams: %w", err)
+	}
+	p = p.WithDefaults(s.cfg.Now)
+	if s.isClosed() {
+		return nil, store.ErrClosedStore
+	}
+	out, err := apply.ListStandalone(p, func(from string, n int) ([]*store.StreamInfo, error) {
+		rows, err := s.r.standalone.QueryContext(ctx, from, n)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var page []*store.StreamInfo
+		for rows.Next() {
+			si, err := sqlrow.ScanStream(rows)
+			if err != nil {
+				return nil, err
+			}
+			page = append(page, si)
+		}
+		return page, rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list streams: %w", s.readErr(err))
+	}
+	return out, nil
+}

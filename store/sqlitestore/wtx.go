@@ -214,7 +214,7 @@ func (tx *wtx) AddRecords(st *apply.Stream, recs []stream.Record) error {
 // saveHead saves st's head and wakes its waiters after the commit.
 func (tx *wtx) saveHead(st *apply.Stream) error {
 	tx.changed = true
-	if _, err := tx.w.setHead.ExecContext(bg, st.Head.NextOffset, st.Head.Closed, st.ID); err != nil {
+	if _, err := tx.w.setHead.ExecContext(bg, st.Head.NextOffset, st.Head.Closed, st.Bytes, st.ID); err != nil {
 		return fmt.Errorf("save stream head: %w", translate(err))
 	}
 	tx.notify = append(tx.notify, st.ID)

@@ -23,12 +23,12 @@ const RunCols = `id, workflow, status, input, output, error, created_at, updated
 // StreamCols are a stream's columns, as ScanStream takes them.
 const StreamCols = `id, path, COALESCE(run_id, ''), name, content_type, next_offset, closed, created_at,
 	ttl, expires_at, last_access, closed_by, closed_by_epoch, closed_by_seq, stream_seq,
-	fork_source, fork_source_path, fork_offset, fork_sub_offset, forks, deleted`
+	fork_source, fork_source_path, fork_offset, fork_sub_offset, forks, deleted, data_bytes`
 
 // StateCols are a stream's state as the rules see it (apply.Stream), as
 // ScanState takes them.
 const StateCols = `id, COALESCE(run_id, ''), next_offset, closed, ttl, expires_at, last_access,
-	closed_by, closed_by_epoch, closed_by_seq, stream_seq, COALESCE(fork_source, 0), forks, deleted`
+	closed_by, closed_by_epoch, closed_by_seq, stream_seq, COALESCE(fork_source, 0), forks, deleted, data_bytes`
 
 // ScanRun scans RunCols, then extra.
 func ScanRun(row Scanner, extra ...any) (*store.Run, error) {
@@ -55,7 +55,7 @@ func ScanStream(row Scanner) (*store.StreamInfo, error) {
 	var forkPath string
 	if err := row.Scan(&si.ID, &si.Path, &si.RunID, &si.Name, &si.ContentType, &si.NextOffset, &si.Closed, &created,
 		&ttl, &expires, &access, &closedBy, &cbEpoch, &cbSeq, &si.StreamSeq,
-		&forkSource, &forkPath, &forkOffset, &forkSub, &si.Forks, &si.Deleted); err != nil {
+		&forkSource, &forkPath, &forkOffset, &forkSub, &si.Forks, &si.Deleted, &si.DataBytes); err != nil {
 		return nil, err
 	}
 	si.CreatedAt, si.LastAccess = Time(created), Time(access)
@@ -74,7 +74,7 @@ func ScanState(row Scanner, extra ...any) (*apply.Stream, error) {
 	var closedBy sql.NullString
 	var expires, access, cbEpoch, cbSeq int64
 	dest := []any{&st.ID, &st.RunID, &st.Head.NextOffset, &st.Head.Closed, &ttl, &expires, &access,
-		&closedBy, &cbEpoch, &cbSeq, &st.StreamSeq, &st.ForkSource, &st.Forks, &st.Deleted}
+		&closedBy, &cbEpoch, &cbSeq, &st.StreamSeq, &st.ForkSource, &st.Forks, &st.Deleted, &st.Bytes}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}
