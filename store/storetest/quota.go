@@ -185,5 +185,3 @@ func mustID(t *testing.T, s store.Store, path string) int64 {
 	}
 	return si.ID
 }
-
-

@@ -151,6 +151,7 @@ class Writer:
         # flight stays at the front until its reply comes: a failed request
         # leaves it there, so the next request starts at the same seq again.
         self._buf: list[bytes] = []
+        self._buf_bytes = 0  # _buf's bytes, framing included (4 a chunk)
         self._seq: int | None = start_seq
         self._since: float | None = None  # when the oldest unsent chunk was buffered
         self._error: WeirError | None = None  # a background failure, raised once
@@ -158,6 +159,7 @@ class Writer:
         self._finished = ""  # "committed" or "aborted"
         self._closed = False
         self._flusher: threading.Thread | None = None
+        self._flusher_idle = False  # it waits for chunks, untimed: notify it
         self._closed_flusher = False
         self._acks: list[Ack] = []
         self._sent_any = False
@@ -230,15 +232,21 @@ class Writer:
             if self._since is None:
                 self._since = time.monotonic()
             self._buf.extend(chunks)
-            full = len(self._buf) >= self._max_chunks or self._unsent_bytes() >= self._max_bytes
+            self._buf_bytes += sum(map(len, chunks)) + 4 * len(chunks)
+            full = len(self._buf) >= self._max_chunks or self._buf_bytes >= self._max_bytes
             if self._linger > 0 and not full:
-                self._start_flusher()
-                self._cond.notify_all()
+                if self._flusher is None:
+                    self._start_flusher()
+                elif self._flusher_idle:
+                    self._cond.notify_all()
                 return
         self._send_all()
 
-    def _unsent_bytes(self) -> int:
-        return sum(len(c) for c in self._buf) + 4 * len(self._buf)
+    def _drop_buffer(self) -> None:
+        """Forgets every chunk not acknowledged. Called with _cond held."""
+        self._buf.clear()
+        self._buf_bytes = 0
+        self._since = None
 
     def _check(self) -> None:
         """Raises what stops this call: a refusal, a finished or closed writer,
@@ -332,8 +340,7 @@ class Writer:
         with self._cond:
             self._closed_flusher = True
             if drop:
-                self._buf.clear()
-                self._since = None
+                self._drop_buffer()
             self._cond.notify_all()
             t, self._flusher = self._flusher, None
         if t is not None and t is not threading.current_thread():
@@ -353,7 +360,9 @@ class Writer:
                         return
                     waiting = self._buf and self._error is None and self._broken is None
                     if not waiting:
+                        self._flusher_idle = True
                         self._cond.wait()
+                        self._flusher_idle = False
                         continue
                     due = (self._since or 0.0) + self._linger
                     now = time.monotonic()
@@ -381,26 +390,27 @@ class Writer:
                     acks, first = self._send(seq, batch)
                 except TooLargeError as e:
                     if len(batch) > 1 and e.status == 413:
-                        # Over a limit of this server (its --max-body-bytes
-                        # may be below ours): nothing of the request was
-                        # stored, so the same seqs go again in smaller batches.
+                        # Over a limit on the way (a proxy's body limit):
+                        # nothing of the request was stored, so the same
+                        # seqs go again in smaller batches.
                         with self._cond:
                             self._max_chunks = max(1, len(batch) // 2)
                             self._max_bytes = max(5, sum(len(c) + 4 for c in batch) // 2)
                         continue
                     with self._cond:
                         self._broken = e
-                        self._buf.clear()
+                        self._drop_buffer()
                     raise
                 except WeirError as e:
                     if not e.retryable:
                         with self._cond:
                             self._broken = e
-                            self._buf.clear()
+                            self._drop_buffer()
                     raise
                 with self._cond:
                     self._seq = first + len(batch)
                     del self._buf[: len(batch)]
+                    self._buf_bytes -= sum(map(len, batch)) + 4 * len(batch)
                     self._acks.extend(acks)
                     for a in acks:
                         self.outcomes[a.outcome] += 1
