@@ -22,6 +22,7 @@ REPO = CLIENT.parent.parent
 
 
 class ErrorTableTests(unittest.TestCase):
+    @unittest.skipUnless((REPO / "api" / "errors.go").exists(), "not in weir's repository")
     def test_a_class_per_wire_code_of_the_server(self) -> None:
         """Every code of api.Errors (the Go table) has its class, retryable
         where the server says so."""
@@ -29,7 +30,8 @@ class ErrorTableTests(unittest.TestCase):
         rows = re.findall(r'\{Err: [^}]*Code: "([a-z_]+)", Status: http\.Status\w+[^}]*\}', src)
         retryable = set(re.findall(r'Code: "([a-z_]+)"[^}]*Retryable: true', src)) | {"internal"}
         self.assertGreater(len(rows), 30, "the Go table was found")
-        self.assertEqual(set(rows) | {"internal"}, set(weir.CODES))
+        missing = set(rows) - set(weir.CODES)
+        self.assertFalse(missing, "wire codes of api/errors.go without a class in weir/errors.py")
         for code, cls in weir.CODES.items():
             self.assertEqual(cls.retryable, code in retryable, code)
             self.assertTrue(cls.__doc__, code)

@@ -8,6 +8,7 @@ off from 50 ms to 2 s, for up to ``retry_for`` seconds in all.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import os
 import random
@@ -73,6 +74,7 @@ class _HTTPSConnection(_OneSend, http.client.HTTPSConnection):
     pass
 
 
+@functools.lru_cache(maxsize=1024)
 def stream_url_path(path: str) -> str:
     """``/v1/stream/`` and a stream's path, escaped segment by segment."""
     if not path or path.startswith("/"):

@@ -212,6 +212,7 @@ class Client:
         max_batch_bytes: int = 8 << 20,
         start_seq: int | None = 0,
         create: bool = True,
+        keep_acks: bool = True,
     ) -> Writer:
         """An exactly-once writer of one attempt on a standalone stream; see
         :class:`Writer` for the arguments."""
@@ -226,6 +227,7 @@ class Client:
             max_batch_bytes=max_batch_bytes,
             start_seq=start_seq,
             create=create,
+            keep_acks=keep_acks,
         )
 
     def read(

@@ -54,6 +54,8 @@ __all__ = [
     "ProducerGapError",
     "StreamSeqError",
     "TooLargeError",
+    "StreamFullError",
+    "QuotaError",
     "ProducerEpochSeqError",
     "InvalidError",
     "UnauthorizedError",
@@ -397,6 +399,22 @@ class TooLargeError(WeirError):
     code_name = "too_large"
 
 
+class StreamFullError(WeirError):
+    """413 ``stream_full``: the stream holds as many bytes as its limit allows;
+    new data is refused (retransmits and adopted chunks are still
+    acknowledged) until it is deleted. Not a :class:`TooLargeError`: a smaller
+    request does not help."""
+
+    code_name = "stream_full"
+
+
+class QuotaError(WeirError):
+    """507 ``quota``: the server holds as many standalone streams as it may; a
+    new one is refused until another is deleted."""
+
+    code_name = "quota"
+
+
 class ProducerEpochSeqError(BadRequestError):
     """400 ``producer_epoch_seq``: a new producer epoch that does not start at seq 0."""
 
@@ -498,6 +516,7 @@ _BY_STATUS: dict[int, type[WeirError]] = {
     415: UnsupportedMediaTypeError,
     422: ChunkConflictError,
     429: BusyError,
+    507: QuotaError,
     500: InternalError,
     503: UnavailableError,
 }

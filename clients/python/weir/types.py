@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 __all__ = [
     "START",
@@ -67,9 +67,9 @@ def _time(v: Any) -> datetime | None:
         return None
 
 
-@dataclass(frozen=True)
-class Ack:
-    """One chunk acknowledged by the server.
+class Ack(NamedTuple):
+    """One chunk acknowledged by the server (a named tuple: a writer makes
+    one per chunk, and these are the cheapest to make).
 
     Attributes:
         seq: the chunk's seq within its writer attempt.

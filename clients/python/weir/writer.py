@@ -104,6 +104,10 @@ class Writer:
             because no chunk of this object had a seq yet).
         create: create the stream (``PUT``) before the first append if it is
             missing.
+        keep_acks: keep each chunk's :class:`~weir.Ack` for :meth:`flush` to
+            return. A writer of millions of chunks that never flushes holds
+            them all: pass False (:meth:`flush` then returns ``[]``;
+            :attr:`outcomes` and :attr:`last_ack` still count).
     """
 
     def __init__(
@@ -119,6 +123,7 @@ class Writer:
         max_batch_bytes: int = 8 << 20,
         start_seq: int | None = 0,
         create: bool = True,
+        keep_acks: bool = True,
     ) -> None:
         if not writer or len(writer.encode("utf-8")) > 1024:
             raise ValueError("writer: an id of 1 to 1024 bytes, the same on every attempt")
@@ -162,6 +167,9 @@ class Writer:
         self._flusher_idle = False  # it waits for chunks, untimed: notify it
         self._closed_flusher = False
         self._acks: list[Ack] = []
+        self._keep_acks = keep_acks
+        #: The last chunk acknowledged (None before the first).
+        self.last_ack: Ack | None = None
         self._sent_any = False
         #: Chunks acknowledged, by outcome (appended, adopted, retransmit).
         self.outcomes: Counter[str] = Counter()
@@ -389,7 +397,7 @@ class Writer:
                 try:
                     acks, first = self._send(seq, batch)
                 except TooLargeError as e:
-                    if len(batch) > 1 and e.status == 413:
+                    if len(batch) > 1 and e.status == 413 and type(e) is TooLargeError:
                         # Over a limit on the way (a proxy's body limit):
                         # nothing of the request was stored, so the same
                         # seqs go again in smaller batches.
@@ -411,9 +419,10 @@ class Writer:
                     self._seq = first + len(batch)
                     del self._buf[: len(batch)]
                     self._buf_bytes -= sum(map(len, batch)) + 4 * len(batch)
-                    self._acks.extend(acks)
-                    for a in acks:
-                        self.outcomes[a.outcome] += 1
+                    if self._keep_acks:
+                        self._acks.extend(acks)
+                    self.last_ack = acks[-1]
+                    self.outcomes.update(a.outcome for a in acks)
 
     def _take(self) -> list[bytes]:
         """The next batch: the front of the buffer, within the limits."""
