@@ -119,6 +119,10 @@ var Errors = []Error{
 	{Err: stream.ErrProducerGap, Code: "producer_gap", Status: http.StatusConflict, Reason: "producer_seq"},
 	{Err: stream.ErrStreamSeq, Code: "stream_seq", Status: http.StatusConflict, Reason: "stream_seq"},
 	{Err: store.ErrTooLarge, Code: "too_large", Status: http.StatusRequestEntityTooLarge, Reason: "too_large"},
+	// A stream at its byte limit, a store at its stream limit: retrying
+	// does not help until something is deleted.
+	{Err: stream.ErrFull, Code: "stream_full", Status: http.StatusRequestEntityTooLarge, Reason: "full"},
+	{Err: store.ErrQuota, Code: "quota", Status: http.StatusInsufficientStorage},
 	{Err: stream.ErrEpochSeq, Code: "producer_epoch_seq", Status: http.StatusBadRequest, Reason: "producer_seq"},
 	{Err: store.ErrInvalid, Code: "invalid", Status: http.StatusBadRequest},
 	{Err: ErrBadRequest, Code: "bad_request", Status: http.StatusBadRequest},

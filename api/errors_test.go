@@ -29,7 +29,7 @@ func TestTableIsComplete(t *testing.T) {
 	}
 	for _, s := range []error{
 		store.ErrNotFound, store.ErrLeaseLost, store.ErrTooLarge, store.ErrInvalid, store.ErrRunConflict,
-		store.ErrClosedStore, store.ErrGone, store.ErrKeyReused,
+		store.ErrClosedStore, store.ErrGone, store.ErrKeyReused, store.ErrQuota, stream.ErrFull,
 		stream.ErrClosed, stream.ErrFenced, stream.ErrGap, stream.ErrConflict, stream.ErrWriterFinished,
 		stream.ErrUnknownWriter, stream.ErrMode, stream.ErrStaleEpoch, stream.ErrEpochSeq, stream.ErrProducerGap,
 		stream.ErrStreamSeq,
@@ -52,6 +52,8 @@ func TestLookup(t *testing.T) {
 		{fmt.Errorf("%w: fork source: %w", ErrConflict, store.ErrGone), http.StatusConflict, "conflict"},
 		{fmt.Errorf("start: %w: %q", ErrUnknownWorkflow, "x"), http.StatusNotFound, "unknown_workflow"},
 		{fmt.Errorf("x: %w", store.ErrKeyReused), http.StatusUnprocessableEntity, "key_reused"},
+		{fmt.Errorf("append: %w", &stream.FullError{Limit: 2, Holds: 2, Adding: 1}), http.StatusRequestEntityTooLarge, "stream_full"},
+		{fmt.Errorf("create stream: %w: 5 streams", store.ErrQuota), http.StatusInsufficientStorage, "quota"},
 		{errors.New("disk on fire"), http.StatusInternalServerError, "internal"},
 	} {
 		e, _ := Lookup(tc.err)

@@ -91,11 +91,18 @@ type StreamInfo struct {
 	NextOffset int64     `json:"next_offset"`
 	Closed     bool      `json:"closed"`
 	CreatedAt  time.Time `json:"created_at"`
+	// Bytes is the data bytes written to the stream (a fork's copied
+	// records not included): what --max-stream-bytes limits.
+	Bytes int64 `json:"bytes"`
 }
 
-// StreamList is the reply of GET /v1/runs/{id}/streams.
+// StreamList is the reply of GET /v1/runs/{id}/streams and GET
+// /v1/streams.
 type StreamList struct {
 	Streams []StreamInfo `json:"streams"`
+	// NextCursor, if set, is the after= value of the next page (GET
+	// /v1/streams).
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // WorkflowList is the reply of GET /v1/workflows.

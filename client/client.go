@@ -261,6 +261,35 @@ func (c *Client) Streams(ctx context.Context, id string) ([]StreamInfo, error) {
 	return out.Streams, nil
 }
 
+// StandaloneOptions filters StandaloneStreams.
+type StandaloneOptions struct {
+	Prefix string // only paths that start with it
+	After  string // a cursor: StandaloneList.NextCursor of the page before
+	Limit  int    // 0: the server's default (100); at most 1000
+}
+
+// StandaloneStreams returns a page of the server's standalone streams (the
+// Durable Streams protocol's), by path.
+func (c *Client) StandaloneStreams(ctx context.Context, opts *StandaloneOptions) (*api.StreamList, error) {
+	q := url.Values{}
+	if opts != nil {
+		if opts.Prefix != "" {
+			q.Set("prefix", opts.Prefix)
+		}
+		if opts.After != "" {
+			q.Set("after", opts.After)
+		}
+		if opts.Limit > 0 {
+			q.Set("limit", strconv.Itoa(opts.Limit))
+		}
+	}
+	var out api.StreamList
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/streams", q, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Workflows returns the names of the workflows the server can start.
 func (c *Client) Workflows(ctx context.Context) ([]string, error) {
 	var out api.WorkflowList

@@ -12,6 +12,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancel)
 	s.mux.HandleFunc("GET /v1/runs/{id}/streams", s.handleStreams)
 	s.mux.HandleFunc("GET /v1/workflows", s.handleWorkflows)
+	s.mux.HandleFunc("GET /v1/streams", s.handleListStandalone)
 	s.worldRoutes() // world.go
 
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)

@@ -338,10 +338,43 @@ func (s *Server) handleStreams(w http.ResponseWriter, r *http.Request) {
 	}
 	out := api.StreamList{Streams: make([]api.StreamInfo, len(infos))}
 	for i, in := range infos {
-		out.Streams[i] = api.StreamInfo{
-			Name: in.Name, Path: in.Path, ContentType: in.ContentType,
-			NextOffset: in.NextOffset, Closed: in.Closed, CreatedAt: in.CreatedAt.UTC(),
+		out.Streams[i] = streamJSON(in)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func streamJSON(in *store.StreamInfo) api.StreamInfo {
+	return api.StreamInfo{
+		Name: in.Name, Path: in.Path, ContentType: in.ContentType,
+		NextOffset: in.NextOffset, Closed: in.Closed, CreatedAt: in.CreatedAt.UTC(), Bytes: in.DataBytes,
+	}
+}
+
+// handleListStandalone serves GET /v1/streams: the standalone streams, by
+// path, a page at a time (prefix=, after=, limit=).
+func (s *Server) handleListStandalone(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, "prefix", "after", "limit")
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	p := &store.ListStandaloneParams{Prefix: q.Get("prefix"), After: q.Get("after"), Limit: store.DefaultListLimit}
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > store.MaxListLimit {
+			httpError(w, fmt.Errorf("%w: limit=%q: want a whole number from 1 to %d", api.ErrBadRequest, v[0], store.MaxListLimit))
+			return
 		}
+		p.Limit = n
+	}
+	l, err := s.store.ListStandaloneStreams(r.Context(), p)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	out := api.StreamList{Streams: make([]api.StreamInfo, len(l.Streams)), NextCursor: l.Next}
+	for i, in := range l.Streams {
+		out.Streams[i] = streamJSON(in)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

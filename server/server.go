@@ -73,6 +73,15 @@ type Config struct {
 	// after a 30 s grace: a body that trickles slower is cut. Defaults to
 	// 1 KiB/s.
 	MinUploadRate int64
+	// MaxStreams bounds the standalone streams clients may create: one more
+	// gets 507 (code "quota") until one is deleted. Defaults to 100,000;
+	// negative: no limit.
+	MaxStreams int64
+	// MaxStreamBytes bounds the data bytes a client may write to one stream
+	// through the server (run streams and World streams included): new data
+	// past it gets 413 (code "stream_full"); retransmits and adopted
+	// retries are still answered. Defaults to 1 GiB; negative: no limit.
+	MaxStreamBytes int64
 	// WorldDelivery says a delivery loop (package delivery) pushes this
 	// server's World queue messages to the apps; without one, POST
 	// /v1/world/queue answers 503 rather than keep messages nothing
@@ -109,6 +118,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MinUploadRate == 0 {
 		c.MinUploadRate = 1 << 10
+	}
+	if c.MaxStreams == 0 {
+		c.MaxStreams = 100_000
+	}
+	if c.MaxStreamBytes == 0 {
+		c.MaxStreamBytes = 1 << 30
 	}
 	return c
 }
@@ -235,3 +250,6 @@ func httpError(w http.ResponseWriter, err error) {
 	}
 	_, _ = w.Write([]byte(msg + "\n"))
 }
+
+// limit is a Config limit as the store takes it: 0 for none.
+func limit(n int64) int64 { return max(n, 0) }

@@ -1,35 +1,14 @@
 package server
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"testing"
-
-	"github.com/weirhq/weir/internal/pgtest"
-	"github.com/weirhq/weir/store/pgstore"
-	"github.com/weirhq/weir/store/sqlitestore"
 )
 
 // onEveryStore runs f against a server on each store backend.
-func onEveryStore(t *testing.T, f func(t *testing.T, d *dsServer)) {
-	t.Run("sqlite", func(t *testing.T) {
-		st, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "weir.db"), &sqlitestore.Config{Synchronous: "OFF"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f(t, newDSServerOn(t, nil, st))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		st, err := pgstore.Open(context.Background(), pgtest.URL(), &pgstore.Config{Schema: pgtest.NewSchema(t), MaxConns: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f(t, newDSServerOn(t, nil, st))
-	})
-}
+func onEveryStore(t *testing.T, f func(t *testing.T, d *dsServer)) { onEveryStoreWith(t, nil, f) }
 
 // The drifts the rules-once issue found from outside, as a new user meets
 // them over HTTP: each store answers alike.

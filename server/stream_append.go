@@ -65,7 +65,8 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, path strin
 		s.streamError(w, fmt.Errorf("%w: empty body: an append needs bytes (or Stream-Closed: true to close)", api.ErrBadRequest))
 		return
 	}
-	p := &store.AppendParams{StreamID: info.ID, Producer: wh.producer, StreamSeq: wh.streamSeq, Close: wh.close, Now: now}
+	p := &store.AppendParams{StreamID: info.ID, Producer: wh.producer, StreamSeq: wh.streamSeq, Close: wh.close, Now: now,
+		MaxBytes: limit(s.cfg.MaxStreamBytes)}
 	if wh.weir {
 		p.Writer, p.Attempt, p.FirstSeq = wh.writer, wh.attempt, wh.seq
 	}

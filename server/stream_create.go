@@ -43,7 +43,8 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, path strin
 		return
 	}
 
-	p := &store.CreateStreamParams{Path: path, ContentType: ch.contentType, Expiry: ch.expiry, Closed: ch.closed, Now: now}
+	p := &store.CreateStreamParams{Path: path, ContentType: ch.contentType, Expiry: ch.expiry, Closed: ch.closed, Now: now,
+		MaxStreams: limit(s.cfg.MaxStreams), MaxBytes: limit(s.cfg.MaxStreamBytes)}
 	if ch.isFork {
 		src, err := s.lookup(ctx, ch.forkedFrom, now)
 		switch {

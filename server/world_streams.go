@@ -67,7 +67,7 @@ func (s *Server) handleWorldWrite(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	p := &store.AppendParams{StreamID: info.ID, Now: time.Now()}
+	p := &store.AppendParams{StreamID: info.ID, Now: time.Now(), MaxBytes: limit(s.cfg.MaxStreamBytes)}
 	if p.Chunks, err = bodyChunks(info.ContentType, wh, body); err != nil {
 		s.rejected(err)
 		httpError(w, err)

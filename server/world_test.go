@@ -22,6 +22,8 @@ import (
 // The World API over HTTP, on both stores: what the World package relies
 // on, status by status.
 
+// onEveryStoreWith runs f against a server with cfg on each store backend,
+// in parallel.
 func onEveryStoreWith(t *testing.T, cfg *Config, f func(t *testing.T, d *dsServer)) {
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()

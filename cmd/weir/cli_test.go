@@ -345,6 +345,49 @@ func TestStreamCommands(t *testing.T) {
 	}
 }
 
+// weir stream ls lists the standalone streams, all pages, with their size;
+// --max-stream-bytes and --max-streams refuse what is past them.
+func TestStreamList(t *testing.T) {
+	url := startServer(t, "--max-streams", "3", "--max-stream-bytes", "5")
+	t.Setenv("WEIR_URL", url)
+	put := func(path, body string) int {
+		t.Helper()
+		method := http.MethodPut
+		if body != "" {
+			method = http.MethodPost
+		}
+		req, _ := http.NewRequest(method, url+"/v1/stream/"+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "text/plain")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, p := range []string{"logs/b", "logs/a", "other"} {
+		if code := put(p, ""); code != http.StatusCreated {
+			t.Fatalf("PUT %s: %d", p, code)
+		}
+	}
+	if code := put("logs/a", "hello"); code != http.StatusNoContent {
+		t.Fatalf("append: %d", code)
+	}
+	if code := put("logs/a", "!"); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("append past --max-stream-bytes: %d, want 413", code)
+	}
+	if code := put("more", ""); code != http.StatusInsufficientStorage {
+		t.Fatalf("create past --max-streams: %d, want 507", code)
+	}
+	out := mustWeir(t, "stream", "ls", "--prefix", "logs/")
+	if want := "logs/a\t1\t5\topen\ttext/plain\nlogs/b\t0\t0\topen\ttext/plain\n"; out != want {
+		t.Fatalf("stream ls --prefix logs/:\n%q, want\n%q", out, want)
+	}
+	if out := mustWeir(t, "stream", "ls", "--limit", "1"); !strings.HasPrefix(out, "logs/a\t") || strings.Count(out, "\n") != 1 {
+		t.Fatalf("stream ls --limit 1: %q", out)
+	}
+}
+
 // SIGTERM drains: a long-poll in progress ends at once rather than at its
 // timeout, the server exits promptly, and what it acknowledged is there
 // when it starts again on the same file.

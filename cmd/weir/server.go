@@ -51,6 +51,8 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.IntVar(&scfg.MaxReaders, "max-readers", 1024, "stream reads served at once (catch-up, long-poll, SSE); one more gets 503 with Retry-After")
 	fs.Int64Var(&scfg.MaxUploadBytes, "max-upload-bytes", 256<<20, "request body bytes received at once across requests; one more gets 503 with Retry-After")
 	fs.Int64Var(&scfg.MinUploadRate, "min-upload-rate", 1<<10, "the slowest a request body may arrive, in bytes a second, after 30 s")
+	maxStreams := fs.Int64("max-streams", 100_000, "standalone streams clients may create; one more gets 507 until one is deleted (0: no limit)")
+	maxStreamBytes := fs.Int64("max-stream-bytes", 1<<30, "data bytes clients may write to one stream; new data past it gets 413 (0: no limit)")
 	var corsOrigins listFlag
 	fs.Var(&corsOrigins, "cors-origin", "a web origin (https://app.example) besides the server's own whose pages may use the API and read replies; repeat, or * for any (default: none)")
 	var wcfg delivery.Config
@@ -141,6 +143,8 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		MaxReaders:           scfg.MaxReaders,
 		MaxUploadBytes:       scfg.MaxUploadBytes,
 		MinUploadRate:        scfg.MinUploadRate,
+		MaxStreams:           noLimit(*maxStreams),
+		MaxStreamBytes:       noLimit(*maxStreamBytes),
 		Token:                *token,
 		ReadToken:            *readToken,
 		AllowedHosts:         hosts,
@@ -305,4 +309,12 @@ func secret(name, flagValue, file, env string) (string, error) {
 		return "", errUsage(fmt.Errorf("server: the %s has %d bytes; it must have at least %d (try: openssl rand -hex 16)", name, len(v), minTokenLen))
 	}
 	return v, nil
+}
+
+// noLimit turns a flag's 0 (no limit) into server.Config's negative.
+func noLimit(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

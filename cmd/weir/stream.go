@@ -16,11 +16,14 @@ import (
 const streamUsage = `Usage:
   weir stream tail RUN NAME [--from N] [--view live|committed] [--sse] [--records]
   weir stream cat  RUN NAME [--from N] [--view live|committed] [--records]
+  weir stream ls   [--prefix P] [--limit N]
 
 tail follows the stream until it is closed (the run ended) or you stop it;
 cat prints it to its current end. Data goes to stdout as written; on the live
 view, abort and commit records are noted on stderr. --records prints every
 record as a line instead: offset, kind, writer, attempt, seq, data.
+ls lists the standalone streams (the Durable Streams protocol's) by path:
+path, records, data bytes, closed, content type.
 
 Every subcommand takes --url (default $WEIR_URL, else http://127.0.0.1:4437)
 and --token (default $WEIR_TOKEN).
@@ -28,13 +31,15 @@ and --token (default $WEIR_TOKEN).
 
 func streamCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errUsage(fmt.Errorf("stream: want a subcommand: tail or cat\n\n%s", streamUsage))
+		return errUsage(fmt.Errorf("stream: want a subcommand: tail, cat or ls\n\n%s", streamUsage))
 	}
 	switch args[0] {
 	case "tail":
 		return streamRead(ctx, "tail", true, args[1:], stdout, stderr)
 	case "cat":
 		return streamRead(ctx, "cat", false, args[1:], stdout, stderr)
+	case "ls":
+		return streamList(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, streamUsage)
 		return nil
@@ -121,4 +126,46 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+func streamList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("stream ls", streamUsage, stderr)
+	var cf clientFlags
+	cf.register(fs)
+	prefix := fs.String("prefix", "", "only paths that start with this")
+	limit := fs.Int("limit", 0, "list at most this many (0: all)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 || *limit < 0 {
+		return errUsage(errors.New("stream ls: takes no arguments; --limit must be 0 or more"))
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	out := bufio.NewWriter(stdout)
+	defer out.Flush()
+	opts := &client.StandaloneOptions{Prefix: *prefix}
+	for n := 0; ; {
+		page, err := c.StandaloneStreams(ctx, opts)
+		if err != nil {
+			return err
+		}
+		for _, si := range page.Streams {
+			closed := "open"
+			if si.Closed {
+				closed = "closed"
+			}
+			fmt.Fprintf(out, "%s\t%d\t%d\t%s\t%s\n", si.Path, si.NextOffset, si.Bytes, closed, si.ContentType)
+			if n++; *limit > 0 && n == *limit {
+				return nil
+			}
+		}
+		if page.NextCursor == "" {
+			return nil
+		}
+		opts.After = page.NextCursor
+	}
 }

@@ -105,7 +105,7 @@ func Initial(st *Stream, p *store.CreateStreamParams) [][]stream.Record {
 // allows no more.
 func CheckCount(p *store.CreateStreamParams, live int64) error {
 	if p.MaxStreams > 0 && live >= p.MaxStreams {
-		return fmt.Errorf("%w: the store holds %d streams, its limit", store.ErrQuota, live)
+		return fmt.Errorf("%w: the store holds %d standalone streams, its limit; delete one to make room", store.ErrQuota, live)
 	}
 	return nil
 }
