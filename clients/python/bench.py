@@ -13,6 +13,9 @@ Workloads (each on a fresh stream, 100-byte chunks by default):
     the same chunks, ``--batch`` to a request, ``u32be`` framed. Client:
     ``Writer(linger=1, max_batch_chunks=batch)`` and ``write(chunk)`` per
     chunk (the client batches). Baseline: framed requests by hand.
+``writer, batched, write(*chunks)``
+    the same, the client handed each batch in one call (``write(*chunks)``,
+    ``linger=0``): the client's cost without one Python call per chunk.
 ``append, single``
     plain Durable Streams appends (no weir header), one chunk each. Client:
     ``Client.append``. Baselines: by hand with ``http.client``, and weir's Go
@@ -227,6 +230,28 @@ def client_writer_batched(url: str, token: str, n: int, size: int, batch: int) -
         client.close()
 
 
+def client_writer_batched_calls(url: str, token: str, n: int, size: int, batch: int) -> Round:
+    """The client handed each batch in one call: ``write(*chunks)``."""
+    path = new_stream(url, token)
+    client = weir.Client(url, token=token)
+    data = [chunk(i, size) for i in range(n)]
+
+    def run(lat: list[float]) -> tuple[int, int]:
+        w = client.writer(path, "bench", 1, max_batch_chunks=batch, create=False)
+        for s in range(0, n, batch):
+            t = time.perf_counter()
+            w.write(*data[s : s + batch])
+            lat.append(time.perf_counter() - t)
+        w.commit()
+        assert w.outcomes["appended"] == n, w.outcomes
+        return w.requests + 1, n
+
+    try:
+        return measure(run)
+    finally:
+        client.close()
+
+
 def raw_append_single(url: str, token: str, n: int, size: int) -> Round:
     path = "/v1/stream/" + new_stream(url, token)
     raw = Raw(url, token)
@@ -373,6 +398,8 @@ def main() -> int:
         pairs: list[tuple[str, Callable[[], Round], Callable[[], Round]]] = [
             ("writer, single", lambda: client_writer_single(url, token, n, size), lambda: raw_writer_single(url, token, n, size)),
             ("writer, batched", lambda: client_writer_batched(url, token, n * 10, size, b),
+             lambda: raw_writer_batched(url, token, n * 10, size, b)),
+            ("writer, batched, write(*chunks)", lambda: client_writer_batched_calls(url, token, n * 10, size, b),
              lambda: raw_writer_batched(url, token, n * 10, size, b)),
             ("append, single", lambda: client_append_single(url, token, n, size), lambda: raw_append_single(url, token, n, size)),
         ]

@@ -140,7 +140,7 @@ class WriterSplitTests(unittest.TestCase):
         self.addCleanup(srv.server_close)
         c = weir.Client(f"http://127.0.0.1:{srv.server_address[1]}", timeout=5, retry_for=1)
         self.addCleanup(c.close)
-        w = c.writer("s", "w", 1, max_batch_bytes=1000)
+        w = c.writer("s", "w", 1, max_batch_bytes=1000, keep_acks=True)
         w.write(*[b"x" * 16] * 20)  # 400 bytes framed: 413, then 200, then 100 a request
         acks = w.flush()
         self.assertEqual([a.seq for a in acks], list(range(20)))

@@ -21,13 +21,13 @@ class WriterTests(ServerCase):
     def test_identical_retry_is_adopted(self) -> None:
         p = self.stream("text/plain")
         with self.assertRaises(StepFailed):
-            with self.client.writer(p, "step/gen", 1, content_type="text/plain") as w:
+            with self.client.writer(p, "step/gen", 1, content_type="text/plain", keep_acks=True) as w:
                 w.write("Hello", ",", " world")
                 first = w.flush()
                 raise StepFailed
         self.assertEqual([a.outcome for a in first], ["appended"] * 3)
         self.assertEqual(self.data(p), [], "an open attempt's chunks are not committed")
-        with self.client.writer(p, "step/gen", 2, content_type="text/plain") as w:
+        with self.client.writer(p, "step/gen", 2, content_type="text/plain", keep_acks=True) as w:
             w.write("Hello", ",", " world", "!")
             acks = w.flush()
         self.assertEqual([a.outcome for a in acks], ["adopted"] * 3 + ["appended"])
@@ -44,7 +44,7 @@ class WriterTests(ServerCase):
             with self.client.writer(p, "step/gen", 1) as w:
                 w.write(b"The answer is", b" forty-one", b", give or take")
                 raise StepFailed
-        with self.client.writer(p, "step/gen", 2) as w:
+        with self.client.writer(p, "step/gen", 2, keep_acks=True) as w:
             w.write(b"The answer is", b" forty-two")
             acks = w.flush()
         self.assertEqual([a.outcome for a in acks], ["adopted", "appended"])
@@ -106,7 +106,7 @@ class WriterTests(ServerCase):
         self.addCleanup(proxy.close)
         via = self.new_client(proxy.url)
         p = self.stream("text/plain")
-        w = via.writer(p, "job-7", 1, content_type="text/plain")
+        w = via.writer(p, "job-7", 1, content_type="text/plain", keep_acks=True)
         w.write("p1", "p2")
         self.assertEqual([a.outcome for a in w.flush()], ["appended"] * 2)
         for i, mode in enumerate(("first_byte", "full_reply")):
@@ -129,7 +129,7 @@ class WriterTests(ServerCase):
         self.addCleanup(proxy.close)
         via = self.new_client(proxy.url, retry_for=0.3)
         p = self.stream()
-        w = via.writer(p, "job-8", 1)
+        w = via.writer(p, "job-8", 1, keep_acks=True)
         w.write(b"a")
         # Requests never reach the server: the write fails, its chunk stays.
         proxy.drop_requests = True
@@ -153,7 +153,7 @@ class WriterTests(ServerCase):
     def test_batching(self) -> None:
         p = self.stream()
         # Batches fill up: sent at once, in the caller's thread.
-        w = self.client.writer(p, "batcher", 1, linger=60, max_batch_chunks=10)
+        w = self.client.writer(p, "batcher", 1, linger=60, max_batch_chunks=10, keep_acks=True)
         for i in range(25):
             w.write(b"%d," % i)
         self.assertEqual((w.requests, w.buffered), (2, 5))
@@ -167,9 +167,12 @@ class WriterTests(ServerCase):
         w3 = self.client.writer(p, "linger", 1, linger=0.01)
         for i in range(200):
             w3.write(b"t%d " % i)
+        self.assertEqual(w3.flush(), [], "acks are kept only with keep_acks=True")
         w3.commit()
         self.assertLess(w3.requests, 200)
         self.assertEqual(w3.outcomes["appended"], 200)
+        assert w3.last_ack is not None
+        self.assertEqual((w3.last_ack.seq, w3.last_ack.outcome), (199, "appended"))
         w.commit()
         w2.commit()
         data = self.data(p)
@@ -225,7 +228,7 @@ class WriterTests(ServerCase):
 
     def test_closed_stream(self) -> None:
         p = self.stream()
-        w = self.client.writer(p, "w", 1)
+        w = self.client.writer(p, "w", 1, keep_acks=True)
         w.write(b"one")
         acks = w.flush()
         self.client.close_stream(p)

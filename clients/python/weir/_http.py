@@ -298,9 +298,10 @@ class Transport:
         conn = self._acquire()
         try:
             t = timeout or self.timeout
-            conn.timeout = t
-            if conn.sock is not None:
-                conn.sock.settimeout(t)
+            if conn.timeout != t:  # settimeout costs two system calls: only on a change
+                conn.timeout = t
+                if conn.sock is not None:
+                    conn.sock.settimeout(t)
             try:
                 if body and isinstance(conn, _OneSend) and len(body) <= _COALESCE_BYTES:
                     conn.hold = True

@@ -212,7 +212,7 @@ class Client:
         max_batch_bytes: int = 8 << 20,
         start_seq: int | None = 0,
         create: bool = True,
-        keep_acks: bool = True,
+        keep_acks: bool = False,
     ) -> Writer:
         """An exactly-once writer of one attempt on a standalone stream; see
         :class:`Writer` for the arguments."""

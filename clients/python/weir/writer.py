@@ -14,6 +14,7 @@ the attempt's chunks part of the committed view, which readers get by default.
 from __future__ import annotations
 
 import json
+import operator
 import struct
 import threading
 import time
@@ -46,6 +47,9 @@ _MAX_BODY_BYTES = 16 << 20
 _MAX_SEQ = (1 << 53) - 1
 
 _u32 = struct.Struct(">I")
+_new = tuple.__new__  # makes an Ack at half the cost of Ack(...)
+_outcome = operator.itemgetter("outcome")
+_OUTCOMES = frozenset(("appended", "adopted", "retransmit"))
 
 
 def _is_json_type(content_type: str) -> bool:
@@ -104,10 +108,12 @@ class Writer:
             because no chunk of this object had a seq yet).
         create: create the stream (``PUT``) before the first append if it is
             missing.
-        keep_acks: keep each chunk's :class:`~weir.Ack` for :meth:`flush` to
-            return. A writer of millions of chunks that never flushes holds
-            them all: pass False (:meth:`flush` then returns ``[]``;
-            :attr:`outcomes` and :attr:`last_ack` still count).
+        keep_acks: keep each chunk's :class:`~weir.Ack` (seq, offset,
+            outcome) for :meth:`flush` to return. Off by default: a writer of
+            a million chunks would hold a million acks until it flushes, and
+            making them costs a third of a batch's CPU. Without them,
+            :meth:`flush` returns ``[]``, and :attr:`outcomes` and
+            :attr:`last_ack` still count.
     """
 
     def __init__(
@@ -123,7 +129,7 @@ class Writer:
         max_batch_bytes: int = 8 << 20,
         start_seq: int | None = 0,
         create: bool = True,
-        keep_acks: bool = True,
+        keep_acks: bool = False,
     ) -> None:
         if not writer or len(writer.encode("utf-8")) > 1024:
             raise ValueError("writer: an id of 1 to 1024 bytes, the same on every attempt")
@@ -166,7 +172,7 @@ class Writer:
         self._flusher: threading.Thread | None = None
         self._flusher_idle = False  # it waits for chunks, untimed: notify it
         self._closed_flusher = False
-        self._acks: list[Ack] = []
+        self._acks: list[Ack] = []  # since the last flush, if keep_acks
         self._keep_acks = keep_acks
         #: The last chunk acknowledged (None before the first).
         self.last_ack: Ack | None = None
@@ -209,12 +215,13 @@ class Writer:
         """
         out: list[bytes] = []
         for c in chunks:
-            b = c.encode("utf-8") if isinstance(c, str) else bytes(c)
-            if not b:
+            b = c if type(c) is bytes else c.encode("utf-8") if isinstance(c, str) else bytes(c)
+            n = len(b)
+            if n == 0:
                 continue
-            if len(b) > MAX_CHUNK_BYTES:
+            if n > MAX_CHUNK_BYTES:
                 raise TooLargeError(
-                    f"a chunk of {len(b)} bytes: the limit is {MAX_CHUNK_BYTES} (not sent)",
+                    f"a chunk of {n} bytes: the limit is {MAX_CHUNK_BYTES} (not sent)",
                     method="POST",
                     path=self._url,
                 )
@@ -276,15 +283,15 @@ class Writer:
         """Sends every buffered chunk and waits for its acks.
 
         Returns:
-            The acks received since the previous :meth:`flush` (or since the
-            writer began), in seq order.
+            With ``keep_acks=True``, the acks received since the previous
+            :meth:`flush` (or since the writer began), in seq order; else ``[]``.
         """
         with self._cond:
             self._check()
         self._send_all()
         with self._cond:
             acks, self._acks = self._acks, []
-            return acks
+        return acks
 
     def commit(self) -> str:
         """Flushes, then commits the attempt: its chunks join the committed
@@ -420,12 +427,16 @@ class Writer:
                     del self._buf[: len(batch)]
                     self._buf_bytes -= sum(map(len, batch)) + 4 * len(batch)
                     if self._keep_acks:
-                        self._acks.extend(acks)
-                    self.last_ack = acks[-1]
-                    self.outcomes.update(a.outcome for a in acks)
+                        self._acks.extend([_new(Ack, (first + i, a["offset"], a["outcome"])) for i, a in enumerate(acks)])
+                    last = acks[-1]
+                    self.last_ack = _new(Ack, (first + len(acks) - 1, last["offset"], last["outcome"]))
+                    self.outcomes.update(map(_outcome, acks))
 
     def _take(self) -> list[bytes]:
         """The next batch: the front of the buffer, within the limits."""
+        if len(self._buf) <= self._max_chunks and self._buf_bytes <= self._max_bytes:
+            self._since = None
+            return self._buf[:]
         n, size = 0, 0
         for c in self._buf:
             if n > 0 and (n == self._max_chunks or size + len(c) + 4 > self._max_bytes):
@@ -447,7 +458,7 @@ class Writer:
             pass  # it exists with another configuration: the appends will tell
         self._created = True
 
-    def _send(self, seq: int | None, batch: list[bytes]) -> tuple[list[Ack], int]:
+    def _send(self, seq: int | None, batch: list[bytes]) -> tuple[list[dict[str, Any]], int]:
         """Sends one batch at seq (None: ask the server where the attempt goes
         on); returns its acks and the seq it went at."""
         self._ensure_stream()
@@ -465,7 +476,7 @@ class Writer:
                 path=e.path,
                 headers=e.headers,
             ) from None
-        return self._acks_of(resp, seq, len(batch)), seq
+        return self._acks_of(resp, len(batch)), seq
 
     def _probe(self, chunk: bytes) -> int:
         """Learns the attempt's next seq: an append at the last seq the server
@@ -500,12 +511,17 @@ class Writer:
         self.requests += 1
         return resp
 
-    def _acks_of(self, resp: Response, seq: int, n: int) -> list[Ack]:
+    def _acks_of(self, resp: Response, n: int) -> list[dict[str, Any]]:
+        """The reply's acks (JSON objects), checked: n of them."""
         try:
             rep = resp.json()
-            acks = [Ack(seq + i, int(a["offset"]), a["outcome"]) for i, a in enumerate(rep["acks"])]
+            acks = rep["acks"]
             self.next_offset = rep.get("next_offset")
-        except (ValueError, KeyError, TypeError) as e:
+            # The last ack checked in full, every ack's outcome when counted.
+            if not isinstance(acks, list) or (acks and (type(acks[-1]["offset"]) is not int
+                                                        or acks[-1]["outcome"] not in _OUTCOMES)):
+                raise TypeError("an ack without an integer offset and a known outcome")
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ProtocolError(f"append reply is not weir's acks JSON: {e}", path=self._url) from None
         if len(acks) != n:
             raise ProtocolError(f"append of {n} chunks got {len(acks)} acks", path=self._url)
