@@ -265,16 +265,24 @@ class Transport:
         """
         target = self.target(path, query)
         h = self.headers(headers)
-        deadline = time.monotonic() + self.retry_for
+        start = time.monotonic()
+        deadline = start + self.retry_for
         delay = 0.05
+        tries = 0
         while True:
+            tries += 1
             try:
                 return self._once(method, target, h, body, timeout, stream)
             except WeirError as err:
-                if not (idempotent and err.retryable):
+                # A request that never left (no connection) may go again,
+                # whatever it is.
+                if not err.retryable or not (idempotent or getattr(err, "unsent", False)):
                     raise
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    if tries > 1:
+                        err.message += f" (tried {tries} times in {time.monotonic() - start:.1f} s, the client's retry_for)"
+                        err.args = (err.message,)
                     raise
                 # Jitter so that many clients a restart cut off do not come
                 # back in step; a Retry-After (a busy server's) is a floor.
@@ -296,7 +304,12 @@ class Transport:
         stream: bool,
     ) -> Response | StreamingResponse:
         conn = self._acquire()
+        unsent = False
         try:
+            if conn.sock is None:
+                unsent = True  # if the connect fails, nothing was sent
+                conn.connect()
+                unsent = False
             t = timeout or self.timeout
             if conn.timeout != t:  # settimeout costs two system calls: only on a change
                 conn.timeout = t
@@ -311,6 +324,8 @@ class Transport:
                 # The server may refuse a request before reading its body (a
                 # body over its limit, a wrong token) and close the
                 # connection: the send fails, and its reply is there to read.
+                if conn.sock is None:  # not even connected
+                    raise
                 try:
                     resp = conn.getresponse()
                 except (OSError, http.client.HTTPException):
@@ -323,9 +338,13 @@ class Transport:
         except (OSError, http.client.HTTPException) as e:
             conn.close()
             what = "timed out" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
-            raise WeirConnectionError(
-                f"no reply from weir server at {self.url} ({what})", method=method, path=target
-            ) from e
+            err = WeirConnectionError(
+                f"{'could not connect to' if unsent else 'no reply from'} weir server at {self.url} ({what})",
+                method=method,
+                path=target,
+            )
+            err.unsent = unsent
+            raise err from e
         hdrs = {k.lower(): v for k, v in resp.getheaders()}
         if resp.will_close:
             conn.close()

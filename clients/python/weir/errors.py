@@ -127,9 +127,14 @@ class WeirConnectionError(WeirError):
     """No reply: the server could not be reached, the connection dropped, or a
     socket operation timed out, and retrying (where the request allowed it) did
     not help before the client's ``retry_for`` ran out. ``__cause__`` holds the
-    last network error."""
+    last network error.
+
+    Attributes:
+        unsent: the connection could not be made: the request never left.
+    """
 
     retryable = True
+    unsent = False
 
 
 class ProtocolError(WeirError):
