@@ -383,6 +383,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=100, help="bytes per chunk (default 100)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--json-out", help="also write the JSON (every figure, each side's range over the rounds) to this file")
     a = ap.parse_args()
 
     server = None
@@ -437,8 +438,12 @@ def main() -> int:
                 w["ratio_raw_to_go"] = r["chunks_per_sec"] / g["chunks_per_sec"]
             out["workloads"][name] = w  # type: ignore[index]
             rows.append((name, w))
+        text = json.dumps(out, indent=2, default=lambda x: None).replace("NaN", "null")
+        if a.json_out:
+            with open(a.json_out, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
         if a.json:
-            print(json.dumps(out, indent=2, default=lambda x: None))
+            print(text)
             return 0
         print(f"Python {out['python']}, store {out['store']}, {size}-byte chunks, batches of {b}, "
               f"{a.rounds} rounds (median round; latencies over all rounds)\n")

@@ -163,6 +163,7 @@ class Writer:
         # leaves it there, so the next request starts at the same seq again.
         self._buf: list[bytes] = []
         self._buf_bytes = 0  # _buf's bytes, framing included (4 a chunk)
+        self._drops = 0  # times _buf was dropped: a batch in flight then is gone from it
         self._seq: int | None = start_seq
         self._since: float | None = None  # when the oldest unsent chunk was buffered
         self._error: WeirError | None = None  # a background failure, raised once
@@ -262,6 +263,7 @@ class Writer:
         self._buf.clear()
         self._buf_bytes = 0
         self._since = None
+        self._drops += 1
 
     def _check(self) -> None:
         """Raises what stops this call: a refusal, a finished or closed writer,
@@ -401,6 +403,7 @@ class Writer:
                         return
                     batch = self._take()
                     seq = self._seq
+                    drops = self._drops
                 try:
                     acks, first = self._send(seq, batch)
                 except TooLargeError as e:
@@ -424,8 +427,9 @@ class Writer:
                     raise
                 with self._cond:
                     self._seq = first + len(batch)
-                    del self._buf[: len(batch)]
-                    self._buf_bytes -= sum(map(len, batch)) + 4 * len(batch)
+                    if drops == self._drops:  # else close() dropped the buffer, batch and all
+                        del self._buf[: len(batch)]
+                        self._buf_bytes -= sum(map(len, batch)) + 4 * len(batch)
                     if self._keep_acks:
                         self._acks.extend([_new(Ack, (first + i, a["offset"], a["outcome"])) for i, a in enumerate(acks)])
                     last = acks[-1]
