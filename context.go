@@ -59,6 +59,10 @@ type StepContext interface {
 	// are batched; identical chunks written again by a retry are adopted, not
 	// appended, and the step's outcome commits or aborts them.
 	Stream(name string) *Writer
+	// Heartbeat tells the engine the attempt is alive: with
+	// WithHeartbeatTimeout, an attempt that goes longer without one fails.
+	// Without it, Heartbeat does nothing. Safe from any goroutine.
+	Heartbeat()
 }
 
 type stepContext struct {
@@ -66,9 +70,20 @@ type stepContext struct {
 	x       *execution
 	op      int64
 	attempt int64
-	writers map[string]*Writer
 	cancel  context.CancelCauseFunc
 	start   *stepStart
+	beat    chan struct{} // nil without a heartbeat timeout
+
+	mu      sync.Mutex
+	writers map[string]*Writer
+	closed  bool // fn returned: its writers are being closed
+}
+
+func (s *stepContext) Heartbeat() {
+	select {
+	case s.beat <- struct{}{}:
+	default:
+	}
 }
 
 func (s *stepContext) RunID() string  { return s.x.run.ID }
@@ -77,10 +92,15 @@ func (s *stepContext) StepID() string {
 	return s.x.run.ID + "/step/" + strconv.FormatInt(s.op, 10)
 }
 func (s *stepContext) Stream(name string) *Writer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if w := s.writers[name]; w != nil {
 		return w
 	}
 	w := newStepWriter(s, name)
+	if s.closed {
+		w.closeNow() // asked for after fn returned (by a goroutine fn left)
+	}
 	s.writers[name] = w
 	return w
 }
@@ -89,7 +109,32 @@ func (s *stepContext) Stream(name string) *Writer {
 type StepOption func(*stepConfig)
 
 type stepConfig struct {
-	retry RetryPolicy
+	retry     RetryPolicy
+	timeout   time.Duration // start-to-close; 0: none
+	heartbeat time.Duration // the longest silence between heartbeats; 0: none
+}
+
+func (c *stepConfig) validate() error {
+	if c.timeout < 0 || c.heartbeat < 0 {
+		return fmt.Errorf("weir: negative step timeout (%v, heartbeat %v)", c.timeout, c.heartbeat)
+	}
+	return c.retry.validate()
+}
+
+// WithTimeout bounds each attempt of the step (start to close): an attempt
+// still running after d fails with a *TimeoutError (ErrStepTimeout) and is
+// retried by the step's policy. Its context is cancelled, and it is fenced
+// at once: what it writes from then on is refused, what it wrote before is
+// adopted or aborted by the next attempt as for any retry.
+func WithTimeout(d time.Duration) StepOption {
+	return func(c *stepConfig) { c.timeout = d }
+}
+
+// WithHeartbeatTimeout fails an attempt (a *TimeoutError, retried by its
+// policy) that goes d without calling StepContext.Heartbeat: a long step
+// that is stuck is told apart from one that is slow.
+func WithHeartbeatTimeout(d time.Duration) StepOption {
+	return func(c *stepConfig) { c.heartbeat = d }
 }
 
 // WithRetry sets the step's retry policy; zero fields take the engine's
@@ -123,17 +168,41 @@ func WithRetry(p RetryPolicy) StepOption {
 // failure as its retry policy allows; the result is encoded as JSON.
 //
 // A step that fails for good returns a *StepError; its stream output is
-// aborted. Panics in fn are failures of the attempt.
+// aborted. Panics in fn are failures of the attempt. To run steps at once,
+// see Go.
 func Step[T any](ctx Context, name string, fn func(StepContext) (T, error), opts ...StepOption) (T, error) {
 	var zero T
 	x := ctx.execution()
+	cfg, err := x.stepConfig(opts)
+	if err != nil {
+		return zero, NonRetryable(err)
+	}
+	op, st := x.stepOp(name)
+	if st.completed || st.failedFinal {
+		return recorded[T](st)
+	}
+	if x.readOnly {
+		x.leave(exitFrontier, nil)
+	}
+	return runStep(x.inline(), op, st, cfg, fn)
+}
+
+// stepConfig returns the engine's step defaults with opts applied.
+func (x *execution) stepConfig(opts []StepOption) (stepConfig, error) {
 	cfg := stepConfig{retry: x.e.cfg.Retry}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if err := cfg.retry.validate(); err != nil {
-		return zero, NonRetryable(err)
+	if err := cfg.validate(); err != nil {
+		return cfg, err
 	}
+	return cfg, nil
+}
+
+// stepOp takes the next operation for a step called name and returns its
+// recorded state (new if none); a recorded operation of another kind or
+// name is a non-determinism.
+func (x *execution) stepOp(name string) (int64, *opState) {
 	op, st := x.nextOp()
 	if st != nil && (st.kind != opStep || st.name != name) {
 		x.leave(exitNonDeterminism, &NonDeterminismError{Op: op, Recorded: st.describe(), Replayed: fmt.Sprintf("step %q", name)})
@@ -142,57 +211,104 @@ func Step[T any](ctx Context, name string, fn func(StepContext) (T, error), opts
 		st = &opState{kind: opStep, name: name}
 		x.ops[op] = st
 	}
-	decode := func(b []byte) (T, error) {
-		var out T
-		if err := json.Unmarshal(b, &out); err != nil {
-			return zero, NonRetryable(fmt.Errorf("decode output of step %q: %w", name, err))
+	return op, st
+}
+
+// recorded returns a finished step's result from its recorded state.
+func recorded[T any](st *opState) (T, error) {
+	var out T
+	if st.failedFinal {
+		return out, &StepError{Name: st.name, Attempt: st.lastAttempt, Message: st.errMsg}
+	}
+	if err := json.Unmarshal(st.output, &out); err != nil {
+		return out, NonRetryable(fmt.Errorf("decode output of step %q: %w", st.name, err))
+	}
+	return out, nil
+}
+
+// stepEnv is where a step's attempts run: inline on the workflow goroutine
+// (Step), or on a goroutine of their own (Go). The attempts' rules are the
+// same; what differs is how they wait and how they leave.
+type stepEnv struct {
+	x *execution
+	// wait returns once t has passed; it may leave instead (a park, an
+	// interruption).
+	wait func(t time.Time)
+	// leave stops the attempts for good with r; it does not return.
+	leave func(r exitReason, err error)
+	// acquire and release, if set, hold one of the run's step slots for
+	// each attempt (Config.StepConcurrency).
+	acquire func(env *stepEnv)
+	release func()
+}
+
+// inline is the env of Step: the workflow goroutine's own waits and exits.
+func (x *execution) inline() *stepEnv {
+	return &stepEnv{x: x, wait: x.waitUntil, leave: x.leave}
+}
+
+// record writes p, leaving on failure as execution.record does.
+func (env *stepEnv) record(p *store.RecordParams) {
+	if err := env.x.recordErr(p); err != nil {
+		if errors.Is(err, store.ErrLeaseLost) {
+			env.leave(exitLost, err)
 		}
-		return out, nil
+		if r, ok := env.x.interrupted(); ok {
+			env.leave(r, err)
+		}
+		env.leave(exitStoreError, err)
 	}
-	switch {
-	case st.completed:
-		return decode(st.output)
-	case st.failedFinal:
-		return zero, &StepError{Name: name, Attempt: st.lastAttempt, Message: st.errMsg}
-	case x.readOnly:
-		x.leave(exitFrontier, nil)
-	}
-	policy := cfg.retry
+}
+
+// runStep runs a step's attempts from its recorded state st to its
+// outcome, recording each.
+func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func(StepContext) (T, error)) (T, error) {
+	var zero T
+	x, name, policy := env.x, st.name, cfg.retry
 	for {
 		if !st.retryAt.IsZero() {
-			x.waitUntil(st.retryAt)
+			env.wait(st.retryAt)
+		}
+		if env.acquire != nil {
+			env.acquire(env)
 		}
 		attempt := st.lastAttempt + 1
 		if attempt > int64(policy.MaxAttempts) {
 			// The last allowed attempt died with its worker.
 			msg := fmt.Sprintf("attempt %d ended without an outcome (worker lost) and no attempt is left", st.lastAttempt)
-			x.record(&store.RecordParams{
+			env.record(&store.RecordParams{
 				Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: st.lastAttempt, Error: msg, Final: true}},
 				Finish: &store.Finish{Writer: stepWriter(op), Attempt: st.lastAttempt},
 			})
 			st.open, st.failedFinal, st.errMsg = false, true, msg
+			if env.release != nil {
+				env.release()
+			}
 			return zero, &StepError{Name: name, Attempt: st.lastAttempt, Message: msg}
 		}
 		start := newStepStart(x, op, name, attempt)
 		st.lastAttempt, st.open, st.retryAt = attempt, true, time.Time{}
 
-		out, err := runAttempt(x, start, fn)
+		out, err := runAttempt(x, start, &cfg, fn)
+		if env.release != nil {
+			env.release()
+		}
 		if r, ok := x.interrupted(); ok {
-			if r == exitCancelled {
-				x.record(start.fold(&store.RecordParams{
-					Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: attempt, Error: ErrCancelled.Error(), Final: true}},
+			if r == exitCancelled || r == exitRunTimeout {
+				env.record(start.fold(&store.RecordParams{
+					Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: attempt, Error: context.Cause(x.ctx).Error(), Final: true}},
 					Finish: &store.Finish{Writer: stepWriter(op), Attempt: attempt},
 				}))
 				st.open, st.failedFinal = false, true
 			} else {
 				start.fold(nil)
 			}
-			x.leave(r, context.Cause(x.ctx))
+			env.leave(r, context.Cause(x.ctx))
 		}
 		if errors.Is(err, ErrFenced) || errors.Is(err, store.ErrLeaseLost) {
 			// A newer attempt or another worker exists: this one is a zombie.
 			start.fold(nil)
-			x.leave(exitLost, err)
+			env.leave(exitLost, err)
 		}
 		var data []byte
 		if err == nil {
@@ -201,52 +317,120 @@ func Step[T any](ctx Context, name string, fn func(StepContext) (T, error), opts
 			}
 		}
 		if err == nil {
-			x.record(start.fold(&store.RecordParams{
+			env.record(start.fold(&store.RecordParams{
 				Events: []store.Event{{Type: store.EventStepCompleted, Op: op, Name: name, Attempt: attempt, Data: data}},
 				Finish: &store.Finish{Writer: stepWriter(op), Attempt: attempt, Commit: true},
 			}))
 			st.open, st.completed, st.output = false, true, data
 			return out, nil
 		}
+		// A timed-out attempt may still be running: fence it at once, so
+		// that nothing it writes from now on is taken.
+		var fence *store.Fence
+		if errors.Is(err, ErrStepTimeout) {
+			fence = &store.Fence{Writer: stepWriter(op), Attempt: attempt + 1}
+		}
 		if policy.retryable(err) && attempt < int64(policy.MaxAttempts) {
 			retryAt := time.Now().Add(policy.Backoff(attempt))
-			x.record(start.fold(&store.RecordParams{
+			p := start.fold(&store.RecordParams{
 				Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: attempt, Error: err.Error(), WakeAt: retryAt}},
-			}))
+			})
+			if fence != nil {
+				p.Fence = fence
+			}
+			env.record(p)
 			st.open, st.retryAt, st.errMsg = false, retryAt, err.Error()
 			continue
 		}
-		x.record(start.fold(&store.RecordParams{
+		p := start.fold(&store.RecordParams{
 			Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: attempt, Error: err.Error(), Final: true}},
 			Finish: &store.Finish{Writer: stepWriter(op), Attempt: attempt},
-		}))
+		})
+		if fence != nil {
+			p.Fence = fence
+		}
+		env.record(p)
 		st.open, st.failedFinal, st.errMsg = false, true, err.Error()
 		return zero, &StepError{Name: name, Attempt: attempt, Message: err.Error(), Err: err}
 	}
 }
 
 // runAttempt runs one attempt of a step: fn, then the flush of its writers.
-// A panic in fn is the attempt's error.
-func runAttempt[T any](x *execution, start *stepStart, fn func(StepContext) (T, error)) (out T, err error) {
+// A panic in fn is the attempt's error. With a timeout (start-to-close or
+// heartbeat) the attempt ends at the timeout whether fn returns or not: fn
+// is left running with its context cancelled, a zombie its fence stops.
+func runAttempt[T any](x *execution, start *stepStart, cfg *stepConfig, fn func(StepContext) (T, error)) (out T, err error) {
 	ctx, cancel := context.WithCancelCause(x.ctx)
 	sc := &stepContext{Context: ctx, x: x, op: start.op, attempt: start.attempt, writers: map[string]*Writer{}, cancel: cancel, start: start}
-	defer cancel(nil)
-	func() {
+	call := func() (out T, err error) {
 		defer func() {
 			if p := recover(); p != nil {
 				err = fmt.Errorf("step panicked: %v\n%s", p, debug.Stack())
 			}
 		}()
 		out, err = fn(sc)
+		// Whatever fn returned, its writes must be settled before the
+		// outcome is recorded: the commit covers exactly what was
+		// acknowledged.
+		sc.mu.Lock()
+		ws := sc.writers
+		sc.closed = true
+		sc.mu.Unlock()
+		for _, w := range ws {
+			if ferr := w.Close(); ferr != nil && (err == nil || errors.Is(ferr, ErrFenced)) {
+				err = ferr
+			}
+		}
+		return out, err
+	}
+	if cfg.timeout <= 0 && cfg.heartbeat <= 0 {
+		defer cancel(nil)
+		return call()
+	}
+	sc.beat = make(chan struct{}, 1)
+	type result struct {
+		out T
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		out, err := call()
+		res <- result{out, err}
 	}()
-	// Whatever fn returned, its writes must be settled before the outcome is
-	// recorded: the commit covers exactly what was acknowledged.
-	for _, w := range sc.writers {
-		if ferr := w.Close(); ferr != nil && (err == nil || errors.Is(ferr, ErrFenced)) {
-			err = ferr
+	var deadline, idle <-chan time.Time
+	if cfg.timeout > 0 {
+		t := time.NewTimer(cfg.timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	var hb *time.Timer
+	if cfg.heartbeat > 0 {
+		hb = time.NewTimer(cfg.heartbeat)
+		defer hb.Stop()
+		idle = hb.C
+	}
+	for {
+		select {
+		case r := <-res:
+			cancel(nil)
+			return r.out, r.err
+		case <-sc.beat:
+			hb.Reset(cfg.heartbeat)
+		case <-deadline:
+			err := &TimeoutError{Step: start.name, Attempt: start.attempt, Kind: "start-to-close", After: cfg.timeout}
+			cancel(err)
+			return out, err
+		case <-idle:
+			err := &TimeoutError{Step: start.name, Attempt: start.attempt, Kind: "heartbeat", After: cfg.heartbeat}
+			cancel(err)
+			return out, err
+		case <-x.ctx.Done():
+			// The run is interrupted: the caller records what it must;
+			// fn is told through its context and left to stop.
+			cancel(context.Cause(x.ctx))
+			return out, context.Cause(x.ctx)
 		}
 	}
-	return out, err
 }
 
 // Sleep is a durable sleep: the wake time is recorded, so a restart neither

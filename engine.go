@@ -37,6 +37,9 @@ type Config struct {
 	// Retry is the retry policy of steps given none. Defaults to
 	// DefaultRetryPolicy.
 	Retry RetryPolicy
+	// StepConcurrency is the most steps of one run that run an attempt at
+	// once (Go); more wait for a slot. Defaults to 16.
+	StepConcurrency int
 	// Writer configures step stream writers.
 	Writer WriterConfig
 	// Logger receives the engine's logs. Defaults to slog.Default().
@@ -94,6 +97,9 @@ func (c Config) WithDefaults() Config {
 	if c.ParkAfter == 0 {
 		c.ParkAfter = 2 * time.Second
 	}
+	if c.StepConcurrency == 0 {
+		c.StepConcurrency = 16
+	}
 	c.Retry = c.Retry.WithDefaults()
 	w := &c.Writer
 	if w.MaxBatchChunks == 0 {
@@ -118,6 +124,8 @@ func (c *Config) validate() error {
 	switch {
 	case c.Concurrency < 1:
 		return fmt.Errorf("config: Concurrency %d, want >= 1", c.Concurrency)
+	case c.StepConcurrency < 1:
+		return fmt.Errorf("config: StepConcurrency %d, want >= 1", c.StepConcurrency)
 	case c.LeaseTTL < 100*time.Millisecond:
 		return fmt.Errorf("config: LeaseTTL %v, want >= 100ms", c.LeaseTTL)
 	case c.Retention < 0:
@@ -141,7 +149,7 @@ type Engine struct {
 	log   *slog.Logger
 
 	mu        sync.Mutex
-	workflows map[string]workflowFunc
+	workflows map[string]*registered
 	started   bool
 	closed    bool
 	running   map[string]*execution    // run id -> its execution here
@@ -156,6 +164,12 @@ type Engine struct {
 
 // workflowFunc runs a registered workflow: decode input, call, encode output.
 type workflowFunc func(ctx *wfContext, input []byte) ([]byte, error)
+
+// registered is a workflow and its options.
+type registered struct {
+	fn      workflowFunc
+	timeout time.Duration // WithRunTimeout; 0: none
+}
 
 // New returns an engine on s. It executes nothing until Start.
 func New(s store.Store, cfg *Config) (*Engine, error) {
@@ -174,7 +188,7 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 		store:     s,
 		cfg:       c,
 		log:       c.Logger,
-		workflows: make(map[string]workflowFunc),
+		workflows: make(map[string]*registered),
 		running:   make(map[string]*execution),
 		done:      make(map[string]chan struct{}),
 		wake:      make(chan struct{}, 1),
@@ -199,13 +213,13 @@ func (e *Engine) Workflows() []string {
 	return names
 }
 
-func (e *Engine) register(name string, f workflowFunc) {
+func (e *Engine) register(name string, reg *registered) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, dup := e.workflows[name]; dup {
 		panic(fmt.Sprintf("weir: workflow %q registered twice", name))
 	}
-	e.workflows[name] = f
+	e.workflows[name] = reg
 }
 
 // Start begins claiming and executing runs until Close. It returns at once.
@@ -327,6 +341,13 @@ func (e *Engine) launch(ctx context.Context, r *store.Run) {
 
 var (
 	errEngineStopping = errors.New("engine stopping")
+	// errUnwinding stops a run's step goroutines when its workflow
+	// goroutine left (a park, a non-determinism, a panic): their attempts
+	// are abandoned, as a crash would.
+	errUnwinding = errors.New("weir: run unwinding")
+	// errStoreFailed stops a run after a step goroutine's store failure:
+	// the run is left for a resume.
+	errStoreFailed = errors.New("weir: store failed")
 	errLeaseLost      = fmt.Errorf("weir: %w", store.ErrLeaseLost)
 )
 

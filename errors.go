@@ -3,6 +3,7 @@ package weir
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
@@ -30,6 +31,12 @@ var (
 	ErrWriterClosed = errors.New("weir: stream writer closed: its step or run has ended")
 	// ErrEngineClosed is returned after Engine.Close.
 	ErrEngineClosed = api.ErrEngineClosed
+	// ErrStepTimeout is the error of a step attempt that ran past its
+	// timeout (WithTimeout, WithHeartbeatTimeout). See TimeoutError.
+	ErrStepTimeout = errors.New("step timed out")
+	// ErrRunTimeout fails a run still running at its deadline
+	// (WithRunTimeout); it is the cause of its contexts then.
+	ErrRunTimeout = errors.New("run deadline exceeded")
 
 	ErrNotFound       = store.ErrNotFound        // unknown run or stream
 	ErrClosed         = stream.ErrClosed         // append to a closed stream
@@ -98,3 +105,22 @@ func (e *StepError) Error() string {
 
 // Unwrap returns the live error, if any.
 func (e *StepError) Unwrap() error { return e.Err }
+
+// TimeoutError is the error of a step attempt that timed out. It matches
+// ErrStepTimeout; it is retried by the step's policy like any failure.
+type TimeoutError struct {
+	Step    string
+	Attempt int64
+	Kind    string        // "start-to-close" or "heartbeat"
+	After   time.Duration // the timeout
+}
+
+func (e *TimeoutError) Error() string {
+	if e.Kind == "heartbeat" {
+		return fmt.Sprintf("step %q attempt %d timed out: no heartbeat for %v", e.Step, e.Attempt, e.After)
+	}
+	return fmt.Sprintf("step %q attempt %d timed out after %v", e.Step, e.Attempt, e.After)
+}
+
+// Is makes errors.Is(err, ErrStepTimeout) true.
+func (e *TimeoutError) Is(t error) bool { return t == ErrStepTimeout }

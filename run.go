@@ -29,14 +29,16 @@ const (
 	exitNonDeterminism            // replay diverged from the log
 	exitStoreError                // the store failed: leave the run to be resumed
 	exitFrontier                  // Replay reached the end of the log
+	exitRunTimeout                // the run's deadline passed (WithRunTimeout)
 )
 
 // opKind is the kind of a durable operation.
 type opKind string
 
 const (
-	opStep  opKind = "step"
-	opSleep opKind = "sleep"
+	opStep   opKind = "step"
+	opSleep  opKind = "sleep" // Sleep and NewTimer
+	opSelect opKind = "select"
 )
 
 // opState is what the event log says of one durable operation.
@@ -52,11 +54,15 @@ type opState struct {
 	retryAt     time.Time
 	wakeAt      time.Time
 	fired       bool
+	chosen      int // select: the index chosen
 }
 
 func (s *opState) describe() string {
-	if s.kind == opSleep {
+	switch s.kind {
+	case opSleep:
 		return "sleep"
+	case opSelect:
+		return "select"
 	}
 	return fmt.Sprintf("step %q", s.name)
 }
@@ -81,6 +87,9 @@ type execution struct {
 
 	readOnly bool        // Replay: run nothing, write nothing
 	ended    atomic.Bool // the workflow goroutine has exited
+
+	par      parallel  // step goroutines (Go)
+	deadline time.Time // the run's deadline (WithRunTimeout); zero: none
 
 	exit    exitReason
 	exitErr error
@@ -119,6 +128,8 @@ func (x *execution) load(events []store.Event) {
 			st.kind, st.wakeAt = opSleep, ev.WakeAt
 		case store.EventSleepFired:
 			st.fired = true
+		case store.EventSelected:
+			st.kind, st.chosen = opSelect, selected(ev.Data)
 		}
 	}
 }
@@ -137,8 +148,12 @@ func (x *execution) interrupted() (exitReason, bool) {
 	switch cause := context.Cause(x.ctx); {
 	case errors.Is(cause, ErrCancelled):
 		return exitCancelled, true
-	case errors.Is(cause, errEngineStopping):
+	case errors.Is(cause, ErrRunTimeout):
+		return exitRunTimeout, true
+	case errors.Is(cause, errEngineStopping), errors.Is(cause, errUnwinding):
 		return exitStopping, true
+	case errors.Is(cause, errStoreFailed):
+		return exitStoreError, true
 	default:
 		return exitLost, true
 	}
@@ -211,6 +226,17 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 		x.finish(store.RunFailed, nil, fmt.Errorf("%w: %q is not registered on worker %s", ErrUnknownWorkflow, r.Workflow, e.cfg.WorkerID))
 		return
 	}
+	x.par.slots = make(chan struct{}, e.cfg.StepConcurrency)
+	if wf.timeout > 0 {
+		x.deadline = r.CreatedAt.Add(wf.timeout)
+		if !time.Now().Before(x.deadline) {
+			x.finishAborted(store.RunFailed, ErrRunTimeout)
+			return
+		}
+		dctx, stop := context.WithDeadlineCause(ctx, x.deadline, ErrRunTimeout)
+		defer stop()
+		x.ctx, ctx = dctx, dctx
+	}
 	if x.events == 0 {
 		if err := x.recordErr(&store.RecordParams{Events: []store.Event{{Type: store.EventRunStarted}}, Status: store.RunRunning}); err != nil {
 			e.log.Warn("weir: start run", "run", r.ID, "err", err)
@@ -235,10 +261,17 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 				}
 			}
 		}()
-		out, runErr = wf(&wfContext{Context: ctx, x: x}, r.Input)
+		out, runErr = wf.fn(&wfContext{Context: ctx, x: x}, r.Input)
 		returned = true
 	}()
 	<-done
+	if !returned {
+		// The workflow goroutine left: its steps' goroutines stop too, as
+		// at a crash. A function that returned waits for the steps it
+		// started (Go).
+		x.cancel(errUnwinding)
+	}
+	x.par.wg.Wait()
 	x.ended.Store(true)
 
 	switch {
@@ -253,12 +286,17 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 		x.release()
 	case x.exit == exitCancelled:
 		x.finishCancelled()
+	case x.exit == exitRunTimeout:
+		x.finishAborted(store.RunFailed, ErrRunTimeout)
 	case x.exit == exitNonDeterminism:
 		x.finish(store.RunFailed, nil, x.exitErr)
 	case panicked != nil:
 		x.finish(store.RunFailed, nil, fmt.Errorf("workflow panicked: %v\n%s", panicked, stack))
 	case returned:
-		if reason, ok := x.interrupted(); ok && reason != exitCancelled {
+		if reason, ok := x.interrupted(); ok && reason == exitRunTimeout {
+			x.finishAborted(store.RunFailed, ErrRunTimeout)
+			return
+		} else if ok && reason != exitCancelled {
 			x.release()
 			return
 		} else if ok || errors.Is(runErr, ErrCancelled) {
@@ -305,23 +343,27 @@ func (x *execution) finish(status store.RunStatus, out []byte, runErr error) {
 	x.e.notifyDone(x.run.ID)
 }
 
-// finishCancelled aborts the output of a step attempt left open, then ends
+// finishCancelled aborts the output of step attempts left open, then ends
 // the run as cancelled.
-func (x *execution) finishCancelled() {
+func (x *execution) finishCancelled() { x.finishAborted(store.RunCancelled, ErrCancelled) }
+
+// finishAborted aborts the output of step attempts left open, then ends the
+// run with status (cancelled, or failed at its deadline) and cause.
+func (x *execution) finishAborted(status store.RunStatus, cause error) {
 	for op, st := range x.ops {
 		if st.kind == opStep && st.open {
 			p := &store.RecordParams{
-				Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: st.name, Attempt: st.lastAttempt, Error: ErrCancelled.Error(), Final: true}},
+				Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: st.name, Attempt: st.lastAttempt, Error: cause.Error(), Final: true}},
 				Finish: &store.Finish{Writer: stepWriter(op), Attempt: st.lastAttempt},
 			}
 			if err := x.recordErr(p); err != nil {
-				x.e.log.Warn("weir: abort step of cancelled run", "run", x.run.ID, "err", err)
+				x.e.log.Warn("weir: abort step of ended run", "run", x.run.ID, "err", err)
 				return
 			}
 			st.open, st.failedFinal = false, true
 		}
 	}
-	x.finish(store.RunCancelled, nil, nil)
+	x.finish(status, nil, cause)
 }
 
 // heartbeat renews the lease until done; it cancels the run's context when
@@ -375,8 +417,15 @@ func (x *execution) waitUntil(t time.Time) {
 		return
 	}
 	if d > x.e.cfg.ParkAfter {
-		x.record(&store.RecordParams{Release: true, WakeAt: t})
-		x.leave(exitPark, nil)
+		// Steps running on their goroutines (Go) keep the run here; ones
+		// waiting out a backoff resume it when they are due.
+		_, running, wakes := x.par.snapshot()
+		if !running {
+			if !wakes.IsZero() && wakes.Before(t) {
+				t = wakes
+			}
+			x.park(t)
+		}
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -412,6 +461,7 @@ func (e *Engine) Replay(ctx context.Context, runID string) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	x := &execution{e: e, run: r, epoch: r.LeaseEpoch, ctx: ctx, cancel: cancel, readOnly: true}
+	x.par.slots = make(chan struct{}, 1)
 	x.load(events)
 	var (
 		returned bool
@@ -425,7 +475,7 @@ func (e *Engine) Replay(ctx context.Context, runID string) error {
 				panicked = recover()
 			}
 		}()
-		_, _ = wf(&wfContext{Context: ctx, x: x}, r.Input)
+		_, _ = wf.fn(&wfContext{Context: ctx, x: x}, r.Input)
 		returned = true
 	}()
 	<-done

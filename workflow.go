@@ -17,13 +17,34 @@ type Workflow[In, Out any] struct {
 	name string
 }
 
+// WorkflowOption configures a registered workflow.
+type WorkflowOption func(*registered)
+
+// WithRunTimeout gives every run of the workflow a deadline, d after the
+// run was created: a run still going then fails with ErrRunTimeout (its
+// contexts are cancelled with that cause, the output of a step attempt in
+// progress is aborted, its streams are closed). A parked run wakes for its
+// deadline. The deadline follows from the run's creation time, so it holds
+// across restarts.
+func WithRunTimeout(d time.Duration) WorkflowOption {
+	return func(r *registered) { r.timeout = d }
+}
+
 // Register registers fn under name on e and returns a handle to start runs
-// of it. It panics if name is taken. Input and output are encoded as JSON.
-func Register[In, Out any](e *Engine, name string, fn func(Context, In) (Out, error)) *Workflow[In, Out] {
+// of it. It panics if name is taken or an option is invalid. Input and
+// output are encoded as JSON.
+func Register[In, Out any](e *Engine, name string, fn func(Context, In) (Out, error), opts ...WorkflowOption) *Workflow[In, Out] {
 	if name == "" {
 		panic("weir: empty workflow name")
 	}
-	e.register(name, func(ctx *wfContext, input []byte) ([]byte, error) {
+	reg := &registered{}
+	for _, o := range opts {
+		o(reg)
+	}
+	if reg.timeout < 0 {
+		panic(fmt.Sprintf("weir: workflow %q: negative run timeout %v", name, reg.timeout))
+	}
+	reg.fn = func(ctx *wfContext, input []byte) ([]byte, error) {
 		var in In
 		if len(input) > 0 {
 			if err := json.Unmarshal(input, &in); err != nil {
@@ -39,7 +60,8 @@ func Register[In, Out any](e *Engine, name string, fn func(Context, In) (Out, er
 			return nil, NonRetryable(fmt.Errorf("encode output of %q: %w", name, err))
 		}
 		return b, nil
-	})
+	}
+	e.register(name, reg)
 	return &Workflow[In, Out]{e: e, name: name}
 }
 

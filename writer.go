@@ -145,6 +145,14 @@ func (w *Writer) Flush() error {
 	return w.err
 }
 
+// closeNow makes a writer that never wrote refuse writes: it was asked
+// for after its step's function returned.
+func (w *Writer) closeNow() {
+	w.mu.Lock()
+	w.closing = true
+	w.mu.Unlock()
+}
+
 // Close flushes and stops the writer; the engine calls it when the step's
 // function returns. Writes after it fail.
 func (w *Writer) Close() error {

@@ -310,6 +310,9 @@ const (
 	EventStepFailed     EventType = "step_failed"
 	EventSleepScheduled EventType = "sleep_scheduled"
 	EventSleepFired     EventType = "sleep_fired"
+	// EventSelected records which operation a Select chose (Data: its
+	// index, JSON), so that replay chooses the same.
+	EventSelected EventType = "selected"
 	EventRunCompleted   EventType = "run_completed"
 	EventRunFailed      EventType = "run_failed"
 	EventRunCancelled   EventType = "run_cancelled"

@@ -1,0 +1,396 @@
+package weir
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/weirhq/weir/store"
+)
+
+// Parallel operations. Go starts a step on a goroutine of its own and
+// NewTimer a durable timer; both return a Future at once. Each takes its
+// position (its op) when it is called, on the workflow goroutine, so replay
+// numbers them the same whatever finished first. What finished first is
+// itself recorded where code depends on it: Select records its choice.
+//
+// A run parks (holding no goroutine, no lease) only when nothing of it runs
+// in process: every pending operation is a timer or a step waiting out a
+// retry backoff, and the earliest of them is more than ParkAfter away.
+
+// Awaitable is an operation Select and Await wait on: a *Future.
+type Awaitable interface {
+	fut() *future
+}
+
+// future is what every Future holds: its op, and how it resolved.
+type future struct {
+	op   int64
+	kind opKind
+	done chan struct{} // closed when resolved
+	// Set before done is closed.
+	err     error
+	exit    exitReason // its goroutine stopped for a reason the run must leave for
+	exitErr error
+	order   int64 // when it resolved, for Select: 0 for operations resolved in the log
+
+	st     *opState  // timers: the recorded state
+	wakeAt time.Time // timers: when it fires
+}
+
+func (f *future) resolved() bool {
+	select {
+	case <-f.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Future is the result of a step started with Go, or of a timer
+// (NewTimer). Use it from the workflow goroutine only.
+type Future[T any] struct {
+	f   future
+	val T
+}
+
+func (f *Future[T]) fut() *future { return &f.f }
+
+// Get waits for the operation and returns its result: a step's output or
+// *StepError, a timer's fire time.
+func (f *Future[T]) Get(ctx Context) (T, error) {
+	x := ctx.execution()
+	x.await([]*future{&f.f}, false)
+	if f.f.kind == opSleep {
+		x.fireTimer(&f.f)
+	}
+	return f.val, f.f.err
+}
+
+// parallel is an execution's step goroutines.
+type parallel struct {
+	mu      sync.Mutex
+	changed chan struct{} // closed, and replaced, at every change below
+	running int           // goroutines running or about to run an attempt
+	waits   map[*future]time.Time
+	order   int64
+	wg      sync.WaitGroup
+	slots   chan struct{} // Config.StepConcurrency
+}
+
+// change wakes whoever waits on the state. Call with mu held.
+func (p *parallel) change() {
+	if p.changed != nil {
+		close(p.changed)
+	}
+	p.changed = make(chan struct{})
+}
+
+// snapshot returns the channel the next change closes, whether a goroutine
+// runs, and the earliest time a waiting goroutine resumes (zero: none).
+func (p *parallel) snapshot() (ch <-chan struct{}, running bool, earliest time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.changed == nil {
+		p.changed = make(chan struct{})
+	}
+	for _, t := range p.waits {
+		if earliest.IsZero() || t.Before(earliest) {
+			earliest = t
+		}
+	}
+	return p.changed, p.running > 0, earliest
+}
+
+// Go starts the step name as the run's next durable operation, on a
+// goroutine of its own, and returns at once. The step runs as Step runs it
+// (retries, timeouts, its own stream writer), up to Config.StepConcurrency
+// steps of one run at once. Steps started together that write one stream
+// interleave there, and each commits or aborts only its own chunks.
+//
+// A run ends only when the steps it started have finished, gotten or not.
+func Go[T any](ctx Context, name string, fn func(StepContext) (T, error), opts ...StepOption) *Future[T] {
+	x := ctx.execution()
+	f := &Future[T]{f: future{kind: opStep, done: make(chan struct{})}}
+	cfg, err := x.stepConfig(opts)
+	if err != nil {
+		f.f.err = NonRetryable(err)
+		close(f.f.done)
+		return f
+	}
+	op, st := x.stepOp(name)
+	f.f.op = op
+	if st.completed || st.failedFinal {
+		f.val, f.f.err = recorded[T](st)
+		close(f.f.done)
+		return f
+	}
+	if x.readOnly {
+		return f // pending: waiting for it reaches the end of the log
+	}
+	p := &x.par
+	p.mu.Lock()
+	p.running++
+	p.mu.Unlock()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer func() {
+			p.mu.Lock()
+			p.running--
+			p.order++
+			f.f.order = p.order
+			close(f.f.done)
+			p.change()
+			p.mu.Unlock()
+		}()
+		env := &stepEnv{x: x, acquire: x.acquireSlot, release: x.releaseSlot}
+		env.leave = func(r exitReason, err error) {
+			f.f.exit, f.f.exitErr = r, err
+			switch r {
+			case exitLost:
+				x.cancel(errLeaseLost)
+			case exitStoreError:
+				x.cancel(fmt.Errorf("%w: %w", errStoreFailed, err))
+			}
+			runtime.Goexit()
+		}
+		env.wait = func(t time.Time) {
+			p.mu.Lock()
+			p.running--
+			if p.waits == nil {
+				p.waits = map[*future]time.Time{}
+			}
+			p.waits[&f.f] = t
+			p.change()
+			p.mu.Unlock()
+			defer func() {
+				p.mu.Lock()
+				delete(p.waits, &f.f)
+				p.running++
+				p.change()
+				p.mu.Unlock()
+			}()
+			timer := time.NewTimer(time.Until(t))
+			defer timer.Stop()
+			select {
+			case <-timer.C:
+			case <-x.ctx.Done():
+				r, _ := x.interrupted()
+				env.leave(r, context.Cause(x.ctx))
+			}
+		}
+		f.val, f.f.err = runStep(env, op, st, cfg, fn)
+	}()
+	return f
+}
+
+// acquireSlot takes one of the run's step slots, or leaves if the run is
+// interrupted meanwhile.
+func (x *execution) acquireSlot(env *stepEnv) {
+	select {
+	case x.par.slots <- struct{}{}:
+	case <-x.ctx.Done():
+		r, _ := x.interrupted()
+		env.leave(r, context.Cause(x.ctx))
+	}
+}
+
+func (x *execution) releaseSlot() { <-x.par.slots }
+
+// NewTimer starts a durable timer as the run's next operation: its Future
+// resolves d from now, and its fire time is recorded, so a restart neither
+// loses nor restarts it. Race it against other operations with Select
+// ("the approval, or 24 hours"). Sleep is NewTimer and Get.
+func NewTimer(ctx Context, d time.Duration) *Future[time.Time] {
+	x := ctx.execution()
+	op, st := x.nextOp()
+	if st != nil && st.kind != opSleep {
+		x.leave(exitNonDeterminism, &NonDeterminismError{Op: op, Recorded: st.describe(), Replayed: "timer"})
+	}
+	f := &Future[time.Time]{f: future{op: op, kind: opSleep, done: make(chan struct{})}}
+	if st == nil {
+		if x.readOnly {
+			x.leave(exitFrontier, nil)
+		}
+		st = &opState{kind: opSleep, wakeAt: time.Now().Add(max(d, 0))}
+		x.ops[op] = st
+		x.record(&store.RecordParams{Events: []store.Event{{Type: store.EventSleepScheduled, Op: op, WakeAt: st.wakeAt}}})
+	}
+	f.f.st, f.f.wakeAt, f.val = st, st.wakeAt, st.wakeAt
+	if st.fired {
+		close(f.f.done)
+	}
+	return f
+}
+
+// fireTimer records that a timer the workflow observed fired (once).
+func (x *execution) fireTimer(f *future) {
+	if f.st == nil || f.st.fired {
+		return
+	}
+	x.record(&store.RecordParams{Events: []store.Event{{Type: store.EventSleepFired, Op: f.op}}})
+	f.st.fired = true
+}
+
+// Select waits for the first of fs to finish and returns its index. Its
+// choice is recorded as the run's next operation: replay returns the same
+// index whatever finishes first then. Get the chosen Future for its result;
+// the others go on (a step runs to its end, a timer can be selected again).
+func Select(ctx Context, fs ...Awaitable) int {
+	x := ctx.execution()
+	if len(fs) == 0 {
+		panic("weir: Select of nothing")
+	}
+	op, st := x.nextOp()
+	if st != nil && st.kind != opSelect {
+		x.leave(exitNonDeterminism, &NonDeterminismError{Op: op, Recorded: st.describe(), Replayed: "select"})
+	}
+	futs := make([]*future, len(fs))
+	for i, a := range fs {
+		futs[i] = a.fut()
+	}
+	if st != nil {
+		if st.chosen >= len(fs) {
+			x.leave(exitNonDeterminism, &NonDeterminismError{Op: op, Recorded: fmt.Sprintf("select of case %d", st.chosen),
+				Replayed: fmt.Sprintf("select of %d cases", len(fs))})
+		}
+		f := futs[st.chosen]
+		x.await([]*future{f}, false)
+		if f.kind == opSleep {
+			x.fireTimer(f)
+		}
+		return st.chosen
+	}
+	i := x.await(futs, true)
+	if x.readOnly {
+		x.leave(exitFrontier, nil)
+	}
+	evs := []store.Event{{Type: store.EventSelected, Op: op, Data: []byte(strconv.Itoa(i))}}
+	f := futs[i]
+	if f.kind == opSleep && !f.st.fired {
+		evs = append(evs, store.Event{Type: store.EventSleepFired, Op: f.op})
+		f.st.fired = true
+	}
+	x.ops[op] = &opState{kind: opSelect, chosen: i}
+	x.record(&store.RecordParams{Events: evs})
+	return i
+}
+
+// Await waits until every one of fs has finished.
+func Await(ctx Context, fs ...Awaitable) {
+	x := ctx.execution()
+	futs := make([]*future, len(fs))
+	for i, a := range fs {
+		futs[i] = a.fut()
+	}
+	x.await(futs, false)
+}
+
+// All waits for every one of fs and returns their results in order, and
+// the first error among them (by position), if any.
+func All[T any](ctx Context, fs ...*Future[T]) ([]T, error) {
+	as := make([]Awaitable, len(fs))
+	for i, f := range fs {
+		as[i] = f
+	}
+	Await(ctx, as...)
+	out := make([]T, len(fs))
+	var first error
+	for i, f := range fs {
+		v, err := f.Get(ctx)
+		out[i] = v
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return out, first
+}
+
+// await blocks the workflow goroutine until one of fs (any) or all of them
+// have resolved, and returns the index of the one chosen (any: the first to
+// resolve; -1 otherwise). It parks the run if nothing can happen in process
+// for longer than ParkAfter, and leaves if the run is interrupted or a
+// goroutine it waits on stopped for a reason the run must leave for.
+func (x *execution) await(fs []*future, any bool) int {
+	for {
+		// The state first: a change after it wakes the wait below.
+		changed, running, wakes := x.par.snapshot()
+		now := time.Now()
+		chosen, pending := -1, 0
+		var next time.Time // the earliest unresolved timer among fs
+		for i, f := range fs {
+			if !f.resolved() && f.kind == opSleep && !now.Before(f.wakeAt) {
+				close(f.done) // timers resolve on the workflow goroutine
+			}
+			if !f.resolved() {
+				pending++
+				if f.kind == opSleep && (next.IsZero() || f.wakeAt.Before(next)) {
+					next = f.wakeAt
+				}
+				continue
+			}
+			if f.exit != exitNone {
+				x.leave(f.exit, f.exitErr)
+			}
+			if chosen < 0 || f.order < fs[chosen].order {
+				chosen = i
+			}
+		}
+		if pending == 0 || (any && chosen >= 0) {
+			if !any {
+				chosen = -1
+			}
+			return chosen
+		}
+		if r, ok := x.interrupted(); ok {
+			x.leave(r, context.Cause(x.ctx))
+		}
+		if x.readOnly {
+			// Replay: what is not in the log has not happened yet.
+			x.leave(exitFrontier, nil)
+		}
+		if !wakes.IsZero() && (next.IsZero() || wakes.Before(next)) {
+			next = wakes
+		}
+		if !running && !next.IsZero() && time.Until(next) > x.e.cfg.ParkAfter {
+			x.park(next)
+		}
+		var timer <-chan time.Time
+		var t *time.Timer
+		if !next.IsZero() {
+			t = time.NewTimer(time.Until(next))
+			timer = t.C
+		}
+		select {
+		case <-changed:
+		case <-timer:
+		case <-x.ctx.Done():
+		}
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// park releases the run until t and leaves; any worker resumes it then.
+func (x *execution) park(t time.Time) {
+	if !x.deadline.IsZero() && x.deadline.Before(t) {
+		t = x.deadline
+	}
+	x.record(&store.RecordParams{Release: true, WakeAt: t})
+	x.leave(exitPark, nil)
+}
+
+// selected decodes a recorded Select's choice.
+func selected(data []byte) int {
+	var i int
+	if err := json.Unmarshal(data, &i); err != nil || i < 0 {
+		return 1 << 30 // a choice no Select has: replay reports it
+	}
+	return i
+}
