@@ -348,7 +348,7 @@ var (
 	// errStoreFailed stops a run after a step goroutine's store failure:
 	// the run is left for a resume.
 	errStoreFailed = errors.New("weir: store failed")
-	errLeaseLost      = fmt.Errorf("weir: %w", store.ErrLeaseLost)
+	errLeaseLost   = fmt.Errorf("weir: %w", store.ErrLeaseLost)
 )
 
 // notifyDone wakes the local waiters of a run that ended here.

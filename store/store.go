@@ -312,10 +312,10 @@ const (
 	EventSleepFired     EventType = "sleep_fired"
 	// EventSelected records which operation a Select chose (Data: its
 	// index, JSON), so that replay chooses the same.
-	EventSelected EventType = "selected"
-	EventRunCompleted   EventType = "run_completed"
-	EventRunFailed      EventType = "run_failed"
-	EventRunCancelled   EventType = "run_cancelled"
+	EventSelected     EventType = "selected"
+	EventRunCompleted EventType = "run_completed"
+	EventRunFailed    EventType = "run_failed"
+	EventRunCancelled EventType = "run_cancelled"
 )
 
 // Event is one entry of a run's log.
