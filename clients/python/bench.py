@@ -24,7 +24,10 @@ Workloads (each on a fresh stream, 100-byte chunks by default):
 Every workload runs ``--rounds`` times, the order of client and baseline
 reversed every other round; figures are the median round, latencies over
 all rounds. ``client CPU`` is this process's CPU time per request
-(``time.process_time``): what the client itself costs, whatever the server's.
+(``time.process_time``): what the client itself costs, whatever the server's
+(and the least disturbed by other load on the machine). Ratios are the weir
+client's over bare http.client's: chunks/s (above 1: faster), CPU (above 1:
+the client's own cost).
 
 Run (a fresh server on a temporary SQLite file, or PostgreSQL with --store)::
 
@@ -429,7 +432,12 @@ def main() -> int:
         rows = []
         for name, _, _ in pairs:
             c, r = summary(results[name]["client"]), summary(results[name]["raw"])
-            w = {"client": c, "raw_http_client": r, "ratio_client_to_raw": c["chunks_per_sec"] / r["chunks_per_sec"]}
+            w = {
+                "client": c,
+                "raw_http_client": r,
+                "ratio_client_to_raw": c["chunks_per_sec"] / r["chunks_per_sec"],
+                "cpu_ratio_client_to_raw": c["cpu_us_per_req"] / r["cpu_us_per_req"],
+            }
             if name == "append, single" and go:
                 g = summary(go)
                 g["cpu_us_per_req"] = float("nan")
@@ -447,8 +455,8 @@ def main() -> int:
             return 0
         print(f"Python {out['python']}, store {out['store']}, {size}-byte chunks, batches of {b}, "
               f"{a.rounds} rounds (median round; latencies over all rounds)\n")
-        print("| workload | side | req/s | chunks/s | p50 ms | p99 ms | client CPU µs/req | ratio |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| workload | side | req/s | chunks/s | p50 ms | p99 ms | client CPU µs/req | chunks/s ratio | CPU ratio |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for name, w in rows:
             sides = [("weir client", w["client"]), ("bare http.client", w["raw_http_client"])]
             if "go_client" in w:
@@ -463,8 +471,9 @@ def main() -> int:
                     ratio = f"{w['ratio_raw_to_go']:.2f}× of Go"
                 cpu = s["cpu_us_per_req"]
                 cpu_s = "" if cpu != cpu else f"{cpu:.0f}"  # NaN: not measured
+                cpu_r = f"{w['cpu_ratio_client_to_raw']:.2f}×" if label == "weir client" else ""
                 print(f"| {name} | {label} | {s['req_per_sec']:,.0f} | {s['chunks_per_sec']:,.0f} | "
-                      f"{s['p50_ms']:.2f} | {s['p99_ms']:.2f} | {cpu_s} | {ratio} |")
+                      f"{s['p50_ms']:.2f} | {s['p99_ms']:.2f} | {cpu_s} | {ratio} | {cpu_r} |")
         return 0
     finally:
         if server is not None:
