@@ -141,6 +141,68 @@ func (p *RenewLeaseParams) Check() error {
 	return CheckRunID(p.RunID)
 }
 
+// Check validates a CreateHook or DisposeHook call.
+func (p *HookParams) Check() error {
+	if err := CheckRunID(p.RunID); err != nil {
+		return err
+	}
+	if p.Op < 1 {
+		return fmt.Errorf("%w: a hook needs its op (>= 1)", ErrInvalid)
+	}
+	return CheckHookToken(p.Token)
+}
+
+// WithDefaults returns a copy of p with Now from clock if zero.
+func (p *HookParams) WithDefaults(clock func() time.Time) *HookParams {
+	out := *p
+	if out.Now.IsZero() {
+		out.Now = clock()
+	}
+	return &out
+}
+
+// CheckHookToken checks a hook token: a non-empty text of at most
+// MaxIDLen bytes without "/" (it is a path segment of the API).
+func CheckHookToken(token string) error {
+	if err := CheckID("hook token", token); err != nil {
+		return err
+	}
+	if strings.ContainsAny(token, "/?#") {
+		return fmt.Errorf("%w: hook token %q has a / ? or #", ErrInvalid, token)
+	}
+	return nil
+}
+
+// Check validates a DeliverHook call.
+func (p *DeliverHookParams) Check() error {
+	if err := CheckHookToken(p.Token); err != nil {
+		return err
+	}
+	if len(p.Payload) > MaxHookPayload {
+		return fmt.Errorf("%w: hook payload of %d bytes, the limit is %d", ErrTooLarge, len(p.Payload), MaxHookPayload)
+	}
+	if p.KeyTTL < 0 {
+		return fmt.Errorf("%w: negative key TTL", ErrInvalid)
+	}
+	if len(p.RequestDigest) > 64 {
+		return fmt.Errorf("%w: request digest over 64 bytes", ErrInvalid)
+	}
+	return checkName("idempotency key", p.IdempotencyKey, MaxKeyLen)
+}
+
+// WithDefaults returns a copy of p with KeyTTL at DefaultKeyTTL if 0 and
+// Now from clock if zero.
+func (p *DeliverHookParams) WithDefaults(clock func() time.Time) *DeliverHookParams {
+	out := *p
+	if out.KeyTTL == 0 {
+		out.KeyTTL = DefaultKeyTTL
+	}
+	if out.Now.IsZero() {
+		out.Now = clock()
+	}
+	return &out
+}
+
 // Check validates a ListStandaloneStreams call.
 func (p *ListStandaloneParams) Check() error {
 	if p.Limit < 0 || p.Limit > MaxListLimit {

@@ -59,6 +59,9 @@ var (
 	// room for (CreateStreamParams.MaxStreams). A full stream is
 	// *stream.FullError (stream.ErrFull) instead.
 	ErrQuota = errors.New("quota exceeded")
+	// ErrHookConflict is returned for a hook whose token a live hook of
+	// another run holds.
+	ErrHookConflict = errors.New("hook token in use")
 )
 
 // Limits every backend enforces.
@@ -71,6 +74,8 @@ const (
 	MaxAppendChunks = 10_000
 	// MaxKeyLen bounds an idempotency key and a producer id.
 	MaxKeyLen = 1 << 10
+	// MaxHookPayload is the largest hook payload: 1 MiB.
+	MaxHookPayload = 1 << 20
 )
 
 // Store is weir's storage. Implementations are safe for concurrent use.
@@ -164,6 +169,31 @@ type Store interface {
 	// ErrNotFound (the fork source does not exist) and ErrGone (the fork
 	// source is soft-deleted).
 	CreateStream(ctx context.Context, p *CreateStreamParams) (info *StreamInfo, created bool, err error)
+	// CreateHook creates a hook of a run: a token outsiders deliver payloads
+	// to (DeliverHook), in the same transaction as its hook_created event
+	// (p.Op, Name: the token). Creating it again (the same run, op and
+	// token) changes nothing. Returns ErrLeaseLost, and ErrHookConflict if
+	// a live hook of another run holds the token (a token is free again
+	// once its hook is disposed or its run ended).
+	CreateHook(ctx context.Context, p *HookParams) error
+	// DisposeHook disposes of a run's hook, with a hook_disposed event:
+	// deliveries to its token are ErrGone from then on. Disposing twice
+	// changes nothing. Returns ErrLeaseLost, and ErrNotFound if the run has
+	// no hook with that token.
+	DisposeHook(ctx context.Context, p *HookParams) error
+	// DeliverHook delivers a payload to the hook holding p.Token: a
+	// hook_received event (Op: the hook's, Name: the token, Data: the
+	// payload) in its run's log, and a parked run made claimable at once,
+	// in one transaction, without the run's lease. With an idempotency key,
+	// a delivery sent again gets the first one's reply (Duplicate) and adds
+	// nothing. Returns ErrNotFound (no such hook), ErrGone (the hook was
+	// disposed, or its run ended), ErrKeyReused.
+	DeliverHook(ctx context.Context, p *DeliverHookParams) (*HookDelivery, error)
+	// GetHook returns the hook holding token. Returns ErrNotFound.
+	GetHook(ctx context.Context, token string) (*HookInfo, error)
+	// ListHooks returns a run's hooks, by op.
+	ListHooks(ctx context.Context, runID string) ([]*HookInfo, error)
+
 	// ListStandaloneStreams lists the standalone streams whose path starts
 	// with p.Prefix, after p.After, in byte order of their paths: those a
 	// reader can open (not deleted, not expired at p.Now). Returns
@@ -280,6 +310,48 @@ type StreamList struct {
 	Next string
 }
 
+// HookParams names a run's hook for CreateHook and DisposeHook.
+type HookParams struct {
+	RunID      string
+	LeaseEpoch int64 // required: the caller holds the run's lease
+	Token      string
+	Op         int64     // the hook's operation in the run
+	Now        time.Time // zero: the store's clock
+}
+
+// DeliverHookParams is one delivery to a hook.
+type DeliverHookParams struct {
+	Token   string
+	Payload []byte // at most MaxHookPayload bytes
+	// IdempotencyKey, if set, makes the delivery idempotent per (token,
+	// key) for KeyTTL; RequestDigest tells the same request from another.
+	IdempotencyKey string
+	RequestDigest  []byte
+	KeyTTL         time.Duration // 0: DefaultKeyTTL
+	Now            time.Time     // zero: the store's clock
+}
+
+// HookDelivery is the reply to a delivery.
+type HookDelivery struct {
+	RunID string `json:"run_id"`
+	Op    int64  `json:"op"`
+	Seq   int64  `json:"seq"`   // the hook_received event's seq in the run's log
+	Count int64  `json:"count"` // payloads the hook has received, this one included
+	// Duplicate reports a delivery sent again with its idempotency key: it
+	// added nothing.
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// HookInfo describes a hook.
+type HookInfo struct {
+	Token     string
+	RunID     string
+	Op        int64
+	Disposed  bool
+	Received  int64 // payloads delivered
+	CreatedAt time.Time
+}
+
 // ClaimRunsParams claims runs.
 type ClaimRunsParams struct {
 	Owner    string        // required: the worker's id
@@ -312,7 +384,12 @@ const (
 	EventSleepFired     EventType = "sleep_fired"
 	// EventSelected records which operation a Select chose (Data: its
 	// index, JSON), so that replay chooses the same.
-	EventSelected     EventType = "selected"
+	EventSelected EventType = "selected"
+	// The hooks' (CreateHook, DeliverHook, DisposeHook): Op is the hook's,
+	// Name its token, Data a payload.
+	EventHookCreated  EventType = "hook_created"
+	EventHookReceived EventType = "hook_received"
+	EventHookDisposed EventType = "hook_disposed"
 	EventRunCompleted EventType = "run_completed"
 	EventRunFailed    EventType = "run_failed"
 	EventRunCancelled EventType = "run_cancelled"
@@ -363,6 +440,11 @@ type RecordParams struct {
 	// at once). A terminal status releases it too.
 	Release bool
 	WakeAt  time.Time
+	// SeenEvents, with Release, is the seq of the last event of the run's
+	// log the releasing worker knows (its own included): if the log has
+	// more (a hook payload delivered meanwhile), the run is claimable at
+	// once instead of at WakeAt. 0: not checked.
+	SeenEvents int64
 }
 
 // Fence is the lowest attempt a writer of a run may still append with.

@@ -84,7 +84,9 @@ type RunChange struct {
 	WakeAt  time.Time
 	// Ended reports a terminal Status: the run ended at Now.
 	Ended bool
-	Now   time.Time
+	// Wake makes a released run claimable at Now (a hook's payload came).
+	Wake bool
+	Now  time.Time
 }
 
 // Tx is what a backend's write transaction offers the rules. Loads see the

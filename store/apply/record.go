@@ -43,6 +43,7 @@ func Record(tx Tx, p *store.RecordParams, now time.Time) error {
 	}
 
 	// Nothing can refuse the Record from here on.
+	unseen := p.Release && p.SeenEvents > 0 && run.LastEvent > p.SeenEvents
 	if len(p.Events) > 0 {
 		evs := make([]store.Event, len(p.Events))
 		for i, e := range p.Events {
@@ -76,6 +77,10 @@ func Record(tx Tx, p *store.RecordParams, now time.Time) error {
 		}
 	}
 	c := Change(p, now)
+	if unseen && c.Release && !c.Ended {
+		// The log grew behind the worker's back: it must look again now.
+		c.WakeAt = now
+	}
 	if c.Status != "" {
 		run.Status = c.Status
 	}

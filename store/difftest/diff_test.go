@@ -197,7 +197,7 @@ func (g *gen) learn(o *op, out string) {
 
 func (g *gen) next() *op {
 	now := g.clk.Now()
-	switch g.n(30) {
+	switch g.n(32) {
 	case 0, 1:
 		p := store.CreateRunParams{ID: g.pick(runs), Workflow: g.pick(workflows), Input: []byte(g.pick(runs))}
 		if g.chance(4) {
@@ -299,8 +299,53 @@ func (g *gen) next() *op {
 		}}
 	case 23, 24, 25, 26, 27, 28:
 		return g.worldOp()
+	case 29, 30:
+		return g.hookOp(now)
 	default:
 		return g.look()
+	}
+}
+
+// hookOp is a hook's: created, disposed, delivered to (with or without a
+// key), looked up.
+func (g *gen) hookOp(now time.Time) *op {
+	token := g.pick([]string{"h1", "h2", "h3"})
+	run := g.pick(runs)
+	switch g.n(5) {
+	case 0, 1:
+		p := store.HookParams{RunID: run, LeaseEpoch: g.epoch(run), Token: token, Op: int64(1 + g.n(3)), Now: now}
+		return &op{desc: fmt.Sprintf("CreateHook %+v", p), run: func(ctx context.Context, sd *side) string {
+			return sd.norm(sd.s.CreateHook(ctx, &p))
+		}}
+	case 2:
+		p := store.HookParams{RunID: run, LeaseEpoch: g.epoch(run), Token: token, Op: int64(1 + g.n(3)), Now: now}
+		return &op{desc: fmt.Sprintf("DisposeHook %+v", p), run: func(ctx context.Context, sd *side) string {
+			return sd.norm(sd.s.DisposeHook(ctx, &p))
+		}}
+	case 3:
+		p := store.DeliverHookParams{Token: token, Payload: []byte(g.pick([]string{"1", `"x"`})), Now: now}
+		if g.chance(2) {
+			p.IdempotencyKey, p.RequestDigest = g.pick([]string{"k1", "k2"}), []byte(g.pick([]string{"d1", "d2"}))
+		}
+		return &op{desc: fmt.Sprintf("DeliverHook %+v", p), run: func(ctx context.Context, sd *side) string {
+			res, err := sd.s.DeliverHook(ctx, &p)
+			return fmt.Sprintf("%+v %s", res, sd.norm(err))
+		}}
+	default:
+		return &op{desc: "GetHook " + token + " ListHooks " + run, run: func(ctx context.Context, sd *side) string {
+			h, err := sd.s.GetHook(ctx, token)
+			var out string
+			if h != nil {
+				c := *h
+				c.CreatedAt = time.Time{}
+				out = fmt.Sprintf("%+v", c)
+			}
+			hs, lerr := sd.s.ListHooks(ctx, run)
+			for _, x := range hs {
+				out += fmt.Sprintf(" %s@%d/%v/%d", x.Token, x.Op, x.Disposed, x.Received)
+			}
+			return out + " " + sd.norm(err) + " " + sd.norm(lerr)
+		}}
 	}
 }
 

@@ -31,6 +31,7 @@ type queries struct {
 	// Retention (purge.go).
 	purgeLock, purgeBatches, purgeWriters, purgeProducers, purgeStreamKeys string
 	purgeStreams, purgeFences, purgeEvents, purgeRuns                      string
+	purgeHooks, purgeHookKeys                                              string
 
 	worldQueries
 	queueQueries
@@ -100,6 +101,8 @@ func newQueries(schema string) *queries {
 	set(&q.purgeStreams, `DELETE FROM $S.streams WHERE run_id = ANY($1) RETURNING id`)
 	set(&q.purgeFences, `DELETE FROM $S.fences WHERE run_id = ANY($1)`)
 	set(&q.purgeEvents, `DELETE FROM $S.events WHERE run_id = ANY($1)`)
+	set(&q.purgeHookKeys, `DELETE FROM $S.hook_keys WHERE token IN (SELECT token FROM $S.hooks WHERE run_id = ANY($1))`)
+	set(&q.purgeHooks, `DELETE FROM $S.hooks WHERE run_id = ANY($1)`)
 	set(&q.purgeRuns, `DELETE FROM $S.runs WHERE id = ANY($1)`)
 
 	set(&q.purgeKeys, `DELETE FROM $S.idempotency_keys WHERE ctid = ANY (ARRAY(

@@ -272,6 +272,28 @@ CREATE INDEX world_queue_run ON world_queue (run_id, kind) WHERE state = 'pendin
 ALTER TABLE streams ADD COLUMN data_bytes INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX streams_standalone ON streams (path) WHERE run_id IS NULL AND deleted = 0;
 `,
+	// 6: hooks (store.Store.CreateHook, DeliverHook): a token per row, the
+	// run that holds it, and what deliveries with an idempotency key left.
+	`
+CREATE TABLE hooks (
+	token      TEXT    PRIMARY KEY,
+	run_id     TEXT    NOT NULL,
+	op         INTEGER NOT NULL,
+	disposed   INTEGER NOT NULL DEFAULT 0,
+	received   INTEGER NOT NULL DEFAULT 0,
+	created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX hooks_run ON hooks (run_id, op);
+
+CREATE TABLE hook_keys (
+	token      TEXT    NOT NULL,
+	key        TEXT    NOT NULL,
+	digest     BLOB    NOT NULL,
+	result     BLOB    NOT NULL,
+	expires_at INTEGER NOT NULL,
+	PRIMARY KEY (token, key)
+) WITHOUT ROWID;
+`,
 }
 
 // fixups run in a migration's transaction after its SQL, for what SQL

@@ -30,6 +30,8 @@ type wstmts struct {
 	run, runLease, insertRun         *sql.Stmt
 	claim, renew, cancel, updateRun  *sql.Stmt
 	insertEvent                      *sql.Stmt
+	hook, putHook, dropHookKeys      *sql.Stmt
+	hookKey, putHookKey              *sql.Stmt
 	writerStreams, openRunStreams    *sql.Stmt
 	// Durable Streams
 	createStream, setMeta, setForks    *sql.Stmt
@@ -105,9 +107,15 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 				error = CASE WHEN ?1 = '' THEN error ELSE ?3 END,
 				lease_owner = CASE WHEN ?4 THEN '' ELSE lease_owner END,
 				lease_expires = CASE WHEN ?4 THEN 0 ELSE lease_expires END,
-				wake_at = CASE WHEN ?4 THEN ?5 ELSE wake_at END,
+				wake_at = CASE WHEN ?4 THEN ?5 WHEN ?8 AND lease_owner = '' THEN ?6 ELSE wake_at END,
 				updated_at = ?6
 			WHERE id = ?7`),
+		p(&w.hook, `SELECT run_id, op, disposed, received, created_at FROM hooks WHERE token = ?`),
+		p(&w.putHook, `INSERT INTO hooks (token, run_id, op, disposed, received, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+			ON CONFLICT (token) DO UPDATE SET run_id = ?2, op = ?3, disposed = ?4, received = ?5, created_at = ?6`),
+		p(&w.dropHookKeys, `DELETE FROM hook_keys WHERE token = ?`),
+		p(&w.hookKey, `SELECT digest, result, expires_at FROM hook_keys WHERE token = ? AND key = ?`),
+		p(&w.putHookKey, `INSERT OR REPLACE INTO hook_keys (token, key, digest, result, expires_at) VALUES (?, ?, ?, ?, ?)`),
 		p(&w.insertEvent, `INSERT INTO events (run_id, seq, type, op, name, attempt, data, error, final, at, wake_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		p(&w.writerStreams, `SELECT w.stream_id FROM writers w JOIN streams s ON s.id = w.stream_id
@@ -162,6 +170,7 @@ type rstmts struct {
 	run, events               *sql.Stmt
 	stream, streamByPath      *sql.Stmt
 	standalone                *sql.Stmt
+	hookInfo, runHooks        *sql.Stmt
 	runStreams, head, batches *sql.Stmt
 	runExists                 *sql.Stmt
 	all                       []*sql.Stmt
@@ -186,6 +195,8 @@ func prepareRead(ctx context.Context, db *sql.DB) (*rstmts, error) {
 		p(&r.stream, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE id = ?`),
 		p(&r.streamByPath, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE path = ?`),
 		p(&r.runStreams, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE run_id = ? ORDER BY name`),
+		p(&r.hookInfo, `SELECT token, run_id, op, disposed, received, created_at FROM hooks WHERE token = ?`),
+		p(&r.runHooks, `SELECT token, run_id, op, disposed, received, created_at FROM hooks WHERE run_id = ? ORDER BY op`),
 		p(&r.standalone, `SELECT `+sqlrow.StreamCols+` FROM streams
 			WHERE run_id IS NULL AND deleted = 0 AND path >= ? ORDER BY path LIMIT ?`),
 		p(&r.head, `SELECT next_offset, closed FROM streams WHERE id = ?`),

@@ -1,0 +1,184 @@
+package storetest
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/store"
+)
+
+// testHooks checks hooks: a run's tokens, deliveries to them recorded once
+// in its log, and what ends them.
+func testHooks(t *testing.T, h Harness) {
+	hook := func(run string, epoch int64, token string, op int64) *store.HookParams {
+		return &store.HookParams{RunID: run, LeaseEpoch: epoch, Token: token, Op: op}
+	}
+	events := func(t *testing.T, s store.Store, run string, typ store.EventType) []store.Event {
+		t.Helper()
+		evs, err := s.ListEvents(ctx(t), run, 0)
+		must(t, err)
+		var out []store.Event
+		for _, e := range evs {
+			if e.Type == typ {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+
+	t.Run("CreateDeliverDispose", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		epoch := startRun(t, s, "r1")
+		must(t, s.CreateHook(ctx(t), hook("r1", epoch, "approve", 3)))
+		must(t, s.CreateHook(ctx(t), hook("r1", epoch, "approve", 3))) // a retry
+		if got := events(t, s, "r1", store.EventHookCreated); len(got) != 1 || got[0].Op != 3 || got[0].Name != "approve" {
+			t.Fatalf("hook_created events %+v, want one at op 3", got)
+		}
+		wantErr(t, s.CreateHook(ctx(t), hook("r1", epoch+1, "other", 4)), store.ErrLeaseLost)
+
+		res, err := s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "approve", Payload: []byte(`{"ok":true}`)})
+		must(t, err)
+		if res.RunID != "r1" || res.Op != 3 || res.Count != 1 || res.Duplicate {
+			t.Fatalf("delivery %+v", res)
+		}
+		keyed := &store.DeliverHookParams{Token: "approve", Payload: []byte(`2`), IdempotencyKey: "k", RequestDigest: []byte("d")}
+		first, err := s.DeliverHook(ctx(t), keyed)
+		must(t, err)
+		again, err := s.DeliverHook(ctx(t), keyed)
+		must(t, err)
+		if !again.Duplicate || again.Seq != first.Seq || again.Count != 2 {
+			t.Fatalf("a delivery sent again: %+v, first %+v", again, first)
+		}
+		_, err = s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "approve", Payload: []byte(`3`), IdempotencyKey: "k", RequestDigest: []byte("other")})
+		wantErr(t, err, store.ErrKeyReused)
+		got := events(t, s, "r1", store.EventHookReceived)
+		if len(got) != 2 || string(got[0].Data) != `{"ok":true}` || string(got[1].Data) != `2` || got[1].Seq != first.Seq || got[0].Op != 3 {
+			t.Fatalf("hook_received events %+v", got)
+		}
+		info, err := s.GetHook(ctx(t), "approve")
+		must(t, err)
+		if info.RunID != "r1" || info.Op != 3 || info.Received != 2 || info.Disposed {
+			t.Fatalf("hook %+v", info)
+		}
+
+		must(t, s.DisposeHook(ctx(t), hook("r1", epoch, "approve", 3)))
+		must(t, s.DisposeHook(ctx(t), hook("r1", epoch, "approve", 3)))
+		_, err = s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "approve", Payload: []byte(`4`)})
+		wantErr(t, err, store.ErrGone)
+		// The first reply still answers a re-sent delivery.
+		if again, err := s.DeliverHook(ctx(t), keyed); err != nil || !again.Duplicate {
+			t.Fatalf("re-sent after the dispose: %+v %v", again, err)
+		}
+		if n := len(events(t, s, "r1", store.EventHookDisposed)); n != 1 {
+			t.Fatalf("%d hook_disposed events, want 1", n)
+		}
+		wantErr(t, s.DisposeHook(ctx(t), hook("r1", epoch, "nope", 3)), store.ErrNotFound)
+		_, err = s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "nope"})
+		wantErr(t, err, store.ErrNotFound)
+		_, err = s.GetHook(ctx(t), "nope")
+		wantErr(t, err, store.ErrNotFound)
+	})
+
+	t.Run("TokensAreUniqueWhileLive", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		e1 := startRun(t, s, "r1")
+		must(t, s.CreateHook(ctx(t), hook("r1", e1, "tok", 1)))
+		e2 := startRun(t, s, "r2")
+		err := s.CreateHook(ctx(t), hook("r2", e2, "tok", 1))
+		wantErr(t, err, store.ErrHookConflict)
+		if !strings.Contains(err.Error(), "r1") {
+			t.Fatalf("conflict %q does not name the run holding the token", err)
+		}
+		_, err = s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "tok", Payload: []byte(`1`), IdempotencyKey: "k"})
+		must(t, err)
+		// r1 ends: its hook is disposed, deliveries are refused, and the
+		// token is free for r2, whose hook knows nothing of r1's keys.
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: e1, Status: store.RunCompleted,
+			Events: []store.Event{{Type: store.EventRunCompleted}}}))
+		_, err = s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "tok", Payload: []byte(`2`)})
+		wantErr(t, err, store.ErrGone)
+		must(t, s.CreateHook(ctx(t), hook("r2", e2, "tok", 1)))
+		res, err := s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "tok", Payload: []byte(`3`), IdempotencyKey: "k"})
+		must(t, err)
+		if res.RunID != "r2" || res.Duplicate {
+			t.Fatalf("delivery to the token's new hook: %+v", res)
+		}
+		hs, err := s.ListHooks(ctx(t), "r2")
+		must(t, err)
+		if len(hs) != 1 || hs[0].Token != "tok" || hs[0].Received != 1 {
+			t.Fatalf("r2's hooks %+v", hs)
+		}
+		if hs, _ := s.ListHooks(ctx(t), "r1"); len(hs) != 0 {
+			t.Fatalf("r1 still lists %+v", hs)
+		}
+	})
+
+	t.Run("DeliveryWakesAParkedRun", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		epoch := startRun(t, s, "r1")
+		must(t, s.CreateHook(ctx(t), hook("r1", epoch, "tok", 1)))
+		far := time.Now().Add(24 * time.Hour)
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: far}))
+		if runs, _ := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl}); len(runs) != 0 {
+			t.Fatalf("a parked run was claimed: %v", runIDs(runs))
+		}
+		_, err := s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "tok", Payload: []byte(`1`)})
+		must(t, err)
+		runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl})
+		must(t, err)
+		if len(runs) != 1 {
+			t.Fatal("the delivery did not wake the parked run")
+		}
+		// A worker that parks without having seen a delivery made
+		// meanwhile is woken at once: its SeenEvents is behind the log.
+		epoch = runs[0].LeaseEpoch
+		evs, err := s.ListEvents(ctx(t), "r1", 0)
+		must(t, err)
+		seen := evs[len(evs)-1].Seq
+		_, err = s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "tok", Payload: []byte(`2`)})
+		must(t, err)
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: far, SeenEvents: seen}))
+		if runs, _ := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl}); len(runs) != 1 {
+			t.Fatal("a run parked behind an unseen delivery stayed parked")
+		}
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		epoch := startRun(t, s, "r1")
+		for _, p := range []*store.HookParams{hook("r1", epoch, "", 1), hook("r1", epoch, "a/b", 1), hook("r1", epoch, "t\xff", 1), hook("r1", epoch, "t", 0)} {
+			wantErr(t, s.CreateHook(ctx(t), p), store.ErrInvalid)
+		}
+		must(t, s.CreateHook(ctx(t), hook("r1", epoch, "t", 1)))
+		_, err := s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "t", Payload: make([]byte, store.MaxHookPayload+1)})
+		wantErr(t, err, store.ErrTooLarge)
+		if n := len(events(t, s, "r1", store.EventHookReceived)); n != 0 {
+			t.Fatalf("a refused delivery recorded %d events", n)
+		}
+		var gone error = store.ErrGone
+		if errors.Is(store.ErrNotFound, gone) {
+			t.Fatal("ErrGone and ErrNotFound must differ")
+		}
+	})
+
+	t.Run("PurgeRemovesHooks", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		epoch := startRun(t, s, "r1")
+		must(t, s.CreateHook(ctx(t), hook("r1", epoch, "t", 1)))
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Status: store.RunCompleted}))
+		n, err := s.PurgeRuns(ctx(t), &store.PurgeRunsParams{Before: time.Now().Add(time.Hour)})
+		must(t, err)
+		if n != 1 {
+			t.Fatalf("purged %d runs", n)
+		}
+		_, err = s.GetHook(ctx(t), "t")
+		wantErr(t, err, store.ErrNotFound)
+	})
+}
