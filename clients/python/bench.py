@@ -35,6 +35,7 @@ Run (a fresh server on a temporary SQLite file, or PostgreSQL with --store)::
     python3 clients/python/bench.py --weir /tmp/weir
     python3 clients/python/bench.py --weir /tmp/weir --store 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
     python3 clients/python/bench.py --url http://127.0.0.1:4437   # a server already running, no Go figure
+    python3 clients/python/bench.py --stub                          # the writer's own CPU, no server
 """
 
 from __future__ import annotations
@@ -305,6 +306,47 @@ def go_append_single(weir_bin: str, url: str, n: int, size: int) -> Round:
     return Round(int(r["ops"]), int(r["ops"]), float(r["seconds"]), float("nan"), [p50] * 98 + [p99] * 2)
 
 
+def stub(size: int, batch: int, batches: int = 2000) -> None:
+    """The writer's own CPU cost, no network: a stub transport that answers
+    every append with canned acks (what ``--stub`` prints)."""
+    from weir._http import Response
+    from weir.writer import Writer
+
+    def acks(n: int) -> bytes:
+        return json.dumps({"acks": [{"offset": i, "outcome": "appended"} for i in range(n)], "next_offset": "x"}).encode()
+
+    class Stub:
+        retry_for, timeout = 1.0, 1.0
+
+        def __init__(self, body: bytes) -> None:
+            self.body = body
+
+        def request(self, *args: object, **kw: object) -> Response:
+            return Response(200, {}, self.body)
+
+    data = [chunk(i, size) for i in range(batch)]
+    print(f"weir {weir.__file__}, Python {sys.version.split()[0]}, no network: client CPU only")
+    for mode in ("write(*chunks)", "one write() a chunk"):
+        w = Writer(Stub(acks(batch)), "p", "w", 1, create=False, max_batch_chunks=batch,  # type: ignore[arg-type]
+                   linger=1.0 if mode != "write(*chunks)" else 0.0)
+        t = time.process_time()
+        for _ in range(batches):
+            if mode == "write(*chunks)":
+                w.write(*data)
+            else:
+                for d in data:
+                    w.write(d)
+        w.flush()
+        print(f"  {batch}-chunk batch, {mode}: {(time.process_time() - t) / batches * 1e6:.1f} µs")
+        w.close()
+    w = Writer(Stub(acks(1)), "p", "w", 1, create=False)  # type: ignore[arg-type]
+    n = batches * 20
+    t = time.process_time()
+    for i in range(n):
+        w.write(data[i % batch])
+    print(f"  one-chunk write() and its request: {(time.process_time() - t) / n * 1e6:.2f} µs")
+
+
 # The server.
 
 
@@ -386,9 +428,13 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=100, help="bytes per chunk (default 100)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--stub", action="store_true", help="only the writer's own CPU per batch, against a stub transport (no server)")
     ap.add_argument("--json-out", help="also write the JSON (every figure, each side's range over the rounds) to this file")
     a = ap.parse_args()
 
+    if a.stub:
+        stub(a.size, a.batch)
+        return 0
     server = None
     if a.url:
         url, token = a.url.rstrip("/"), a.token
