@@ -173,6 +173,7 @@ class FencedError(WeirError):
 
     @property
     def current_attempt(self) -> int | None:
+        """The writer's current attempt (``Weir-Attempt``), or None."""
         return _header_int(self.headers, "weir-attempt")
 
 
@@ -184,6 +185,7 @@ class StaleEpochError(WeirError):
 
     @property
     def current_epoch(self) -> int | None:
+        """The producer's current epoch (``Producer-Epoch``), or None."""
         return _header_int(self.headers, "producer-epoch")
 
 
@@ -238,6 +240,7 @@ class TooEarlyError(WeirError):
 
     @property
     def retry_after(self) -> int | None:
+        """Seconds to wait before sending it again (``Retry-After``), or None."""
         return _header_int(self.headers, "retry-after")
 
 
@@ -329,6 +332,7 @@ class GapError(WeirError):
 
     @property
     def expected(self) -> int | None:
+        """The seq the server expects next (``Weir-Expected-Seq``), or None."""
         return _header_int(self.headers, "weir-expected-seq")
 
 
@@ -343,6 +347,7 @@ class ClosedError(WeirError):
 
     @property
     def next_offset(self) -> str | None:
+        """The closed stream's final offset (``Stream-Next-Offset``), or None."""
         return self.headers.get("stream-next-offset")
 
 
@@ -383,10 +388,12 @@ class ProducerGapError(WeirError):
 
     @property
     def expected(self) -> int | None:
+        """The producer seq the server expects (``Producer-Expected-Seq``), or None."""
         return _header_int(self.headers, "producer-expected-seq")
 
     @property
     def received(self) -> int | None:
+        """The producer seq the server got (``Producer-Received-Seq``), or None."""
         return _header_int(self.headers, "producer-received-seq")
 
 
@@ -473,6 +480,7 @@ class BusyError(UnavailableError):
 
     @property
     def retry_after(self) -> int | None:
+        """Seconds to wait before sending it again (``Retry-After``), or None."""
         return _header_int(self.headers, "retry-after")
 
 
