@@ -40,6 +40,16 @@ type future struct {
 
 	st     *opState  // timers: the recorded state
 	wakeAt time.Time // timers: when it fires
+
+	hook  *opState // hooks: the hook's state
+	index int      // hooks: the payload it resolves to
+	take  func()   // hooks: decode the payload and take it
+}
+
+// ready reports whether a hook's future can resolve: its payload came, or
+// the hook was disposed.
+func (f *future) ready() bool {
+	return len(f.hook.payloads) > f.index || f.hook.disposed
 }
 
 func (f *future) resolved() bool {
@@ -65,10 +75,19 @@ func (f *Future[T]) fut() *future { return &f.f }
 func (f *Future[T]) Get(ctx Context) (T, error) {
 	x := ctx.execution()
 	x.await([]*future{&f.f}, false)
-	if f.f.kind == opSleep {
-		x.fireTimer(&f.f)
-	}
+	x.took(&f.f)
 	return f.val, f.f.err
+}
+
+// took is the workflow taking f's result: a timer's firing is recorded, a
+// hook's payload taken.
+func (x *execution) took(f *future) {
+	switch f.kind {
+	case opSleep:
+		x.fireTimer(f)
+	case opHook:
+		f.take()
+	}
 }
 
 // parallel is an execution's step goroutines.
@@ -261,9 +280,7 @@ func Select(ctx Context, fs ...Awaitable) int {
 		}
 		f := futs[st.chosen]
 		x.await([]*future{f}, false)
-		if f.kind == opSleep {
-			x.fireTimer(f)
-		}
+		x.took(f)
 		return st.chosen
 	}
 	i := x.await(futs, true)
@@ -278,6 +295,9 @@ func Select(ctx Context, fs ...Awaitable) int {
 	}
 	x.ops[op] = &opState{kind: opSelect, chosen: i}
 	x.record(&store.RecordParams{Events: evs})
+	if f.kind == opHook {
+		f.take()
+	}
 	return i
 }
 
@@ -321,14 +341,20 @@ func (x *execution) await(fs []*future, any bool) int {
 		// The state first: a change after it wakes the wait below.
 		changed, running, wakes := x.par.snapshot()
 		now := time.Now()
-		chosen, pending := -1, 0
+		chosen, pending, hooks := -1, 0, false
 		var next time.Time // the earliest unresolved timer among fs
 		for i, f := range fs {
-			if !f.resolved() && f.kind == opSleep && !now.Before(f.wakeAt) {
-				close(f.done) // timers resolve on the workflow goroutine
+			// Timers and hooks resolve on the workflow goroutine.
+			if !f.resolved() && (f.kind == opSleep && !now.Before(f.wakeAt) || f.kind == opHook && f.ready()) {
+				x.par.mu.Lock()
+				x.par.order++
+				f.order = x.par.order
+				x.par.mu.Unlock()
+				close(f.done)
 			}
 			if !f.resolved() {
 				pending++
+				hooks = hooks || f.kind == opHook
 				if f.kind == opSleep && (next.IsZero() || f.wakeAt.Before(next)) {
 					next = f.wakeAt
 				}
@@ -357,8 +383,20 @@ func (x *execution) await(fs []*future, any bool) int {
 		if !wakes.IsZero() && (next.IsZero() || wakes.Before(next)) {
 			next = wakes
 		}
+		if hooks {
+			// A delivery is in the log, not in this process: look for it.
+			if x.poll() {
+				continue
+			}
+			if next.IsZero() {
+				next = now.Add(farFuture)
+			}
+		}
 		if !running && !next.IsZero() && time.Until(next) > x.e.cfg.ParkAfter {
-			x.park(next)
+			x.park(next, false)
+		}
+		if hooks && time.Until(next) > x.e.cfg.PollInterval {
+			next = time.Now().Add(x.e.cfg.PollInterval) // the next look
 		}
 		var timer <-chan time.Time
 		var t *time.Timer
@@ -378,11 +416,23 @@ func (x *execution) await(fs []*future, any bool) int {
 }
 
 // park releases the run until t and leaves; any worker resumes it then.
-func (x *execution) park(t time.Time) {
+// look: read the log first, so that what this execution recorded does not
+// count as unseen (await has just read it, and must not miss what it
+// would find now).
+func (x *execution) park(t time.Time, look bool) {
 	if !x.deadline.IsZero() && x.deadline.Before(t) {
 		t = x.deadline
 	}
-	x.record(&store.RecordParams{Release: true, WakeAt: t})
+	p := &store.RecordParams{Release: true, WakeAt: t}
+	if x.hooks > 0 {
+		// A delivery after this execution's last look wakes the run at
+		// once (the store compares the log with what it saw).
+		if look {
+			x.poll()
+		}
+		p.SeenEvents = x.polled
+	}
+	x.record(p)
 	x.leave(exitPark, nil)
 }
 

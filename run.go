@@ -39,6 +39,7 @@ const (
 	opStep   opKind = "step"
 	opSleep  opKind = "sleep" // Sleep and NewTimer
 	opSelect opKind = "select"
+	opHook   opKind = "hook"
 )
 
 // opState is what the event log says of one durable operation.
@@ -55,6 +56,10 @@ type opState struct {
 	wakeAt      time.Time
 	fired       bool
 	chosen      int // select: the index chosen
+	token       string   // hook: its token
+	payloads    [][]byte // hook: what was delivered, in log order
+	disposed    bool     // hook: disposed of
+	taken       int      // hook: payloads the workflow took (this execution)
 }
 
 func (s *opState) describe() string {
@@ -63,6 +68,8 @@ func (s *opState) describe() string {
 		return "sleep"
 	case opSelect:
 		return "select"
+	case opHook:
+		return fmt.Sprintf("hook %q", s.token)
 	}
 	return fmt.Sprintf("step %q", s.name)
 }
@@ -90,6 +97,8 @@ type execution struct {
 
 	par      parallel  // step goroutines (Go)
 	deadline time.Time // the run's deadline (WithRunTimeout); zero: none
+	polled   int64     // the last event seq this execution has read
+	hooks    int       // hooks of the run: deliveries may come
 
 	exit    exitReason
 	exitErr error
@@ -100,6 +109,7 @@ func (x *execution) load(events []store.Event) {
 	for i := range events {
 		ev := &events[i]
 		x.events++
+		x.polled = max(x.polled, ev.Seq)
 		if ev.Op == 0 {
 			continue
 		}
@@ -130,6 +140,8 @@ func (x *execution) load(events []store.Event) {
 			st.fired = true
 		case store.EventSelected:
 			st.kind, st.chosen = opSelect, selected(ev.Data)
+		default:
+			x.loadHook(st, ev)
 		}
 	}
 }
@@ -424,7 +436,7 @@ func (x *execution) waitUntil(t time.Time) {
 			if !wakes.IsZero() && wakes.Before(t) {
 				t = wakes
 			}
-			x.park(t)
+			x.park(t, true)
 		}
 	}
 	timer := time.NewTimer(d)

@@ -1,0 +1,263 @@
+package weir
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/weirhq/weir/store"
+)
+
+// Hooks let a run wait for something from outside: a person's approval, a
+// webhook, another system's answer. Workflow code creates a hook with a
+// token; whoever has the token delivers payloads to it (Engine.DeliverHook,
+// POST /v1/hooks/{token}, weir runs signal). Each delivery is recorded in
+// the run's log, once, when it is acknowledged; the run takes payloads in
+// that order, on replay too. A run that waits only for hooks (and timers)
+// parks, holding no goroutine, and a delivery wakes it.
+
+// ErrHookDisposed is returned to take a payload from a hook that was
+// closed (Hook.Close) and has none left.
+var ErrHookDisposed = errors.New("hook disposed")
+
+// ErrHookConflict is returned to create a hook whose token a live hook of
+// another run holds.
+var ErrHookConflict = store.ErrHookConflict
+
+// HookDelivery is the reply to a delivery: the run, the hook's operation,
+// the seq of the delivery's event in the run's log, and how many payloads
+// the hook has received.
+type HookDelivery = store.HookDelivery
+
+// Hook is a run's hook; T is its payloads' type (JSON).
+type Hook[T any] struct {
+	x  *execution
+	op int64
+	st *opState
+}
+
+// farFuture is when a run parked for hooks alone wakes if nothing comes.
+const farFuture = 100 * 365 * 24 * time.Hour
+
+// NewHook creates a hook as the run's next operation. token is the name
+// deliveries use: chosen by the caller (an order id, say: unique among the
+// live hooks of all runs) or, if empty, minted at random (Hook.Token
+// returns it). The token is recorded, so replay gets the same hook.
+// Returns an error matching ErrHookConflict if another run's live hook
+// holds token.
+func NewHook[T any](ctx Context, token string) (*Hook[T], error) {
+	x := ctx.execution()
+	op, st := x.nextOp()
+	if st != nil && st.kind != opHook {
+		x.leave(exitNonDeterminism, &NonDeterminismError{Op: op, Recorded: st.describe(), Replayed: "hook"})
+	}
+	if st == nil {
+		if x.readOnly {
+			x.leave(exitFrontier, nil)
+		}
+		if token == "" {
+			b := make([]byte, 16)
+			_, _ = rand.Read(b)
+			token = "hook_" + hex.EncodeToString(b)
+		}
+		if err := store.CheckHookToken(token); err != nil {
+			return nil, NonRetryable(err)
+		}
+		err := x.createHook(op, token)
+		if errors.Is(err, store.ErrHookConflict) {
+			return nil, NonRetryable(err)
+		}
+		if err != nil {
+			x.storeFailed(err)
+		}
+		st = &opState{kind: opHook, token: token}
+		x.ops[op] = st
+	} else if token != "" && st.token != token {
+		x.leave(exitNonDeterminism, &NonDeterminismError{Op: op, Recorded: st.describe(), Replayed: fmt.Sprintf("hook %q", token)})
+	}
+	x.hooks++
+	return &Hook[T]{x: x, op: op, st: st}, nil
+}
+
+func (x *execution) createHook(op int64, token string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
+	defer cancel()
+	return x.e.store.CreateHook(ctx, &store.HookParams{RunID: x.run.ID, LeaseEpoch: x.epoch, Token: token, Op: op})
+}
+
+// storeFailed leaves the workflow goroutine after a store call failed.
+func (x *execution) storeFailed(err error) {
+	if errors.Is(err, store.ErrLeaseLost) {
+		x.leave(exitLost, err)
+	}
+	if r, ok := x.interrupted(); ok {
+		x.leave(r, err)
+	}
+	x.leave(exitStoreError, err)
+}
+
+// Token returns the hook's token.
+func (h *Hook[T]) Token() string { return h.st.token }
+
+// Receive waits for the hook's next payload and returns it. Payloads come
+// in the order they were delivered; one delivered before Receive is kept
+// for it. After Close, the payloads delivered before it are returned, then
+// ErrHookDisposed.
+func (h *Hook[T]) Receive(ctx Context) (T, error) {
+	return h.Next().Get(ctx)
+}
+
+// ReceiveWithin is Receive with a durable timeout: ok is false if no
+// payload came within d (the wait is a timer of the run's: it holds across
+// restarts).
+func (h *Hook[T]) ReceiveWithin(ctx Context, d time.Duration) (v T, ok bool, err error) {
+	if d < 0 {
+		return v, false, NonRetryable(fmt.Errorf("weir: hook %q: negative timeout %v", h.st.token, d))
+	}
+	next := h.Next()
+	if Select(ctx, next, NewTimer(ctx, d)) == 1 {
+		return v, false, nil
+	}
+	v, err = next.Get(ctx)
+	return v, err == nil, err
+}
+
+// Next returns a Future of the hook's next payload not yet taken, to race
+// it against other operations with Select. Taking it (Get, or Select
+// choosing it) takes the payload; a Future not taken leaves it for the
+// next one.
+func (h *Hook[T]) Next() *Future[T] {
+	f := &Future[T]{f: future{op: h.op, kind: opHook, done: make(chan struct{}), hook: h.st, index: h.st.taken}}
+	f.f.take = func() {
+		st := h.st
+		if f.f.index >= len(st.payloads) {
+			f.f.err = fmt.Errorf("%w: %q", ErrHookDisposed, st.token)
+			return
+		}
+		var v T
+		if err := json.Unmarshal(st.payloads[f.f.index], &v); err != nil {
+			f.f.err = NonRetryable(fmt.Errorf("hook %q: decode payload %d: %w", st.token, f.f.index+1, err))
+		}
+		f.val = v
+		st.taken = max(st.taken, f.f.index+1)
+	}
+	return f
+}
+
+// Close disposes of the hook: deliveries to its token are refused (410)
+// from then on. A run's hooks are disposed when it ends.
+func (h *Hook[T]) Close(ctx Context) {
+	x := ctx.execution()
+	if h.st.disposed {
+		return
+	}
+	if x.readOnly {
+		x.leave(exitFrontier, nil)
+	}
+	c, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
+	defer cancel()
+	if err := x.e.store.DisposeHook(c, &store.HookParams{RunID: x.run.ID, LeaseEpoch: x.epoch, Token: h.st.token, Op: h.op}); err != nil {
+		x.storeFailed(err)
+	}
+	h.st.disposed = true
+}
+
+// loadHook applies a hook event of the log to its operation's state.
+func (x *execution) loadHook(st *opState, ev *store.Event) {
+	switch ev.Type {
+	case store.EventHookCreated:
+		st.kind, st.token = opHook, ev.Name
+	case store.EventHookReceived:
+		st.kind = opHook
+		st.payloads = append(st.payloads, ev.Data)
+	case store.EventHookDisposed:
+		st.disposed = true
+	}
+}
+
+// poll reads what the run's log gained since this execution last read it
+// (deliveries to its hooks) and reports whether it gained a payload.
+func (x *execution) poll() bool {
+	if x.hooks == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 10*time.Second)
+	defer cancel()
+	evs, err := x.e.store.ListEvents(ctx, x.run.ID, x.polled)
+	if err != nil {
+		x.e.log.Warn("weir: read run log", "run", x.run.ID, "err", err)
+		return false
+	}
+	got := false
+	for i := range evs {
+		ev := &evs[i]
+		x.polled = max(x.polled, ev.Seq)
+		if ev.Type != store.EventHookReceived {
+			continue // this execution's own
+		}
+		if st := x.ops[ev.Op]; st != nil && st.kind == opHook {
+			x.loadHook(st, ev)
+			got = true
+		}
+	}
+	return got
+}
+
+// DeliverOptions are optional settings of a delivery.
+type DeliverOptions struct {
+	// IdempotencyKey makes the delivery idempotent: sent again with the
+	// same key and payload, it is answered as the first time (Duplicate)
+	// and adds nothing; with another payload it is ErrKeyReused.
+	IdempotencyKey string
+}
+
+// DeliverHook delivers payload (JSON, at most 1 MiB) to the hook holding
+// token. It returns once the delivery is in the run's log. Returns
+// ErrNotFound for an unknown token, an error matching store.ErrGone for a
+// hook disposed or whose run ended, ErrKeyReused, ErrTooLarge, and
+// store.ErrInvalid for a payload that is not JSON.
+func (e *Engine) DeliverHook(ctx context.Context, token string, payload json.RawMessage, opts *DeliverOptions) (*HookDelivery, error) {
+	if len(payload) > store.MaxHookPayload {
+		return nil, fmt.Errorf("deliver to hook %q: %w: a payload of %d bytes, the limit is %d", token, store.ErrTooLarge, len(payload), store.MaxHookPayload)
+	}
+	if !json.Valid(payload) {
+		return nil, fmt.Errorf("deliver to hook %q: %w: the payload is not JSON", token, store.ErrInvalid)
+	}
+	p := &store.DeliverHookParams{Token: token, Payload: payload}
+	if opts != nil && opts.IdempotencyKey != "" {
+		p.IdempotencyKey = opts.IdempotencyKey
+		p.RequestDigest = digestOf(payload)
+	}
+	res, err := e.store.DeliverHook(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if !res.Duplicate {
+		e.hookDelivered(res.RunID)
+	}
+	e.nudge()
+	return res, nil
+}
+
+// hookDelivered wakes the run's execution here, if any, to read its log.
+func (e *Engine) hookDelivered(run string) {
+	e.mu.Lock()
+	x := e.running[run]
+	e.mu.Unlock()
+	if x != nil {
+		x.par.mu.Lock()
+		x.par.change()
+		x.par.mu.Unlock()
+	}
+}
+
+// digestOf tells one delivery's payload from another's.
+func digestOf(payload []byte) []byte {
+	d := sha256.Sum256(payload)
+	return d[:]
+}
