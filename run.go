@@ -55,7 +55,7 @@ type opState struct {
 	retryAt     time.Time
 	wakeAt      time.Time
 	fired       bool
-	chosen      int // select: the index chosen
+	chosen      int      // select: the index chosen
 	token       string   // hook: its token
 	payloads    [][]byte // hook: what was delivered, in log order
 	disposed    bool     // hook: disposed of
