@@ -29,7 +29,7 @@ func TestTableIsComplete(t *testing.T) {
 	}
 	for _, s := range []error{
 		store.ErrNotFound, store.ErrLeaseLost, store.ErrTooLarge, store.ErrInvalid, store.ErrRunConflict,
-		store.ErrClosedStore, store.ErrGone, store.ErrKeyReused, store.ErrQuota, stream.ErrFull,
+		store.ErrClosedStore, store.ErrGone, store.ErrKeyReused, store.ErrQuota, stream.ErrFull, store.ErrHookConflict,
 		stream.ErrClosed, stream.ErrFenced, stream.ErrGap, stream.ErrConflict, stream.ErrWriterFinished,
 		stream.ErrUnknownWriter, stream.ErrMode, stream.ErrStaleEpoch, stream.ErrEpochSeq, stream.ErrProducerGap,
 		stream.ErrStreamSeq,

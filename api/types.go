@@ -109,3 +109,17 @@ type StreamList struct {
 type WorkflowList struct {
 	Workflows []string `json:"workflows"`
 }
+
+// Hook is one hook of a run, in GET /v1/runs/{id}/hooks.
+type Hook struct {
+	Token     string    `json:"token"`
+	Op        int64     `json:"op"`
+	Received  int64     `json:"received"` // payloads delivered
+	Disposed  bool      `json:"disposed"` // closed, or its run ended
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// HookList is the reply of GET /v1/runs/{id}/hooks.
+type HookList struct {
+	Hooks []Hook `json:"hooks"`
+}

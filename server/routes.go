@@ -13,6 +13,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/runs/{id}/streams", s.handleStreams)
 	s.mux.HandleFunc("GET /v1/workflows", s.handleWorkflows)
 	s.mux.HandleFunc("GET /v1/streams", s.handleListStandalone)
+	s.mux.HandleFunc("POST /v1/hooks/{token}", s.handleDeliverHook)
+	s.mux.HandleFunc("GET /v1/runs/{id}/hooks", s.handleHooks)
 	s.worldRoutes() // world.go
 
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)
