@@ -261,6 +261,41 @@ func (c *Client) Streams(ctx context.Context, id string) ([]StreamInfo, error) {
 	return out.Streams, nil
 }
 
+// DeliverOptions are optional settings of DeliverHook.
+type DeliverOptions struct {
+	// IdempotencyKey makes the delivery idempotent: sent again with the
+	// same key and payload it is answered as the first time (Duplicate).
+	IdempotencyKey string
+}
+
+// HookDelivery is the reply to a delivery.
+type HookDelivery = store.HookDelivery
+
+// DeliverHook delivers payload (JSON, at most 1 MiB) to the hook holding
+// token (POST /v1/hooks/{token}). Errors match weir.ErrNotFound (no such
+// hook), store.ErrGone (disposed, or its run ended), store.ErrKeyReused,
+// store.ErrTooLarge.
+func (c *Client) DeliverHook(ctx context.Context, token string, payload json.RawMessage, opts *DeliverOptions) (*HookDelivery, error) {
+	h := http.Header{"Content-Type": {"application/json"}}
+	if opts != nil && opts.IdempotencyKey != "" {
+		h.Set("Idempotency-Key", opts.IdempotencyKey)
+	}
+	var out HookDelivery
+	if _, err := c.doJSON(ctx, http.MethodPost, "/v1/hooks/"+url.PathEscape(token), nil, h, payload, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Hooks returns the hooks of a run, by op.
+func (c *Client) Hooks(ctx context.Context, id string) ([]api.Hook, error) {
+	var out api.HookList
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/hooks", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Hooks, nil
+}
+
 // StandaloneOptions filters StandaloneStreams.
 type StandaloneOptions struct {
 	Prefix string // only paths that start with it

@@ -19,6 +19,7 @@ const runsUsage = `Usage:
   weir runs show RUN [--json]          a run, its event log and its streams
   weir runs start WORKFLOW [--input JSON] [--id ID | --idempotency-key KEY] [--wait]
   weir runs cancel RUN
+  weir runs signal TOKEN [--data JSON] [--key KEY]   deliver a payload to a run's hook
 
 Every subcommand takes --url (default $WEIR_URL, else http://127.0.0.1:4437)
 and --token (default $WEIR_TOKEN).
@@ -26,7 +27,7 @@ and --token (default $WEIR_TOKEN).
 
 func runsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errUsage(fmt.Errorf("runs: want a subcommand: ls, show, start or cancel\n\n%s", runsUsage))
+		return errUsage(fmt.Errorf("runs: want a subcommand: ls, show, start, cancel or signal\n\n%s", runsUsage))
 	}
 	switch args[0] {
 	case "ls", "list":
@@ -37,6 +38,8 @@ func runsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runsStart(ctx, args[1:], stdout, stderr)
 	case "cancel":
 		return runsCancel(ctx, args[1:], stdout, stderr)
+	case "signal":
+		return runsSignal(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, runsUsage)
 		return nil
@@ -128,12 +131,17 @@ func runsShow(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	hooks, err := c.Hooks(ctx, id)
+	if err != nil {
+		return err
+	}
 	if *asJSON {
 		return printJSON(stdout, struct {
 			Run     *client.Run         `json:"run"`
 			Events  []client.Event      `json:"events"`
 			Streams []client.StreamInfo `json:"streams"`
-		}{run, events, streams})
+			Hooks   []api.Hook          `json:"hooks"`
+		}{run, events, streams, hooks})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "run\t%s\n", run.ID)
@@ -176,6 +184,21 @@ func runsShow(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			state = "closed"
 		}
 		fmt.Fprintf(tw, "  %s\t%d records\t%s\tweir stream cat %s %s\n", s.Name, s.NextOffset, state, run.ID, s.Name)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(hooks) == 0 {
+		return nil
+	}
+	fmt.Fprintf(stdout, "\nhooks (%d):\n", len(hooks))
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	for _, h := range hooks {
+		state := "waiting: weir runs signal " + h.Token + " --data JSON"
+		if h.Disposed {
+			state = "disposed"
+		}
+		fmt.Fprintf(tw, "  %s\top %d\t%d received\t%s\n", h.Token, h.Op, h.Received, state)
 	}
 	return tw.Flush()
 }
@@ -325,6 +348,38 @@ func runsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	fmt.Fprintf(stdout, "run %s: cancel requested\n", run.ID)
+	return nil
+}
+
+func runsSignal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("runs signal", "Usage: weir runs signal TOKEN [flags]\n\nDelivers a payload (JSON) to the hook holding TOKEN; the run waiting on it resumes.\n", stderr)
+	var cf clientFlags
+	cf.register(fs)
+	data := fs.String("data", "null", "the payload, JSON")
+	key := fs.String("key", "", "an idempotency key: the same delivery sent again adds nothing")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errUsage(fmt.Errorf("runs signal: want one hook token"))
+	}
+	if !json.Valid([]byte(*data)) {
+		return errUsage(fmt.Errorf("runs signal: --data %q is not JSON", *data))
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	res, err := c.DeliverHook(ctx, pos[0], json.RawMessage(*data), &client.DeliverOptions{IdempotencyKey: *key})
+	if err != nil {
+		return err
+	}
+	note := ""
+	if res.Duplicate {
+		note = " (sent before: nothing added)"
+	}
+	fmt.Fprintf(stdout, "run %s: payload %d of hook %s, event %d%s\n", res.RunID, res.Count, pos[0], res.Seq, note)
 	return nil
 }
 

@@ -4,6 +4,7 @@
 package demo
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -58,8 +59,61 @@ func Tokenize(text string) []string {
 }
 
 // Register registers the demo workflows on e.
+//
+// It registers ApprovalWorkflow too.
 func Register(e *weir.Engine) *weir.Workflow[TokensInput, TokensOutput] {
+	weir.Register(e, ApprovalWorkflow, approve)
 	return weir.Register(e, TokensWorkflow, tokens)
+}
+
+// ApprovalWorkflow waits for a payload delivered to a hook (POST
+// /v1/hooks/{token}, weir runs signal), for at most a minute, and writes
+// what came to the stream ApprovalStream.
+const ApprovalWorkflow = "demo.approval"
+
+// ApprovalStream is the stream the approval is written to.
+const ApprovalStream = "approval"
+
+// ApprovalInput is the input of demo.approval.
+type ApprovalInput struct {
+	Token   string        `json:"token"`   // the hook's token; empty: minted (see the hook_created event)
+	Timeout time.Duration `json:"timeout"` // nanoseconds; 0: MaxApprovalWait
+}
+
+// ApprovalOutput is its output.
+type ApprovalOutput struct {
+	Token    string          `json:"token"`
+	Approved bool            `json:"approved"` // a payload came in time
+	Payload  json.RawMessage `json:"payload,omitempty"`
+}
+
+// MaxApprovalWait bounds demo.approval's wait: a client chooses it.
+const MaxApprovalWait = time.Minute
+
+func approve(ctx weir.Context, in ApprovalInput) (ApprovalOutput, error) {
+	if in.Timeout < 0 || in.Timeout > MaxApprovalWait {
+		return ApprovalOutput{}, weir.NonRetryable(fmt.Errorf("%w: timeout %v: 0 to %v", ErrDemoInput, in.Timeout, MaxApprovalWait))
+	}
+	if in.Timeout == 0 {
+		in.Timeout = MaxApprovalWait
+	}
+	h, err := weir.NewHook[json.RawMessage](ctx, in.Token)
+	if err != nil {
+		return ApprovalOutput{}, err
+	}
+	v, ok, err := h.ReceiveWithin(ctx, in.Timeout)
+	if err != nil {
+		return ApprovalOutput{}, err
+	}
+	out := ApprovalOutput{Token: h.Token(), Approved: ok, Payload: v}
+	note := "no answer within " + in.Timeout.String()
+	if ok {
+		note = "received " + string(v)
+	}
+	if _, err := ctx.Stream(ApprovalStream).Write([]byte(note)); err != nil {
+		return out, err
+	}
+	return out, nil
 }
 
 // The demo's input limits: a client chooses its input, and weir server
