@@ -82,6 +82,9 @@ func (p *CreateRunParams) Check() error {
 	if err := CheckID("run id", p.ID); err != nil {
 		return err
 	}
+	if err := checkName("parent run id", p.Parent, MaxIDLen); err != nil {
+		return err
+	}
 	return CheckID("workflow", p.Workflow)
 }
 

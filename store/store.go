@@ -269,6 +269,8 @@ type Run struct {
 	// Kind is "" for a run of an engine's workflow and KindWorld for a
 	// World run (package world), which no engine claims.
 	Kind string
+	// Parent is the run that started this one as its child; "" if none.
+	Parent string
 }
 
 // KindWorld is the Kind of a World run.
@@ -278,6 +280,7 @@ const KindWorld = "world"
 type CreateRunParams struct {
 	ID       string // required; the caller's idempotency key
 	Workflow string // required
+	Parent   string // the run starting it as its child; "" if none
 	Input    []byte
 	WakeAt   time.Time // zero: runnable now
 }

@@ -201,6 +201,9 @@ func (g *gen) next() *op {
 	case 0, 1:
 		p := store.CreateRunParams{ID: g.pick(runs), Workflow: g.pick(workflows), Input: []byte(g.pick(runs))}
 		if g.chance(4) {
+			p.Parent = g.pick(runs)
+		}
+		if g.chance(4) {
 			p.WakeAt = now.Add(time.Duration(g.n(60)) * time.Second)
 		}
 		return &op{desc: fmt.Sprintf("CreateRun %+v", p), run: func(ctx context.Context, sd *side) string {
@@ -538,9 +541,9 @@ func showRun(r *store.Run) string {
 	if r == nil {
 		return "-"
 	}
-	return fmt.Sprintf("{id=%s wf=%s %s in=%q out=%q err=%q created=%v updated=%v wake=%v owner=%s expires=%v epoch=%d cancel=%v}",
+	return fmt.Sprintf("{id=%s wf=%s %s in=%q out=%q err=%q created=%v updated=%v wake=%v owner=%s expires=%v epoch=%d cancel=%v parent=%s}",
 		r.ID, r.Workflow, r.Status, r.Input, r.Output, r.Error, r.CreatedAt, r.UpdatedAt, r.WakeAt, r.LeaseOwner,
-		r.LeaseExpires, r.LeaseEpoch, r.CancelRequested)
+		r.LeaseExpires, r.LeaseEpoch, r.CancelRequested, r.Parent)
 }
 
 func showRuns(rs []*store.Run) string {

@@ -233,15 +233,15 @@ func (g *group) lockAndRead() error {
 }
 
 func (g *group) queueCreateRuns(b *pgx.Batch, ops []*createRunOp) {
-	var id, wf []string
+	var id, wf, parent []string
 	var input [][]byte
 	var now, wake []int64
 	for _, o := range ops {
 		id, wf, input = append(id, o.p.ID), append(wf, o.p.Workflow), append(input, o.p.Input)
-		now, wake = append(now, o.now), append(wake, sqlrow.Nanos(o.p.WakeAt))
+		now, wake, parent = append(now, o.now), append(wake, sqlrow.Nanos(o.p.WakeAt)), append(parent, o.p.Parent)
 	}
 	g.inserted, g.existing = map[string]bool{}, map[string]*store.Run{}
-	b.Queue(g.s.q.insertRuns, id, wf, input, now, wake).Query(func(rows pgx.Rows) error {
+	b.Queue(g.s.q.insertRuns, id, wf, input, now, wake, parent).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id string
 			if err := rows.Scan(&id); err != nil {

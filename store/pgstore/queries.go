@@ -223,9 +223,10 @@ func newQueries(schema string) *queries {
 			$8::bigint[], $9::boolean[], $10::bigint[])
 			AS u(id, set_status, status, output, error, release, wake, now, ended, last_event)
 		WHERE x.id = u.id`)
-	set(&q.insertRuns, `INSERT INTO $S.runs (id, workflow, status, input, created_at, updated_at, wake_at)
-		SELECT u.id, u.workflow, 'pending', u.input, u.now, u.now, u.wake
-		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[]) AS u(id, workflow, input, now, wake)
+	set(&q.insertRuns, `INSERT INTO $S.runs (id, workflow, status, input, created_at, updated_at, wake_at, parent_id)
+		SELECT u.id, u.workflow, 'pending', u.input, u.now, u.now, u.wake, u.parent
+		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[], $6::text[])
+			AS u(id, workflow, input, now, wake, parent)
 		ON CONFLICT (id) DO NOTHING RETURNING id`)
 	set(&q.runsByID, `SELECT r.* FROM unnest($1::text[]) AS k(id), LATERAL (
 			SELECT `+sqlrow.RunCols+` FROM $S.runs WHERE id = k.id
@@ -245,7 +246,7 @@ func newQueries(schema string) *queries {
 	// than claiming more.
 	set(&q.claimIn, `WITH prev AS (
 			SELECT id, workflow, status, input, output, error, created_at, updated_at,
-				wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, seq
+				wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, seq
 			FROM $S.runs WHERE $7 <> 0 AND record_token = $7 AND lease_owner = $1 AND status IN ('pending', 'running')
 		), c AS (
 			SELECT id FROM $S.runs
@@ -259,7 +260,7 @@ func newQueries(schema string) *queries {
 				lease_epoch = r.lease_epoch + 1, updated_at = $3, record_token = $6
 			FROM c WHERE r.id = c.id
 			RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error, r.created_at, r.updated_at,
-				r.wake_at, r.lease_owner, r.lease_expires, r.lease_epoch, r.cancel_requested, r.kind, r.seq
+				r.wake_at, r.lease_owner, r.lease_expires, r.lease_epoch, r.cancel_requested, r.kind, r.parent_id, r.seq
 		)
 		SELECT * FROM u UNION ALL SELECT * FROM prev`)
 	return q

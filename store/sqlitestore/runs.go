@@ -45,7 +45,7 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 			return translate(err)
 		}
 		tx.changed = true
-		run, err = sqlrow.ScanRun(tx.w.insertRun.QueryRowContext(bg, p.ID, p.Workflow, p.Input, now, now, sqlrow.Nanos(p.WakeAt)))
+		run, err = sqlrow.ScanRun(tx.w.insertRun.QueryRowContext(bg, p.ID, p.Workflow, p.Input, now, now, sqlrow.Nanos(p.WakeAt), p.Parent))
 		created = err == nil
 		return translate(err)
 	})

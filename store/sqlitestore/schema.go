@@ -294,6 +294,10 @@ CREATE TABLE hook_keys (
 	PRIMARY KEY (token, key)
 ) WITHOUT ROWID;
 `,
+	// 7: child runs (weir.StartChild) know their parent.
+	`
+ALTER TABLE runs ADD COLUMN parent_id TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // fixups run in a migration's transaction after its SQL, for what SQL

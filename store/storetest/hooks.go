@@ -182,3 +182,29 @@ func testHooks(t *testing.T, h Harness) {
 		wantErr(t, err, store.ErrNotFound)
 	})
 }
+
+// testParent checks that a child run knows its parent, on every read.
+func testParent(t *testing.T, h Harness) {
+	s := h.New(t)
+	_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "child", Workflow: "wf", Parent: "parent"})
+	must(t, err)
+	r, err := s.GetRun(ctx(t), "child")
+	must(t, err)
+	if r.Parent != "parent" {
+		t.Fatalf("GetRun: parent %q", r.Parent)
+	}
+	runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl})
+	must(t, err)
+	if len(runs) != 1 || runs[0].Parent != "parent" {
+		t.Fatalf("ClaimRuns: %+v", runs)
+	}
+	l, err := s.ListRuns(ctx(t), &store.ListRunsParams{})
+	must(t, err)
+	if len(l) != 1 || l[0].Parent != "parent" {
+		t.Fatalf("ListRuns: %+v", l)
+	}
+	wantErr(t, func() error {
+		_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "c2", Workflow: "wf", Parent: "p\xff"})
+		return err
+	}(), store.ErrInvalid)
+}

@@ -1,0 +1,2 @@
+-- Child runs (weir.StartChild) know their parent.
+ALTER TABLE runs ADD COLUMN parent_id text NOT NULL DEFAULT '';
