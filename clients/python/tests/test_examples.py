@@ -1,4 +1,4 @@
-"""The README's example, run as it is against the test server."""
+"""The README's examples, run as they are against the test server."""
 
 from __future__ import annotations
 
@@ -30,6 +30,22 @@ class ExampleTests(ServerCase):
         self.assertEqual(outcomes[2], {"adopted": first, "appended": 10 - first} if first else {"appended": 10})
         self.assertIn("live reader saw: Exactly-once means each token reaches the reader once.", lines)
         self.assertIn("committed view:  Exactly-once means each token reaches the reader once.", lines)
+
+    def test_the_readme_hooks_example(self) -> None:
+        """The README's hooks example, as it is: a demo.approval run resumed by a
+        delivery, sent twice with its key."""
+        readme = (CLIENT / "README.md").read_text(encoding="utf-8")
+        section = readme[readme.index("### Hooks"):]
+        code = section[section.index("```python\n") + len("```python\n"):]
+        code = code[: code.index("```")]
+        env = dict(os.environ, WEIR_URL=self.server.url, WEIR_TOKEN=self.server.token, PYTHONPATH=str(CLIENT))
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.splitlines()
+        self.assertEqual(len(lines), 3, out.stdout)
+        self.assertRegex(lines[0], r"^HookDelivery\(run_id='run_\w+', op=1, seq=\d+, count=1, duplicate=False\)$")
+        self.assertEqual(lines[1], "sent again: True True")
+        self.assertRegex(lines[2], r"^\{'token': 'order-\w{8}', 'approved': True, 'payload': \{'by': 'ann', 'ok': True\}\}$")
 
 
 class ReadmeTests(unittest.TestCase):

@@ -80,7 +80,7 @@ class RunsTests(ServerCase):
         done = self.client.wait(slow.id, timeout=20)
         self.assertEqual(done.status, "cancelled")
         self.assertEqual(self.client.cancel(slow.id).status, "cancelled", "cancelling an ended run changes nothing")
-        self.assertIn("demo.tokens", self.client.workflows())
+        self.assertTrue({"demo.tokens", "demo.approval"} <= set(self.client.workflows()))
         self.client.health()
 
     def test_errors(self) -> None:
@@ -95,8 +95,6 @@ class RunsTests(ServerCase):
         run = self.client.start("demo.tokens", {"text": ""})
         self.client.wait(run.id, timeout=20)
         self.assertEqual(list(self.client.read_run(run.id, "nothing-here", live="long-poll")), [])
-        with self.assertRaises(NotImplementedError):
-            self.client.deliver_hook("token", {"approved": True})
 
 
 per_store(RunsTests, globals())

@@ -54,6 +54,8 @@ class ErrorTableTests(unittest.TestCase):
         busy = weir.error_from_reply(503, {"Weir-Error": "busy", "Retry-After": "1"}, b"busy")
         self.assertEqual((type(busy), busy.retry_after, busy.retryable), (weir.BusyError, 1, True))
         self.assertIsInstance(busy, weir.UnavailableError)
+        in_use = weir.error_from_reply(409, {"Weir-Error": "hook_in_use"}, b"create hook: hook token in use")
+        self.assertEqual((type(in_use), in_use.status, in_use.retryable), (weir.HookInUseError, 409, False))
         bad = weir.error_from_reply(502, {}, b"")
         self.assertTrue(bad.retryable)
         self.assertEqual(weir.error_from_reply(418, {"Weir-Error": "from_the_future"}, b"tea").message, "tea")
@@ -74,6 +76,16 @@ class ValueTests(unittest.TestCase):
         assert t is not None
         self.assertEqual((t.year, t.microsecond, t.utcoffset().total_seconds()), (2026, 127456, 0))  # type: ignore[union-attr]
         self.assertIsNone(_time(None))
+
+    def test_hook_values(self) -> None:
+        d = weir.HookDelivery.from_json({"run_id": "run_1", "op": 1, "seq": 4, "count": 1})
+        self.assertEqual(d, weir.HookDelivery("run_1", 1, 4, 1, False))
+        self.assertTrue(weir.HookDelivery.from_json({"run_id": "run_1", "op": 1, "seq": 4, "count": 1,
+                                                     "duplicate": True}).duplicate)
+        h = weir.Hook.from_json({"token": "t", "op": 2, "received": 1, "disposed": True,
+                                 "created_at": "2026-12-01T12:54:59.49Z"})
+        self.assertEqual((h.token, h.op, h.received, h.disposed), ("t", 2, 1, True))
+        self.assertEqual(h.created_at.microsecond, 490000)  # type: ignore[union-attr]
 
     def test_voids(self) -> None:
         v = weir.Voids()

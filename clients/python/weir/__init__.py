@@ -2,7 +2,7 @@
 streams are exactly-once.
 
 Standard library only. Write a stream exactly once, read it back, start and
-watch runs::
+watch runs, deliver payloads to their hooks::
 
     import weir
 
@@ -18,7 +18,7 @@ See ``clients/python/README.md`` and weir's ``docs/protocol.md``.
 """
 
 from ._version import __version__
-from .client import Client
+from .client import MAX_HOOK_PAYLOAD_BYTES, Client
 from .errors import *  # noqa: F403: one class per wire code
 from .errors import CODES, error_from_reply
 from .errors import __all__ as _errors
@@ -29,6 +29,8 @@ from .types import (
     Ack,
     AppendResult,
     Event,
+    Hook,
+    HookDelivery,
     Record,
     Run,
     RunPage,
@@ -53,10 +55,13 @@ __all__ = [
     "RunPage",
     "Event",
     "RunStream",
+    "HookDelivery",
+    "Hook",
     "START",
     "NOW",
     "MAX_CHUNK_BYTES",
     "MAX_REQUEST_CHUNKS",
+    "MAX_HOOK_PAYLOAD_BYTES",
     "CODES",
     "format_offset",
     "parse_offset",

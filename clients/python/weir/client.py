@@ -1,5 +1,6 @@
 """The client of one weir server: streams (create, append, read, write exactly
-once) and the runs API (start, get, list, events, cancel, streams)."""
+once), the runs API (start, get, list, events, cancel, streams) and hooks
+(deliver a payload to a run's hook, list a run's hooks)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,28 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ._http import Response, Transport, stream_url_path
-from .errors import NotFoundError, ProtocolError
+from .errors import NotFoundError, ProtocolError, TooLargeError
 from .reader import Reader
-from .types import START, Ack, AppendResult, Event, LiveMode, Run, RunPage, RunStream, StreamHead, View
+from .types import (
+    START,
+    Ack,
+    AppendResult,
+    Event,
+    Hook,
+    HookDelivery,
+    LiveMode,
+    Run,
+    RunPage,
+    RunStream,
+    StreamHead,
+    View,
+)
 from .writer import Writer
 
-__all__ = ["Client"]
+__all__ = ["Client", "MAX_HOOK_PAYLOAD_BYTES"]
+
+#: The largest hook payload the server takes, in bytes of JSON (1 MiB).
+MAX_HOOK_PAYLOAD_BYTES = 1 << 20
 
 _u32 = struct.Struct(">I")
 
@@ -402,19 +419,82 @@ class Client:
         """Returns if the server answers ``/healthz`` with 200; raises otherwise."""
         self._t.request("GET", "/healthz", idempotent=True)
 
-    def deliver_hook(self, token: str, payload: Any) -> None:
-        """Placeholder: delivering a payload to a workflow's hook.
+    # Hooks.
 
-        weir's Go SDK has no hooks yet, so the server has no endpoint for them
-        (World hooks, ``/v1/world/hooks``, belong to the Vercel Workflow
-        runtime, which resumes them itself). This method will send the payload
-        once the SDK and the protocol have hooks; until then it raises.
+    def deliver_hook(self, token: str, payload: Any, *, idempotency_key: str | None = None) -> HookDelivery:
+        """Delivers ``payload`` (any JSON value) to the hook holding ``token``
+        (``POST /v1/hooks/{token}``): the run waiting on it goes on. Returns
+        once the delivery is in the run's log.
+
+        The payload is sent as compact JSON with its objects' keys sorted, so
+        the same value always makes the same body (a dict built in another
+        order included): that is what the server compares a re-sent delivery
+        by.
+
+        **Retries.** With an ``idempotency_key`` (an id of the event being
+        delivered: a webhook's delivery id, an approval's form id), a delivery
+        sent again is answered with the first one's reply
+        (:attr:`HookDelivery.duplicate`, the same ``seq``) and adds nothing, so
+        the client retries it itself on a connection failure (no reply, a cut
+        connection, a timeout) or a retryable reply, for up to ``retry_for``.
+        **Without a key it is sent once**: a delivery whose reply was lost may
+        have landed, and sending it again could deliver the payload twice, so
+        a lost reply raises :class:`WeirConnectionError` (only a connection
+        that could not be made at all, when nothing was sent, is tried again).
+
+        A run's hook exists only once the run has created it: until then its
+        token answers :class:`NotFoundError` (a caller that starts a run and
+        delivers at once polls :meth:`hooks`, or retries the 404, with a
+        deadline).
 
         Raises:
-            NotImplementedError: always.
+            NotFoundError: no hook holds the token (not created yet, or never).
+            GoneError: the hook takes no more payloads: disposed of, or its
+                run ended.
+            KeyReusedError: the key was used for a delivery of another payload.
+            TooLargeError: a payload over 1 MiB of JSON (raised before sending:
+                ``status`` is 0) or over the server's body limit.
+            BadRequestError: a token the server refuses (``/``, ``?`` or ``#``
+                in it, too long).
+            ValueError, TypeError: an empty token or key, or a payload
+                :func:`json.dumps` cannot encode (NaN, a set, mixed key types).
         """
-        raise NotImplementedError(
-            "hooks do not exist in weir's Go SDK yet: there is no endpoint to deliver a payload to "
-            "(see clients/python/README.md, 'Hooks')"
-        )
+        path = "/v1/hooks/" + _seg(token, "hook token")
+        if idempotency_key is not None and not idempotency_key:
+            raise ValueError("deliver_hook: an empty idempotency key (None for none)")
+        try:
+            body = json.dumps(payload, separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"deliver_hook({token!r}): the payload is not JSON: {e}") from None
+        data = body.encode("utf-8")
+        if len(data) > MAX_HOOK_PAYLOAD_BYTES:
+            raise TooLargeError(
+                f"a hook payload of {len(data)} bytes: the limit is {MAX_HOOK_PAYLOAD_BYTES} (not sent)",
+                method="POST",
+                path=path,
+            )
+        h = {"Content-Type": "application/json"}
+        if idempotency_key is not None:
+            h["Idempotency-Key"] = idempotency_key
+        resp = self._t.request("POST", path, headers=h, body=data, idempotent=idempotency_key is not None)
+        assert isinstance(resp, Response)
+        try:
+            d = resp.json()
+            if not isinstance(d, dict) or "run_id" not in d:
+                raise ValueError("no run_id")
+            return HookDelivery.from_json(d)
+        except (ValueError, TypeError) as e:
+            raise ProtocolError(f"POST {path}: the reply is not a hook delivery's JSON: {e}") from None
 
+    def hooks(self, run_id: str) -> list[Hook]:
+        """The hooks of a run, by op (``GET /v1/runs/{id}/hooks``): each one's
+        token, the payloads it received, and whether it is disposed of (the
+        workflow closed it, or the run ended). A hook shows up once the run
+        has created it: poll this (with a deadline) to learn a minted token,
+        or that a hook is ready to be delivered to.
+
+        Raises:
+            NotFoundError: no such run.
+        """
+        _, d = self._json("GET", f"/v1/runs/{_seg(run_id, 'run id')}/hooks", idempotent=True)
+        return [Hook.from_json(x) for x in d.get("hooks") or []]

@@ -50,6 +50,7 @@ __all__ = [
     "WriterFinishedError",
     "WriterModeError",
     "RunConflictError",
+    "HookInUseError",
     "LeaseLostError",
     "ProducerGapError",
     "StreamSeqError",
@@ -205,7 +206,9 @@ class ConflictError(WeirError):
 
 
 class GoneError(WeirError):
-    """410 ``gone``: the stream was deleted while forks still reference it."""
+    """410 ``gone``: a delivery to a hook that takes no more payloads (the
+    workflow disposed of it, or its run ended), or a stream that was deleted
+    while forks still reference it."""
 
     code_name = "gone"
 
@@ -302,7 +305,9 @@ class UnknownWriterError(WeirError):
 
 
 class NotFoundError(WeirError):
-    """404 ``not_found``: no such run or stream (or it expired)."""
+    """404 ``not_found``: no such run or stream (or it expired), or no hook
+    holds the token delivered to (a run's hook exists only once the run has
+    created it)."""
 
     code_name = "not_found"
 
@@ -316,7 +321,7 @@ class ChunkConflictError(WeirError):
 
 class KeyReusedError(WeirError):
     """422 ``key_reused``: an ``Idempotency-Key`` sent again with another
-    request (another body, workflow or input)."""
+    request (another body, workflow or input, another hook payload)."""
 
     code_name = "key_reused"
 
@@ -371,6 +376,15 @@ class RunConflictError(WeirError):
     code_name = "run_conflict"
 
 
+class HookInUseError(WeirError):
+    """409 ``hook_in_use``: a hook's token is held by a live hook of another
+    run. Raised to the workflow that creates the hook (its run fails with it),
+    not to deliverers; a token is free again once its hook is disposed of or
+    its run ended."""
+
+    code_name = "hook_in_use"
+
+
 class LeaseLostError(WeirError):
     """409 ``lease_lost``: another worker holds the run."""
 
@@ -405,8 +419,9 @@ class StreamSeqError(WeirError):
 
 class TooLargeError(WeirError):
     """413 ``too_large``: a chunk over 4 MiB, a body over the server's limit
-    (16 MiB by default), or a request over 10,000 chunks. The writer raises it
-    before sending for a chunk it knows is too large."""
+    (16 MiB by default), a request over 10,000 chunks, or a hook payload over
+    1 MiB. The writer raises it before sending for a chunk it knows is too
+    large, :meth:`weir.Client.deliver_hook` for a payload."""
 
     code_name = "too_large"
 

@@ -23,6 +23,8 @@ __all__ = [
     "RunPage",
     "Event",
     "RunStream",
+    "HookDelivery",
+    "Hook",
 ]
 
 #: The offset of a stream's start, in requests.
@@ -225,11 +227,13 @@ class Event:
     Attributes:
         seq: dense from 1.
         type: run_started, step_started, step_completed, step_failed,
-            sleep_scheduled, sleep_fired, run_completed, run_failed, run_cancelled.
+            sleep_scheduled, sleep_fired, hook_created, hook_received,
+            hook_disposed, run_completed, run_failed, run_cancelled.
         op: the durable operation's position in the run; a step's stream writer
             is ``step/{op}``.
-        name, attempt: the step's name and attempt.
-        data: a step's or the run's output (JSON).
+        name, attempt: the step's name and attempt; a hook event's ``name`` is
+            the hook's token.
+        data: a step's or the run's output, a ``hook_received``'s payload (JSON).
         error, final: a failure's message; ``final``: no more attempts.
         at, wake_at: when it happened; when a sleep fires or a failed step is retried.
     """
@@ -291,6 +295,69 @@ class RunStream:
             content_type=str(d.get("content_type", "")),
             next_offset=int(d.get("next_offset", 0)),
             closed=bool(d.get("closed", False)),
+            created_at=_time(d.get("created_at")),
+        )
+
+
+@dataclass(frozen=True)
+class HookDelivery:
+    """The reply to a delivery to a hook (``POST /v1/hooks/{token}``).
+
+    Attributes:
+        run_id: the run whose hook holds the token.
+        op: the hook's operation in that run.
+        seq: the ``hook_received`` event's seq in the run's log (the same on a
+            duplicate: the first delivery's).
+        count: the payloads the hook has received, this one included.
+        duplicate: a delivery sent again with its idempotency key: answered
+            with the first delivery's reply, and nothing was added.
+    """
+
+    run_id: str
+    op: int
+    seq: int
+    count: int
+    duplicate: bool = False
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> HookDelivery:
+        """Builds a delivery's reply from the server's JSON object."""
+        return cls(
+            run_id=str(d.get("run_id", "")),
+            op=int(d.get("op", 0)),
+            seq=int(d.get("seq", 0)),
+            count=int(d.get("count", 0)),
+            duplicate=bool(d.get("duplicate", False)),
+        )
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One hook of a run (``GET /v1/runs/{id}/hooks``).
+
+    Attributes:
+        token: the name deliveries use (``Client.deliver_hook(token, ...)``).
+        op: the hook's operation in the run.
+        received: the payloads delivered to it so far.
+        disposed: it takes no more payloads: the workflow closed it, or the
+            run ended (a delivery to it is :class:`~weir.GoneError`).
+        created_at: when the run created it (to the millisecond).
+    """
+
+    token: str
+    op: int
+    received: int
+    disposed: bool
+    created_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Hook:
+        """Builds a hook's description from the runs API's JSON object."""
+        return cls(
+            token=str(d.get("token", "")),
+            op=int(d.get("op", 0)),
+            received=int(d.get("received", 0)),
+            disposed=bool(d.get("disposed", False)),
             created_at=_time(d.get("created_at")),
         )
 
