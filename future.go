@@ -44,6 +44,7 @@ type future struct {
 	hook  *opState // hooks: the hook's state
 	index int      // hooks: the payload it resolves to
 	take  func()   // hooks: decode the payload and take it
+	child string   // child runs: the child's id (its end comes to hook)
 }
 
 // ready reports whether a hook's future can resolve: its payload came, or
@@ -342,6 +343,7 @@ func (x *execution) await(fs []*future, any bool) int {
 		changed, running, wakes := x.par.snapshot()
 		now := time.Now()
 		chosen, pending, hooks := -1, 0, false
+		var children []string
 		var next time.Time // the earliest unresolved timer among fs
 		for i, f := range fs {
 			// Timers and hooks resolve on the workflow goroutine.
@@ -355,6 +357,9 @@ func (x *execution) await(fs []*future, any bool) int {
 			if !f.resolved() {
 				pending++
 				hooks = hooks || f.kind == opHook
+				if f.child != "" {
+					children = append(children, f.child)
+				}
 				if f.kind == opSleep && (next.IsZero() || f.wakeAt.Before(next)) {
 					next = f.wakeAt
 				}
@@ -387,6 +392,19 @@ func (x *execution) await(fs []*future, any bool) int {
 			// A delivery is in the log, not in this process: look for it.
 			if x.poll() {
 				continue
+			}
+			if len(children) > 0 && now.Sub(x.childCheck) >= childRecheck {
+				// A child's word may be lost: look at the children too.
+				x.childCheck = now
+				for _, id := range children {
+					x.checkChild(id)
+				}
+				if x.poll() {
+					continue
+				}
+			}
+			if len(children) > 0 && (next.IsZero() || next.After(now.Add(childRecheck))) {
+				next = now.Add(childRecheck)
 			}
 			if next.IsZero() {
 				next = now.Add(farFuture)

@@ -171,9 +171,14 @@ func (h *Hook[T]) Close(ctx Context) {
 func (x *execution) loadHook(st *opState, ev *store.Event) {
 	switch ev.Type {
 	case store.EventHookCreated:
-		st.kind, st.token = opHook, ev.Name
+		if st.kind == "" {
+			st.kind = opHook
+		}
+		st.token = ev.Name
 	case store.EventHookReceived:
-		st.kind = opHook
+		if st.kind == "" {
+			st.kind = opHook
+		}
 		st.payloads = append(st.payloads, ev.Data)
 	case store.EventHookDisposed:
 		st.disposed = true
@@ -200,7 +205,7 @@ func (x *execution) poll() bool {
 		if ev.Type != store.EventHookReceived {
 			continue // this execution's own
 		}
-		if st := x.ops[ev.Op]; st != nil && st.kind == opHook {
+		if st := x.ops[ev.Op]; st != nil && (st.kind == opHook || st.kind == opChild) {
 			x.loadHook(st, ev)
 			got = true
 		}

@@ -40,6 +40,7 @@ const (
 	opSleep  opKind = "sleep" // Sleep and NewTimer
 	opSelect opKind = "select"
 	opHook   opKind = "hook"
+	opChild  opKind = "child"
 )
 
 // opState is what the event log says of one durable operation.
@@ -60,6 +61,7 @@ type opState struct {
 	payloads    [][]byte // hook: what was delivered, in log order
 	disposed    bool     // hook: disposed of
 	taken       int      // hook: payloads the workflow took (this execution)
+	child       string   // child: the child run's id
 }
 
 func (s *opState) describe() string {
@@ -70,6 +72,8 @@ func (s *opState) describe() string {
 		return "select"
 	case opHook:
 		return fmt.Sprintf("hook %q", s.token)
+	case opChild:
+		return fmt.Sprintf("child run %s", s.child)
 	}
 	return fmt.Sprintf("step %q", s.name)
 }
@@ -95,10 +99,11 @@ type execution struct {
 	readOnly bool        // Replay: run nothing, write nothing
 	ended    atomic.Bool // the workflow goroutine has exited
 
-	par      parallel  // step goroutines (Go)
-	deadline time.Time // the run's deadline (WithRunTimeout); zero: none
-	polled   int64     // the last event seq this execution has read
-	hooks    int       // hooks of the run: deliveries may come
+	par        parallel  // step goroutines (Go)
+	deadline   time.Time // the run's deadline (WithRunTimeout); zero: none
+	polled     int64     // the last event seq this execution has read
+	hooks      int       // hooks of the run (child runs too): deliveries may come
+	childCheck time.Time // when this execution last looked at its children's rows
 
 	exit    exitReason
 	exitErr error
@@ -140,6 +145,8 @@ func (x *execution) load(events []store.Event) {
 			st.fired = true
 		case store.EventSelected:
 			st.kind, st.chosen = opSelect, selected(ev.Data)
+		case store.EventChildStarted:
+			st.kind, st.child = opChild, ev.Name
 		default:
 			x.loadHook(st, ev)
 		}
@@ -352,6 +359,9 @@ func (x *execution) finish(status store.RunStatus, out []byte, runErr error) {
 		x.e.log.Warn("weir: finish run", "run", x.run.ID, "status", status, "err", err)
 		return
 	}
+	if x.run.Parent != "" {
+		x.e.tellParent(x.run, status, out, p.Error)
+	}
 	x.e.notifyDone(x.run.ID)
 }
 
@@ -360,8 +370,12 @@ func (x *execution) finish(status store.RunStatus, out []byte, runErr error) {
 func (x *execution) finishCancelled() { x.finishAborted(store.RunCancelled, ErrCancelled) }
 
 // finishAborted aborts the output of step attempts left open, then ends the
-// run with status (cancelled, or failed at its deadline) and cause.
+// run with status (cancelled, or failed at its deadline) and cause. A
+// cancelled run's children that have not ended are cancelled too.
 func (x *execution) finishAborted(status store.RunStatus, cause error) {
+	if status == store.RunCancelled {
+		x.cancelChildren()
+	}
 	for op, st := range x.ops {
 		if st.kind == opStep && st.open {
 			p := &store.RecordParams{

@@ -36,6 +36,8 @@ type Run struct {
 	// Kind is "world" for a Vercel Workflow run on weir's World (its events,
 	// steps and hooks are at /v1/world/runs/{id}), empty for a Go run.
 	Kind string `json:"kind,omitempty"`
+	// Parent is the run that started this one as its child (weir.StartChild).
+	Parent string `json:"parent,omitempty"`
 }
 
 // WorldEvent is one event of a World run's log (GET

@@ -20,6 +20,7 @@ func runJSON(r *store.Run) api.Run {
 		UpdatedAt:       r.UpdatedAt.UTC(),
 		CancelRequested: r.CancelRequested,
 		Kind:            r.Kind,
+		Parent:          r.Parent,
 	}
 	if !r.WakeAt.IsZero() && !r.Status.Terminal() && r.WakeAt.After(r.UpdatedAt) {
 		t := r.WakeAt.UTC()

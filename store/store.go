@@ -62,7 +62,16 @@ var (
 	// ErrHookConflict is returned for a hook whose token a live hook of
 	// another run holds.
 	ErrHookConflict = errors.New("hook token in use")
+	// ErrHookGone is returned for a delivery to a hook that was disposed
+	// or whose run ended. It matches ErrGone.
+	ErrHookGone error = gone{"hook disposed"}
 )
+
+// gone is an error that matches ErrGone with its own words.
+type gone struct{ msg string }
+
+func (e gone) Error() string        { return e.msg }
+func (e gone) Is(target error) bool { return target == ErrGone }
 
 // Limits every backend enforces.
 const (
@@ -393,6 +402,9 @@ const (
 	EventHookCreated  EventType = "hook_created"
 	EventHookReceived EventType = "hook_received"
 	EventHookDisposed EventType = "hook_disposed"
+	// EventChildStarted records a child run started (Name: its id, Data:
+	// its workflow); its end comes as a hook_received at the same Op.
+	EventChildStarted EventType = "child_started"
 	EventRunCompleted EventType = "run_completed"
 	EventRunFailed    EventType = "run_failed"
 	EventRunCancelled EventType = "run_cancelled"

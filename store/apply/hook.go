@@ -145,17 +145,17 @@ func DeliverHook(tx HookTx, p *store.DeliverHookParams) (*store.HookDelivery, er
 		}
 	}
 	if h.Disposed {
-		return nil, fmt.Errorf("hook %q was disposed: %w", p.Token, store.ErrGone)
+		return nil, fmt.Errorf("hook %q: %w", p.Token, store.ErrHookGone)
 	}
 	run, err := tx.Run(h.RunID)
 	if isNotFound(err) {
-		return nil, fmt.Errorf("hook %q: its run %s is gone: %w", p.Token, h.RunID, store.ErrGone)
+		return nil, fmt.Errorf("hook %q: its run %s was deleted: %w", p.Token, h.RunID, store.ErrHookGone)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if run.Status.Terminal() {
-		return nil, fmt.Errorf("hook %q: its run %s ended (%s): %w", p.Token, run.ID, run.Status, store.ErrGone)
+		return nil, fmt.Errorf("hook %q: its run %s ended (%s): %w", p.Token, run.ID, run.Status, store.ErrHookGone)
 	}
 
 	// Nothing can refuse the delivery from here on.

@@ -1,0 +1,188 @@
+package weir
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/weirhq/weir/store"
+)
+
+// Child runs. A workflow starts a run of another workflow as its next
+// operation; the child's id is deterministic, so replay finds the same
+// child. Its end reaches the parent as a delivery to a hook the parent made
+// for it (before creating the child): recorded once in the parent's log,
+// waking the parent if it parked. If that delivery is lost (the child's
+// worker died between its end and the delivery), the parent, looking at
+// the child's row now and then, delivers it itself: the delivery's
+// idempotency key makes the two one.
+
+// ChildOptions are optional settings of a child run.
+type ChildOptions struct {
+	// ID is the child's run id. Defaults to "<parent id>-<op>", the same on
+	// every replay. A run of another workflow with that id fails the start.
+	ID string
+}
+
+// Child is a child run: its id, and a Future of its output. Get returns the
+// output, or an error matching ErrRunFailed (its error) or ErrCancelled.
+// Waiting for it is optional: a parent that ends leaves its children
+// running, unless it was cancelled (then they are cancelled too).
+type Child[Out any] struct {
+	Future[Out]
+	ID string
+}
+
+// childRecheck is how often a parent waiting for a child looks at the
+// child's row, in case the child's own word was lost.
+const childRecheck = time.Minute
+
+// childEnd is what a child's end delivers to its parent.
+type childEnd struct {
+	Status store.RunStatus `json:"status"`
+	Output json.RawMessage `json:"output,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// childToken is the token of the hook a parent waits on for child id.
+func childToken(id string) string {
+	d := sha256.Sum256([]byte(id))
+	return "child_" + hex.EncodeToString(d[:16])
+}
+
+// StartChild starts a run of wf with input in, as the run's next operation,
+// and returns at once. See Child.
+func StartChild[In, Out any](ctx Context, wf *Workflow[In, Out], in In, opts *ChildOptions) *Child[Out] {
+	x := ctx.execution()
+	op, st := x.nextOp()
+	id := x.run.ID + "-" + strconv.FormatInt(op, 10)
+	if opts != nil && opts.ID != "" {
+		id = opts.ID
+	}
+	token := childToken(id)
+	c := &Child[Out]{ID: id}
+	c.f = future{op: op, kind: opHook, done: make(chan struct{})}
+	switch {
+	case st == nil:
+	case st.kind == opChild && st.child == id, st.kind == opHook && st.token == token:
+	default:
+		x.leave(exitNonDeterminism, &NonDeterminismError{Op: op, Recorded: st.describe(), Replayed: "child run " + id})
+	}
+	fail := func(err error) *Child[Out] {
+		c.f.err = err
+		close(c.f.done)
+		return c
+	}
+	if st == nil || st.kind == opHook {
+		if x.readOnly {
+			x.leave(exitFrontier, nil)
+		}
+		if st == nil {
+			// The hook first: the child's end must find it.
+			if err := x.createHook(op, token); err != nil {
+				if errors.Is(err, store.ErrHookConflict) {
+					return fail(NonRetryable(fmt.Errorf("child run %s: %w", id, err)))
+				}
+				x.storeFailed(err)
+			}
+			st = &opState{kind: opHook, token: token}
+			x.ops[op] = st
+		}
+		input, err := json.Marshal(in)
+		if err != nil {
+			return fail(NonRetryable(fmt.Errorf("child run %s: encode input: %w", id, err)))
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
+		_, _, err = x.e.store.CreateRun(cctx, &store.CreateRunParams{ID: id, Workflow: wf.name, Input: input, Parent: x.run.ID})
+		cancel()
+		if errors.Is(err, store.ErrRunConflict) {
+			return fail(NonRetryable(fmt.Errorf("child run: %w", err)))
+		}
+		if err != nil {
+			x.storeFailed(err)
+		}
+		x.record(&store.RecordParams{Events: []store.Event{{Type: store.EventChildStarted, Op: op, Name: id, Data: []byte(strconv.Quote(wf.name))}}})
+		st.kind, st.child = opChild, id
+		x.e.nudge()
+	}
+	x.hooks++
+	c.f.hook, c.f.child = st, id
+	c.f.take = func() {
+		var end childEnd
+		if err := json.Unmarshal(st.payloads[0], &end); err != nil {
+			c.f.err = NonRetryable(fmt.Errorf("child run %s: decode its end: %w", id, err))
+			return
+		}
+		switch end.Status {
+		case store.RunCompleted:
+			var v Out
+			if err := json.Unmarshal(end.Output, &v); err != nil {
+				c.f.err = NonRetryable(fmt.Errorf("child run %s: decode output: %w", id, err))
+			}
+			c.val = v
+		case store.RunCancelled:
+			c.f.err = fmt.Errorf("child run %s: %w", id, ErrCancelled)
+		default:
+			c.f.err = fmt.Errorf("%w: child run %s: %s", ErrRunFailed, id, end.Error)
+		}
+	}
+	return c
+}
+
+// tellParent delivers a child run's end to its parent's hook for it. A
+// parent that is gone or ended does not care.
+func (e *Engine) tellParent(r *store.Run, status store.RunStatus, out []byte, msg string) {
+	err := e.deliverEnd(r.ID, childEnd{Status: status, Output: out, Error: msg})
+	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrGone) {
+		e.log.Warn("weir: tell parent run of its child's end", "run", r.ID, "parent", r.Parent, "err", err)
+	}
+}
+
+func (e *Engine) deliverEnd(child string, end childEnd) error {
+	b, err := json.Marshal(end)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := e.store.DeliverHook(ctx, &store.DeliverHookParams{Token: childToken(child), Payload: b,
+		IdempotencyKey: "end", RequestDigest: digestOf(b)})
+	if err == nil && !res.Duplicate {
+		e.hookDelivered(res.RunID)
+	}
+	return err
+}
+
+// checkChild looks at a child run's row: ended, its end is delivered (once,
+// whoever delivers it first).
+func (x *execution) checkChild(id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 10*time.Second)
+	defer cancel()
+	r, err := x.e.store.GetRun(ctx, id)
+	if err != nil || !r.Status.Terminal() {
+		return
+	}
+	end := childEnd{Status: r.Status, Output: r.Output, Error: r.Error}
+	if err := x.e.deliverEnd(id, end); err != nil && !errors.Is(err, store.ErrKeyReused) {
+		x.e.log.Warn("weir: deliver a child's end", "run", x.run.ID, "child", id, "err", err)
+	}
+}
+
+// cancelChildren asks every child of the run that has not ended to cancel.
+func (x *execution) cancelChildren() {
+	for _, st := range x.ops {
+		if st.kind != opChild || len(st.payloads) > 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 10*time.Second)
+		if err := x.e.Cancel(ctx, st.child); err != nil && !errors.Is(err, store.ErrNotFound) {
+			x.e.log.Warn("weir: cancel child run", "run", x.run.ID, "child", st.child, "err", err)
+		}
+		cancel()
+	}
+}
