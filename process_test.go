@@ -59,6 +59,96 @@ func workerWorkflows(e *weir.Engine, progress io.Writer) {
 		}
 		return got, nil
 	})
+	// fanout: 4 steps at once, each streaming 40 chunks to one stream.
+	weir.Register(e, "fanout", func(ctx weir.Context, _ struct{}) (int, error) {
+		var fs []*weir.Future[int]
+		for i := range 4 {
+			fs = append(fs, weir.Go(ctx, "part", func(sc weir.StepContext) (int, error) {
+				w := sc.Stream("out")
+				for k := range 40 {
+					if _, err := fmt.Fprintf(w, "p%d-%02d", i, k); err != nil {
+						return 0, err
+					}
+					if k%10 == 9 {
+						if err := w.Flush(); err != nil {
+							return 0, err
+						}
+						fmt.Fprintf(progress, "part %d attempt %d acked %d\n", i, sc.Attempt(), k+1)
+					}
+					time.Sleep(3 * time.Millisecond)
+				}
+				return i, nil
+			}))
+		}
+		out, err := weir.All(ctx, fs...)
+		return len(out), err
+	})
+	// hookwait: waits for a payload; the test delivers it with the worker
+	// dead (phase "before"), or a step of the run delivers it and the run
+	// dies before taking it (phase "after").
+	weir.Register(e, "hookwait", func(ctx weir.Context, phase string) (string, error) {
+		h, err := weir.NewHook[string](ctx, "proc-hook")
+		if err != nil {
+			return "", err
+		}
+		if phase == "after" {
+			if _, err := weir.Step(ctx, "deliver", func(sc weir.StepContext) (int64, error) {
+				res, err := e.DeliverHook(sc, "proc-hook", []byte(`"from a step"`), &weir.DeliverOptions{IdempotencyKey: "once"})
+				if err != nil {
+					return 0, err
+				}
+				return res.Seq, nil
+			}); err != nil {
+				return "", err
+			}
+			weir.Step(ctx, "stall", func(sc weir.StepContext) (int, error) {
+				// A flushed write makes the attempt's start durable: the
+				// resume is attempt 2.
+				fmt.Fprint(sc.Stream("out"), "stalling")
+				if err := sc.Stream("out").Flush(); err != nil {
+					return 0, err
+				}
+				fmt.Fprintf(progress, "delivered, attempt %d\n", sc.Attempt())
+				if sc.Attempt() == 1 {
+					<-sc.Done() // killed here
+				}
+				return 0, nil
+			})
+		} else {
+			fmt.Fprintln(progress, "waiting")
+		}
+		return h.Receive(ctx)
+	})
+	// parentchild: a parent waits for a child that runs a while.
+	weir.Register(e, "child", func(ctx weir.Context, n int) (int, error) {
+		return weir.Step(ctx, "slow", func(sc weir.StepContext) (int, error) {
+			fmt.Fprintf(progress, "child attempt %d\n", sc.Attempt())
+			time.Sleep(300 * time.Millisecond)
+			return n * 2, nil
+		})
+	})
+	weir.Register(e, "parentchild", func(ctx weir.Context, n int) (int, error) {
+		c := weir.StartChild(ctx, weir.WorkflowOf[int, int](e, "child"), n, nil)
+		return c.Get(ctx)
+	})
+	// timedout: attempt 1 outlives its timeout and is still running when
+	// the worker dies.
+	weir.Register(e, "timedout", func(ctx weir.Context, _ struct{}) (string, error) {
+		return weir.Step(ctx, "stuck", func(sc weir.StepContext) (string, error) {
+			w := sc.Stream("out")
+			fmt.Fprintf(w, "attempt %d", sc.Attempt())
+			_ = w.Flush()
+			if sc.Attempt() == 1 {
+				fmt.Fprintln(progress, "hanging")
+				time.Sleep(time.Hour) // ignores its context
+			}
+			if sc.Attempt() == 2 {
+				fmt.Fprintln(progress, "attempt 2 running")
+				time.Sleep(200 * time.Millisecond)
+			}
+			return fmt.Sprintf("attempt %d", sc.Attempt()), nil
+		}, weir.WithTimeout(100*time.Millisecond))
+	})
 	weir.Register(e, "sleeper", func(ctx weir.Context, d time.Duration) (string, error) {
 		before, err := weir.Step(ctx, "before", func(sc weir.StepContext) (string, error) {
 			return time.Now().Format(time.RFC3339Nano), nil
@@ -272,5 +362,130 @@ func TestSleepSurvivesKilledWorker(t *testing.T) {
 	}
 	if wake := scheduled[0].WakeAt; end.Before(wake) {
 		t.Fatalf("run ended at %v, before the sleep's wake time %v", end, wake)
+	}
+}
+
+// finishAfterKill runs spec in a worker, kills it when a line satisfies
+// when, and lets a second worker finish the run; it returns the run.
+func finishAfterKill(t *testing.T, db, spec, what string, when func(string) bool, between func()) (*store.Run, *sqlitestore.Store, *weir.Engine) {
+	t.Helper()
+	w1 := startWorker(t, db, spec)
+	w1.waitFor(t, what, when)
+	w1.kill(t)
+	if between != nil {
+		between()
+	}
+	w2 := startWorker(t, db, "")
+	w2.waitFor(t, "the run to finish", func(l string) bool { return l == "done" })
+	_ = w2.cmd.Wait()
+	s, e := inspect(t, db)
+	run, err := s.GetRun(testCtx(t), "run-under-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != store.RunCompleted {
+		t.Fatalf("run %s: %s", run.Status, run.Error)
+	}
+	return run, s, e
+}
+
+// SIGKILL mid-fan-out: the steps that finished are not run again, the
+// others resume as attempt 2 adopting what attempt 1 wrote; each step's
+// chunks are in the stream once, in order.
+func TestFanOutSurvivesKilledWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	db := t.TempDir() + "/weir.db"
+	_, _, e := finishAfterKill(t, db, "fanout:{}", "the parts to be half written",
+		func(l string) bool { return strings.HasPrefix(l, "part ") && strings.HasSuffix(l, "acked 20") }, nil)
+	live := readAll(t, e, "run-under-test", "out", weir.LiveView)
+	checkDense(t, live)
+	committed := readAll(t, e, "run-under-test", "out", weir.CommittedView)
+	checkNoDuplicates(t, committed)
+	got := byWriter(committed)
+	if len(got) != 4 {
+		t.Fatalf("%d writers committed, want 4", len(got))
+	}
+	for w, cs := range got {
+		var op int
+		fmt.Sscanf(w, "step/%d", &op)
+		for k, c := range cs {
+			if want := fmt.Sprintf("p%d-%02d", op-1, k); c != want || len(cs) != 40 {
+				t.Fatalf("%s committed %q", w, cs)
+			}
+		}
+	}
+	if n := len(dataOf(live)); n != 160 {
+		t.Fatalf("live view has %d chunks, want each of 160 once", n)
+	}
+}
+
+// SIGKILL while a run waits for a hook, before the payload came (it is
+// delivered with no worker alive) and after (a step delivered it, the run
+// died before taking it): the payload is taken once, on the resume.
+func TestHookSurvivesKilledWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	t.Run("before", func(t *testing.T) {
+		db := t.TempDir() + "/weir.db"
+		run, _, _ := finishAfterKill(t, db, `hookwait:"before"`, "the run to wait", func(l string) bool { return l == "waiting" }, func() {
+			s, err := sqlitestore.Open(context.Background(), db, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.DeliverHook(testCtx(t), &store.DeliverHookParams{Token: "proc-hook", Payload: []byte(`"while dead"`)}); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+		})
+		if string(run.Output) != `"while dead"` {
+			t.Fatalf("output %s", run.Output)
+		}
+	})
+	t.Run("after", func(t *testing.T) {
+		db := t.TempDir() + "/weir.db"
+		run, s, _ := finishAfterKill(t, db, `hookwait:"after"`, "the delivery", func(l string) bool { return l == "delivered, attempt 1" }, nil)
+		if string(run.Output) != `"from a step"` {
+			t.Fatalf("output %s", run.Output)
+		}
+		if n := len(hookEvents(t, s, run.ID, store.EventHookReceived)); n != 1 {
+			t.Fatalf("%d deliveries recorded, want 1", n)
+		}
+	})
+}
+
+// SIGKILL while a child runs: the resumed parent finds the same child (its
+// id is deterministic), which ran to its end once.
+func TestChildSurvivesKilledWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	db := t.TempDir() + "/weir.db"
+	run, s, _ := finishAfterKill(t, db, "parentchild:21", "the child to run", func(l string) bool { return l == "child attempt 1" }, nil)
+	if string(run.Output) != "42" {
+		t.Fatalf("output %s", run.Output)
+	}
+	child, err := s.GetRun(testCtx(t), "run-under-test-1")
+	if err != nil || child.Status != store.RunCompleted || child.Parent != "run-under-test" {
+		t.Fatalf("child %+v %v", child, err)
+	}
+	if n := len(hookEvents(t, s, run.ID, store.EventChildStarted)); n != 1 {
+		t.Fatalf("%d child_started events, want 1", n)
+	}
+}
+
+// SIGKILL while a timed-out attempt still runs (it ignores its context):
+// the resumed run goes on with the next attempt, whose output commits.
+func TestTimedOutAttemptSurvivesKilledWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	db := t.TempDir() + "/weir.db"
+	run, _, e := finishAfterKill(t, db, "timedout:{}", "attempt 2 while attempt 1 hangs", func(l string) bool { return l == "attempt 2 running" }, nil)
+	got := dataOf(readAll(t, e, run.ID, "out", weir.CommittedView))
+	if len(got) != 1 || got[0] == "attempt 1" {
+		t.Fatalf("committed %q, want one later attempt's output", got)
 	}
 }

@@ -65,6 +65,14 @@ func Register[In, Out any](e *Engine, name string, fn func(Context, In) (Out, er
 	return &Workflow[In, Out]{e: e, name: name}
 }
 
+// WorkflowOf returns a handle to the workflow name: to start children of a
+// workflow registered elsewhere (StartChild needs only its name; another
+// process on the same store runs them), or to get Handles of its runs. It
+// checks nothing: In and Out must be the workflow's.
+func WorkflowOf[In, Out any](e *Engine, name string) *Workflow[In, Out] {
+	return &Workflow[In, Out]{e: e, name: name}
+}
+
 // Name returns the workflow's registered name.
 func (w *Workflow[In, Out]) Name() string { return w.name }
 
