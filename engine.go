@@ -32,7 +32,8 @@ type Config struct {
 	PollInterval time.Duration
 	// ParkAfter is the longest wait (a sleep, a retry backoff) held in
 	// process; a longer one parks the run, freeing its goroutine and lease,
-	// and any worker resumes it when due. Defaults to 2s.
+	// and any worker resumes it when due. Defaults to 2s; NoWait parks at
+	// every wait.
 	ParkAfter time.Duration
 	// Retry is the retry policy of steps given none. Defaults to
 	// DefaultRetryPolicy.
@@ -130,8 +131,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: LeaseTTL %v, want >= 100ms", c.LeaseTTL)
 	case c.Retention < 0:
 		return fmt.Errorf("config: Retention %v, want >= 0 (0: keep forever)", c.Retention)
-	case c.PollInterval <= 0 || c.ParkAfter < 0:
-		return fmt.Errorf("config: PollInterval and ParkAfter must be positive")
+	case c.PollInterval <= 0 || c.ParkAfter < 0 && c.ParkAfter != NoWait:
+		return fmt.Errorf("config: PollInterval must be positive, ParkAfter positive or NoWait")
 	case c.Writer.MaxBatchChunks < 1 || c.Writer.MaxBatchChunks > store.MaxAppendChunks:
 		return fmt.Errorf("config: Writer.MaxBatchChunks %d, want 1..%d", c.Writer.MaxBatchChunks, store.MaxAppendChunks)
 	case c.Writer.MaxBatchBytes < 1 || c.Writer.MaxBatchBytes > store.MaxAppendBytes:

@@ -106,6 +106,33 @@ func (e *StepError) Error() string {
 // Unwrap returns the live error, if any.
 func (e *StepError) Unwrap() error { return e.Err }
 
+// stepErrorJSON is a *StepError in a run_failed event.
+type stepErrorJSON struct {
+	Name    string `json:"step"`
+	Attempt int64  `json:"attempt"`
+	Message string `json:"message"`
+}
+
+// RunError is the error of a failed run, as Handle.Result returns it. It
+// matches ErrRunFailed, and errors.As finds the *StepError of the step that
+// failed it, if one did (its Err is nil: only its words survive the log).
+type RunError struct {
+	RunID   string
+	Message string     // the run's error
+	Step    *StepError // the step that failed the run; nil if none
+}
+
+func (e *RunError) Error() string { return fmt.Sprintf("%v: %s", ErrRunFailed, e.Message) }
+
+// Unwrap makes errors.Is(err, ErrRunFailed) true and lets errors.As find
+// the *StepError.
+func (e *RunError) Unwrap() []error {
+	if e.Step != nil {
+		return []error{ErrRunFailed, e.Step}
+	}
+	return []error{ErrRunFailed}
+}
+
 // TimeoutError is the error of a step attempt that timed out. It matches
 // ErrStepTimeout; it is retried by the step's policy like any failure.
 type TimeoutError struct {

@@ -43,6 +43,10 @@ type ReadOptions struct {
 	ApplyAborts bool
 	// PageSize is how many records each store read fetches. Defaults to 1000.
 	PageSize int
+	// WaitForRun, with Follow, is how long Read waits for a run that does
+	// not exist yet (a reader may attach before the run is started).
+	// Defaults to 0: an unknown run is ErrNotFound at once.
+	WaitForRun time.Duration
 }
 
 // Record is one record yielded by a reader.
@@ -67,6 +71,10 @@ func (e *Engine) Read(ctx context.Context, runID, name string, opts *ReadOptions
 			o = *opts
 		}
 		delay := 2 * time.Millisecond
+		var runDeadline time.Time
+		if o.Follow && o.WaitForRun > 0 {
+			runDeadline = time.Now().Add(o.WaitForRun)
+		}
 		for {
 			info, err := e.store.OpenStream(ctx, &store.OpenStreamParams{RunID: runID, Name: name})
 			if err == nil {
@@ -78,11 +86,16 @@ func (e *Engine) Read(ctx context.Context, runID, name string, opts *ReadOptions
 				return
 			}
 			run, err := e.store.GetRun(ctx, runID)
-			if err != nil {
+			switch {
+			case errors.Is(err, store.ErrNotFound) && time.Now().Before(runDeadline):
+				// Not started yet: wait for it.
+			case err != nil:
+				if errors.Is(err, store.ErrNotFound) && !runDeadline.IsZero() {
+					err = fmt.Errorf("%w (waited %v for it)", err, o.WaitForRun)
+				}
 				yield(Record{}, fmt.Errorf("read stream %q: %w", name, err))
 				return
-			}
-			if !o.Follow || run.Status.Terminal() {
+			case !o.Follow || run.Status.Terminal():
 				return // nothing was ever written
 			}
 			select {

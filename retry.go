@@ -16,7 +16,7 @@ type RetryPolicy struct {
 	// 1 means no retry.
 	MaxAttempts int
 	// InitialInterval is the wait before the second attempt. Defaults to
-	// 100ms.
+	// 100ms; NoWait retries at once.
 	InitialInterval time.Duration
 	// BackoffCoefficient multiplies the wait after each attempt. Defaults to 2.
 	BackoffCoefficient float64
@@ -29,6 +29,11 @@ type RetryPolicy struct {
 	// errors.Is), besides those wrapped with NonRetryable.
 	NonRetryable []error
 }
+
+// NoWait is a zero duration where zero means "the default": a
+// RetryPolicy.InitialInterval that retries at once, a Config.ParkAfter
+// that parks at every wait.
+const NoWait time.Duration = -1
 
 // DefaultRetryPolicy is the policy of a step given none.
 var DefaultRetryPolicy = RetryPolicy{
@@ -64,8 +69,8 @@ func (p RetryPolicy) validate() error {
 	switch {
 	case p.MaxAttempts < 1:
 		return fmt.Errorf("retry policy: MaxAttempts %d, want >= 1", p.MaxAttempts)
-	case p.InitialInterval < 0 || p.MaxInterval < 0:
-		return fmt.Errorf("retry policy: negative interval")
+	case p.InitialInterval < 0 && p.InitialInterval != NoWait || p.MaxInterval < 0:
+		return fmt.Errorf("retry policy: negative interval (NoWait asks for none)")
 	case p.BackoffCoefficient < 1:
 		return fmt.Errorf("retry policy: BackoffCoefficient %g, want >= 1", p.BackoffCoefficient)
 	case p.Jitter > 1:
@@ -76,6 +81,9 @@ func (p RetryPolicy) validate() error {
 
 // Backoff returns the wait after the given failed attempt (1-based).
 func (p RetryPolicy) Backoff(attempt int64) time.Duration {
+	if p.InitialInterval == NoWait {
+		return 0
+	}
 	d := float64(p.InitialInterval) * math.Pow(p.BackoffCoefficient, float64(attempt-1))
 	if m := float64(p.MaxInterval); d > m {
 		d = m

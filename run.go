@@ -2,6 +2,7 @@ package weir
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
@@ -350,7 +351,13 @@ func (x *execution) finish(status store.RunStatus, out []byte, runErr error) {
 		p.Events = []store.Event{{Type: store.EventRunCompleted, Data: out}}
 	case store.RunFailed:
 		p.Error = runErr.Error()
-		p.Events = []store.Event{{Type: store.EventRunFailed, Error: p.Error}}
+		ev := store.Event{Type: store.EventRunFailed, Error: p.Error}
+		// The step that failed it, for Handle.Result's *StepError.
+		var se *StepError
+		if errors.As(runErr, &se) {
+			ev.Data, _ = json.Marshal(stepErrorJSON{Name: se.Name, Attempt: se.Attempt, Message: se.Message})
+		}
+		p.Events = []store.Event{ev}
 	case store.RunCancelled:
 		p.Error = ErrCancelled.Error()
 		p.Events = []store.Event{{Type: store.EventRunCancelled, Error: p.Error}}

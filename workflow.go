@@ -159,8 +159,36 @@ func (h *Handle[Out]) Result(ctx context.Context) (Out, error) {
 	case store.RunCancelled:
 		return out, ErrCancelled
 	default:
-		return out, fmt.Errorf("%w: %s", ErrRunFailed, r.Error)
+		return out, h.e.runError(ctx, r)
 	}
+}
+
+// runError is a failed run's *RunError, with the step that failed it.
+func (e *Engine) runError(ctx context.Context, r *store.Run) error {
+	re := &RunError{RunID: r.ID, Message: r.Error}
+	evs, err := e.store.ListEvents(ctx, r.ID, 0)
+	if err == nil {
+		for i := len(evs) - 1; i >= 0; i-- {
+			if evs[i].Type != store.EventRunFailed {
+				continue
+			}
+			var sj stepErrorJSON
+			if len(evs[i].Data) > 0 && json.Unmarshal(evs[i].Data, &sj) == nil && sj.Name != "" {
+				re.Step = &StepError{Name: sj.Name, Attempt: sj.Attempt, Message: sj.Message}
+			}
+			break
+		}
+	}
+	return re
+}
+
+// Events returns a run's event log from afterSeq on (0: all of it).
+// Returns ErrNotFound for an unknown run.
+func (e *Engine) Events(ctx context.Context, runID string, afterSeq int64) ([]Event, error) {
+	if _, err := e.store.GetRun(ctx, runID); err != nil {
+		return nil, err
+	}
+	return e.store.ListEvents(ctx, runID, afterSeq)
 }
 
 // Wait waits for a run to end and returns it.
