@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
 )
 
@@ -259,6 +260,17 @@ func (h *histogram) observe(v float64) {
 // runCounters counts run outcomes.
 type runCounters struct {
 	started, completed, failed, cancelled atomic.Uint64
+	events                                sync.Map // store.EventType -> *atomic.Uint64
+	hookRefused                           atomic.Uint64
+}
+
+// event counts n events of type t.
+func (c *runCounters) event(t store.EventType, n int) {
+	v, ok := c.events.Load(t)
+	if !ok {
+		v, _ = c.events.LoadOrStore(t, new(atomic.Uint64))
+	}
+	v.(*atomic.Uint64).Add(uint64(n))
 }
 
 // serveMetrics writes every metric in the Prometheus text format 0.0.4.
@@ -290,6 +302,16 @@ func (m *metrics) write(w io.Writer) {
 		fmt.Fprintf(w, "weir_runs_failed_total %d\n", m.runs.failed.Load())
 		family("weir_runs_cancelled_total", "counter", "Runs that ended cancelled.")
 		fmt.Fprintf(w, "weir_runs_cancelled_total %d\n", m.runs.cancelled.Load())
+		family("weir_run_events_total", "counter", "Events recorded in run logs, by type (steps started and finished, timers, selects, hooks created and received, child runs).")
+		var types []string
+		m.runs.events.Range(func(k, _ any) bool { types = append(types, string(k.(store.EventType))); return true })
+		slices.Sort(types)
+		for _, t := range types {
+			v, _ := m.runs.events.Load(store.EventType(t))
+			fmt.Fprintf(w, "weir_run_events_total{type=%q} %d\n", t, v.(*atomic.Uint64).Load())
+		}
+		family("weir_hook_deliveries_refused_total", "counter", "Hook deliveries refused (unknown token, disposed hook, ended run, key reused, too large).")
+		fmt.Fprintf(w, "weir_hook_deliveries_refused_total %d\n", m.runs.hookRefused.Load())
 	}
 
 	family("weir_http_requests_total", "counter", "HTTP requests served, by route class and status code.")

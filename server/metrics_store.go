@@ -43,6 +43,9 @@ func (s *instrumentedStore) CreateRun(ctx context.Context, p *store.CreateRunPar
 func (s *instrumentedStore) Record(ctx context.Context, p *store.RecordParams) error {
 	err := s.Store.Record(ctx, p)
 	if err == nil {
+		for i := range p.Events {
+			s.runs.event(p.Events[i].Type, 1)
+		}
 		switch p.Status {
 		case store.RunCompleted:
 			s.runs.completed.Add(1)
@@ -53,4 +56,31 @@ func (s *instrumentedStore) Record(ctx context.Context, p *store.RecordParams) e
 		}
 	}
 	return err
+}
+
+func (s *instrumentedStore) CreateHook(ctx context.Context, p *store.HookParams) error {
+	err := s.Store.CreateHook(ctx, p)
+	if err == nil {
+		s.runs.event(store.EventHookCreated, 1)
+	}
+	return err
+}
+
+func (s *instrumentedStore) DisposeHook(ctx context.Context, p *store.HookParams) error {
+	err := s.Store.DisposeHook(ctx, p)
+	if err == nil {
+		s.runs.event(store.EventHookDisposed, 1)
+	}
+	return err
+}
+
+func (s *instrumentedStore) DeliverHook(ctx context.Context, p *store.DeliverHookParams) (*store.HookDelivery, error) {
+	res, err := s.Store.DeliverHook(ctx, p)
+	switch {
+	case err != nil:
+		s.runs.hookRefused.Add(1)
+	case !res.Duplicate:
+		s.runs.event(store.EventHookReceived, 1)
+	}
+	return res, err
 }

@@ -282,6 +282,9 @@ func TestMetricsCountRunsAndRequests(t *testing.T) {
 	for _, want := range []string{
 		"weir_runs_started_total 1\n",
 		"weir_runs_completed_total 1\n",
+		`weir_run_events_total{type="run_completed"} 1` + "\n",
+		`weir_run_events_total{type="run_started"} 1` + "\n",
+		"weir_hook_deliveries_refused_total 0\n",
 		`weir_http_requests_total{route="runs",code="201"} 1` + "\n",
 		`weir_http_requests_total{route="runs",code="404"} 1` + "\n",
 		`weir_stream_chunks_total{outcome="adopted"} 3` + "\n",
