@@ -101,6 +101,20 @@ func approve(ctx weir.Context, in ApprovalInput) (ApprovalOutput, error) {
 	if err != nil {
 		return ApprovalOutput{}, err
 	}
+	// Two notices go out at once (parallel steps, one stream), then the
+	// run waits for the answer.
+	var notes []*weir.Future[string]
+	for _, to := range []string{"email", "chat"} {
+		notes = append(notes, weir.Go(ctx, "notify "+to, func(sc weir.StepContext) (string, error) {
+			time.Sleep(50 * time.Millisecond)
+			msg := "asked by " + to + " to POST /v1/hooks/" + h.Token() + "\n"
+			_, err := sc.Stream(ApprovalStream).WriteString(msg)
+			return msg, err
+		}))
+	}
+	if _, err := weir.All(ctx, notes...); err != nil {
+		return ApprovalOutput{}, err
+	}
 	v, ok, err := h.ReceiveWithin(ctx, in.Timeout)
 	if err != nil {
 		return ApprovalOutput{}, err

@@ -77,6 +77,7 @@ const runField = {
   error: (r) => r.error ?? r.Error,
   output: (r) => r.output ?? r.Output,
   kind: (r) => r.kind ?? r.Kind ?? "",
+  parent: (r) => r.parent ?? r.Parent ?? "",
 };
 const terminal = (s) => s === "completed" || s === "failed" || s === "cancelled";
 
@@ -115,6 +116,7 @@ function runsPage() {
     if (stSel.value) q.status = stSel.value;
     try {
       const body = await runsAPI.list(q);
+      if (!alive) return; // the page changed while the list was on its way
       const runs = listOf(body, "runs");
       const rows = runs.map((r) => {
         const id = runField.id(r), st = runField.status(r);
@@ -129,9 +131,9 @@ function runsPage() {
       $("#runs-more").textContent = runs.length ? "" : "No runs yet. Start one: the demo button, the runs API, or your Go program.";
       $("#runs-error").textContent = "";
     } catch (e) {
-      $("#runs-error").textContent = e.message;
+      if (alive) $("#runs-error").textContent = e.message;
     }
-    renderDead().catch(() => {});
+    if (alive) renderDead().catch(() => {});
   };
   const onFilter = () => {
     const q = new URLSearchParams();
@@ -192,6 +194,7 @@ function runPage(id) {
   const refresh = async () => {
     try {
       const [run, list] = await Promise.all([runsAPI.get(id), runsAPI.streams(id)]);
+      if (!alive) return true; // the page changed meanwhile
       const r = run.run ?? run;
       const world = runField.kind(r) === "world";
       const st = runField.status(r);
@@ -199,10 +202,17 @@ function runPage(id) {
       badge.textContent = st;
       badge.className = `status ${st}`;
       $("#run-meta").textContent = `${runField.workflow(r)}${world ? " · a Vercel Workflow run on weir's World" : ""} · created ${fmtTime(runField.created(r))}`;
+      const parent = runField.parent(r);
+      if (parent) $("#run-meta").append(" · child of ", el("a", { href: `#/runs/${encodeURIComponent(parent)}`, class: "parent-link", text: parent }));
       $("#run-actions").hidden = terminal(st);
       renderResult(r, st, world);
       if (world) renderWorldTimeline(await worldAPI.events(id));
-      else renderTimeline(await runsAPI.events(id));
+      else {
+        const evs = await runsAPI.events(id);
+        if (!alive) return true;
+        renderTimeline(evs);
+        renderGantt(evs, terminal(st));
+      }
       for (const s of list) {
         const name = s.name ?? s.Name;
         if (!streams.has(name)) {
@@ -215,7 +225,7 @@ function runPage(id) {
       $("#run-error").textContent = "";
       return terminal(st);
     } catch (e) {
-      $("#run-error").textContent = e.message;
+      if (alive) $("#run-error").textContent = e.message;
       return false;
     }
   };
@@ -260,17 +270,71 @@ function renderTimeline(events) {
         text = `step “${name}” · attempt ${attempt} failed` + (final ? " for good" : "");
         if (!final && wake && at) text += ` · retry in ${Math.max(0, new Date(wake) - new Date(at))} ms`;
         break;
-      case "sleep_scheduled": text = `sleep until ${fmtTime(wake)}`; break;
-      case "sleep_fired": text = "sleep ended"; break;
+      case "sleep_scheduled": text = `timer · until ${fmtTime(wake)}`; break;
+      case "sleep_fired": text = "timer fired"; break;
+      case "selected": text = `select chose case ${new TextDecoder().decode(b64bytes(evField(e, "data", "Data")))}`; break;
+      case "hook_created":
+        cls = name.startsWith("child_") ? "" : "wait";
+        text = name.startsWith("child_") ? "waiting for the child run" : `hook “${name}” waiting · weir runs signal ${name}`; break;
+      case "hook_received": cls = "ok"; text = name.startsWith("child_") ? "child run ended" : `hook “${name}” received a payload`; break;
+      case "hook_disposed": text = `hook “${name}” disposed`; break;
+      case "child_started": text = "child run "; break;
       case "run_completed": cls = "ok"; text = "run completed"; break;
       case "run_failed": cls = "bad"; text = "run failed"; break;
       case "run_cancelled": cls = "bad"; text = "run cancelled"; break;
     }
-    const li = el("li", { class: cls, "data-type": type }, el("div", { text }), el("div", { class: "when", text: fmtTime(at) }));
+    const head = el("div", { text });
+    if (type === "child_started") head.append(el("a", { href: `#/runs/${encodeURIComponent(name)}`, class: "child-link", text: name }));
+    const li = el("li", { class: cls, "data-type": type }, head, el("div", { class: "when", text: fmtTime(at) }));
     if (err) li.append(el("div", { class: "err", text: err }));
     return li;
   });
   $("#timeline").replaceChildren(...items);
+}
+
+// b64bytes decodes an event's data, which Go's JSON encodes as base64 when
+// it is not JSON itself.
+function b64bytes(d) {
+  if (d == null) return new Uint8Array();
+  if (typeof d !== "string") return new TextEncoder().encode(JSON.stringify(d));
+  try { return Uint8Array.from(atob(d), (c) => c.charCodeAt(0)); } catch { return new TextEncoder().encode(d); }
+}
+
+// renderGantt draws each step (every attempt from its start to its outcome)
+// as a bar on one time axis, so steps that ran at once (weir.Go) sit side by
+// side, with their durations; a step still running reaches to now.
+function renderGantt(events, ended) {
+  const steps = new Map(); // op -> {name, start, end, state}
+  let t0 = null, tEnd = null;
+  for (const e of events) {
+    const type = evField(e, "type", "Type"), op = evField(e, "op", "Op");
+    const at = new Date(evField(e, "at", "At")).getTime();
+    t0 = t0 ?? at; tEnd = at;
+    if (!op || !type.startsWith("step_")) continue;
+    const s = steps.get(op) ?? { name: evField(e, "name", "Name"), start: at, end: null, state: "running", attempts: 0 };
+    if (type === "step_started") s.attempts = Math.max(s.attempts, evField(e, "attempt", "Attempt"));
+    if (type === "step_completed") { s.end = at; s.state = "ok"; s.attempts = Math.max(s.attempts, evField(e, "attempt", "Attempt")); }
+    if (type === "step_failed") {
+      s.attempts = Math.max(s.attempts, evField(e, "attempt", "Attempt"));
+      if (evField(e, "final", "Final")) { s.end = at; s.state = "bad"; } else s.state = "retry";
+    }
+    steps.set(op, s);
+  }
+  const box = $("#gantt");
+  if (steps.size < 2) { box.replaceChildren(); return; }
+  const now = ended ? tEnd : Date.now();
+  const span = Math.max(1, now - t0);
+  const rows = [...steps.entries()].map(([op, s]) => {
+    const end = s.end ?? now, ms = Math.max(0, end - s.start);
+    // Through the CSSOM: the UI's CSP allows no inline style attribute.
+    const bar = el("div", { class: `bar ${s.state}` });
+    bar.style.left = `${(100 * (s.start - t0)) / span}%`;
+    bar.style.width = `${Math.max(0.5, (100 * ms) / span)}%`;
+    return el("div", { class: "gantt-row", "data-op": String(op) },
+      el("span", { class: "gantt-label", text: `${s.name} · ${s.attempts > 1 ? `${s.attempts} attempts · ` : ""}${ms} ms` }),
+      el("span", { class: "gantt-track" }, bar));
+  });
+  box.replaceChildren(el("h2", { text: "Steps" }), ...rows);
 }
 
 // renderWorldTimeline renders a World run's event log: each step with its

@@ -193,3 +193,55 @@ test("the UI shows a World run: attempts, hooks, sleeps, and its stream", { time
   await page.screenshot({ path: join(shots, "ui-world-run.png"), fullPage: true });
   assert.deepEqual(errors, []);
 });
+
+// A run that fans out and waits for a person (demo.approval): its parallel
+// steps sit side by side in the Steps chart, the timeline shows the hook
+// waiting, and a delivery to the hook lets the run finish.
+test("parallel steps and a hook, as a person sees them", { timeout: 90_000 }, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "weir-ui-hook-"));
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const storeArg = process.env.WEIR_STORE || `sqlite:${join(dir, "weir.db")}`;
+  const args = ["server", "--addr", `127.0.0.1:${port}`, "--store", storeArg];
+  if (token) args.push("--token", token);
+  const server = spawn(bin, args, { stdio: ["ignore", "inherit", "inherit"] });
+  t.after(() => { server.kill("SIGTERM"); rmSync(dir, { recursive: true, force: true }); });
+  await waitHealthy(url);
+  const browser = await chromium.launch({
+    executablePath: chromePath,
+    args: ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--disable-extensions",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+  t.after(() => browser.close());
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const consoleErrors = [];
+  page.on("pageerror", (e) => consoleErrors.push(e.message));
+  const auth = token ? { Authorization: `Bearer ${token}` } : {};
+  const res = await fetch(url + "/v1/runs", {
+    method: "POST", headers: { "Content-Type": "application/json", ...auth },
+    body: JSON.stringify({ workflow: "demo.approval", input: { token: `ui-approval-${port}` } }),
+  });
+  assert.equal(res.status, 201);
+  const run = await res.json();
+  await page.goto(url + "/ui/");
+  if (token) await page.locator("#token").fill(token);
+  await page.goto(url + `/ui/#/runs/${run.id}`);
+  await page.locator('#timeline li[data-type="hook_created"]', { hasText: `ui-approval-${port}` }).waitFor({ timeout: 20_000 });
+  await page.locator("#gantt .gantt-row").nth(1).waitFor({ timeout: 20_000 });
+  // The two notices ran at once: their bars overlap on the time axis.
+  const boxes = await page.locator("#gantt .bar").evaluateAll((bars) => bars.map((b) => b.getBoundingClientRect()).map((r) => [r.left, r.right]));
+  assert.equal(boxes.length, 2);
+  assert.ok(boxes[0][0] < boxes[1][1] && boxes[1][0] < boxes[0][1], `bars do not overlap: ${JSON.stringify(boxes)}`);
+  const d = await fetch(url + `/v1/hooks/ui-approval-${port}`, {
+    method: "POST", headers: { "Content-Type": "application/json", "Idempotency-Key": "click", ...auth },
+    body: JSON.stringify({ approved_by: "ann" }),
+  });
+  assert.equal(d.status, 200);
+  await page.locator("#run-status.completed").waitFor({ timeout: 30_000 });
+  await page.locator('#timeline li[data-type="hook_received"]').waitFor({ timeout: 10_000 });
+  const stream = page.locator('.stream[data-stream="approval"]');
+  await stream.locator(".chunk", { hasText: "approved_by" }).waitFor({ timeout: 10_000 });
+  const tag = token ? "-token" : "";
+  await page.screenshot({ path: join(shots, `ui-approval${tag}.png`), fullPage: true });
+  assert.deepEqual(consoleErrors, []);
+});
