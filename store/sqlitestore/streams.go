@@ -154,7 +154,7 @@ func (s *Store) CloseStream(ctx context.Context, id int64) (stream.Result, error
 }
 
 // Read returns a page of the live view. Records' Data share one buffer per
-// call.
+// batch read, of exactly their size (sqlrow.Page), or the tail cache's.
 func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResult, error) {
 	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("read: %w", err)
@@ -184,43 +184,24 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 		return nil, fmt.Errorf("read: %w", s.readErr(err))
 	}
 	defer rows.Close()
-	var (
-		scratch []stream.Record
-		arena   []byte
-		bytes   int
-	)
-rows:
-	for rows.Next() {
+	// Rows are stepped one at a time, and no more once the page is full:
+	// the page copies what it keeps out of each (RawBytes die with the next
+	// row), so it holds about MaxBytes whatever the size of the appends.
+	pg := sqlrow.NewPage(p, res.NextOffset)
+	for !pg.Full() && rows.Next() {
 		var first int64
 		var data sql.RawBytes
 		if err := rows.Scan(&first, &data); err != nil {
 			return nil, fmt.Errorf("read: %w", s.readErr(err))
 		}
-		scratch, err = stream.DecodeBatch(scratch[:0], data, first, p.From)
-		if err != nil {
+		if err := pg.Add(data, first); err != nil {
 			return nil, fmt.Errorf("read: stream %d: %w", p.StreamID, err)
-		}
-		for i := range scratch {
-			r := scratch[i]
-			if r.Offset >= res.NextOffset || !p.Fits(len(res.Records), bytes, &r) {
-				break rows
-			}
-			if r.Data != nil {
-				// RawBytes die with the next row: copy into one arena per call.
-				if cap(arena)-len(arena) < len(r.Data) {
-					arena = make([]byte, 0, max(len(r.Data), 2*cap(arena), min(p.MaxBytes, 4<<10)))
-				}
-				n := len(arena)
-				arena = append(arena, r.Data...)
-				r.Data = arena[n:len(arena):len(arena)]
-			}
-			bytes += len(r.Data)
-			res.Records = append(res.Records, r)
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read: %w", s.readErr(err))
 	}
+	res.Records = pg.Records
 	return res, nil
 }
 

@@ -51,21 +51,35 @@ func newTailCache(streams int) *tailCache {
 	return &tailCache{m: make(map[int64]*tailEntry), streams: streams}
 }
 
-// copyRecords copies recs and their data into memory the cache owns.
+// tailArena bounds the buffers copyRecords copies data into. A page the
+// cache serves shares them, and keeps each it touches alive: with arenas of
+// an append's size (up to 16 MiB), a reader holding a 256 KiB page could
+// hold the whole append. With these, a page holds at most an arena more at
+// each end, or one larger record alone.
+const tailArena = 32 << 10
+
+// copyRecords copies recs and their data into memory the cache owns: runs
+// of records share an arena of at most tailArena bytes (a larger record has
+// its own), each of exactly their size.
 func copyRecords(recs []stream.Record) []stream.Record {
-	n := 0
-	for i := range recs {
-		n += len(recs[i].Data)
-	}
-	arena := make([]byte, 0, n)
 	out := make([]stream.Record, len(recs))
-	for i, r := range recs {
-		if r.Data != nil {
-			k := len(arena)
-			arena = append(arena, r.Data...)
-			r.Data = arena[k:len(arena):len(arena)]
+	copy(out, recs)
+	for i := 0; i < len(out); {
+		// Records [i, j) share one arena.
+		j, n := i, 0
+		for j < len(out) && (j == i || n+len(out[j].Data) <= tailArena) {
+			n += len(out[j].Data)
+			j++
 		}
-		out[i] = r
+		arena := make([]byte, 0, n)
+		for k := i; k < j; k++ {
+			if d := out[k].Data; d != nil {
+				m := len(arena)
+				arena = append(arena, d...)
+				out[k].Data = arena[m:len(arena):len(arena)]
+			}
+		}
+		i = j
 	}
 	return out
 }

@@ -1,0 +1,144 @@
+package storetest
+
+import (
+	"bytes"
+	"runtime"
+	"testing"
+	"unsafe"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
+)
+
+// ReadHoldsAPage checks what one read page keeps alive: about its MaxBytes
+// of data, whatever the size of the appends it reads from (one record
+// larger than MaxBytes is the exception: it comes alone). A batch is one
+// append, up to store.MaxAppendBytes; a page that aliased it, or a buffer
+// grown by doubling, holds many times the page.
+//
+// It measures the heap a page keeps alive after a full collection, so it
+// must run with no other test in the process: call it from a top-level test
+// that is not parallel, on a store of its own.
+func ReadHoldsAPage(t *testing.T, s store.Store) {
+	const (
+		page  = 256 << 10
+		chunk = 64 << 10
+		big   = 4 << 20 // an append: 64 chunks of 64 KiB
+	)
+	si := openStream(t, s, "pages")
+	var want []byte
+	appendChunks := func(n, size int) {
+		t.Helper()
+		cs := make([][]byte, n)
+		for i := range cs {
+			cs[i] = bytes.Repeat([]byte{byte('a' + len(want)/size%26)}, size)
+			want = append(want, cs[i]...)
+		}
+		res, err := s.Append(ctx(t), &store.AppendParams{StreamID: si.ID, Chunks: cs})
+		must(t, err)
+		if len(res.Acks) != n {
+			t.Fatalf("append: %d acks for %d chunks", len(res.Acks), n)
+		}
+	}
+	for range 3 {
+		appendChunks(big/chunk, chunk) // records 0-63, 64-127, 128-191
+	}
+	appendChunks(1, big)      // record 192: larger than a page
+	appendChunks(4096, 1<<10) // records 193-4288: 1 KiB each
+	appendChunks(1, 100)      // record 4289
+	appendChunks(big/chunk, chunk)
+
+	// The pages join up, from any start (and the store's connections are
+	// warm: what they keep is not counted as a page's).
+	for _, from := range []int64{0, 1, 63, 64, 191, 192, 4200} {
+		var got []byte
+		for next := from; ; {
+			res, err := s.Read(ctx(t), &store.ReadParams{StreamID: si.ID, From: next, MaxBytes: page})
+			must(t, err)
+			if len(res.Records) == 0 {
+				break
+			}
+			for _, r := range res.Records {
+				got = append(got, r.Data...)
+			}
+			next = res.Records[len(res.Records)-1].Offset + 1
+		}
+		off := 0
+		for i := range from {
+			off += recordSize(i)
+		}
+		if !bytes.Equal(got, want[off:]) {
+			t.Fatalf("pages from %d: %d bytes, want %d", from, len(got), len(want)-off)
+		}
+	}
+
+	// held is the heap a page keeps alive: the live heap with the page,
+	// less the live heap once it is gone.
+	held := func(p store.ReadParams) (*store.ReadResult, int64) {
+		t.Helper()
+		p.StreamID = si.ID
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		before := int64(ms.HeapAlloc)
+		res, err := s.Read(ctx(t), &p)
+		must(t, err)
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		with := int64(ms.HeapAlloc)
+		runtime.KeepAlive(res)
+		return res, with - before
+	}
+	records := func(n int) int64 { return int64(n) * int64(unsafe.Sizeof(stream.Record{})) }
+	for _, c := range []struct {
+		name string
+		from int64
+		max  int // the page's data bytes at most
+	}{
+		{"from a batch's start", 0, page},
+		{"inside a batch", 10, page},
+		{"across batches", 62, page},
+		{"across three batches", 126, page},
+		{"one record larger than the page", 192, big},
+		{"after the larger record", 193, page},
+		{"small records", 300, page},
+		{"the last batch", 4290, page},
+	} {
+		res, n := held(store.ReadParams{From: c.from, MaxBytes: page})
+		data := 0
+		for i, r := range res.Records {
+			if r.Offset != c.from+int64(i) {
+				t.Fatalf("%s: record %d at offset %d", c.name, i, r.Offset)
+			}
+			data += len(r.Data)
+		}
+		if len(res.Records) == 0 || data > c.max {
+			t.Fatalf("%s: %d records, %d data bytes: want some, at most %d", c.name, len(res.Records), data, c.max)
+		}
+		// The page's data, its records, and the noise of the store's own
+		// goroutines: a page of 256 KiB may keep 320 KiB.
+		limit := int64(data) + records(cap(res.Records)) + 64<<10
+		t.Logf("%s: %d records, %d data bytes: the page holds %d bytes of heap (at most %d)", c.name, len(res.Records), data, n, limit)
+		if n > limit {
+			t.Errorf("%s: a page of %d data bytes holds %d bytes of heap, more than %d: it keeps what it was read from", c.name, data, n, limit)
+		}
+	}
+
+}
+
+// recordSize is the data bytes of record i of ReadHoldsAPage's stream.
+func recordSize(i int64) int {
+	switch {
+	case i < 192:
+		return 64 << 10
+	case i == 192:
+		return 4 << 20
+	case i < 4289:
+		return 1 << 10
+	case i == 4289:
+		return 100
+	}
+	return 64 << 10
+}
