@@ -43,6 +43,9 @@ type Stats struct {
 	// HTTP stream writers checked, by kind, and the chunks acknowledged to
 	// weir writers that were checked against the stream.
 	HTTPStreams, HTTPWeir, HTTPIdem, HTTPProducer, HTTPAcks int
+	// The agent operations checked: steps run at once (in groups), hooks
+	// and their payloads, attempts timed out.
+	Parallel, Hooks, Payloads, TimedOut int
 }
 
 func (s *Stats) add(o Stats) {
@@ -61,6 +64,10 @@ func (s *Stats) add(o Stats) {
 	s.HTTPIdem += o.HTTPIdem
 	s.HTTPProducer += o.HTTPProducer
 	s.HTTPAcks += o.HTTPAcks
+	s.Parallel += o.Parallel
+	s.Hooks += o.Hooks
+	s.Payloads += o.Payloads
+	s.TimedOut += o.TimedOut
 }
 
 func (c *checker) fail(inv, where, format string, args ...any) {
@@ -125,6 +132,8 @@ type opLog struct {
 	finalErr  string
 	fired     bool
 	failed    []int64
+	hooks     int      // hook_created events
+	payloads  [][]byte // hook_received events' data, in log order
 }
 
 func stepWriterID(op int64) string { return "step/" + strconv.FormatInt(op, 10) }
@@ -171,6 +180,10 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 			}
 		case store.EventSleepFired:
 			o.fired = true
+		case store.EventHookCreated:
+			o.hooks++
+		case store.EventHookReceived:
+			o.payloads = append(o.payloads, ev.Data)
 		}
 	}
 
@@ -178,9 +191,15 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 	exp := expectation{}
 	wfIdx := map[string]int{}
 	stopped := false
+	// A group's steps all run (its workflow waits for each): a failure in
+	// it stops the run once the group is over.
+	stopAfterGroup := false
 	for idx := range rs.Items {
 		it := &rs.Items[idx]
 		o := ops[it.Op]
+		if stopAfterGroup && (it.Group == 0 || it.Group != rs.Items[idx-1].Group) {
+			stopped, stopAfterGroup = true, false
+		}
 		if stopped {
 			if it.Op != 0 && o != nil {
 				c.fail("state", where, "op %d has events after the run's workflow returned an error", it.Op)
@@ -197,8 +216,41 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 			if o == nil || !o.fired {
 				c.fail("state", where, "sleep at op %d never fired", it.Op)
 			}
+		case ItemHook:
+			// Each payload is in the log once, taken once, in order.
+			token := HookToken(rs, it.Op)
+			c.stats.Hooks++
+			if o != nil {
+				c.stats.Payloads += len(o.payloads)
+			}
+			switch {
+			case o == nil || o.hooks != 1:
+				c.fail("hook", where, "hook %s at op %d: %v hook_created events, want 1", token, it.Op, o)
+				stopped = true
+			case len(o.payloads) != it.Payloads:
+				c.fail("hook", where, "hook %s: %d payloads in the log, want each of %d once", token, len(o.payloads), it.Payloads)
+			default:
+				for k, p := range o.payloads {
+					if string(p) != strconv.Itoa(k) {
+						c.fail("hook", where, "hook %s: payload %d is %q, want %d", token, k, p, k)
+					}
+				}
+			}
+			for k := range it.Payloads {
+				exp.add(HookStream, weir.WorkflowWriterID, []byte(fmt.Sprintf("%s %d", token, k)))
+			}
 		case ItemStep:
 			w := stepWriterID(it.Op)
+			if it.Group != 0 {
+				c.stats.Parallel++
+			}
+			if o != nil && it.HangUpTo > 0 {
+				for _, a := range o.failed {
+					if a <= int64(it.HangUpTo) {
+						c.stats.TimedOut++
+					}
+				}
+			}
 			for i := range it.Outputs {
 				exp.touch(it.Outputs[i].Stream, w)
 			}
@@ -208,7 +260,7 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 				stopped = true
 			case o.completed != 0:
 				a := o.completed
-				if it.Final || a <= int64(it.FailUpTo) {
+				if it.failsAt(a) {
 					c.fail("state", where, "step %s (op %d) completed at attempt %d, but its plan fails it there", it.Name, it.Op, a)
 				}
 				for i := range it.Outputs {
@@ -222,7 +274,11 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 					c.fail("state", where, "step %s (op %d) failed for good though its plan lets it succeed: %s", it.Name, it.Op, o.finalErr)
 				}
 				if !rs.ContinueOnFail {
-					stopped = true
+					if it.Group != 0 {
+						stopAfterGroup = true
+					} else {
+						stopped = true
+					}
 				}
 			}
 			if o != nil && o.completed != 0 && !slices.Contains(o.started, o.completed) {
@@ -243,7 +299,7 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 		}
 	}
 	want := store.RunCompleted
-	if stopped {
+	if stopped || stopAfterGroup {
 		want = store.RunFailed
 	}
 	if run.Status != want {

@@ -139,7 +139,19 @@ const (
 	ItemStep    = "step"
 	ItemWFWrite = "wfwrite"
 	ItemSleep   = "sleep"
+	// ItemHook waits for Payloads payloads delivered to the hook HookToken
+	// (by every worker process, each payload k with the key "k<k>"), and
+	// writes each to the workflow stream HookStream as it takes it.
+	ItemHook = "hook"
 )
+
+// HookStream is the stream the trial workflow writes hook payloads to.
+const HookStream = "hooks"
+
+// HookToken is the token of run rs's hook at op: from its seed, which
+// (unlike its id, for runs started with an Idempotency-Key) the workflow,
+// the deliverers and the checker all know.
+func HookToken(rs *RunSpec, op int64) string { return fmt.Sprintf("h%016x-%d", rs.Seed, op) }
 
 // Item is one thing a workflow does.
 type Item struct {
@@ -167,6 +179,23 @@ type Item struct {
 
 	// Sleep.
 	SleepMillis int
+
+	// Group, if not 0, makes the consecutive steps with the same Group run
+	// at once (weir.Go, then weir.All).
+	Group int `json:",omitempty"`
+	// TimeoutMillis, if not 0, is the step's start-to-close timeout;
+	// attempts 1..HangUpTo outlive it (they write, then hang, ignoring
+	// their context) and are retried.
+	TimeoutMillis int `json:",omitempty"`
+	HangUpTo      int `json:",omitempty"`
+
+	// Hook: how many payloads.
+	Payloads int `json:",omitempty"`
+}
+
+// failsAt reports whether attempt a of step it cannot succeed.
+func (it *Item) failsAt(a int64) bool {
+	return it.Final || a <= int64(it.FailUpTo) || a <= int64(it.HangUpTo)
 }
 
 // Output is what a step writes to one stream.
@@ -298,13 +327,22 @@ func genRun(r *rand.Rand, id string, scale float64) RunSpec {
 	streams := []string{"s0", "s1", "s2"}[:1+r.IntN(3)]
 	nSteps := 1 + r.IntN(20)
 	var op int64
+	group, groupLeft := 0, 0
 	for i := range nSteps {
-		if r.IntN(4) == 0 {
+		if groupLeft == 0 && r.IntN(5) == 0 {
+			group, groupLeft = group+1, 2+r.IntN(3) // the next steps run at once
+		}
+		inGroup := groupLeft > 0
+		if !inGroup && r.IntN(8) == 0 {
+			op++
+			rs.Items = append(rs.Items, Item{Kind: ItemHook, Op: op, Payloads: 1 + r.IntN(3)})
+		}
+		if !inGroup && r.IntN(4) == 0 {
 			it := Item{Kind: ItemWFWrite, Stream: streams[r.IntN(len(streams))], Count: 1 + r.IntN(4)}
 			it.MinLen, it.MaxLen = 1, 64
 			rs.Items = append(rs.Items, it)
 		}
-		if r.IntN(10) == 0 {
+		if !inGroup && r.IntN(10) == 0 {
 			op++
 			rs.Items = append(rs.Items, Item{Kind: ItemSleep, Op: op, SleepMillis: r.IntN(250)})
 		}
@@ -331,12 +369,26 @@ func genRun(r *rand.Rand, id string, scale float64) RunSpec {
 			it.FailUpTo = 1 + r.IntN(2)
 			it.FailAfter = r.IntN(40)
 		}
-		it.MaxAttempts = it.FailUpTo + 1 + 8
+		if r.IntN(8) == 0 {
+			// A timeout well above what the step takes, so only the
+			// planned hang times out.
+			chunks := 0
+			for _, o := range it.Outputs {
+				chunks += o.Count
+			}
+			it.TimeoutMillis = 400 + 4*chunks*(it.SleepMicros+300)/1000
+			it.HangUpTo = 1
+		}
+		it.MaxAttempts = max(it.FailUpTo, it.HangUpTo) + 1 + 8
 		if r.IntN(12) == 0 {
 			it.Final = true
 			if r.IntN(2) == 0 {
-				it.MaxAttempts = it.FailUpTo + 1 // exhausted retries
+				it.MaxAttempts = max(it.FailUpTo, it.HangUpTo) + 1 // exhausted retries
 			}
+		}
+		if groupLeft > 0 {
+			it.Group = group
+			groupLeft--
 		}
 		rs.Items = append(rs.Items, it)
 	}

@@ -621,6 +621,7 @@ func (r *Report) Print(w io.Writer) {
 		st.Runs, st.Completed, st.Failed, st.Steps, st.Attempts, r.Workers)
 	fmt.Fprintf(w, "  zombie attempts stopped (step code saw ErrFenced or a lost lease): %d\n", r.Fenced)
 	fmt.Fprintf(w, "  streams %d, records %d, committed chunks %d (%d bytes), aborts %d\n", st.Streams, st.Records, st.Committed, st.Bytes, st.Aborts)
+	fmt.Fprintf(w, "  steps run at once %d, hooks %d (payloads taken %d), attempts timed out %d\n", st.Parallel, st.Hooks, st.Payloads, st.TimedOut)
 	if st.HTTPStreams > 0 {
 		fmt.Fprintf(w, "  HTTP streams %d: writers %d (weir %d, idempotency-key %d, producer %d), requests %d, acks checked %d\n",
 			st.HTTPStreams, st.HTTPWeir+st.HTTPIdem+st.HTTPProducer, st.HTTPWeir, st.HTTPIdem, st.HTTPProducer, r.HTTPRequests, st.HTTPAcks)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -170,6 +171,11 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 	}
+	// The deliverers run until every run ended: a run waiting for a payload
+	// has not.
+	dctx, stopDelivering := context.WithCancel(ctx)
+	defer stopDelivering()
+	deliver(dctx, s, &t, out)
 	var prodWG sync.WaitGroup
 	for _, p := range t.Producers {
 		for w := range p.Writers {
@@ -265,15 +271,43 @@ func runWorkflow(ctx weir.Context, rs *RunSpec, report func(string, ...any), out
 			}
 		case ItemSleep:
 			weir.Sleep(ctx, time.Duration(it.SleepMillis)*time.Millisecond)
-		case ItemStep:
-			_, err := weir.Step(ctx, it.Name, func(sc weir.StepContext) (int, error) {
-				n, err := runStep(sc, rs, it, report)
-				if errors.Is(err, weir.ErrFenced) || errors.Is(err, store.ErrLeaseLost) {
-					// A zombie attempt: another worker took the run over.
-					out.line("Z %s %d %d %v", rs.ID, it.Op, sc.Attempt(), err)
+		case ItemHook:
+			h, err := weir.NewHook[int](ctx, HookToken(rs, it.Op))
+			if err != nil {
+				return 0, err
+			}
+			w := ctx.Stream(HookStream)
+			for range it.Payloads {
+				k, err := h.Receive(ctx)
+				if err != nil {
+					return 0, err
 				}
-				return n, err
-			}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: it.MaxAttempts}))
+				if _, err := fmt.Fprintf(w, "%s %d", HookToken(rs, it.Op), k); err != nil {
+					return 0, err
+				}
+			}
+		case ItemStep:
+			if it.Group != 0 {
+				if idx > 0 && rs.Items[idx-1].Group == it.Group {
+					continue // started with the group's first step
+				}
+				var fs []*weir.Future[int]
+				for j := idx; j < len(rs.Items) && rs.Items[j].Group == it.Group; j++ {
+					gi := &rs.Items[j]
+					fs = append(fs, weir.Go(ctx, gi.Name, stepFunc(rs, gi, report, out), stepOptions(gi)...))
+				}
+				for _, f := range fs {
+					if _, err := f.Get(ctx); err != nil {
+						if !rs.ContinueOnFail {
+							return 0, err
+						}
+						continue
+					}
+					completed++
+				}
+				continue
+			}
+			_, err := weir.Step(ctx, it.Name, stepFunc(rs, it, report, out), stepOptions(it)...)
 			if err != nil {
 				if !rs.ContinueOnFail {
 					return 0, err
@@ -286,6 +320,65 @@ func runWorkflow(ctx weir.Context, rs *RunSpec, report func(string, ...any), out
 	return completed, nil
 }
 
+// stepFunc is step it's function.
+func stepFunc(rs *RunSpec, it *Item, report func(string, ...any), out *output) func(weir.StepContext) (int, error) {
+	return func(sc weir.StepContext) (int, error) {
+		n, err := runStep(sc, rs, it, report)
+		if errors.Is(err, weir.ErrFenced) || errors.Is(err, store.ErrLeaseLost) {
+			// A zombie attempt: another worker took the run over.
+			out.line("Z %s %d %d %v", rs.ID, it.Op, sc.Attempt(), err)
+		}
+		return n, err
+	}
+}
+
+func stepOptions(it *Item) []weir.StepOption {
+	opts := []weir.StepOption{weir.WithRetry(weir.RetryPolicy{MaxAttempts: it.MaxAttempts})}
+	if it.TimeoutMillis > 0 {
+		opts = append(opts, weir.WithTimeout(time.Duration(it.TimeoutMillis)*time.Millisecond))
+	}
+	return opts
+}
+
+// deliver starts a deliverer for each hook of the trial's runs: payload k
+// goes after payload k-1 is in the log, with the key "k<k>". Every worker
+// process delivers, so a killed one is covered, and the keys make them one.
+// A deliverer ends when its payloads are in, or its run ended, or ctx ends.
+func deliver(ctx context.Context, s store.Store, t *Trial, out *output) {
+	for i := range t.Runs {
+		rs := &t.Runs[i]
+		for j := range rs.Items {
+			it := &rs.Items[j]
+			if it.Kind != ItemHook {
+				continue
+			}
+			go func() {
+				token := HookToken(rs, it.Op)
+				for k := 0; k < it.Payloads; {
+					p := []byte(strconv.Itoa(k))
+					_, err := s.DeliverHook(ctx, &store.DeliverHookParams{Token: token, Payload: p,
+						IdempotencyKey: fmt.Sprintf("k%d", k), RequestDigest: p})
+					switch {
+					case err == nil:
+						k++
+					case errors.Is(err, store.ErrGone):
+						return // the run ended
+					case errors.Is(err, store.ErrKeyReused), errors.Is(err, store.ErrInvalid):
+						out.line("V hook %s payload %d: %v", token, k, err)
+						return
+					default: // not created yet, or a restarting database
+						select {
+						case <-ctx.Done():
+							return
+						case <-time.After(20 * time.Millisecond):
+						}
+					}
+				}
+			}()
+		}
+	}
+}
+
 // wfOp keys the bytes of a workflow write item.
 func wfOp(idx int) int64 { return -int64(idx) - 1 }
 
@@ -293,6 +386,24 @@ var errPlanned = errors.New("planned failure")
 
 func runStep(sc weir.StepContext, rs *RunSpec, it *Item, report func(string, ...any)) (int, error) {
 	a := sc.Attempt()
+	if a <= int64(it.HangUpTo) {
+		// Write, then outlive the timeout, deaf to the context: the engine
+		// must fail the attempt and fence it; its late write is refused.
+		o := it.Outputs
+		if len(o) > 0 {
+			w := sc.Stream(o[0].Stream)
+			_, _ = w.Write(Chunk(rs.Seed, it.Op, o[0].Stream, 0, it.variant(a), o[0].MinLen, o[0].MaxLen))
+			_ = w.Flush()
+		}
+		report("hang %s %d %d", rs.ID, it.Op, a)
+		time.Sleep(time.Duration(2*it.TimeoutMillis) * time.Millisecond)
+		if len(o) > 0 {
+			w := sc.Stream(o[0].Stream)
+			_, _ = w.Write(Chunk(rs.Seed, it.Op, o[0].Stream, 1, it.variant(a), o[0].MinLen, o[0].MaxLen))
+			_ = w.Flush()
+		}
+		return 0, fmt.Errorf("%w: %s attempt %d hung", errPlanned, it.Name, a)
+	}
 	failing := it.Final || a <= int64(it.FailUpTo)
 	fail := func() (int, error) {
 		report("fail %s %d %d", rs.ID, it.Op, a)
