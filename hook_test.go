@@ -316,3 +316,45 @@ func TestHookSurvivesARestart(t *testing.T) {
 		t.Fatalf("run %+v %v", r, err)
 	}
 }
+
+// A wait on a disposed hook, and a negative timeout, are clear errors; a
+// delivery after Close is refused and records nothing.
+func TestHookDisposedAndNegativeTimeout(t *testing.T) {
+	s, _ := openStore(t)
+	e := newEngine(t, s, nil)
+	wf := weir.Register(e, "dispose", func(ctx weir.Context, _ struct{}) (string, error) {
+		h, err := weir.NewHook[int](ctx, "disposed")
+		if err != nil {
+			return "", err
+		}
+		if _, _, err := h.ReceiveWithin(ctx, -time.Second); err == nil || !strings.Contains(err.Error(), "negative timeout") {
+			return "", errors.New("a negative timeout was taken")
+		}
+		h.Close(ctx)
+		_, err = h.Receive(ctx)
+		if !errors.Is(err, weir.ErrHookDisposed) {
+			return "", err
+		}
+		return err.Error(), nil
+	})
+	if err := e.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	h, err := wf.Start(testCtx(t), struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := h.Result(testCtx(t))
+	if err != nil || !strings.Contains(out, "hook disposed") {
+		t.Fatalf("result %q %v", out, err)
+	}
+	if _, err := e.DeliverHook(testCtx(t), "disposed", json.RawMessage(`1`), nil); !errors.Is(err, store.ErrGone) {
+		t.Fatalf("a delivery after Close: %v", err)
+	}
+	if n := len(hookEvents(t, s, h.ID, store.EventHookReceived)); n != 0 {
+		t.Fatalf("%d deliveries recorded", n)
+	}
+	if n := len(hookEvents(t, s, h.ID, store.EventHookDisposed)); n != 1 {
+		t.Fatalf("%d hook_disposed events", n)
+	}
+}
