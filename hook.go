@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"time"
 
 	"github.com/weirhq/weir/store"
@@ -110,6 +111,23 @@ func (h *Hook[T]) Token() string { return h.st.token }
 // ErrHookDisposed.
 func (h *Hook[T]) Receive(ctx Context) (T, error) {
 	return h.Next().Get(ctx)
+}
+
+// Each yields the hook's payloads as they come, in order, until the hook
+// is closed (with its payloads all taken) or the loop stops; an error ends
+// it. It is Receive in a loop: for a hook that takes many payloads.
+func (h *Hook[T]) Each(ctx Context) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		for {
+			v, err := h.Receive(ctx)
+			if errors.Is(err, ErrHookDisposed) {
+				return
+			}
+			if !yield(v, err) || err != nil {
+				return
+			}
+		}
+	}
 }
 
 // ReceiveWithin is Receive with a durable timeout: ok is false if no

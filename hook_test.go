@@ -65,12 +65,13 @@ func TestHookWaitsForApproval(t *testing.T) {
 			return nil, err
 		}
 		var out []approval
-		for range 2 {
-			a, err := h.Receive(ctx)
+		for a, err := range h.Each(ctx) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, a)
+			if out = append(out, a); len(out) == 2 {
+				break
+			}
 		}
 		return out, nil
 	})

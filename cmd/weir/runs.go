@@ -146,6 +146,9 @@ func runsShow(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "run\t%s\n", run.ID)
 	fmt.Fprintf(tw, "workflow\t%s\n", run.Workflow)
+	if run.Parent != "" {
+		fmt.Fprintf(tw, "parent\t%s (weir runs show %s)\n", run.Parent, run.Parent)
+	}
 	status := string(run.Status)
 	if run.CancelRequested && !run.Status.Terminal() {
 		status += " (cancel requested)"
