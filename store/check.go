@@ -504,7 +504,13 @@ func (p *CreateStreamParams) WithDefaults(clock func() time.Time) *CreateStreamP
 // records and MaxBytes data bytes, except that its first record always fits
 // (p must have its defaults).
 func (p *ReadParams) Fits(n, bytes int, r *stream.Record) bool {
-	return n < p.Limit && (n == 0 || bytes+len(r.Data) <= p.MaxBytes)
+	return p.FitsSize(n, bytes, len(r.Data))
+}
+
+// FitsSize is Fits for a record of size data bytes, for a backend that
+// decides before it has the record's data.
+func (p *ReadParams) FitsSize(n, bytes, size int) bool {
+	return n < p.Limit && (n == 0 || bytes+size <= p.MaxBytes)
 }
 
 // The expiries a store can hold: its times are Unix nanoseconds (int64,

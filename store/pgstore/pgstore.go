@@ -92,6 +92,14 @@ type Config struct {
 	// the process that sent it. Defaults to 10s; a negative value leaves the
 	// server's setting. A URL that sets statement_timeout wins.
 	StatementTimeout time.Duration
+	// ReadWindow is the most bytes of a stored batch (one append, up to 16
+	// MiB) a read fetches at once: the driver reads a row whole, into a
+	// buffer it keeps for the connection, so this bounds what a read costs
+	// beyond its page, and what each pooled connection keeps. Reads fetch
+	// windows of a batch as their page needs them, from where the last page
+	// left off. Defaults to 1 MiB less 1 KiB (so that a row fits the
+	// driver's 1 MiB buffer); at least stream.MaxHeadLen is fetched.
+	ReadWindow int
 	// Now is the store's clock, for timestamps and leases. All processes on
 	// one database should have synchronized clocks. Defaults to time.Now.
 	Now func() time.Time
@@ -136,6 +144,9 @@ func (c *Config) WithDefaults() *Config {
 	if out.StatementTimeout == 0 {
 		out.StatementTimeout = 10 * time.Second
 	}
+	if out.ReadWindow == 0 {
+		out.ReadWindow = 1<<20 - 1<<10
+	}
 	if out.Now == nil {
 		out.Now = time.Now
 	}
@@ -143,7 +154,7 @@ func (c *Config) WithDefaults() *Config {
 }
 
 func (c *Config) validate() error {
-	if c.MaxConns < 0 || c.CacheWriters < 0 || c.PollInterval < 0 || c.SafetyPollInterval < 0 || c.NotifyInterval < 0 || c.MaxBatch < 0 || c.Committers < 0 {
+	if c.MaxConns < 0 || c.CacheWriters < 0 || c.PollInterval < 0 || c.SafetyPollInterval < 0 || c.NotifyInterval < 0 || c.MaxBatch < 0 || c.Committers < 0 || c.ReadWindow < 0 {
 		return fmt.Errorf("%w: negative config value", store.ErrInvalid)
 	}
 	if len(c.Schema) > 50 {
@@ -169,6 +180,8 @@ type Store struct {
 	stats      struct{ groups, ops, headReads atomic.Int64 }
 	ops        *queue.Queue[op] // to the committers
 	committers sync.WaitGroup
+
+	hints readHints // where read pages that ended inside a batch left off
 
 	streamRunsMu sync.Mutex
 	streamRuns   map[int64]string // stream id -> its run ("" standalone): never changes

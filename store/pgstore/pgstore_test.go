@@ -460,3 +460,21 @@ func TestDataBytesBackfill(t *testing.T) {
 		}
 	}
 }
+
+// Not parallel: it measures the heap (storetest.ReadHoldsAPage). pgx reads
+// a row whole into a buffer it keeps for the connection (a power of two):
+// one window's, at most, which a read may leave behind. With 32 KiB windows
+// (a 4 MiB append is read 128 times as many times), the bound is tight.
+func TestReadHoldsAPage(t *testing.T) {
+	for _, c := range []struct {
+		window int
+		extra  int64
+	}{{0, 1 << 20}, {32<<10 - 1<<10, 32 << 10}} {
+		t.Run(fmt.Sprintf("window %d", c.window), func(t *testing.T) {
+			schema := newSchema(t)
+			cfg := testConfig(schema)
+			cfg.ReadWindow = c.window
+			storetest.ReadHoldsAPage(t, open(t, schema, cfg), c.extra)
+		})
+	}
+}

@@ -14,7 +14,7 @@ type queries struct {
 
 	// Read and written outside the group commit.
 	run, runExists, runLease, renew, cancel, events, streamByPath, streamByID string
-	runStreams, head, read, touch, insertBatch, setHead                       string
+	runStreams, head, read, readMore, readWindow, touch, insertBatch, setHead string
 	countStandalone, standalone                                               string
 
 	// Group commit (group.go).
@@ -76,20 +76,42 @@ func newQueries(schema string) *queries {
 			UPDATE $S.streams SET last_access = $2 WHERE id = $1 AND ttl IS NOT NULL AND last_access < $2
 		)
 		SELECT EXISTS (SELECT 1 FROM $S.streams WHERE id = $1)`)
-	// read returns the head with the batches from $2 on, in one snapshot;
-	// at most $3 batches (each holds a record from $2 on), and none that
-	// starts past $4 data bytes, not counting the first batch's (some of its
-	// records may lie before $2): the page rule then takes what fits.
+	// read returns the head with the batches from $2 on, in one snapshot:
+	// at most $3 batches (each holds a record from $2 on), and only those
+	// the page may reach: none that starts past $4 data bytes. A first
+	// batch that begins before $2 is counted whole, so when the page does
+	// not fill from what this returns, readMore fetches the batches it left
+	// out. Of each batch, its encoded length and a window of at most $7
+	// bytes: from byte $6 of the batch whose last offset is $5 (where a
+	// page that ended inside it left off: Store.hints), else from its
+	// start; readWindow fetches the rest as the page needs it. A batch is an
+	// append, up to 16 MiB; a page about $4, and nothing much past what it
+	// can take is fetched. (data is stored uncompressed, out of line:
+	// octet_length and substring read no more of it than they return.)
 	set(&q.read, `WITH h AS (SELECT next_offset, closed FROM $S.streams WHERE id = $1)
-		SELECT h.next_offset, h.closed, b.first_offset, b.data FROM h LEFT JOIN LATERAL (
-			SELECT first_offset, data FROM (
-				SELECT first_offset, data,
-					COALESCE(sum(data_bytes) OVER (ORDER BY last_offset ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-					- COALESCE(first_value(data_bytes) OVER (ORDER BY last_offset), 0) AS before
+		SELECT h.next_offset, h.closed, b.first_offset, b.last_offset, b.size, b.start, b.win FROM h LEFT JOIN LATERAL (
+			SELECT first_offset, last_offset, octet_length(data)::bigint AS size, start,
+				substring(data from (start + 1)::int for $7::int) AS win FROM (
+				SELECT first_offset, last_offset, data,
+					CASE WHEN last_offset = $5 THEN $6::bigint ELSE 0 END AS start,
+					COALESCE(sum(data_bytes) OVER (ORDER BY last_offset ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
 				FROM $S.batches WHERE stream_id = $1 AND last_offset >= $2
 				ORDER BY last_offset LIMIT $3
 			) w WHERE before <= $4
 		) b ON true`)
+	// readMore continues a read page at the batch boundary $2 (so every
+	// record counts), below the head $5 the page was read at, with $3
+	// records and $4 data bytes left in the page; windows as read's.
+	// Batches are never rewritten, so it agrees with read's snapshot, short
+	// of a delete.
+	set(&q.readMore, `SELECT first_offset, last_offset, octet_length(data)::bigint, 0::bigint, substring(data from 1 for $6::int) FROM (
+			SELECT first_offset, last_offset, data,
+				COALESCE(sum(data_bytes) OVER (ORDER BY last_offset ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+			FROM $S.batches WHERE stream_id = $1 AND last_offset >= $2 AND first_offset < $5
+			ORDER BY last_offset LIMIT $3
+		) w WHERE before <= $4`)
+	// readWindow is $4 bytes of a batch from byte $3 (0-based).
+	set(&q.readWindow, `SELECT substring(data from ($3 + 1)::int for $4::int) FROM $S.batches WHERE stream_id = $1 AND last_offset = $2`)
 
 	// Retention.
 	set(&q.purgeLock, `SELECT id FROM $S.runs WHERE ended_at > 0 AND ended_at < $1

@@ -138,69 +138,6 @@ func (s *Store) CloseStream(ctx context.Context, id int64) (stream.Result, error
 	return o.result, nil
 }
 
-// Read returns a page of the live view: the stream's head and its batches
-// from p.From on, in one statement and so one snapshot.
-func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResult, error) {
-	if err := p.Check(); err != nil {
-		return nil, fmt.Errorf("read: %w", err)
-	}
-	p = p.WithDefaults()
-	var res *store.ReadResult
-	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
-		res = &store.ReadResult{}
-		rows, err := s.pool.Query(ctx, s.q.read, p.StreamID, p.From, p.Limit, p.MaxBytes)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		var (
-			scratch []stream.Record
-			bytes   int
-			found   bool
-			full    bool
-			first   *int64
-			data    []byte
-		)
-		for rows.Next() {
-			if err := rows.Scan(&res.NextOffset, &res.Closed, &first, &data); err != nil {
-				return err
-			}
-			found = true
-			if p.From > res.NextOffset {
-				return fmt.Errorf("%w: offset %d is past the stream's next offset %d", store.ErrInvalid, p.From, res.NextOffset)
-			}
-			if first == nil || full {
-				continue
-			}
-			// data is this row's own copy: records may alias it.
-			scratch, err = stream.DecodeBatch(scratch[:0], data, *first, p.From)
-			if err != nil {
-				return fmt.Errorf("stream %d: %w", p.StreamID, err)
-			}
-			for _, r := range scratch {
-				if !p.Fits(len(res.Records), bytes, &r) {
-					full = true // ignore the rest
-					break
-				}
-				bytes += len(r.Data)
-				res.Records = append(res.Records, r)
-			}
-			data = nil
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if !found {
-			return fmt.Errorf("stream %d: %w", p.StreamID, store.ErrNotFound)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read: %w", err)
-	}
-	return res, nil
-}
-
 // ListStandaloneStreams lists standalone streams by path (apply.ListStandalone).
 func (s *Store) ListStandaloneStreams(ctx context.Context, p *store.ListStandaloneParams) (*store.StreamList, error) {
 	if err := p.Check(); err != nil {

@@ -114,5 +114,5 @@ func TestDataBytesBackfill(t *testing.T) {
 
 // Not parallel: it measures the heap (storetest.ReadHoldsAPage).
 func TestReadHoldsAPage(t *testing.T) {
-	storetest.ReadHoldsAPage(t, open(t, filepath.Join(t.TempDir(), "weir.db")))
+	storetest.ReadHoldsAPage(t, open(t, filepath.Join(t.TempDir(), "weir.db")), 0)
 }

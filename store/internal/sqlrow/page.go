@@ -5,21 +5,22 @@ import (
 	"github.com/weirhq/weir/stream"
 )
 
-// Page builds a read page from stored batches, one row at a time, by the
-// page rule (store.ReadParams.Fits). It is what bounds a reader's memory: a
-// batch is one append (up to store.MaxAppendBytes), a page about
-// ReadParams.MaxBytes, and a page holds no reference to a batch. The data of
-// the records each batch gives are copied into one allocation of exactly
-// their size, so a page's records share backing arrays that sum to the
-// page's data bytes; the batch (the driver's memory, valid only until the
-// next row) may be reused at once.
+// Page builds a read page from stored batches by the page rule
+// (store.ReadParams.Fits). It is what bounds a reader's memory: a batch is
+// one append (up to store.MaxAppendBytes), a page about
+// ReadParams.MaxBytes, and a page holds no reference to a batch. The data
+// of the records taken together (a batch's, or a window's of one) are copied
+// into one allocation of exactly their size, so a page's records share
+// backing arrays that sum to the page's data bytes; what they were copied
+// from (the driver's memory, valid until its next row) may be reused at
+// once.
 type Page struct {
 	p       *store.ReadParams // with its defaults
 	head    int64             // records at or past it are left out
 	Records []stream.Record
-	Bytes   int  // data bytes of Records
-	Done    bool // a record did not fit, or reached head: add no more rows
-	Last    int64
+	Bytes   int   // data bytes of Records
+	Done    bool  // a record did not fit, or reached head: take no more
+	Last    int64 // the last offset of the last batch Add took whole
 	scratch []stream.Record
 }
 
@@ -33,9 +34,15 @@ func NewPage(p *store.ReadParams, head int64) *Page {
 // and pointing at no batch.
 var noData = []byte{}
 
-// Add adds the records of a batch whose first record has offset first, from
-// the page's From on, while they fit; it sets Done once one does not. data
-// is not retained.
+// Fits reports whether the record at offset off, of size data bytes, fits
+// after the page's records and n more of bytes data bytes not yet taken.
+func (pg *Page) Fits(off int64, n, bytes, size int) bool {
+	return off < pg.head && pg.p.FitsSize(len(pg.Records)+n, pg.Bytes+bytes, size)
+}
+
+// Add adds the records of a whole batch whose first record has offset first,
+// from the page's From on, while they fit; it sets Done once one does not.
+// data is not retained.
 func (pg *Page) Add(data []byte, first int64) error {
 	if pg.Done {
 		return nil
@@ -48,7 +55,7 @@ func (pg *Page) Add(data []byte, first int64) error {
 	n, size := 0, 0
 	for i := range pg.scratch {
 		r := &pg.scratch[i]
-		if r.Offset >= pg.head || !pg.p.Fits(len(pg.Records)+n, pg.Bytes+size, r) {
+		if !pg.Fits(r.Offset, n, size, len(r.Data)) {
 			pg.Done = true
 			break
 		}
@@ -58,12 +65,24 @@ func (pg *Page) Add(data []byte, first int64) error {
 	if n == len(pg.scratch) && n > 0 {
 		pg.Last = pg.scratch[n-1].Offset
 	}
+	pg.Take(pg.scratch[:n])
+	clear(pg.scratch[:cap(pg.scratch)]) // no reference to data past this call
+	return nil
+}
+
+// Take appends recs, which fit, copying their data into one allocation of
+// exactly its size: recs may alias memory the page must not keep.
+func (pg *Page) Take(recs []stream.Record) {
+	size := 0
+	for i := range recs {
+		size += len(recs[i].Data)
+	}
 	var buf []byte
 	if size > 0 {
 		buf = make([]byte, size)
 	}
 	off := 0
-	for _, r := range pg.scratch[:n] {
+	for _, r := range recs {
 		switch {
 		case len(r.Data) > 0:
 			k := copy(buf[off:], r.Data)
@@ -75,8 +94,13 @@ func (pg *Page) Add(data []byte, first int64) error {
 		pg.Records = append(pg.Records, r)
 	}
 	pg.Bytes += size
-	clear(pg.scratch[:cap(pg.scratch)]) // no reference to data past this call
-	return nil
+}
+
+// TakeOwned appends r, which fits and whose data the page may keep (an
+// allocation of exactly its size).
+func (pg *Page) TakeOwned(r stream.Record) {
+	pg.Records = append(pg.Records, r)
+	pg.Bytes += len(r.Data)
 }
 
 // Full reports whether no record can follow: Done, or Limit records.
