@@ -58,20 +58,19 @@ func TestReadersAreCapped(t *testing.T) {
 	}
 	<-started
 	<-started
-	// Both long-polls hold a slot: the next read is told to come back.
+	// Both long-polls hold a slot: the next read is told to come back. (A
+	// read sent before both hold theirs could take the second slot and
+	// leave a long-poll refused: wait for the slots, not with reads.)
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r := s.do("GET", "/v1/stream/s?offset=-1", "")
-		if r.status == http.StatusServiceUnavailable {
-			if r.header.Get("Retry-After") == "" || r.header.Get("Weir-Error") != "busy" {
-				t.Fatalf("503 without Retry-After or code: %v", r.header)
-			}
-			break
-		}
+	for len(s.srv.readers) < 2 {
 		if time.Now().After(deadline) {
-			t.Fatal("waited 10s for the reader cap to refuse a read")
+			t.Fatalf("waited 10s for the long-polls to hold the reader slots (%d held)", len(s.srv.readers))
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(time.Millisecond)
+	}
+	r := s.do("GET", "/v1/stream/s?offset=-1", "")
+	if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" || r.header.Get("Weir-Error") != "busy" {
+		t.Fatalf("a read past the cap: %d %v, want 503 with Retry-After and code busy", r.status, r.header)
 	}
 	cancel()
 	deadline = time.Now().Add(10 * time.Second)

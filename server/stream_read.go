@@ -1,16 +1,19 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -100,7 +103,14 @@ func (rd *dsReader) read(ctx context.Context, maxBytes int) (*dsPage, error) {
 	full := !drain()
 	closed := false
 	for !full {
-		res, err := rd.st.Read(ctx, &store.ReadParams{StreamID: rd.id, From: rd.pos, MaxBytes: maxBytes})
+		// Past the first read, only what is left of the page: a page read
+		// whole, to learn that its first record does not fit, would be held
+		// (in ready) beside the page while the reply is written.
+		mb := maxBytes
+		if len(pg.recs) > 0 {
+			mb = max(maxBytes-pg.bytes, 1)
+		}
+		res, err := rd.st.Read(ctx, &store.ReadParams{StreamID: rd.id, From: rd.pos, MaxBytes: mb})
 		if err != nil {
 			return nil, err
 		}
@@ -270,16 +280,33 @@ func (s *Server) pageHeaders(h http.Header, info *store.StreamInfo, q *readQuery
 	}
 }
 
-// writePage writes a page as the reply body, with a write deadline.
+// writePage writes a page as the reply body, with a write deadline. A raw
+// page is written from the records themselves, as the socket takes it: the
+// page the store read is the only copy held while a client is slow to
+// read. An ndjson page is encoded first (its length is the reply's), and
+// the records let go.
 func (s *Server) writePage(w http.ResponseWriter, info *store.StreamInfo, q *readQuery, pg *dsPage, status int) {
 	s.pageHeaders(w.Header(), info, q, pg)
-	body := pageBody(info.ContentType, q.ndjson, pg.recs)
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	if len(body) > 0 {
-		defer writeDeadline(w)()
-		_, _ = w.Write(body)
+	var body []byte
+	n := 0
+	if q.ndjson {
+		body = ndjsonBody(info.ContentType, pg.recs)
+		pg.recs = nil
+		n = len(body)
+	} else {
+		n = pageLen(info.ContentType, pg.recs)
 	}
+	w.Header().Set("Content-Length", strconv.Itoa(n))
+	w.WriteHeader(status)
+	if n == 0 {
+		return
+	}
+	defer writeDeadline(w)()
+	if body != nil {
+		_, _ = w.Write(body)
+		return
+	}
+	_ = writePageData(w, info.ContentType, pg.recs)
 }
 
 // writeDeadline bounds the writes that follow, so a client that never reads
@@ -293,41 +320,53 @@ func writeDeadline(w http.ResponseWriter) func() {
 	return func() { _ = rc.SetWriteDeadline(time.Time{}) }
 }
 
-// pageBody is a page's bytes: ndjson lines, a JSON stream's values as one
-// array, or the data bytes.
-func pageBody(contentType string, ndjson bool, recs []stream.Record) []byte {
-	switch {
-	case ndjson:
-		enc := dataEncoding(contentType)
-		var b []byte
-		for i := range recs {
-			b = appendNDJSON(b, &recs[i], enc)
-		}
-		return b
-	case isJSONType(contentType):
-		n := 2
-		for i := range recs {
-			n += len(recs[i].Data) + 1
-		}
-		b := make([]byte, 0, n)
-		b = append(b, '[')
-		for i := range recs {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, recs[i].Data...)
-		}
-		return append(b, ']')
+// ndjsonBody is a page's ndjson lines.
+func ndjsonBody(contentType string, recs []stream.Record) []byte {
+	enc := dataEncoding(contentType)
+	var b []byte
+	for i := range recs {
+		b = appendNDJSON(b, &recs[i], enc)
 	}
+	return b
+}
+
+// pageLen is the length of a raw page's body: a JSON stream's values as one
+// array, or the data bytes.
+func pageLen(contentType string, recs []stream.Record) int {
 	n := 0
 	for i := range recs {
 		n += len(recs[i].Data)
 	}
-	b := make([]byte, 0, n)
-	for i := range recs {
-		b = append(b, recs[i].Data...)
+	if isJSONType(contentType) {
+		n += 2 + max(len(recs)-1, 0) // [ , ]
 	}
-	return b
+	return n
+}
+
+// writePageData writes a raw page's body (pageLen bytes) to w, from the
+// records' data.
+func writePageData(w io.Writer, contentType string, recs []stream.Record) error {
+	json := isJSONType(contentType)
+	if json {
+		if _, err := io.WriteString(w, "["); err != nil {
+			return err
+		}
+	}
+	for i := range recs {
+		if json && i > 0 {
+			if _, err := io.WriteString(w, ","); err != nil {
+				return err
+			}
+		}
+		if _, err := w.Write(recs[i].Data); err != nil {
+			return err
+		}
+	}
+	if json {
+		_, err := io.WriteString(w, "]")
+		return err
+	}
+	return nil
 }
 
 // dataEncoding is how format=ndjson carries a stream's data: "json" (the
@@ -516,16 +555,30 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, info *store.St
 	}
 	w.WriteHeader(http.StatusOK)
 	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
-	var buf bytes.Buffer
-	flush := func() bool {
+	// Events are written as they are encoded, through a buffer of
+	// sseBufferSize (the page the store read is the only copy of its data
+	// held while the client is slow to read), under a deadline armed before
+	// each round of them. The buffer goes back to the pool after each
+	// round, so a reader waiting for data holds neither it nor its last
+	// page.
+	var bw *bufio.Writer
+	start := func() *bufio.Writer {
 		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
-		_, err := w.Write(buf.Bytes())
-		buf.Reset()
+		bw = sseBuffers.Get().(*bufio.Writer)
+		bw.Reset(w)
+		return bw
+	}
+	flush := func() bool {
+		err := bw.Flush()
 		if err == nil {
 			err = rc.Flush()
 		}
+		bw.Reset(nil)
+		sseBuffers.Put(bw)
+		bw = nil
 		return err == nil
 	}
+	start()
 	if !flush() {
 		return
 	}
@@ -534,27 +587,32 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, info *store.St
 		pg, err := rd.read(ctx, s.cfg.ReadPageBytes)
 		if err != nil {
 			if ctx.Err() == nil {
-				writeSSEError(&buf, err.Error(), nil)
+				writeSSEError(start(), err.Error(), nil)
 				flush()
 			}
 			return
 		}
-		if len(pg.recs) > 0 {
-			writeSSEEvent(&buf, "data", ssePayload(info.ContentType, q.ndjson, pg.recs))
-		}
-		if len(pg.recs) > 0 || first || pg.closed {
-			c := sseControl{StreamNextOffset: formatOffset(pg.next), UpToDate: pg.upToDate, StreamClosed: pg.closed}
-			if !pg.closed {
-				c.StreamCursor = nextCursor(q.cursor, time.Now())
+		control := len(pg.recs) > 0 || first || pg.closed
+		if control || pg.abort != nil {
+			out := start()
+			if len(pg.recs) > 0 {
+				writeSSEData(out, info.ContentType, q.ndjson, pg.recs)
+				pg.recs = nil
 			}
-			b, _ := json.Marshal(c)
-			writeSSEEvent(&buf, "control", b)
-		}
-		if pg.abort != nil {
-			writeSSEError(&buf, fmt.Sprintf("the abort record at offset %d voids data of writer %q that this live reader already got: re-read", pg.abort.Offset, pg.abort.Writer), pg.abort)
-		}
-		if buf.Len() > 0 && !flush() {
-			return
+			if control {
+				c := sseControl{StreamNextOffset: formatOffset(pg.next), UpToDate: pg.upToDate, StreamClosed: pg.closed}
+				if !pg.closed {
+					c.StreamCursor = nextCursor(q.cursor, time.Now())
+				}
+				b, _ := json.Marshal(c)
+				writeSSEEvent(out, "control", b)
+			}
+			if pg.abort != nil {
+				writeSSEError(out, fmt.Sprintf("the abort record at offset %d voids data of writer %q that this live reader already got: re-read", pg.abort.Offset, pg.abort.Writer), pg.abort)
+			}
+			if !flush() {
+				return
+			}
 		}
 		if pg.closed || pg.abort != nil {
 			return
@@ -577,58 +635,125 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, info *store.St
 			if !time.Now().Before(end) {
 				return
 			}
-			buf.WriteString(":\n\n") // keep-alive
+			_, _ = start().WriteString(":\n\n") // keep-alive
 			if !flush() {
 				return
 			}
 		default:
-			writeSSEError(&buf, err.Error(), nil)
+			writeSSEError(start(), err.Error(), nil)
 			flush()
 			return
 		}
 	}
 }
 
-// ssePayload is a data event's payload: a JSON stream's values as one array,
-// a text stream's bytes, a binary stream's bytes in base64 (one string per
-// event, so each event decodes alone), or ndjson lines.
-func ssePayload(contentType string, ndjson bool, recs []stream.Record) []byte {
-	b := pageBody(contentType, ndjson, recs)
-	switch {
-	case ndjson:
-		return bytes.TrimSuffix(b, []byte("\n"))
-	case !isTextType(contentType):
-		return base64.StdEncoding.AppendEncode(nil, b)
-	}
-	return b
+// sseBufferSize is the buffer SSE events are written through: what a reader
+// holds besides its page while the client is slow to read.
+const sseBufferSize = 32 << 10
+
+var sseBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, sseBufferSize) }}
+
+// sseSink is where events are written: a bufio.Writer, or a bytes.Buffer.
+type sseSink interface {
+	io.Writer
+	io.StringWriter
+	io.ByteWriter
 }
 
-// writeSSEEvent appends one event: each line of the payload (split at CR,
-// LF and CRLF) becomes a data: line, so no payload can forge an event.
-func writeSSEEvent(buf *bytes.Buffer, event string, payload []byte) {
-	buf.WriteString("event: ")
-	buf.WriteString(event)
-	buf.WriteByte('\n')
-	for {
-		i := bytes.IndexAny(payload, "\r\n")
+// sseEvent writes one event's payload as it comes, in pieces: each line of
+// it (split at CR, LF and CRLF, a CRLF split across two pieces included)
+// becomes a data: line, so no payload can forge an event.
+type sseEvent struct {
+	w      sseSink
+	skipLF bool // the last byte was a CR: a LF now ends the same line
+}
+
+func (e *sseEvent) begin(event string) {
+	_, _ = e.w.WriteString("event: ")
+	_, _ = e.w.WriteString(event)
+	_, _ = e.w.WriteString("\ndata:")
+}
+
+func (e *sseEvent) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		if e.skipLF {
+			e.skipLF = false
+			if p[0] == '\n' {
+				p = p[1:]
+				continue
+			}
+		}
+		i := bytes.IndexAny(p, "\r\n")
 		if i < 0 {
+			_, _ = e.w.Write(p)
 			break
 		}
-		buf.WriteString("data:")
-		buf.Write(payload[:i])
-		buf.WriteByte('\n')
-		if payload[i] == '\r' && i+1 < len(payload) && payload[i+1] == '\n' {
-			i++
-		}
-		payload = payload[i+1:]
+		_, _ = e.w.Write(p[:i])
+		_, _ = e.w.WriteString("\ndata:")
+		e.skipLF = p[i] == '\r'
+		p = p[i+1:]
 	}
-	buf.WriteString("data:")
-	buf.Write(payload)
-	buf.WriteString("\n\n")
+	return n, nil
 }
 
-// writeSSEError appends an "error" event: the read ends after it.
-func writeSSEError(buf *bytes.Buffer, msg string, abort *stream.Record) {
+func (e *sseEvent) end() { _, _ = e.w.WriteString("\n\n") }
+
+// writeSSEEvent writes one event: each line of the payload (split at CR,
+// LF and CRLF) becomes a data: line, so no payload can forge an event.
+func writeSSEEvent(w sseSink, event string, payload []byte) {
+	e := sseEvent{w: w}
+	e.begin(event)
+	_, _ = e.Write(payload)
+	e.end()
+}
+
+// writeSSEData writes a page's data event from the records, as it goes: a
+// JSON stream's values as one array, a text stream's bytes, a binary
+// stream's bytes in base64 (one string per event, so each event decodes
+// alone), or ndjson lines.
+func writeSSEData(w sseSink, contentType string, ndjson bool, recs []stream.Record) {
+	e := sseEvent{w: w}
+	e.begin("data")
+	switch {
+	case ndjson:
+		enc := dataEncoding(contentType)
+		var line []byte // one record's, reused
+		for i := range recs {
+			line = appendNDJSON(line[:0], &recs[i], enc)
+			if i == len(recs)-1 {
+				line = line[:len(line)-1] // the event's end ends the last line
+			}
+			_, _ = e.Write(line)
+			if cap(line) > sseBufferSize {
+				line = nil // a large record's: not kept for the small ones
+			}
+		}
+	case isJSONType(contentType):
+		_, _ = e.Write([]byte{'['})
+		for i := range recs {
+			if i > 0 {
+				_, _ = e.Write([]byte{','})
+			}
+			_, _ = e.Write(recs[i].Data)
+		}
+		_, _ = e.Write([]byte{']'})
+	case !isTextType(contentType):
+		b64 := base64.NewEncoder(base64.StdEncoding, &e)
+		for i := range recs {
+			_, _ = b64.Write(recs[i].Data)
+		}
+		_ = b64.Close()
+	default:
+		for i := range recs {
+			_, _ = e.Write(recs[i].Data)
+		}
+	}
+	e.end()
+}
+
+// writeSSEError writes an "error" event: the read ends after it.
+func writeSSEError(buf sseSink, msg string, abort *stream.Record) {
 	e := struct {
 		Error     string `json:"error"`
 		AbortedAt string `json:"abortedAt,omitempty"`

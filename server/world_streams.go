@@ -195,6 +195,9 @@ type chunkIter struct {
 	ready  []stream.Record // chunks the committed view released, not yet taken
 	closed bool            // the view reached the close record
 	head   int64           // the stream's next offset at the last read
+	// maxBytes bounds the data of one read (store.ReadParams.MaxBytes); 0:
+	// the store's default.
+	maxBytes int
 }
 
 func newChunkIter(st store.Store, id int64, view stream.View, off, index int64) *chunkIter {
@@ -225,7 +228,7 @@ func (it *chunkIter) next(ctx context.Context, limit int) ([]stream.Record, erro
 	if len(out) >= limit || it.closed {
 		return out, nil
 	}
-	res, err := it.st.Read(ctx, &store.ReadParams{StreamID: it.id, From: it.off, Limit: min(limit, 1000)})
+	res, err := it.st.Read(ctx, &store.ReadParams{StreamID: it.id, From: it.off, Limit: min(limit, 1000), MaxBytes: it.maxBytes})
 	if err != nil {
 		return nil, err
 	}
@@ -388,24 +391,32 @@ func (s *Server) handleWorldRead(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
 	rc := http.NewResponseController(w)
-	var buf []byte
+	// A reader holds a page (Config.ReadPageBytes) of chunks, written from
+	// the chunks themselves as the socket takes them.
+	it.maxBytes = s.cfg.ReadPageBytes
+	var frame [4]byte
 	for {
 		cs, err := it.next(ctx, 256)
 		if err != nil {
 			return // the reader asks again from its index
 		}
-		buf = buf[:0]
-		for _, c := range cs {
-			buf = binary.BigEndian.AppendUint32(buf, uint32(len(c.Data)))
-			buf = append(buf, c.Data...)
-		}
-		if it.closed {
-			buf = binary.BigEndian.AppendUint32(buf, frameEOF)
-		}
-		if len(buf) > 0 {
+		got := len(cs) > 0
+		if got || it.closed {
 			_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-			if _, err := w.Write(buf); err != nil {
-				return
+			for _, c := range cs {
+				binary.BigEndian.PutUint32(frame[:], uint32(len(c.Data)))
+				if _, err := w.Write(frame[:]); err != nil {
+					return
+				}
+				if _, err := w.Write(c.Data); err != nil {
+					return
+				}
+			}
+			if it.closed {
+				binary.BigEndian.PutUint32(frame[:], frameEOF)
+				if _, err := w.Write(frame[:]); err != nil {
+					return
+				}
 			}
 			if flusher != nil {
 				flusher.Flush()
@@ -414,7 +425,7 @@ func (s *Server) handleWorldRead(w http.ResponseWriter, r *http.Request) {
 		if it.closed {
 			return
 		}
-		if len(cs) > 0 || !it.caughtUp() {
+		if got || !it.caughtUp() {
 			continue
 		}
 		if !follow || s.draining() {

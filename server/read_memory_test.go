@@ -1,0 +1,114 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// stalledWriter is a client that takes the first limit bytes of a reply and
+// then reads nothing: a Write past them blocks until release is closed, and
+// then fails, as on a connection the server's write deadline cut.
+type stalledWriter struct {
+	h        http.Header
+	n, limit int
+	once     sync.Once
+	blocked  chan struct{}
+	release  chan struct{}
+}
+
+func newStalledWriter(limit int, release chan struct{}) *stalledWriter {
+	return &stalledWriter{h: http.Header{}, limit: limit, blocked: make(chan struct{}), release: release}
+}
+
+func (w *stalledWriter) Header() http.Header { return w.h }
+func (w *stalledWriter) WriteHeader(int)     {}
+func (w *stalledWriter) Flush()              {}
+
+func (w *stalledWriter) Write(p []byte) (int, error) {
+	if w.n+len(p) > w.limit {
+		w.once.Do(func() { close(w.blocked) })
+		<-w.release
+		runtime.KeepAlive(p) // as a connection's write keeps it until done
+		return 0, errors.New("cut")
+	}
+	w.n += len(p)
+	return len(p), nil
+}
+
+func liveHeap() int64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// A reader whose client stops reading holds its page (256 KiB, as the
+// store read it) and little else while its write blocks: no second copy of
+// the page for the reply's body, the SSE event or its base64, whatever the
+// size of the appends (1 MiB here, of 64 KiB chunks). An SSE reader of the
+// committed view (the default of raw reads) also holds the record it read
+// to learn that the page was full, which the next page begins with, and its
+// write buffer. (Before: 1.2 MiB for SSE, 512 KiB for catch-up.)
+func TestAStalledReaderHoldsAPage(t *testing.T) {
+	s := newTestServer(t, nil)
+	page := s.srv.cfg.ReadPageBytes
+	chunk := strings.Repeat("x", 64<<10)
+	var body []byte
+	for range 16 {
+		body = appendFrame(body, []byte(chunk))
+	}
+	for _, ct := range []string{"application/octet-stream", "text/plain", "application/json"} {
+		name := strings.ReplaceAll(ct, "/", "-")
+		s.do("PUT", "/v1/stream/"+name, "", "Content-Type", ct).want(t, http.StatusCreated)
+		b, hdr := string(body), []string{"Content-Type", ct, "Weir-Framing", "u32be"}
+		if ct == "application/json" {
+			b, hdr = `["`+strings.Repeat("j", 64<<10-2)+`"`+strings.Repeat(`,"`+strings.Repeat("j", 64<<10-2)+`"`, 15)+"]", []string{"Content-Type", ct}
+		}
+		for range 4 {
+			s.do("POST", "/v1/stream/"+name, b, hdr...).want(t, http.StatusNoContent)
+		}
+	}
+	const readers = 4
+	for _, c := range []struct {
+		name, query string
+		types       []string
+		max         int // bytes a reader may hold
+	}{
+		{"catch-up", "offset=-1", []string{"application/octet-stream", "application/json"}, page + 64<<10},
+		{"SSE", "offset=-1&live=sse", []string{"application/octet-stream", "text/plain", "application/json"}, page + sseBufferSize + 64<<10 + 32<<10},
+		{"SSE, live view", "offset=-1&live=sse&view=live", []string{"application/octet-stream"}, page + sseBufferSize + 32<<10},
+		{"long-poll", "offset=-1&live=long-poll", []string{"text/plain"}, page + 64<<10},
+	} {
+		for _, ct := range c.types {
+			path := "/v1/stream/" + strings.ReplaceAll(ct, "/", "-") + "?" + c.query
+			release := make(chan struct{})
+			ctx, cancel := context.WithCancel(context.Background())
+			base := liveHeap()
+			var wg sync.WaitGroup
+			ws := make([]*stalledWriter, readers)
+			for i := range ws {
+				ws[i] = newStalledWriter(64<<10, release)
+				req := httptest.NewRequestWithContext(ctx, "GET", path, nil)
+				wg.Go(func() { s.srv.ServeHTTP(ws[i], req) })
+			}
+			for _, w := range ws {
+				<-w.blocked
+			}
+			held := (liveHeap() - base) / readers
+			close(release)
+			cancel()
+			wg.Wait()
+			t.Logf("%s %s: a stalled reader holds %d KiB (page %d KiB)", c.name, ct, held>>10, page>>10)
+			if held > int64(c.max) {
+				t.Errorf("%s %s: a stalled reader holds %d KiB, more than %d KiB: its page is %d KiB", c.name, ct, held>>10, c.max>>10, page>>10)
+			}
+		}
+	}
+}
