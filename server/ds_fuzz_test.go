@@ -311,3 +311,51 @@ func FuzzStreamRequest(f *testing.F) {
 		}
 	})
 }
+
+// jsonValuesDecoded is jsonValues as it was: the array decoded, each
+// element compacted into a copy.
+func jsonValuesDecoded(body []byte) ([][]byte, error) {
+	if !json.Valid(body) {
+		return nil, api.ErrBadRequest
+	}
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		var elems []json.RawMessage
+		if err := json.Unmarshal(body, &elems); err != nil {
+			return nil, err
+		}
+		out := make([][]byte, len(elems))
+		for i, e := range elems {
+			var b bytes.Buffer
+			_ = json.Compact(&b, e)
+			out[i] = b.Bytes()
+		}
+		return out, nil
+	}
+	var b bytes.Buffer
+	_ = json.Compact(&b, body)
+	return [][]byte{b.Bytes()}, nil
+}
+
+// FuzzJSONValuesScanned checks the array scanner against decoding.
+func FuzzJSONValuesScanned(f *testing.F) {
+	for _, s := range []string{`[]`, `[ ]`, `[1,[2,3],{"a":"b"}]`, `"x"`, ` [ 1 , 2 ] `, `[[[1]]]`, `null`, `1`, ` "a b" `,
+		`["a\"]", "\\", {"k": [1, "]"]}, -1.5e3, true, false, null]`, "[\n1\r\n,\t2]", `{"a" : [ ] }`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want, werr := jsonValuesDecoded(b)
+		got, gerr := jsonValues(b)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("%q: decoded %v, scanned %v", b, werr, gerr)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: %d values, want %d", b, len(got), len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("%q: value %d = %q, want %q", b, i, got[i], want[i])
+			}
+		}
+	})
+}

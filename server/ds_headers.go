@@ -186,27 +186,100 @@ func isTextType(ct string) bool {
 
 // jsonValues splits a JSON body into its values, each compacted: a top-level
 // array is flattened one level (each element is one value), anything else
-// is one value. An empty array gives none.
+// is one value. An empty array gives none. The values alias body where they
+// are compact already (a body of values without spaces is not copied).
 func jsonValues(body []byte) ([][]byte, error) {
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("%w: the body is not valid JSON", api.ErrBadRequest)
 	}
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	if len(trimmed) > 0 && trimmed[0] == '[' {
-		var elems []json.RawMessage
-		if err := json.Unmarshal(body, &elems); err != nil {
-			return nil, fmt.Errorf("%w: the body is not a valid JSON array: %v", api.ErrBadRequest, err)
-		}
-		out := make([][]byte, len(elems))
-		for i, e := range elems {
-			out[i] = compact(e)
-		}
-		return out, nil
+	v := bytes.Trim(body, " \t\r\n")
+	if v[0] != '[' {
+		return [][]byte{compact(v)}, nil
 	}
-	return [][]byte{compact(body)}, nil
+	// A valid array: its elements are found by scanning, without decoding.
+	var out [][]byte
+	for i := 1; ; {
+		i = skipJSONSpace(v, i)
+		if v[i] == ']' {
+			return out, nil // [] or [ ]
+		}
+		start := i
+		i = skipJSONValue(v, i)
+		out = append(out, compact(v[start:i:i]))
+		i = skipJSONSpace(v, i)
+		if v[i] == ']' {
+			return out, nil
+		}
+		i++ // ,
+	}
 }
 
+func skipJSONSpace(v []byte, i int) int {
+	for i < len(v) && (v[i] == ' ' || v[i] == '\t' || v[i] == '\r' || v[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// skipJSONString returns the index past the string that begins at v[i].
+func skipJSONString(v []byte, i int) int {
+	for i++; i < len(v); i++ {
+		switch v[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+// skipJSONValue returns the index past the value that begins at v[i], in
+// valid JSON.
+func skipJSONValue(v []byte, i int) int {
+	switch v[i] {
+	case '"':
+		return skipJSONString(v, i)
+	case '[', '{':
+		depth := 0
+		for i < len(v) {
+			switch v[i] {
+			case '"':
+				i = skipJSONString(v, i)
+				continue
+			case '[', '{':
+				depth++
+			case ']', '}':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(v) && !strings.ContainsRune(",]} \t\r\n", rune(v[i])) {
+		i++
+	}
+	return i
+}
+
+// compact is the valid JSON value v without insignificant spaces: v itself
+// if it has none.
 func compact(v []byte) []byte {
+	spaced := false
+	for i := 0; i < len(v) && !spaced; i++ {
+		switch v[i] {
+		case '"':
+			i = skipJSONString(v, i) - 1
+		case ' ', '\t', '\r', '\n':
+			spaced = true
+		}
+	}
+	if !spaced {
+		return v
+	}
 	var b bytes.Buffer
 	b.Grow(len(v))
 	if err := json.Compact(&b, v); err != nil {
