@@ -53,6 +53,7 @@ func benchCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&c.DBOSConcurrency, "dbos-concurrency", 0, "dbos-like: runs at once (default 16)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memProfile := fs.String("memprofile", "", "write a heap profile at the end to this file")
+	guard := fs.String("guard", "", "run the performance guard in this file (bench/guard.json): its workloads' ratios must stay within its bands; exit 1 if one does not")
 	// The cross-process reader of the tail workload (weir re-executes itself).
 	tailReader := fs.Bool("tail-reader", false, "")
 	runID := fs.String("run", "", "")
@@ -102,6 +103,24 @@ func benchCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if exe, err := os.Executable(); err == nil {
 		c.ReaderCommand = []string{exe, "bench", "--tail-reader"}
+	}
+	if *guard != "" {
+		g, err := bench.ReadGuardFile(*guard)
+		if err != nil {
+			return err
+		}
+		vs, err := bench.RunGuard(ctx, g, c)
+		if err != nil {
+			return err
+		}
+		ok, err := bench.WriteVerdicts(stdout, vs)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("bench: the performance guard failed: a ratio is outside its band (see above; bench/guard.json says how each is measured)")
+		}
+		return nil
 	}
 	stopProfile, err := startProfiles(*cpuProfile, *memProfile)
 	if err != nil {
