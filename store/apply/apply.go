@@ -69,6 +69,9 @@ type Run struct {
 	Owner     string // "": the lease is released
 	Status    store.RunStatus
 	LastEvent int64 // the seq of its last event, 0 for none
+	// CancelRequested: a cancel is pending (RequestCancel); a worker that
+	// releases the run must not leave it asleep.
+	CancelRequested bool
 }
 
 // RunChange is how a Record changes its run's row.

@@ -77,8 +77,9 @@ func Record(tx Tx, p *store.RecordParams, now time.Time) error {
 		}
 	}
 	c := Change(p, now)
-	if unseen && c.Release && !c.Ended {
-		// The log grew behind the worker's back: it must look again now.
+	if (unseen || run.CancelRequested) && c.Release && !c.Ended {
+		// The log grew behind the worker's back, or a cancel came while
+		// it held the run: a worker must look again now.
 		c.WakeAt = now
 	}
 	if c.Status != "" {

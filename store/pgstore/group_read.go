@@ -105,7 +105,7 @@ func (g *group) lockAndRead() error {
 		for rows.Next() {
 			gr := &gRun{}
 			var status string
-			if err := rows.Scan(&gr.ID, &gr.LastEvent, &gr.Epoch, &gr.Owner, &status, &gr.dbToken); err != nil {
+			if err := rows.Scan(&gr.ID, &gr.LastEvent, &gr.Epoch, &gr.Owner, &status, &gr.dbToken, &gr.CancelRequested); err != nil {
 				return err
 			}
 			gr.Status = store.RunStatus(status)

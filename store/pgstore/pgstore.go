@@ -24,6 +24,7 @@ import (
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/internal/hub"
 	"github.com/weirhq/weir/store/internal/queue"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 	"github.com/weirhq/weir/world"
 )
 
@@ -93,12 +94,12 @@ type Config struct {
 	// server's setting. A URL that sets statement_timeout wins.
 	StatementTimeout time.Duration
 	// ReadWindow is the most bytes of a stored batch (one append, up to 16
-	// MiB) a read fetches at once: the driver reads a row whole, into a
-	// buffer it keeps for the connection, so this bounds what a read costs
-	// beyond its page, and what each pooled connection keeps. Reads fetch
-	// windows of a batch as their page needs them, from where the last page
-	// left off. Defaults to 1 MiB less 1 KiB (so that a row fits the
-	// driver's 1 MiB buffer); at least stream.MaxHeadLen is fetched.
+	// MiB) a read fetches at once; a read fetches windows of about its page
+	// (ReadParams.MaxBytes), as its page needs them, from where the last
+	// page left off. The driver reads a row whole, into a buffer it keeps
+	// for the connection, so this bounds what a read costs beyond its page,
+	// and what each pooled connection keeps. Defaults to 1 MiB less 1 KiB
+	// (a row of it fits the driver's 1 MiB buffer).
 	ReadWindow int
 	// Now is the store's clock, for timestamps and leases. All processes on
 	// one database should have synchronized clocks. Defaults to time.Now.
@@ -145,7 +146,7 @@ func (c *Config) WithDefaults() *Config {
 		out.StatementTimeout = 10 * time.Second
 	}
 	if out.ReadWindow == 0 {
-		out.ReadWindow = 1<<20 - 1<<10
+		out.ReadWindow = sqlrow.DefaultWindow
 	}
 	if out.Now == nil {
 		out.Now = time.Now
@@ -181,7 +182,7 @@ type Store struct {
 	ops        *queue.Queue[op] // to the committers
 	committers sync.WaitGroup
 
-	hints readHints // where read pages that ended inside a batch left off
+	hints sqlrow.Hints // where read pages that ended inside a batch left off
 
 	streamRunsMu sync.Mutex
 	streamRuns   map[int64]string // stream id -> its run ("" standalone): never changes

@@ -159,9 +159,9 @@ func newQueries(schema string) *queries {
 	// The reads look rows up key by key (LATERAL), so their plans are index
 	// lookups whatever the tables' statistics say. The locks are taken in
 	// the order of the keys, which the group sorts.
-	set(&q.lockRuns, `SELECT r.id, r.last_event, r.lease_epoch, r.lease_owner, r.status, r.record_token
+	set(&q.lockRuns, `SELECT r.id, r.last_event, r.lease_epoch, r.lease_owner, r.status, r.record_token, r.cancel_requested
 		FROM unnest($1::text[]) AS k(id), LATERAL (
-			SELECT id, last_event, lease_epoch, lease_owner, status, record_token
+			SELECT id, last_event, lease_epoch, lease_owner, status, record_token, cancel_requested
 			FROM $S.runs WHERE id = k.id FOR UPDATE
 		) r`)
 	set(&q.lockStreams, `SELECT s.* FROM (

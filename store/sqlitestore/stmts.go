@@ -84,7 +84,7 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 		p(&w.insertBatch, `INSERT INTO batches (stream_id, last_offset, first_offset, writer, data) VALUES (?, ?, ?, ?, ?)`),
 
 		p(&w.run, `SELECT `+sqlrow.RunCols+` FROM runs WHERE id = ?`),
-		p(&w.runLease, `SELECT lease_epoch, lease_owner, status,
+		p(&w.runLease, `SELECT lease_epoch, lease_owner, status, cancel_requested,
 			(SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) FROM runs WHERE id = ?1`),
 		p(&w.insertRun, `INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at, parent_id)
 			VALUES (?, ?, 'pending', ?, ?, ?, ?, ?) RETURNING `+sqlrow.RunCols),

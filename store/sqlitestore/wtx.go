@@ -155,7 +155,7 @@ func (tx *wtx) Key(st *apply.Stream, key string) (*apply.Key, error) {
 func (tx *wtx) Run(id string) (*apply.Run, error) {
 	r := &apply.Run{ID: id}
 	var status string
-	err := tx.w.runLease.QueryRowContext(bg, id).Scan(&r.Epoch, &r.Owner, &status, &r.LastEvent)
+	err := tx.w.runLease.QueryRowContext(bg, id).Scan(&r.Epoch, &r.Owner, &status, &r.CancelRequested, &r.LastEvent)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("run %q: %w", id, store.ErrNotFound)
 	}

@@ -148,6 +148,20 @@ func testHooks(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("ACancelledRunIsNotLeftAsleep", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		epoch := startRun(t, s, "r1")
+		must(t, s.RequestCancel(ctx(t), "r1"))
+		// The worker had not heard of the cancel when it parked the run.
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: time.Now().Add(time.Hour)}))
+		runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl})
+		must(t, err)
+		if len(runs) != 1 || !runs[0].CancelRequested {
+			t.Fatalf("a run parked after its cancel was requested is not claimable: %v", runIDs(runs))
+		}
+	})
+
 	t.Run("BadInput", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
