@@ -14,7 +14,8 @@ import (
 // at most Config.ReadWindow: pgx reads a row whole, into a buffer it keeps
 // for the connection until the connection's next query, so the windows
 // bound what a read costs beyond its page, and what each pooled connection
-// keeps.
+// keeps. Records before the page are skipped in whole windows too: a round
+// trip costs more than the bytes.
 
 // Read returns a page of the live view: the stream's head and its batches
 // from p.From on, in one statement and so one snapshot (the rest of a
@@ -157,7 +158,7 @@ func (s *Store) readMore(ctx context.Context, p *store.ReadParams, pg *sqlrow.Pa
 // driver's memory: valid during the call). ok is false if the batch is
 // gone.
 func (s *Store) readWindow(ctx context.Context, id int64, c *sqlrow.Cursor, win int, f func([]byte) error) (ok bool, err error) {
-	rows, err := s.pool.Query(ctx, s.q.readWindow, id, c.Last, c.Pos, c.WindowLen(win))
+	rows, err := s.pool.Query(ctx, s.q.readWindow, id, c.Last, c.Pos, c.WindowLen(win, win, 0))
 	if err != nil {
 		return false, err
 	}

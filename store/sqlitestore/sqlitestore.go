@@ -17,6 +17,7 @@ import (
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/internal/hub"
 	"github.com/weirhq/weir/store/internal/queue"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 	"github.com/weirhq/weir/world"
 )
 
@@ -51,6 +52,13 @@ type Config struct {
 	CacheStreams int
 	// ReadConns is the number of read connections. Defaults to 4.
 	ReadConns int
+	// ReadWindow is the most bytes of a stored batch (one append, up to 16
+	// MiB) a read fetches at once; a read fetches windows of about its page
+	// (ReadParams.MaxBytes), as its page needs them, from where the last
+	// page left off. The driver copies what a row holds into a buffer of
+	// its own, so this bounds what a read allocates beyond its page.
+	// Defaults to 1 MiB less 1 KiB.
+	ReadWindow int
 	// Now is the store's clock, for timestamps and leases. Defaults to
 	// time.Now.
 	Now func() time.Time
@@ -80,6 +88,9 @@ func (c *Config) WithDefaults() *Config {
 	if out.ReadConns == 0 {
 		out.ReadConns = 4
 	}
+	if out.ReadWindow == 0 {
+		out.ReadWindow = sqlrow.DefaultWindow
+	}
 	if out.Now == nil {
 		out.Now = time.Now
 	}
@@ -92,7 +103,7 @@ func (c *Config) validate() error {
 	default:
 		return fmt.Errorf("%w: synchronous %q is not OFF, NORMAL, FULL or EXTRA", store.ErrInvalid, c.Synchronous)
 	}
-	if c.BusyTimeout < 0 || c.MaxBatch < 0 || c.CacheWriters < 0 || c.CacheStreams < 0 || c.ReadConns < 0 {
+	if c.BusyTimeout < 0 || c.MaxBatch < 0 || c.CacheWriters < 0 || c.CacheStreams < 0 || c.ReadConns < 0 || c.ReadWindow < 0 {
 		return fmt.Errorf("%w: negative config value", store.ErrInvalid)
 	}
 	return nil
@@ -117,6 +128,7 @@ type Store struct {
 
 	notify hub.Hub[struct{}] // wakes Waits after commits
 	tail   *tailCache        // newest records of followed streams; see tail.go
+	hints  sqlrow.Hints      // where read pages that ended inside a batch left off
 	c      *committer        // owned by the committer goroutine
 	ids    world.ULIDs       // the World's event ids
 }

@@ -1,8 +1,10 @@
 package sqlitestore_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -112,7 +114,17 @@ func TestDataBytesBackfill(t *testing.T) {
 	}
 }
 
-// Not parallel: it measures the heap (storetest.ReadHoldsAPage).
+// Not parallel: it measures the heap (storetest.ReadHoldsAPage). With 32
+// KiB windows, every batch is read a window at a time.
 func TestReadHoldsAPage(t *testing.T) {
-	storetest.ReadHoldsAPage(t, open(t, filepath.Join(t.TempDir(), "weir.db")), 0)
+	for _, window := range []int{0, 32<<10 - 1<<10} {
+		t.Run(fmt.Sprintf("window %d", window), func(t *testing.T) {
+			s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "weir.db"), &sqlitestore.Config{ReadWindow: window})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			storetest.ReadHoldsAPage(t, s, 0)
+		})
+	}
 }

@@ -172,6 +172,7 @@ type rstmts struct {
 	standalone                *sql.Stmt
 	hookInfo, runHooks        *sql.Stmt
 	runStreams, head, batches *sql.Stmt
+	window                    *sql.Stmt
 	runExists                 *sql.Stmt
 	all                       []*sql.Stmt
 }
@@ -200,7 +201,19 @@ func prepareRead(ctx context.Context, db *sql.DB) (*rstmts, error) {
 		p(&r.standalone, `SELECT `+sqlrow.StreamCols+` FROM streams
 			WHERE run_id IS NULL AND deleted = 0 AND path >= ? ORDER BY path LIMIT ?`),
 		p(&r.head, `SELECT next_offset, closed FROM streams WHERE id = ?`),
-		p(&r.batches, `SELECT first_offset, data FROM batches WHERE stream_id = ? AND last_offset >= ? ORDER BY last_offset`),
+		// A read's batches from offset ?2, below its head (?6), each a
+		// window of at most ?5 bytes: from byte ?4 of the batch whose last
+		// offset is ?3 (a hint: sqlrow.Hints), else from its start; a batch
+		// that begins before ?2 without a hint, whole (its records before
+		// ?2 are skipped in one query: SQLite reads a blob whole for
+		// substr, pread by pread). length reads no blob.
+		p(&r.batches, `SELECT first_offset, last_offset, length(data),
+				CASE WHEN last_offset = ?3 THEN ?4 ELSE 0 END,
+				substr(data, CASE WHEN last_offset = ?3 THEN ?4 ELSE 0 END + 1,
+					CASE WHEN last_offset <> ?3 AND first_offset < ?2 THEN length(data) ELSE ?5 END)
+			FROM batches WHERE stream_id = ?1 AND last_offset >= ?2 AND first_offset < ?6 ORDER BY last_offset`),
+		// window is ?4 bytes of a batch from byte ?3 (0-based).
+		p(&r.window, `SELECT substr(data, ?3 + 1, ?4) FROM batches WHERE stream_id = ?1 AND last_offset = ?2`),
 	)
 	if err != nil {
 		r.close()

@@ -179,30 +179,109 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 	if p.From == res.NextOffset {
 		return res, nil
 	}
-	rows, err := s.r.batches.QueryContext(ctx, p.StreamID, p.From)
+	// The batches are fetched a window of about a page at a time
+	// (sqlrow's windows): the driver copies a row's blob whole into memory
+	// of its own, so a page read from whole 16 MiB appends allocated 16 MiB.
+	// (SQLite itself still reads the whole blob for each window, into its
+	// page cache; a page that ended inside a batch leaves a hint, so the
+	// next page is one such read, as it was.)
+	pg := sqlrow.NewPage(p, res.NextOffset)
+	win := sqlrow.Window(p, s.cfg.ReadWindow)
+	hl, hp := int64(-1), int64(0)
+	if h, ok := s.hints.Get(p.StreamID, p.From); ok {
+		hl, hp = h.Last, h.Pos
+	}
+	var cur *sqlrow.Cursor // the batch the page stopped in
+	for from := p.From; !pg.Full(); from = pg.Last + 1 {
+		if cur, err = s.readBatches(ctx, pg, from, hl, hp, win); err != nil {
+			return nil, err
+		}
+		for cur != nil && !cur.Done() && !pg.Full() {
+			ok, err := s.readWindow(ctx, pg, cur, cur.WindowLen(win, int(cur.Size-cur.Pos), p.From))
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				break // the batch is gone: the stream was deleted
+			}
+		}
+		if cur == nil || !cur.Done() || pg.Full() || pg.Bytes > p.MaxBytes || cur.Last+1 >= res.NextOffset {
+			break
+		}
+		pg.Last, hl = cur.Last, -1
+	}
+	s.hints.Leave(p.StreamID, cur)
+	res.Records = pg.Records
+	return res, nil
+}
+
+// readWindow feeds pg the next n bytes of c's batch; ok is false if the
+// batch is gone.
+func (s *Store) readWindow(ctx context.Context, pg *sqlrow.Page, c *sqlrow.Cursor, n int) (ok bool, err error) {
+	id := pg.Params().StreamID
+	rows, err := s.r.window.QueryContext(ctx, id, c.Last, c.Pos, n)
+	if err != nil {
+		return false, fmt.Errorf("read: %w", s.readErr(err))
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return false, fmt.Errorf("read: %w", s.readErr(err))
+		}
+		return false, nil
+	}
+	var w sql.RawBytes // the driver's copy, valid until Close
+	if err := rows.Scan(&w); err != nil {
+		return false, fmt.Errorf("read: %w", s.readErr(err))
+	}
+	if err := pg.Feed(c, w); err != nil {
+		return false, fmt.Errorf("read: stream %d: %w", id, err)
+	}
+	return true, nil
+}
+
+// readBatches adds to pg the batches from offset from on (from byte hp of
+// the batch whose last offset is hl), stepped one at a time while the page
+// is not full, and returns the batch it stopped in: one it took in part
+// (the rest is fetched a window at a time), or the last it read (nil if
+// none). A batch of at most a window is decoded at once.
+func (s *Store) readBatches(ctx context.Context, pg *sqlrow.Page, from, hl, hp int64, win int) (*sqlrow.Cursor, error) {
+	p := pg.Params()
+	rows, err := s.r.batches.QueryContext(ctx, p.StreamID, from, hl, hp, win, pg.Head())
 	if err != nil {
 		return nil, fmt.Errorf("read: %w", s.readErr(err))
 	}
 	defer rows.Close()
-	// Rows are stepped one at a time, and no more once the page is full:
-	// the page copies what it keeps out of each (RawBytes die with the next
-	// row), so it holds about MaxBytes whatever the size of the appends.
-	pg := sqlrow.NewPage(p, res.NextOffset)
+	var c *sqlrow.Cursor
 	for !pg.Full() && rows.Next() {
-		var first int64
-		var data sql.RawBytes
-		if err := rows.Scan(&first, &data); err != nil {
+		c = &sqlrow.Cursor{}
+		var data sql.RawBytes // valid until the next row
+		if err := rows.Scan(&c.Off, &c.Last, &c.Size, &c.Pos, &data); err != nil {
 			return nil, fmt.Errorf("read: %w", s.readErr(err))
 		}
-		if err := pg.Add(data, first); err != nil {
+		if c.Pos == 0 && int64(len(data)) == c.Size && len(data) <= win {
+			// Whole, and no larger than a window: the next page reads it
+			// again if this one ends inside it (no hint).
+			err = pg.Add(data, c.Off)
+			c.Pos = c.Size
+		} else {
+			if c.Pos > 0 {
+				c.Off = p.From // the hint's record
+			}
+			err = pg.Feed(c, data)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("read: stream %d: %w", p.StreamID, err)
 		}
+		if !c.Done() {
+			break
+		}
+		pg.Last = c.Last
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read: %w", s.readErr(err))
 	}
-	res.Records = pg.Records
-	return res, nil
+	return c, nil
 }
 
 // Wait blocks until stream id has a record at offset >= next or is closed.

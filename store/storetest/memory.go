@@ -76,23 +76,26 @@ func ReadHoldsAPage(t *testing.T, s store.Store, extra int64) {
 	}
 
 	// held is the heap a page keeps alive: the live heap with the page,
-	// less the live heap once it is gone.
-	held := func(p store.ReadParams) (*store.ReadResult, int64) {
+	// less the live heap once it is gone; allocated, what the read
+	// allocated (garbage included).
+	held := func(p store.ReadParams) (res *store.ReadResult, held, allocated int64) {
 		t.Helper()
 		p.StreamID = si.ID
 		var ms runtime.MemStats
 		runtime.GC()
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
-		before := int64(ms.HeapAlloc)
+		before, total := int64(ms.HeapAlloc), int64(ms.TotalAlloc)
 		res, err := s.Read(ctx(t), &p)
 		must(t, err)
+		runtime.ReadMemStats(&ms)
+		allocated = int64(ms.TotalAlloc) - total
 		runtime.GC()
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
 		with := int64(ms.HeapAlloc)
 		runtime.KeepAlive(res)
-		return res, with - before
+		return res, with - before, allocated
 	}
 	records := func(n int) int64 { return int64(n) * int64(unsafe.Sizeof(stream.Record{})) }
 	for _, c := range []struct {
@@ -109,7 +112,7 @@ func ReadHoldsAPage(t *testing.T, s store.Store, extra int64) {
 		{"small records", 300, page},
 		{"the last batch", 4290, page},
 	} {
-		res, n := held(store.ReadParams{From: c.from, MaxBytes: page})
+		res, n, _ := held(store.ReadParams{From: c.from, MaxBytes: page})
 		data := 0
 		for i, r := range res.Records {
 			if r.Offset != c.from+int64(i) {
@@ -127,8 +130,21 @@ func ReadHoldsAPage(t *testing.T, s store.Store, extra int64) {
 		if n > limit {
 			t.Errorf("%s: a page of %d data bytes holds %d bytes of heap, more than %d: it keeps what it was read from", c.name, data, n, limit)
 		}
+		// What the next page allocates on its way, garbage included, for a
+		// reader that reads on: its page, and windows of about a page, not
+		// the 4 MiB appends whole. (A read from an offset no page ended at
+		// may fetch a batch whole, to find where its record begins.)
+		next := res.Records[len(res.Records)-1].Offset + 1
+		res, _, alloc := held(store.ReadParams{From: next, MaxBytes: page})
+		data = 0
+		for _, r := range res.Records {
+			data += len(r.Data)
+		}
+		t.Logf("%s: the next page, %d records, %d data bytes, allocated %d bytes", c.name, len(res.Records), data, alloc)
+		if most := 4*int64(max(data, page)) + extra; alloc > most {
+			t.Errorf("%s: reading on, a page of %d data bytes allocated %d bytes, more than %d: it copies whole batches", c.name, data, alloc, most)
+		}
 	}
-
 }
 
 // recordSize is the data bytes of record i of ReadHoldsAPage's stream.

@@ -103,5 +103,11 @@ func (pg *Page) TakeOwned(r stream.Record) {
 	pg.Bytes += len(r.Data)
 }
 
+// Params are the page's read.
+func (pg *Page) Params() *store.ReadParams { return pg.p }
+
+// Head is the stream's next offset the page ends before.
+func (pg *Page) Head() int64 { return pg.head }
+
 // Full reports whether no record can follow: Done, or Limit records.
 func (pg *Page) Full() bool { return pg.Done || len(pg.Records) >= pg.p.Limit }

@@ -91,9 +91,15 @@ type Cursor struct {
 // Done reports whether the batch is read through.
 func (c *Cursor) Done() bool { return c.Pos >= c.Size && !c.filling }
 
-// WindowLen is how much of c's batch the next window fetches: w, or a
-// whole head at least if a window of w bytes ended inside it.
-func (c *Cursor) WindowLen(w int) int {
+// WindowLen is how much of c's batch the next window of a read from from
+// fetches: w; skip while c is at a record before from (a store whose
+// queries cost little and read a whole row anyway fetches the rest of the
+// batch then, to skip its records in one query); and a whole head at least
+// if a window that began with it ended inside it.
+func (c *Cursor) WindowLen(w, skip int, from int64) int {
+	if !c.filling && c.Off < from {
+		w = skip
+	}
 	if c.wide {
 		return max(w, stream.MaxHeadLen)
 	}
