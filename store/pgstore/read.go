@@ -158,7 +158,7 @@ func (s *Store) readMore(ctx context.Context, p *store.ReadParams, pg *sqlrow.Pa
 // driver's memory: valid during the call). ok is false if the batch is
 // gone.
 func (s *Store) readWindow(ctx context.Context, id int64, c *sqlrow.Cursor, win int, f func([]byte) error) (ok bool, err error) {
-	rows, err := s.pool.Query(ctx, s.q.readWindow, id, c.Last, c.Pos, c.WindowLen(win, win, 0))
+	rows, err := s.pool.Query(ctx, s.q.readWindow, id, c.Last, c.Pos, c.WindowLen(win, s.cfg.ReadWindow, win, 0))
 	if err != nil {
 		return false, err
 	}

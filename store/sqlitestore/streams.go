@@ -197,7 +197,7 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 			return nil, err
 		}
 		for cur != nil && !cur.Done() && !pg.Full() {
-			ok, err := s.readWindow(ctx, pg, cur, cur.WindowLen(win, int(cur.Size-cur.Pos), p.From))
+			ok, err := s.readWindow(ctx, pg, cur, cur.WindowLen(win, s.cfg.ReadWindow, int(cur.Size-cur.Pos), p.From))
 			if err != nil {
 				return nil, err
 			}

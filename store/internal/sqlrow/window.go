@@ -92,12 +92,17 @@ type Cursor struct {
 func (c *Cursor) Done() bool { return c.Pos >= c.Size && !c.filling }
 
 // WindowLen is how much of c's batch the next window of a read from from
-// fetches: w; skip while c is at a record before from (a store whose
-// queries cost little and read a whole row anyway fetches the rest of the
-// batch then, to skip its records in one query); and a whole head at least
-// if a window that began with it ended inside it.
-func (c *Cursor) WindowLen(w, skip int, from int64) int {
-	if !c.filling && c.Off < from {
+// fetches: w; while it fills a record taken, the rest of its data, up to
+// most (a page's window is small when the page's MaxBytes is, and its first
+// record may be large); skip while c is at a record before from (a store
+// whose queries cost little and read a whole row anyway fetches the rest of
+// the batch then, to skip its records in one query); and a whole head at
+// least if a window that began with it ended inside it.
+func (c *Cursor) WindowLen(w, most, skip int, from int64) int {
+	switch {
+	case c.filling:
+		w = max(w, min(most, len(c.fill.Data)-c.filled))
+	case c.Off < from:
 		w = skip
 	}
 	if c.wide {
