@@ -199,6 +199,9 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	mctx, stopMemory := context.WithCancel(context.Background())
+	defer stopMemory()
+	go returnMemory(mctx, 5*time.Second)
 	dctx, stopDelivery := context.WithCancel(context.Background())
 	delivered := make(chan struct{})
 	if deliverer != nil {
