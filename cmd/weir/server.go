@@ -201,7 +201,7 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	go func() { errc <- hs.Serve(ln) }()
 	mctx, stopMemory := context.WithCancel(context.Background())
 	defer stopMemory()
-	go returnMemory(mctx, 5*time.Second)
+	go returnMemory(mctx, 5*time.Second, 10*time.Second)
 	dctx, stopDelivery := context.WithCancel(context.Background())
 	delivered := make(chan struct{})
 	if deliverer != nil {
