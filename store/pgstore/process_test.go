@@ -362,8 +362,14 @@ func TestProcessesKilledWorkerRunsTakenOver(t *testing.T) {
 	)
 	h := newProcessHarness(t)
 	var ws []*worker
-	for range 3 {
-		w := startWorker(t, h.schema, delay, lease)
+	for i := range 3 {
+		// The victim's steps are slow, so that some are surely in flight
+		// when it dies, however late a loaded machine delivers its progress.
+		d := delay
+		if i == 0 {
+			d = 8 * delay
+		}
+		w := startWorker(t, h.schema, d, lease)
 		w.waitFor(t, "ready", func(l []string) bool { return slices.Contains(l, "ready") })
 		ws = append(ws, w)
 	}
