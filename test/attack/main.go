@@ -20,13 +20,24 @@
 //  5. everything closed: the server's connections must go, and it must
 //     stop cleanly on SIGTERM.
 //
-// The RSS budgets it checks (P: the read page, 256 KiB, or the stream's
-// record size if larger; U: --max-upload-bytes; C: the connections it opens;
-// slack: -slack-mib, 64 MiB; conn: -conn-kib, 64 KiB):
+// The budgets it checks bound what is live (R: a reader's, its page P of
+// 256 KiB or the stream's record size if larger, plus the record it read to
+// learn the page was full and its 32 KiB SSE write buffer; U:
+// --max-upload-bytes; E: the store's encodings of the appends being
+// committed, 3 × 16 MiB on SQLite, 2 committers × 3 × 24 MiB on
+// PostgreSQL; C: the connections it opens; conn: -conn-kib, 64 KiB; slack:
+// -slack-mib, 64 MiB), and RSS is at most -gc (2) times it: with GOGC=100
+// the Go heap grows to twice what its last collection found live before it
+// collects again. The kernel's TCP buffers are not in RSS (the table gives
+// them apart).
 //
-//	peak RSS           ≤ baseline + max-readers × 2P + U + C × conn + slack
-//	phases 1–2 peak    ≤ baseline + readers held × 2P + readers × conn + slack
-//	the burst's rise   ≤ U + slack
+//	peak RSS           ≤ baseline + gc × (max-readers × R + U + E) + C × conn + slack
+//	phases 1–2 peak    ≤ baseline + gc × readers held × R + readers × conn + slack
+//	the burst's rise   ≤ gc × (U + E) + slack
+//	live heap, 1–2     ≤ readers held × R + slack; in the burst ≤ R × held + U + E + slack
+//
+// Once everything is closed, RSS must come back to baseline + slack within
+// 15 s (weir server returns a burst's heap once quiet).
 //
 // It also checks the counts: readers beyond --max-readers get 503 with
 // Retry-After and none below it; every 1 B/s trickle and every silent body
@@ -78,6 +89,8 @@ import (
 const (
 	defaultMaxReaders = 1024
 	readPageBytes     = 256 << 10 // server.Config.ReadPageBytes
+	sseBuffer         = 32 << 10  // server: an SSE reader's write buffer
+	maxAppendBytes    = 16 << 20  // store.MaxAppendBytes
 	maxBodyBytes      = 16 << 20  // server.Config.MaxBodyBytes (store.MaxAppendBytes)
 	defaultUploadCap  = 256 << 20 // server.Config.MaxUploadBytes
 	bodyGrace         = 30 * time.Second
@@ -107,6 +120,7 @@ var (
 	flagDuration    = flag.Duration("duration", 88*time.Second, "the bound on the whole run")
 	flagSlackMiB    = flag.Int64("slack-mib", 64, "MiB allowed over the bound for the Go runtime and the store (stated in the bound)")
 	flagConnKiB     = flag.Int64("conn-kib", 64, "KiB allowed per open connection (goroutine stack, bufio buffers)")
+	flagGC          = flag.Int64("gc", 2, "the RSS the Go heap may take per live byte (GOGC=100: 2)")
 	flagKeep        = flag.Bool("keep", false, "keep the temporary directory (server log, SQLite file)")
 )
 
@@ -979,6 +993,8 @@ type attack struct {
 
 	afterRSS, hwm int64
 	afterConns    int
+	returnedRSS   int64         // RSS once it came back (or at the deadline)
+	returnedIn    time.Duration // after the last close
 	drained       time.Duration
 	exitMsg       string
 }
@@ -1079,8 +1095,16 @@ func run() int {
 	}
 	client.CloseIdleConnections()
 	a.samp.phase("baseline")
-	sleepCtx(ctx, time.Second)
-	a.baseRSS, _, a.baseConns = a.samp.now()
+	// Idle long enough for the server to return what writing the stream
+	// grew (it does once quiet, every 5 s): up to 12 s, until RSS is within
+	// 16 MiB of the RSS at start.
+	for idle := time.Now(); ; {
+		sleepCtx(ctx, 250*time.Millisecond)
+		a.baseRSS, _, a.baseConns = a.samp.now()
+		if time.Since(idle) >= time.Second && (a.baseRSS <= a.startRSS+16*mib || time.Since(idle) >= 12*time.Second) {
+			break
+		}
+	}
 	logf("baseline RSS %s, %d connections", mb(a.baseRSS), a.baseConns)
 
 	a.readers()
@@ -1343,6 +1367,20 @@ func (a *attack) after() {
 	a.rep.check(a.afterConns <= a.baseConns+2, "after: the server's connections back to %d (baseline %d, + 2) within 15 s (%s)", a.afterConns, a.baseConns, secs(a.drained))
 	sleepCtx(a.ctx, 2*time.Second)
 	a.afterRSS, a.hwm, _ = a.samp.now()
+	// The server returns a burst's heap once quiet (every 5 s): wait for
+	// RSS to come back, at most 15 s more.
+	closed := time.Now()
+	rdeadline := closed.Add(min(15*time.Second, time.Until(deadlineOf(a.ctx).Add(-4*time.Second))))
+	for {
+		a.returnedRSS, _, _ = a.samp.now()
+		if a.returnedRSS <= a.baseRSS+*flagSlackMiB*mib || time.Now().After(rdeadline) {
+			break
+		}
+		sleepCtx(a.ctx, 100*time.Millisecond)
+	}
+	a.returnedIn = time.Since(closed) + 2*time.Second
+	a.rep.check(a.returnedRSS <= a.baseRSS+*flagSlackMiB*mib, "after: RSS back to %s ≤ baseline + %d MiB within %s of the last close (at +2 s: %s)",
+		mb(a.returnedRSS), *flagSlackMiB, secs(a.returnedIn), mb(a.afterRSS))
 	p.detail = fmt.Sprintf("connections %d → %d in %s", p.peakConns, a.afterConns, secs(a.drained))
 
 	a.rep.check(a.srv.alive(), "the server survived the attack")
@@ -1357,6 +1395,19 @@ func (a *attack) after() {
 	}
 }
 
+// encodings is E: what the store holds of the appends it is committing,
+// beside their bodies. SQLite commits one op at a time: its encoded batch,
+// the tail cache's copy, the driver's bound copy. PostgreSQL commits in
+// groups of at most 8 MiB and one append more, on 2 connections: each
+// group's encoded batches, the driver's encoding of them as parameters and
+// its send buffer.
+func (a *attack) encodings() int64 {
+	if a.storeName == "postgres" {
+		return 2 * 3 * (8<<20 + maxAppendBytes)
+	}
+	return 3 * maxAppendBytes
+}
+
 // print writes the report and returns the exit code.
 func (a *attack) print() int {
 	rep := a.rep
@@ -1368,20 +1419,29 @@ func (a *attack) print() int {
 		}
 	}
 	page := int64(max(readPageBytes, a.record))
+	rSize := page + int64(a.record) + sseBuffer // R
+	enc := a.encodings()                        // E
+	gc := *flagGC
 	conns := int64(a.conns())
 	connKiB, slack := *flagConnKiB, *flagSlackMiB*mib
-	bound := a.baseRSS + int64(a.maxReaders)*page*2 + a.uploadCap + conns*connKiB*kib + slack
+	bound := a.baseRSS + gc*(int64(a.maxReaders)*rSize+a.uploadCap+enc) + conns*connKiB*kib + slack
 	rep.check(peak <= bound, "budget: peak RSS %s (phase %s) ≤ bound %s", mb(peak), peakPhase, mb(bound))
 	held := a.sse.ok + a.catchup.ok
 	readersPeak := max(a.pSSE.peakRSS, a.pCatchup.peakRSS)
-	readersBound := a.baseRSS + int64(held)*page*2 + int64(*flagReaders+*flagCatchup)*connKiB*kib + slack
+	readersBound := a.baseRSS + gc*int64(held)*rSize + int64(*flagReaders+*flagCatchup)*connKiB*kib + slack
 	rep.check(readersPeak <= readersBound, "budget: phases 1–2 (readers only) peak RSS %s ≤ %s", mb(readersPeak), mb(readersBound))
+	readersLive := max(a.pSSE.peakLive, a.pCatchup.peakLive)
+	rep.check(readersLive <= int64(held)*rSize+slack, "budget: phases 1–2 live heap %s ≤ held %d × %s + %d MiB = %s",
+		mb(readersLive), held, humanBytes(rSize), *flagSlackMiB, mb(int64(held)*rSize+slack))
 	// The uploads' own: what the burst adds over the phases before it.
 	before := max(a.baseRSS, readersPeak)
 	burstRise := a.pBurst.peakRSS - before
 	if *flagBurst > 0 {
-		rep.check(burstRise <= a.uploadCap+slack, "budget: the upload burst's RSS rise %s ≤ upload cap + %d MiB = %s (live heap at its peak GC: %s)",
-			mb(burstRise), *flagSlackMiB, mb(a.uploadCap+slack), mb(a.pBurst.peakLive))
+		rep.check(burstRise <= gc*(a.uploadCap+enc)+slack, "budget: the upload burst's RSS rise %s ≤ %d × (upload cap + encodings %s) + %d MiB = %s",
+			mb(burstRise), gc, mb(enc), *flagSlackMiB, mb(gc*(a.uploadCap+enc)+slack))
+		liveBound := int64(held)*rSize + a.uploadCap + enc + slack
+		rep.check(a.pBurst.peakLive <= liveBound, "budget: the burst's live heap %s ≤ readers held × %s + upload cap + encodings + %d MiB = %s",
+			mb(a.pBurst.peakLive), humanBytes(rSize), *flagSlackMiB, mb(liveBound))
 	}
 	runtime := time.Since(a.t0)
 	rep.check(runtime <= *flagDuration, "the run within -duration %s (%s)", *flagDuration, secs(runtime))
@@ -1408,8 +1468,8 @@ func (a *attack) print() int {
 			mb(p.peakRSS), float64(p.peakRSS-a.baseRSS)/mib, live, p.peakConns, mb(p.peakTCP))
 	}
 	fmt.Fprintf(out, "\n")
-	fmt.Fprintf(out, "- VmRSS at start %s; baseline (stream written, 1 s idle) %s; peak %s (%s); VmHWM %s; after (all closed, +2 s) %s\n",
-		mb(a.startRSS), mb(a.baseRSS), mb(peak), peakPhase, mb(a.hwm), mb(a.afterRSS))
+	fmt.Fprintf(out, "- VmRSS at start %s; baseline (stream written, idle 1–12 s) %s; peak %s (%s); VmHWM %s; after (all closed, +2 s) %s; +%s %s\n",
+		mb(a.startRSS), mb(a.baseRSS), mb(peak), peakPhase, mb(a.hwm), mb(a.afterRSS), secs(a.returnedIn), mb(a.returnedRSS))
 	fmt.Fprintf(out, "- per held reader: SSE (phase 1 peak − baseline) / %d = %s; catch-up (phase 2 peak − phase 1 peak) / %d = %s\n",
 		a.sse.ok, perReader(a.pSSE.peakRSS-a.baseRSS, a.sse.ok), a.catchup.ok, perReader(a.pCatchup.peakRSS-a.pSSE.peakRSS, a.catchup.ok))
 	fmt.Fprintf(out, "- 1 SSE: %d × GET ?offset=-1&live=sse, headers read, never more: %d × 200 held, %d × 503 (Retry-After), %d other; cut by the server: %s\n",
@@ -1426,11 +1486,14 @@ func (a *attack) print() int {
 		fmt.Fprintf(out, "    %s\n", l)
 	}
 	fmt.Fprintf(out, "- 5 after: %s; server: %s\n", a.samp.order[len(a.samp.order)-1].detail, a.exitMsg)
-	fmt.Fprintf(out, "- bound = baseline + max-readers × 2 × max(page 256 KiB, record) + upload cap + conns × %d KiB + %d MiB\n", connKiB, *flagSlackMiB)
-	fmt.Fprintf(out, "        = %s + %d × 2 × %s + %s + %d × %d KiB + %d MiB = %s; peak %s\n",
-		mb(a.baseRSS), a.maxReaders, humanBytes(page), humanBytes(a.uploadCap), conns, connKiB, *flagSlackMiB, mb(bound), mb(peak))
-	fmt.Fprintf(out, "- readers-only bound = baseline + held %d × 2 × %s + %d conns × %d KiB + %d MiB = %s; phases 1–2 peak %s\n",
-		held, humanBytes(page), *flagReaders+*flagCatchup, connKiB, *flagSlackMiB, mb(readersBound), mb(readersPeak))
+	fmt.Fprintf(out, "- R (a reader) = page %s + record %s + SSE buffer %s = %s; E (the store's encodings) = %s; gc = %d\n",
+		humanBytes(page), humanBytes(int64(a.record)), humanBytes(sseBuffer), humanBytes(rSize), mb(enc), gc)
+	fmt.Fprintf(out, "- bound = baseline + gc × (max-readers × R + upload cap + E) + conns × %d KiB + %d MiB\n", connKiB, *flagSlackMiB)
+	fmt.Fprintf(out, "        = %s + %d × (%d × %s + %s + %s) + %d × %d KiB + %d MiB = %s; peak %s\n",
+		mb(a.baseRSS), gc, a.maxReaders, humanBytes(rSize), humanBytes(a.uploadCap), mb(enc), conns, connKiB, *flagSlackMiB, mb(bound), mb(peak))
+	fmt.Fprintf(out, "- readers-only bound = baseline + gc × held %d × R + %d conns × %d KiB + %d MiB = %s; phases 1–2 peak %s (live heap %s)\n",
+		held, *flagReaders+*flagCatchup, connKiB, *flagSlackMiB, mb(readersBound), mb(readersPeak), mb(readersLive))
+	fmt.Fprintf(out, "- after: RSS %s at +2 s, %s at +%s\n", mb(a.afterRSS), mb(a.returnedRSS), secs(a.returnedIn))
 	fmt.Fprintf(out, "- runtime %s\n", secs(runtime))
 	for _, n := range rep.notes {
 		fmt.Fprintf(out, "- note: %s\n", n)
