@@ -226,7 +226,7 @@ func BenchmarkRead(b *testing.B) {
 // BenchmarkReadPages reads a 16 MiB stream of 1 MiB appends of 64 KiB
 // chunks in the server's pages (256 KiB), as a reader that reads on does:
 // each page fetches a window of about a page from where the last ended.
-// B/op is what a page allocates: ~630 KB a page (was 1.8 MB: the 1 MiB
+// An op is the 64 pages: ~630 KB allocated a page (was 1.8 MB: the 1 MiB
 // append whole, and more), 380 µs a page (was 940 µs) on a 2-core machine.
 func BenchmarkReadPages(b *testing.B) {
 	s, id := benchStream(b)
