@@ -200,7 +200,7 @@ type Store interface {
 	DeliverHook(ctx context.Context, p *DeliverHookParams) (*HookDelivery, error)
 	// GetHook returns the hook holding token. Returns ErrNotFound.
 	GetHook(ctx context.Context, token string) (*HookInfo, error)
-	// ListHooks returns a run's hooks, by op.
+	// ListHooks returns a run's hooks, by op (then token).
 	ListHooks(ctx context.Context, runID string) ([]*HookInfo, error)
 
 	// ListStandaloneStreams lists the standalone streams whose path starts

@@ -212,7 +212,7 @@ func (s *Store) ListHooks(ctx context.Context, runID string) ([]*store.HookInfo,
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		out = out[:0]
 		rows, err := s.pool.Query(ctx, `SELECT token, run_id, op, disposed, received, created_at FROM `+s.q.schema+`.hooks
-			WHERE run_id = $1 ORDER BY op`, runID)
+			WHERE run_id = $1 ORDER BY op, token COLLATE "C"`, runID)
 		if err != nil {
 			return err
 		}

@@ -197,7 +197,7 @@ func prepareRead(ctx context.Context, db *sql.DB) (*rstmts, error) {
 		p(&r.streamByPath, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE path = ?`),
 		p(&r.runStreams, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE run_id = ? ORDER BY name`),
 		p(&r.hookInfo, `SELECT token, run_id, op, disposed, received, created_at FROM hooks WHERE token = ?`),
-		p(&r.runHooks, `SELECT token, run_id, op, disposed, received, created_at FROM hooks WHERE run_id = ? ORDER BY op`),
+		p(&r.runHooks, `SELECT token, run_id, op, disposed, received, created_at FROM hooks WHERE run_id = ? ORDER BY op, token`),
 		p(&r.standalone, `SELECT `+sqlrow.StreamCols+` FROM streams
 			WHERE run_id IS NULL AND deleted = 0 AND path >= ? ORDER BY path LIMIT ?`),
 		p(&r.head, `SELECT next_offset, closed FROM streams WHERE id = ?`),
