@@ -134,7 +134,10 @@ test("the UI shows a World run: attempts, hooks, sleeps, and its stream", { time
   const ev = (run, eventType, correlationId, eventData) =>
     call("POST", `/v1/world/runs/${run}/events`, JSON.stringify({ eventType, correlationId, eventData }), { "Content-Type": "application/json" });
   const frame = (...chunks) => Buffer.concat(chunks.flatMap((c) => { const b = Buffer.from(c); const n = Buffer.alloc(4); n.writeUInt32BE(b.length); return [n, b]; }));
-  const write = (run, step, attempt, seq, ...chunks) => call("POST", `/v1/world/runs/${run}/streams/strm_ui`, frame(...chunks), {
+  // World stream names are unique across runs, and a PostgreSQL database
+  // outlives one test run: the name is this run's.
+  const strm = `strm_ui_${port}_${Date.now()}`;
+  const write = (run, step, attempt, seq, ...chunks) => call("POST", `/v1/world/runs/${run}/streams/${strm}`, frame(...chunks), {
     "Content-Type": "application/octet-stream", "Weir-Framing": "u32be", "Weir-Writer": `step/${step}`, "Weir-Attempt": String(attempt), "Weir-Seq": String(seq) });
 
   const { run } = await ev("-", "run_created", undefined, { deploymentId: "dpl_ui", workflowName: "workflow//./app//agent", input: [] });
@@ -147,7 +150,7 @@ test("the UI shows a World run: attempts, hooks, sleeps, and its stream", { time
   await ev(id, "step_started", "step_1");
   await write(id, "step_1", 2, 0, "Hello ", "world");
   await ev(id, "step_completed", "step_1", { result: 1 });
-  await ev(id, "hook_created", "hook_1", { token: "ui-approval" });
+  await ev(id, "hook_created", "hook_1", { token: `ui-world-${strm}` });
   await ev(id, "hook_received", "hook_1", { payload: 1 });
   await ev(id, "wait_created", "wait_1", { resumeAt: new Date(Date.now() + 1000).toISOString() });
   await ev(id, "wait_completed", "wait_1");
@@ -184,11 +187,11 @@ test("the UI shows a World run: attempts, hooks, sleeps, and its stream", { time
     assert.ok(text.includes(want), `timeline lacks "${want}": ${text}`);
   }
   assert.ok(text.includes("model timed out"));
-  const stream = page.locator('.stream[data-stream="strm_ui"]');
+  const stream = page.locator(`.stream[data-stream="${strm}"]`);
   await stream.locator(".chunk.void").first().waitFor({ timeout: 10_000 });
   assert.equal(await stream.locator(".chunk.void").first().textContent(), "wrld");
   await page.getByLabel("committed").check();
-  await page.waitForFunction(() => document.querySelectorAll('.stream[data-stream="strm_ui"] .chunk.void').length === 0);
+  await page.waitForFunction((name) => document.querySelectorAll(`.stream[data-stream="${name}"] .chunk.void`).length === 0, strm);
   assert.equal((await stream.locator(".body").textContent()).trim(), "Hello world");
   await page.screenshot({ path: join(shots, "ui-world-run.png"), fullPage: true });
   assert.deepEqual(errors, []);
@@ -217,22 +220,25 @@ test("parallel steps and a hook, as a person sees them", { timeout: 90_000 }, as
   const consoleErrors = [];
   page.on("pageerror", (e) => consoleErrors.push(e.message));
   const auth = token ? { Authorization: `Bearer ${token}` } : {};
+  // Hook tokens are unique among live hooks, and a PostgreSQL database
+  // outlives one test run: the token is this run's.
+  const hookToken = `ui-approval-${port}-${Date.now()}`;
   const res = await fetch(url + "/v1/runs", {
     method: "POST", headers: { "Content-Type": "application/json", ...auth },
-    body: JSON.stringify({ workflow: "demo.approval", input: { token: `ui-approval-${port}` } }),
+    body: JSON.stringify({ workflow: "demo.approval", input: { token: hookToken } }),
   });
   assert.equal(res.status, 201);
   const run = await res.json();
   await page.goto(url + "/ui/");
   if (token) await page.locator("#token").fill(token);
   await page.goto(url + `/ui/#/runs/${run.id}`);
-  await page.locator('#timeline li[data-type="hook_created"]', { hasText: `ui-approval-${port}` }).waitFor({ timeout: 20_000 });
+  await page.locator('#timeline li[data-type="hook_created"]', { hasText: hookToken }).waitFor({ timeout: 20_000 });
   await page.locator("#gantt .gantt-row").nth(1).waitFor({ timeout: 20_000 });
   // The two notices ran at once: their bars overlap on the time axis.
   const boxes = await page.locator("#gantt .bar").evaluateAll((bars) => bars.map((b) => b.getBoundingClientRect()).map((r) => [r.left, r.right]));
   assert.equal(boxes.length, 2);
   assert.ok(boxes[0][0] < boxes[1][1] && boxes[1][0] < boxes[0][1], `bars do not overlap: ${JSON.stringify(boxes)}`);
-  const d = await fetch(url + `/v1/hooks/ui-approval-${port}`, {
+  const d = await fetch(url + `/v1/hooks/${hookToken}`, {
     method: "POST", headers: { "Content-Type": "application/json", "Idempotency-Key": "click", ...auth },
     body: JSON.stringify({ approved_by: "ann" }),
   });
