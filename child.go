@@ -66,6 +66,13 @@ func StartChild[In, Out any](ctx Context, wf *Workflow[In, Out], in In, opts *Ch
 	}
 	token := childToken(id)
 	c := &Child[Out]{ID: id}
+	if err := store.CheckID("child run id", id); err != nil {
+		// A bad id is the code's, not the store's: fail the child, not
+		// the run's execution (which would be resumed, and fail again).
+		c.f = future{op: op, kind: opHook, done: make(chan struct{}), err: NonRetryable(err)}
+		close(c.f.done)
+		return c
+	}
 	c.f = future{op: op, kind: opHook, done: make(chan struct{})}
 	switch {
 	case st == nil:

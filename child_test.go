@@ -2,6 +2,7 @@ package weir_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -131,5 +132,59 @@ func TestChildEndFoundByTheParent(t *testing.T) {
 	}
 	if r, err := e.Wait(testCtx(t), h.ID+"-1"); err != nil || r.Status != store.RunCompleted {
 		t.Fatalf("the child nobody waited for: %+v %v", r, err)
+	}
+}
+
+// A child id that could never be a run's fails the child (its Get), not the
+// run's execution.
+func TestChildWithABadID(t *testing.T) {
+	s, _ := openStore(t)
+	e := newEngine(t, s, nil)
+	echo := weir.Register(e, "echo", func(ctx weir.Context, v string) (string, error) { return v, nil })
+	parent := weir.Register(e, "parent", func(ctx weir.Context, _ struct{}) (string, error) {
+		_, err := weir.StartChild(ctx, echo, "x", &weir.ChildOptions{ID: "bad\xff"}).Get(ctx)
+		if err == nil {
+			return "", errors.New("a bad child id was taken")
+		}
+		return err.Error(), nil
+	})
+	if err := e.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	h, err := parent.Start(testCtx(t), struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := h.Result(testCtx(t)); err != nil || !strings.Contains(out, "UTF-8") {
+		t.Fatalf("result %q %v", out, err)
+	}
+}
+
+// A child id taken by a run of another workflow fails the child's Get with
+// ErrRunConflict; the parent goes on.
+func TestChildIDOfAnotherWorkflow(t *testing.T) {
+	s, _ := openStore(t)
+	e := newEngine(t, s, nil)
+	echo := weir.Register(e, "echo", func(ctx weir.Context, v string) (string, error) { return v, nil })
+	other := weir.Register(e, "other", func(ctx weir.Context, v string) (string, error) { return v, nil })
+	parent := weir.Register(e, "parent", func(ctx weir.Context, _ struct{}) (string, error) {
+		_, err := weir.StartChild(ctx, echo, "x", &weir.ChildOptions{ID: "taken"}).Get(ctx)
+		if !errors.Is(err, weir.ErrRunConflict) {
+			return "", fmt.Errorf("want ErrRunConflict, got %v", err)
+		}
+		return "went on", nil
+	})
+	if err := e.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Start(testCtx(t), "first", &weir.StartOptions{ID: "taken"}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := parent.Start(testCtx(t), struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := h.Result(testCtx(t)); err != nil || out != "went on" {
+		t.Fatalf("result %q %v", out, err)
 	}
 }

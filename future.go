@@ -87,7 +87,9 @@ func (x *execution) took(f *future) {
 	case opSleep:
 		x.fireTimer(f)
 	case opHook:
-		f.take()
+		if f.take != nil { // nil: it failed before it began (its err is set)
+			f.take()
+		}
 	}
 }
 
@@ -296,7 +298,7 @@ func Select(ctx Context, fs ...Awaitable) int {
 	}
 	x.ops[op] = &opState{kind: opSelect, chosen: i}
 	x.record(&store.RecordParams{Events: evs})
-	if f.kind == opHook {
+	if f.kind == opHook && f.take != nil {
 		f.take()
 	}
 	return i

@@ -87,7 +87,8 @@ type RunChange struct {
 	WakeAt  time.Time
 	// Ended reports a terminal Status: the run ended at Now.
 	Ended bool
-	// Wake makes a released run claimable at Now (a hook's payload came).
+	// Wake makes the run claimable at Now (a hook's payload came to a
+	// released run); the rule decides it, the backend only writes it.
 	Wake bool
 	Now  time.Time
 }

@@ -168,8 +168,9 @@ func DeliverHook(tx HookTx, p *store.DeliverHookParams) (*store.HookDelivery, er
 	if err := tx.SaveHook(h, false); err != nil {
 		return nil, err
 	}
-	// A parked run waiting for the payload is claimable at once.
-	if err := tx.SaveRun(run, &RunChange{Wake: true, Now: p.Now}); err != nil {
+	// A parked run (its lease released) waiting for the payload is
+	// claimable at once; a leased one's worker reads its log.
+	if err := tx.SaveRun(run, &RunChange{Wake: run.Owner == "", Now: p.Now}); err != nil {
 		return nil, err
 	}
 	res := &store.HookDelivery{RunID: run.ID, Op: h.Op, Seq: seq, Count: h.Received}

@@ -393,6 +393,9 @@ func (g *gen) record() *op {
 	if g.chance(4) {
 		p.Release = true
 		p.WakeAt = g.clk.Now().Add(time.Duration(g.n(30)) * time.Second)
+		if g.chance(2) {
+			p.SeenEvents = int64(g.n(12)) // behind, at or past the log's end
+		}
 	}
 	return &op{desc: fmt.Sprintf("Record %+v fence %+v finish %+v", p, p.Fence, p.Finish), run: func(ctx context.Context, sd *side) string {
 		return sd.norm(sd.s.Record(ctx, &p))

@@ -89,7 +89,7 @@ func (t *hookTx) SaveRun(run *apply.Run, c *apply.RunChange) error {
 		return fmt.Errorf("pgstore: a hook rule changed a run's status or lease (%+v)", c)
 	}
 	_, err := t.x.c.Exec(t.ctx, `UPDATE `+t.s.q.schema+`.runs SET last_event = $2, updated_at = $3,
-			wake_at = CASE WHEN $4 AND lease_owner = '' THEN $3 ELSE wake_at END
+			wake_at = CASE WHEN $4 THEN $3 ELSE wake_at END
 		WHERE id = $1`, run.ID, run.LastEvent, sqlrow.Nanos(c.Now), c.Wake)
 	return err
 }
@@ -187,7 +187,7 @@ func (s *Store) GetHook(ctx context.Context, token string) (*store.HookInfo, err
 	var h *store.HookInfo
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		var err error
-		h, err = scanHook(s.pool.QueryRow(ctx, `SELECT token, run_id, op, disposed, received, created_at FROM `+s.q.schema+`.hooks
+		h, err = sqlrow.ScanHook(s.pool.QueryRow(ctx, `SELECT `+sqlrow.HookCols+` FROM `+s.q.schema+`.hooks
 			WHERE token = $1`, token))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errNoHook
@@ -211,14 +211,14 @@ func (s *Store) ListHooks(ctx context.Context, runID string) ([]*store.HookInfo,
 	var out []*store.HookInfo
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		out = out[:0]
-		rows, err := s.pool.Query(ctx, `SELECT token, run_id, op, disposed, received, created_at FROM `+s.q.schema+`.hooks
+		rows, err := s.pool.Query(ctx, `SELECT `+sqlrow.HookCols+` FROM `+s.q.schema+`.hooks
 			WHERE run_id = $1 ORDER BY op, token COLLATE "C"`, runID)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			h, err := scanHook(rows)
+			h, err := sqlrow.ScanHook(rows)
 			if err != nil {
 				return err
 			}
@@ -233,13 +233,3 @@ func (s *Store) ListHooks(ctx context.Context, runID string) ([]*store.HookInfo,
 }
 
 var errNoHook = errors.New("no such hook")
-
-func scanHook(row sqlrow.Scanner) (*store.HookInfo, error) {
-	h := &store.HookInfo{}
-	var created int64
-	if err := row.Scan(&h.Token, &h.RunID, &h.Op, &h.Disposed, &h.Received, &created); err != nil {
-		return nil, err
-	}
-	h.CreatedAt = sqlrow.Time(created)
-	return h, nil
-}

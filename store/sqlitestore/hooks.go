@@ -119,7 +119,7 @@ func (s *Store) GetHook(ctx context.Context, token string) (*store.HookInfo, err
 	if s.isClosed() {
 		return nil, store.ErrClosedStore
 	}
-	h, err := scanHook(s.r.hookInfo.QueryRowContext(ctx, token))
+	h, err := sqlrow.ScanHook(s.r.hookInfo.QueryRowContext(ctx, token))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("get hook %q: %w", token, store.ErrNotFound)
 	}
@@ -144,7 +144,7 @@ func (s *Store) ListHooks(ctx context.Context, runID string) ([]*store.HookInfo,
 	defer rows.Close()
 	var out []*store.HookInfo
 	for rows.Next() {
-		h, err := scanHook(rows)
+		h, err := sqlrow.ScanHook(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list hooks: %w", s.readErr(err))
 		}
@@ -154,14 +154,4 @@ func (s *Store) ListHooks(ctx context.Context, runID string) ([]*store.HookInfo,
 		return nil, fmt.Errorf("list hooks: %w", s.readErr(err))
 	}
 	return out, nil
-}
-
-func scanHook(row sqlrow.Scanner) (*store.HookInfo, error) {
-	h := &store.HookInfo{}
-	var created int64
-	if err := row.Scan(&h.Token, &h.RunID, &h.Op, &h.Disposed, &h.Received, &created); err != nil {
-		return nil, err
-	}
-	h.CreatedAt = sqlrow.Time(created)
-	return h, nil
 }

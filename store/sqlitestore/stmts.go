@@ -107,7 +107,7 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 				error = CASE WHEN ?1 = '' THEN error ELSE ?3 END,
 				lease_owner = CASE WHEN ?4 THEN '' ELSE lease_owner END,
 				lease_expires = CASE WHEN ?4 THEN 0 ELSE lease_expires END,
-				wake_at = CASE WHEN ?4 THEN ?5 WHEN ?8 AND lease_owner = '' THEN ?6 ELSE wake_at END,
+				wake_at = CASE WHEN ?4 THEN ?5 WHEN ?8 THEN ?6 ELSE wake_at END,
 				updated_at = ?6
 			WHERE id = ?7`),
 		p(&w.hook, `SELECT run_id, op, disposed, received, created_at FROM hooks WHERE token = ?`),
@@ -196,8 +196,8 @@ func prepareRead(ctx context.Context, db *sql.DB) (*rstmts, error) {
 		p(&r.stream, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE id = ?`),
 		p(&r.streamByPath, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE path = ?`),
 		p(&r.runStreams, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE run_id = ? ORDER BY name`),
-		p(&r.hookInfo, `SELECT token, run_id, op, disposed, received, created_at FROM hooks WHERE token = ?`),
-		p(&r.runHooks, `SELECT token, run_id, op, disposed, received, created_at FROM hooks WHERE run_id = ? ORDER BY op, token`),
+		p(&r.hookInfo, `SELECT `+sqlrow.HookCols+` FROM hooks WHERE token = ?`),
+		p(&r.runHooks, `SELECT `+sqlrow.HookCols+` FROM hooks WHERE run_id = ? ORDER BY op, token`),
 		p(&r.standalone, `SELECT `+sqlrow.StreamCols+` FROM streams
 			WHERE run_id IS NULL AND deleted = 0 AND path >= ? ORDER BY path LIMIT ?`),
 		p(&r.head, `SELECT next_offset, closed FROM streams WHERE id = ?`),

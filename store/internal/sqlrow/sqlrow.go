@@ -30,6 +30,20 @@ const StreamCols = `id, path, COALESCE(run_id, ''), name, content_type, next_off
 const StateCols = `id, COALESCE(run_id, ''), next_offset, closed, ttl, expires_at, last_access,
 	closed_by, closed_by_epoch, closed_by_seq, stream_seq, COALESCE(fork_source, 0), forks, deleted, data_bytes`
 
+// HookCols are a hook's columns, as ScanHook takes them.
+const HookCols = `token, run_id, op, disposed, received, created_at`
+
+// ScanHook scans HookCols.
+func ScanHook(row Scanner) (*store.HookInfo, error) {
+	h := &store.HookInfo{}
+	var created int64
+	if err := row.Scan(&h.Token, &h.RunID, &h.Op, &h.Disposed, &h.Received, &created); err != nil {
+		return nil, err
+	}
+	h.CreatedAt = Time(created)
+	return h, nil
+}
+
 // ScanRun scans RunCols, then extra.
 func ScanRun(row Scanner, extra ...any) (*store.Run, error) {
 	var r store.Run
