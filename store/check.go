@@ -85,6 +85,12 @@ func (p *CreateRunParams) Check() error {
 	if err := checkName("parent run id", p.Parent, MaxIDLen); err != nil {
 		return err
 	}
+	if err := checkName("owner", p.Owner, MaxIDLen); err != nil {
+		return err
+	}
+	if p.Owner != "" && p.LeaseTTL <= 0 {
+		return fmt.Errorf("%w: a lease at creation needs a positive LeaseTTL", ErrInvalid)
+	}
 	return CheckID("workflow", p.Workflow)
 }
 

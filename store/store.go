@@ -292,6 +292,15 @@ type CreateRunParams struct {
 	Parent   string // the run starting it as its child; "" if none
 	Input    []byte
 	WakeAt   time.Time // zero: runnable now
+	// Owner, if set, leases the run to Owner for LeaseTTL as it is created,
+	// as a ClaimRuns by Owner would (status running, LeaseEpoch 1), so that
+	// the worker starting a run executes it without a claim. A run whose
+	// WakeAt has not passed is not leased, nor is a run that existed (its
+	// row is returned as it is). A worker that lost the reply and retries
+	// finds its lease on the existing run: LeaseOwner is Owner and
+	// LeaseEpoch 1.
+	Owner    string
+	LeaseTTL time.Duration // required with Owner
 }
 
 // ListRunsParams filters ListRuns.

@@ -185,3 +185,22 @@ func LeaseLost(run *Run, epoch int64) error {
 	}
 	return fmt.Errorf("%w: run %q", store.ErrLeaseLost, run.ID)
 }
+
+// NewRunLease is the lease a run is created with (store.CreateRunParams.Owner).
+type NewRunLease struct {
+	Status  store.RunStatus // pending, or running when leased
+	Owner   string          // "" when not leased
+	Expires time.Time       // zero when not leased
+	Epoch   int64           // 0, or 1 when leased
+}
+
+// CreateLease decides the lease of a run p creates at now: leased to
+// p.Owner, as a claim would lease it, if p asks for it and the run is
+// runnable now; otherwise pending and free, as every run once was. Both
+// backends insert what it returns.
+func CreateLease(p *store.CreateRunParams, now time.Time) NewRunLease {
+	if p.Owner == "" || p.WakeAt.After(now) {
+		return NewRunLease{Status: store.RunPending}
+	}
+	return NewRunLease{Status: store.RunRunning, Owner: p.Owner, Expires: now.Add(p.LeaseTTL), Epoch: 1}
+}

@@ -217,7 +217,10 @@ func (g *gen) next() *op {
 		if g.chance(4) {
 			p.WakeAt = now.Add(time.Duration(g.n(60)) * time.Second)
 		}
-		return &op{desc: fmt.Sprintf("CreateRun %+v", p), run: func(ctx context.Context, sd *side) string {
+		if g.chance(2) {
+			p.Owner, p.LeaseTTL = g.pick([]string{"o1", "o2"}), time.Duration(1+g.n(60))*time.Second
+		}
+		return &op{desc: fmt.Sprintf("CreateRun %+v", p), claim: true, run: func(ctx context.Context, sd *side) string {
 			r, created, err := sd.s.CreateRun(ctx, &p)
 			return fmt.Sprintf("%s created=%v %s", showRun(r), created, sd.norm(err))
 		}}

@@ -233,15 +233,17 @@ func (g *group) lockAndRead() error {
 }
 
 func (g *group) queueCreateRuns(b *pgx.Batch, ops []*createRunOp) {
-	var id, wf, parent []string
+	var id, wf, parent, status, owner []string
 	var input [][]byte
-	var now, wake []int64
+	var now, wake, expires, epoch []int64
 	for _, o := range ops {
 		id, wf, input = append(id, o.p.ID), append(wf, o.p.Workflow), append(input, o.p.Input)
 		now, wake, parent = append(now, o.now), append(wake, sqlrow.Nanos(o.p.WakeAt)), append(parent, o.p.Parent)
+		status, owner = append(status, string(o.lease.Status)), append(owner, o.lease.Owner)
+		expires, epoch = append(expires, sqlrow.Nanos(o.lease.Expires)), append(epoch, o.lease.Epoch)
 	}
 	g.inserted, g.existing = map[string]bool{}, map[string]*store.Run{}
-	b.Queue(g.s.q.insertRuns, id, wf, input, now, wake, parent).Query(func(rows pgx.Rows) error {
+	b.Queue(g.s.q.insertRuns, id, wf, input, now, wake, parent, status, owner, expires, epoch).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id string
 			if err := rows.Scan(&id); err != nil {

@@ -46,6 +46,7 @@ type createRunOp struct {
 	opBase
 	p       *store.CreateRunParams
 	now     int64
+	lease   apply.NewRunLease
 	run     *store.Run
 	created bool
 }

@@ -245,10 +245,12 @@ func newQueries(schema string) *queries {
 			$8::bigint[], $9::boolean[], $10::bigint[])
 			AS u(id, set_status, status, output, error, release, wake, now, ended, last_event)
 		WHERE x.id = u.id`)
-	set(&q.insertRuns, `INSERT INTO $S.runs (id, workflow, status, input, created_at, updated_at, wake_at, parent_id)
-		SELECT u.id, u.workflow, 'pending', u.input, u.now, u.now, u.wake, u.parent
-		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[], $6::text[])
-			AS u(id, workflow, input, now, wake, parent)
+	set(&q.insertRuns, `INSERT INTO $S.runs (id, workflow, status, input, created_at, updated_at, wake_at, parent_id,
+			lease_owner, lease_expires, lease_epoch)
+		SELECT u.id, u.workflow, u.status, u.input, u.now, u.now, u.wake, u.parent, u.owner, u.expires, u.epoch
+		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[], $6::text[],
+				$7::text[], $8::text[], $9::bigint[], $10::bigint[])
+			AS u(id, workflow, input, now, wake, parent, status, owner, expires, epoch)
 		ON CONFLICT (id) DO NOTHING RETURNING id`)
 	set(&q.runsByID, `SELECT r.* FROM unnest($1::text[]) AS k(id), LATERAL (
 			SELECT `+sqlrow.RunCols+` FROM $S.runs WHERE id = k.id

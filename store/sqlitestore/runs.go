@@ -34,7 +34,8 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 		return nil, false, fmt.Errorf("create run: %w", s.readErr(err))
 	}
 	var created bool
-	now := sqlrow.Nanos(s.cfg.Now())
+	at := s.cfg.Now()
+	now, lease := sqlrow.Nanos(at), apply.CreateLease(p, at)
 	err = s.write(ctx, func(tx *wtx) error {
 		var err error
 		run, err = sqlrow.ScanRun(tx.w.run.QueryRowContext(bg, p.ID))
@@ -45,7 +46,8 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 			return translate(err)
 		}
 		tx.changed = true
-		run, err = sqlrow.ScanRun(tx.w.insertRun.QueryRowContext(bg, p.ID, p.Workflow, p.Input, now, now, sqlrow.Nanos(p.WakeAt), p.Parent))
+		run, err = sqlrow.ScanRun(tx.w.insertRun.QueryRowContext(bg, p.ID, p.Workflow, string(lease.Status), p.Input, now, now, sqlrow.Nanos(p.WakeAt), p.Parent,
+			lease.Owner, sqlrow.Nanos(lease.Expires), lease.Epoch))
 		created = err == nil
 		return translate(err)
 	})

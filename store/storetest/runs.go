@@ -166,6 +166,46 @@ func testClaims(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("CreateRunLeasedToItsStarter", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		before := time.Now()
+		r, created, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "mine", Workflow: "wf", Owner: owner, LeaseTTL: time.Minute})
+		must(t, err)
+		if !created || r.Status != store.RunRunning || r.LeaseOwner != owner || r.LeaseEpoch != 1 ||
+			r.LeaseExpires.Before(before.Add(time.Minute-time.Second)) || r.LeaseExpires.After(time.Now().Add(time.Minute+time.Second)) {
+			t.Fatalf("created = %v, run = %+v", created, r)
+		}
+		// Leased: no claim takes it, and its starter records at epoch 1.
+		runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: "worker-2", Limit: 10, LeaseTTL: time.Minute})
+		must(t, err)
+		if len(runs) != 0 {
+			t.Fatalf("claimed a run leased at creation: %v", runIDs(runs))
+		}
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "mine", LeaseEpoch: 1, Events: []store.Event{{Type: store.EventRunStarted}}}))
+		// A retried create finds the lease; another starter does not get it.
+		again, created, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "mine", Workflow: "wf", Owner: "worker-2", LeaseTTL: time.Minute})
+		must(t, err)
+		if created || again.LeaseOwner != owner || again.LeaseEpoch != 1 {
+			t.Fatalf("second create = %v, %+v", created, again)
+		}
+		// Not runnable yet: created pending and free, claimed at its time.
+		later, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "later", Workflow: "wf", WakeAt: time.Now().Add(time.Hour), Owner: owner, LeaseTTL: time.Minute})
+		must(t, err)
+		if later.Status != store.RunPending || later.LeaseOwner != "" || later.LeaseEpoch != 0 {
+			t.Fatalf("delayed run = %+v", later)
+		}
+		// Expired, the lease is claimable as any other.
+		runs, err = s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: "worker-2", Limit: 10, LeaseTTL: time.Minute, Now: time.Now().Add(2 * time.Minute)})
+		must(t, err)
+		if got := runIDs(runs); !slices.Equal(got, []string{"mine"}) || runs[0].LeaseEpoch != 2 {
+			t.Fatalf("claimed %v after the lease expired", got)
+		}
+		if _, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "x", Workflow: "wf", Owner: owner}); !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("an owner without a lease TTL: %v", err)
+		}
+	})
+
 	t.Run("ClaimOnlyRunnable", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
