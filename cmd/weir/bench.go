@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 
 	"github.com/weirhq/weir/internal/bench"
@@ -51,6 +52,12 @@ func benchCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&c.DBOSRuns, "dbos-runs", 0, "dbos-like: runs (default 500)")
 	fs.IntVar(&c.DBOSChunks, "dbos-chunks", 0, "dbos-like: chunks per run (default 20)")
 	fs.IntVar(&c.DBOSConcurrency, "dbos-concurrency", 0, "dbos-like: runs at once (default 16)")
+	fs.Var((*intList)(&c.Processes), "processes", "scale: the numbers of weir server processes to measure, e.g. 1,2,3 (default 1,2,3)")
+	fs.IntVar(&c.ScaleRuns, "scale-runs", 0, "scale: runs for each number of processes (default 1,000)")
+	fs.IntVar(&c.ScaleChunks, "scale-chunks", 0, "scale: chunks each run writes, of --chunk-size bytes (default 20)")
+	fs.IntVar(&c.ScaleConcurrency, "scale-concurrency", 0, "scale: runs at once per process, started round-robin (default 16: 16×N in all)")
+	fs.IntVar(&c.ScaleRounds, "scale-rounds", 0, "scale: measure each number of processes this many times, interleaved; figures are medians (default 1)")
+	fs.DurationVar(&c.ScaleTimeout, "scale-timeout", 0, "scale: the longest one round's runs may take (default 5m)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memProfile := fs.String("memprofile", "", "write a heap profile at the end to this file")
 	guard := fs.String("guard", "", "run the performance guard in this file (bench/guard.json): its workloads' ratios must stay within its bands; exit 1 if one does not")
@@ -103,6 +110,7 @@ func benchCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if exe, err := os.Executable(); err == nil {
 		c.ReaderCommand = []string{exe, "bench", "--tail-reader"}
+		c.ServerCommand = []string{exe, "server"}
 	}
 	if *guard != "" {
 		g, err := bench.ReadGuardFile(*guard)
@@ -188,4 +196,27 @@ func openBenchStore(ctx context.Context, dsn string) (store.Store, func() error,
 		return nil, nil, err
 	}
 	return s, s.Close, nil
+}
+
+// intList is a flag of comma-separated positive integers.
+type intList []int
+
+func (l *intList) String() string {
+	var parts []string
+	for _, n := range *l {
+		parts = append(parts, strconv.Itoa(n))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *intList) Set(v string) error {
+	*l = nil
+	for _, p := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 {
+			return fmt.Errorf("%q: want positive integers separated by commas", v)
+		}
+		*l = append(*l, n)
+	}
+	return nil
 }

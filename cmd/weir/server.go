@@ -45,6 +45,7 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests and runs to stop")
 	retention := fs.Duration("retention", 0, "delete finished runs, with their streams, this long after they end (0: keep them forever)")
 	noDemo := fs.Bool("no-demo", false, "leave out the demo workflow (demo.tokens); the default beyond loopback")
+	registerBench := benchWorkflows(fs)
 	noWorker := fs.Bool("no-worker", false, "serve the API and the streams but execute no run (workers are other processes on the same PostgreSQL database)")
 	worldSecret := fs.String("world-secret", "", "the secret that signs World deliveries to Vercel Workflow apps (at least 16 bytes; default $WEIR_WORLD_SECRET); without one, World queue messages are refused")
 	var scfg server.Config
@@ -126,6 +127,7 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !*noDemo {
 		demo.Register(e)
 	}
+	registerBench(e)
 	if err := e.Start(ctx); err != nil {
 		closeStore()
 		return err

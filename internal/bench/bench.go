@@ -73,6 +73,20 @@ type Config struct {
 	// DBOSRuns, DBOSChunks and DBOSConcurrency shape dbos-like. Default 500,
 	// 20 and 16.
 	DBOSRuns, DBOSChunks, DBOSConcurrency int
+	// Processes is scale's list of process counts. Defaults to 1, 2, 3.
+	Processes []int
+	// ScaleRuns, ScaleChunks and ScaleConcurrency shape scale: runs per
+	// round, chunks per run (of ChunkSize bytes) and runs at once per
+	// process. Default 1,000, 20 and 16.
+	ScaleRuns, ScaleChunks, ScaleConcurrency int
+	// ScaleRounds is how many times scale measures each process count (the
+	// figures are the medians). Defaults to 1.
+	ScaleRounds int
+	// ScaleTimeout bounds one round's runs. Defaults to 5 minutes.
+	ScaleTimeout time.Duration
+	// ServerCommand runs `weir server` for scale, which adds its flags
+	// (--addr, --store, --bench-workflows …). `weir bench` sets it to itself.
+	ServerCommand []string
 
 	// ReaderCommand, if set, is the command that runs a cross-process tail
 	// reader (see TailReader): the tail workload runs it, with the arguments
@@ -108,6 +122,13 @@ func (c Config) WithDefaults() Config {
 	def(&c.DBOSRuns, 500)
 	def(&c.DBOSChunks, 20)
 	def(&c.DBOSConcurrency, 16)
+	def(&c.ScaleRuns, 1_000)
+	def(&c.ScaleChunks, 20)
+	def(&c.ScaleConcurrency, 16)
+	def(&c.ScaleRounds, 1)
+	if c.ScaleTimeout <= 0 {
+		c.ScaleTimeout = 5 * time.Minute
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
@@ -181,6 +202,7 @@ var workloads = []workload{
 	{"replay", "replay of a run of 1,000 completed steps; vs loading its log", true, runReplay},
 	{"fanout", "N live readers on one stream: delivery p99, memory per reader; vs one reader", true, runFanout},
 	{"dbos-like", "500 runs × 20 chunks, 16 at a time, through the engine; vs plain appends", true, runDBOSLike},
+	{"scale", "N weir server processes on one PostgreSQL database (--processes 1,2,3): runs/s through the runs API; vs N=1 (named only)", false, runScale},
 }
 
 // Workloads lists the workloads' names and one-line descriptions, in the
@@ -198,7 +220,7 @@ func Workloads() [][2]string {
 func Default(c Config) []string {
 	var out []string
 	for _, w := range workloads {
-		if w.embedded || c.URL != "" {
+		if (w.embedded || c.URL != "") && !namedOnly[w.name] {
 			out = append(out, w.name)
 		}
 	}
