@@ -240,23 +240,40 @@ type stepEnv struct {
 	// each attempt (Config.StepConcurrency).
 	acquire func(env *stepEnv)
 	release func()
+	// deferOK: a completed attempt's outcome may wait for the run's next
+	// record (checkpoint.go). Only inline steps: the workflow goroutine
+	// makes that record.
+	deferOK bool
 }
 
 // inline is the env of Step: the workflow goroutine's own waits and exits.
 func (x *execution) inline() *stepEnv {
-	return &stepEnv{x: x, wait: x.waitUntil, leave: x.leave}
+	return &stepEnv{x: x, wait: x.waitUntil, leave: x.leave, deferOK: true}
 }
 
 // record writes p, leaving on failure as execution.record does.
 func (env *stepEnv) record(p *store.RecordParams) {
 	if err := env.x.recordErr(p); err != nil {
-		if errors.Is(err, store.ErrLeaseLost) {
-			env.leave(exitLost, err)
-		}
-		if r, ok := env.x.interrupted(); ok {
-			env.leave(r, err)
-		}
-		env.leave(exitStoreError, err)
+		env.fail(err)
+	}
+}
+
+// fail leaves after a record's failure err.
+func (env *stepEnv) fail(err error) {
+	if errors.Is(err, store.ErrLeaseLost) {
+		env.leave(exitLost, err)
+	}
+	if r, ok := env.x.interrupted(); ok {
+		env.leave(r, err)
+	}
+	env.leave(exitStoreError, err)
+}
+
+// deferRecord makes p wait for the run's next record, leaving on failure as
+// record does.
+func (env *stepEnv) deferRecord(p *store.RecordParams) {
+	if err := env.x.deferRecord(p); err != nil {
+		env.fail(err)
 	}
 }
 
@@ -317,10 +334,21 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 			}
 		}
 		if err == nil {
-			env.record(start.fold(&store.RecordParams{
+			wrote := attempt > 1 || start.written()
+			p := start.fold(&store.RecordParams{
 				Events: []store.Event{{Type: store.EventStepCompleted, Op: op, Name: name, Attempt: attempt, Data: data}},
-				Finish: &store.Finish{Writer: stepWriter(op), Attempt: attempt, Commit: true},
-			}))
+			})
+			if wrote {
+				// A first attempt whose start waited for its outcome wrote
+				// no stream (a write makes the start durable first): there
+				// is nothing to commit.
+				p.Finish = &store.Finish{Writer: stepWriter(op), Attempt: attempt, Commit: true}
+			}
+			if env.deferOK {
+				env.deferRecord(p)
+			} else {
+				env.record(p)
+			}
 			st.open, st.completed, st.output = false, true, data
 			return out, nil
 		}
@@ -521,6 +549,17 @@ func (s *stepStart) fold(p *store.RecordParams) *store.RecordParams {
 	s.done = true
 	sp := s.params()
 	p.Events = append(sp.Events, p.Events...)
-	p.Fence = sp.Fence
+	if s.attempt > 1 {
+		// A first attempt has no older one to fence.
+		p.Fence = sp.Fence
+	}
 	return p
+}
+
+// written reports whether the start was recorded on its own (ensure): only
+// then may the attempt have written a stream.
+func (s *stepStart) written() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.done && s.err == nil
 }

@@ -41,6 +41,13 @@ type Config struct {
 	// StepConcurrency is the most steps of one run that run an attempt at
 	// once (Go); more wait for a slot. Defaults to 16.
 	StepConcurrency int
+	// StepOutcomeDelay is how long a completed step's outcome may wait in
+	// memory to be written with the run's next record, so that consecutive
+	// short steps and the run's end share one transaction (checkpoint.go):
+	// a crash meanwhile runs the step again, as a crash just before its
+	// outcome would. Defaults to 2ms; NoWait writes every outcome before
+	// Step returns.
+	StepOutcomeDelay time.Duration
 	// Writer configures step stream writers.
 	Writer WriterConfig
 	// Logger receives the engine's logs. Defaults to slog.Default().
@@ -101,6 +108,9 @@ func (c Config) WithDefaults() Config {
 	if c.StepConcurrency == 0 {
 		c.StepConcurrency = 16
 	}
+	if c.StepOutcomeDelay == 0 {
+		c.StepOutcomeDelay = 2 * time.Millisecond
+	}
 	c.Retry = c.Retry.WithDefaults()
 	w := &c.Writer
 	if w.MaxBatchChunks == 0 {
@@ -129,6 +139,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: StepConcurrency %d, want >= 1", c.StepConcurrency)
 	case c.LeaseTTL < 100*time.Millisecond:
 		return fmt.Errorf("config: LeaseTTL %v, want >= 100ms", c.LeaseTTL)
+	case c.StepOutcomeDelay < 0 && c.StepOutcomeDelay != NoWait:
+		return fmt.Errorf("config: StepOutcomeDelay %v, want > 0 or NoWait", c.StepOutcomeDelay)
 	case c.Retention < 0:
 		return fmt.Errorf("config: Retention %v, want >= 0 (0: keep forever)", c.Retention)
 	case c.PollInterval <= 0 || c.ParkAfter < 0 && c.ParkAfter != NoWait:
@@ -156,6 +168,8 @@ type Engine struct {
 	running   map[string]*execution    // run id -> its execution here
 	inflight  int                      // runs launched and not yet ended
 	done      map[string]chan struct{} // run id -> closed when this engine ends it
+
+	runCtx context.Context // what runs execute in, once started
 
 	wake   chan struct{} // nudges the claim loop
 	stop   context.CancelFunc
@@ -235,6 +249,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.started = true
 	ctx, e.stop = context.WithCancel(context.WithoutCancel(ctx))
+	e.runCtx = ctx
 	e.loopWG.Add(1)
 	go e.claimLoop(ctx)
 	if e.cfg.Retention > 0 {
@@ -322,10 +337,36 @@ func (e *Engine) claimLoop(ctx context.Context) {
 }
 
 func (e *Engine) launch(ctx context.Context, r *store.Run) {
-	rctx, cancel := context.WithCancelCause(ctx)
 	e.mu.Lock()
 	e.inflight++
 	e.mu.Unlock()
+	e.launchReserved(ctx, r, false)
+}
+
+// reserve takes a slot for a run this engine starts, if it executes runs
+// and has one free; it returns the context runs execute in.
+func (e *Engine) reserve() (context.Context, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.started || e.closed || e.runCtx == nil || e.inflight >= e.cfg.Concurrency {
+		return nil, false
+	}
+	e.inflight++
+	return e.runCtx, true
+}
+
+// unreserve gives back a slot reserve took and nothing used.
+func (e *Engine) unreserve() {
+	e.mu.Lock()
+	e.inflight--
+	e.mu.Unlock()
+	e.nudge()
+}
+
+// launchReserved executes r, claimed, in a slot already counted; fresh: r
+// was created by this engine a moment ago and has no events.
+func (e *Engine) launchReserved(ctx context.Context, r *store.Run, fresh bool) {
+	rctx, cancel := context.WithCancelCause(ctx)
 	e.runWG.Add(1)
 	go func() {
 		defer e.runWG.Done()
@@ -336,7 +377,7 @@ func (e *Engine) launch(ctx context.Context, r *store.Run) {
 			cancel(nil)
 			e.nudge()
 		}()
-		e.execute(rctx, cancel, r)
+		e.execute(rctx, cancel, r, fresh)
 	}()
 }
 

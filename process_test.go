@@ -26,6 +26,9 @@ import (
 const (
 	envWorkerDB  = "WEIR_TEST_WORKER_DB"
 	envWorkerRun = "WEIR_TEST_WORKER_RUN"
+	// envWorkerBlock makes the worker's "pending" workflow block after its
+	// step, and its step outcomes wait an hour to be written.
+	envWorkerBlock = "WEIR_TEST_WORKER_BLOCK"
 	killChunks   = 200
 )
 
@@ -149,6 +152,29 @@ func workerWorkflows(e *weir.Engine, progress io.Writer) {
 			return fmt.Sprintf("attempt %d", sc.Attempt()), nil
 		}, weir.WithTimeout(100*time.Millisecond))
 	})
+	// pending: a step's outcome waits in memory (StepOutcomeDelay) while
+	// the workflow code after it blocks, in the first worker only.
+	weir.Register(e, "pending", func(ctx weir.Context, _ struct{}) (int, error) {
+		n, err := weir.Step(ctx, "emit", func(sc weir.StepContext) (int, error) {
+			w := sc.Stream("out")
+			for i := range 3 {
+				fmt.Fprintf(w, "c%d", i)
+			}
+			if err := w.Flush(); err != nil {
+				return 0, err
+			}
+			fmt.Fprintf(progress, "emitted attempt %d\n", sc.Attempt())
+			return 3, nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		if os.Getenv(envWorkerBlock) != "" {
+			fmt.Fprintln(progress, "blocked")
+			<-ctx.Done() // killed here, the outcome of emit not written
+		}
+		return n, nil
+	})
 	weir.Register(e, "sleeper", func(ctx weir.Context, d time.Duration) (string, error) {
 		before, err := weir.Step(ctx, "before", func(sc weir.StepContext) (string, error) {
 			return time.Now().Format(time.RFC3339Nano), nil
@@ -174,10 +200,14 @@ func TestWorkerProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := weir.New(s, &weir.Config{
+	cfg := &weir.Config{
 		PollInterval: 10 * time.Millisecond, LeaseTTL: 600 * time.Millisecond, ParkAfter: 50 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	if os.Getenv(envWorkerBlock) != "" {
+		cfg.StepOutcomeDelay = time.Hour
+	}
+	e, err := weir.New(s, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,10 +235,10 @@ type worker struct {
 	lines chan string
 }
 
-func startWorker(t *testing.T, db, run string) *worker {
+func startWorker(t *testing.T, db, run string, env ...string) *worker {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.v=false")
-	cmd.Env = append(os.Environ(), envWorkerDB+"="+db, envWorkerRun+"="+run)
+	cmd.Env = append(append(os.Environ(), envWorkerDB+"="+db, envWorkerRun+"="+run), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -487,5 +517,51 @@ func TestTimedOutAttemptSurvivesKilledWorker(t *testing.T) {
 	got := dataOf(readAll(t, e, run.ID, "out", weir.CommittedView))
 	if len(got) != 1 || got[0] == "attempt 1" {
 		t.Fatalf("committed %q, want one later attempt's output", got)
+	}
+}
+
+// SIGKILL while a completed step's outcome waits in memory to be written
+// with the run's next record (Config.StepOutcomeDelay): the crash costs what
+// a crash just before the outcome always cost. The step runs again on the
+// resume, as attempt 2, and its stream output, flushed but never committed,
+// is adopted: readers see each chunk once in both views.
+func TestPendingOutcomeSurvivesKilledWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	db := t.TempDir() + "/weir.db"
+	w1 := startWorker(t, db, "pending:{}", envWorkerBlock+"=1")
+	w1.waitFor(t, "the workflow to block after its step", func(l string) bool { return l == "blocked" })
+	w1.kill(t)
+	peek, err := sqlitestore.Open(testCtx(t), db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := peek.ListEvents(testCtx(t), "run-under-test", 0)
+	peek.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if ev.Type == store.EventStepCompleted {
+			t.Fatalf("the outcome was written before the kill: %+v", evs)
+		}
+	}
+	w2 := startWorker(t, db, "")
+	w2.waitFor(t, "the step to run again", func(l string) bool { return l == "emitted attempt 2" })
+	w2.waitFor(t, "the run to finish", func(l string) bool { return l == "done" })
+	_ = w2.cmd.Wait()
+	s, e := inspect(t, db)
+	run, err := s.GetRun(testCtx(t), "run-under-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != store.RunCompleted || string(run.Output) != "3" {
+		t.Fatalf("run %s %s: %s", run.Status, run.Output, run.Error)
+	}
+	for _, view := range []weir.View{weir.LiveView, weir.CommittedView} {
+		if got := dataOf(readAll(t, e, "run-under-test", "out", view)); !reflect.DeepEqual(got, []string{"c0", "c1", "c2"}) {
+			t.Fatalf("view %v: %q", view, got)
+		}
 	}
 }

@@ -106,6 +106,8 @@ type execution struct {
 	hooks      int       // hooks of the run (child runs too): deliveries may come
 	childCheck time.Time // when this execution last looked at its children's rows
 
+	rec recorder // the records that wait (checkpoint.go)
+
 	exit    exitReason
 	exitErr error
 }
@@ -196,18 +198,9 @@ func (x *execution) record(p *store.RecordParams) {
 	}
 }
 
-func (x *execution) recordErr(p *store.RecordParams) error {
-	p.RunID, p.LeaseEpoch = x.run.ID, x.epoch
-	// The run's own context may be cancelled (a cancel, a stop) while the
-	// outcome still has to be written.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
-	defer cancel()
-	return x.e.store.Record(ctx, p)
-}
-
 func stepWriter(op int64) string { return "step/" + strconv.FormatInt(op, 10) }
 
-func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r *store.Run) {
+func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r *store.Run, fresh bool) {
 	x := &execution{e: e, run: r, epoch: r.LeaseEpoch, ctx: ctx, cancel: cancel}
 	e.mu.Lock()
 	if e.closed {
@@ -223,11 +216,14 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 		e.mu.Unlock()
 	}()
 
-	events, err := e.store.ListEvents(ctx, r.ID, 0)
-	if err != nil {
-		e.log.Warn("weir: load run", "run", r.ID, "err", err)
-		x.release()
-		return
+	var events []store.Event
+	if !fresh {
+		var err error
+		if events, err = e.store.ListEvents(ctx, r.ID, 0); err != nil {
+			e.log.Warn("weir: load run", "run", r.ID, "err", err)
+			x.release()
+			return
+		}
 	}
 	x.load(events)
 
@@ -257,12 +253,10 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 		defer stop()
 		x.ctx, ctx = dctx, dctx
 	}
-	if x.events == 0 {
-		if err := x.recordErr(&store.RecordParams{Events: []store.Event{{Type: store.EventRunStarted}}, Status: store.RunRunning}); err != nil {
-			e.log.Warn("weir: start run", "run", r.ID, "err", err)
-			return
-		}
-	}
+	// A claim or a lease at creation made the run running; its start
+	// event rides along with its first record.
+	x.rec.start = x.events == 0
+	defer x.dropDeferred()
 
 	var (
 		out      []byte

@@ -127,7 +127,24 @@ func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *
 	if p.ID == "" {
 		p.ID = newRunID()
 	}
+	// With a slot free here, the run is leased to this engine as it is
+	// created and executed at once: no claim, no look at an empty log.
+	runCtx, reserved := e.reserve()
+	if reserved {
+		p.Owner, p.LeaseTTL = e.cfg.WorkerID, e.cfg.LeaseTTL
+	}
 	r, created, err := e.store.CreateRun(ctx, p)
+	if reserved {
+		if err == nil && created && r.LeaseOwner == e.cfg.WorkerID && r.LeaseEpoch == 1 {
+			e.launchReserved(runCtx, r, true)
+			return r, created, nil
+		}
+		// Not leased to this engine (delayed, or it existed): a claim
+		// takes it when it is runnable. (A create retried after a lost
+		// reply finds its run leased here but not created: it runs once
+		// that lease expires.)
+		e.unreserve()
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("start run: %w", err)
 	}

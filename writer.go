@@ -276,14 +276,32 @@ func (w *Writer) open() error {
 	if w.streamID != 0 {
 		return nil
 	}
-	if w.start != nil {
-		if err := w.start.ensure(); err != nil {
-			return fmt.Errorf("record step start: %w", err)
+	if w.start == nil {
+		id, err := w.x.streamID(w.ctx, w.name)
+		if err != nil {
+			return err
 		}
+		w.streamID = id
+		return nil
 	}
-	id, err := w.x.streamID(w.ctx, w.name)
-	if err != nil {
-		return err
+	// The start must be durable before the first append, the stream must
+	// exist: neither waits for the other, so they share a group commit.
+	var (
+		id    int64
+		idErr error
+		done  = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		id, idErr = w.x.streamID(w.ctx, w.name)
+	}()
+	startErr := w.start.ensure()
+	<-done
+	if startErr != nil {
+		return fmt.Errorf("record step start: %w", startErr)
+	}
+	if idErr != nil {
+		return idErr
 	}
 	w.streamID = id
 	return nil

@@ -1,0 +1,193 @@
+package weir
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/weirhq/weir/store"
+)
+
+// A run's records, and the two that wait.
+//
+// Every write of an execution goes through recordErr. Two kinds of record
+// need not be durable the moment they are made, and wait to ride along
+// with the run's next record, so that a short run costs one or two
+// transactions instead of one per step:
+//
+//   - the run's start (run_started): a run leased to its starter, or
+//     claimed, is already running; the event is written with the first
+//     record the execution makes, whatever it is;
+//   - a completed step's outcome (an inline Step's step_completed, with the
+//     commit of its stream output): Step returns its result at once, and
+//     the outcome is written with the next record of the run (the next
+//     step's start or outcome, a sleep, a hook, the run's end) or after
+//     Config.StepOutcomeDelay, whichever comes first.
+//
+// What a crash costs is what it already cost: a step whose outcome was not
+// written runs again on resume (steps are at-least-once; its stream output,
+// never committed, is adopted or aborted by the retry as any retry's is),
+// and readers of the committed view see its output up to StepOutcomeDelay
+// later. Workflow code between steps is deterministic and has no effects
+// of its own, so nothing outside the run can have acted on an unwritten
+// outcome but the run itself, which a replay repeats. Temporal records local
+// activities' results the same way, with the workflow task that follows.
+type recorder struct {
+	// mu is held while a record that carries the waiting ones is written,
+	// so that nothing the run records later can commit before them.
+	mu      sync.Mutex
+	start   bool                // run_started is not written yet
+	pending *store.RecordParams // a step outcome not written yet
+	timer   *time.Timer         // writes pending when StepOutcomeDelay passes
+	err     error               // the failure of a write the timer made, for the next record
+}
+
+// recordErr writes p with whatever waits to be written (recorder), fenced by
+// this execution's lease.
+func (x *execution) recordErr(p *store.RecordParams) error {
+	r := &x.rec
+	r.mu.Lock()
+	if err := r.err; err != nil {
+		r.err = nil
+		r.mu.Unlock()
+		return err
+	}
+	if r.pending == nil && !r.start {
+		r.mu.Unlock()
+		return x.write(p)
+	}
+	defer r.mu.Unlock()
+	if pend := r.pending; pend != nil {
+		r.pending = nil
+		r.stopTimer()
+		if m, ok := mergeRecords(pend, p); ok {
+			return x.writeLocked(m)
+		}
+		if err := x.writeLocked(pend); err != nil {
+			return err
+		}
+	}
+	return x.writeLocked(p)
+}
+
+// deferRecord makes p, a completed step's outcome, wait for the run's next
+// record (recorder); with StepOutcomeDelay NoWait it is written now.
+func (x *execution) deferRecord(p *store.RecordParams) error {
+	delay := x.e.cfg.StepOutcomeDelay
+	if delay == NoWait {
+		return x.recordErr(p)
+	}
+	now := time.Now()
+	for i := range p.Events {
+		if p.Events[i].At.IsZero() {
+			p.Events[i].At = now // when it happened, not when it is written
+		}
+	}
+	r := &x.rec
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.err; err != nil {
+		r.err = nil
+		return err
+	}
+	if pend := r.pending; pend != nil {
+		if m, ok := mergeRecords(pend, p); ok {
+			r.pending = m
+			return nil
+		}
+		r.pending = nil
+		r.stopTimer()
+		if err := x.writeLocked(pend); err != nil {
+			return err
+		}
+	}
+	r.pending = p
+	if r.timer == nil {
+		r.timer = time.AfterFunc(delay, x.flushDeferred)
+	}
+	return nil
+}
+
+// flushDeferred writes the waiting outcome: StepOutcomeDelay has passed.
+// A failure is the next record's.
+func (x *execution) flushDeferred() {
+	r := &x.rec
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.timer = nil
+	pend := r.pending
+	if pend == nil {
+		return
+	}
+	r.pending = nil
+	if err := x.writeLocked(pend); err != nil {
+		r.err = err
+	}
+}
+
+// dropDeferred forgets what waits: the execution has ended without a
+// record to carry it (its lease lost), and a resume repeats it.
+func (x *execution) dropDeferred() {
+	r := &x.rec
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopTimer()
+	r.pending, r.err = nil, nil
+}
+
+func (r *recorder) stopTimer() {
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+}
+
+// writeLocked writes p, preceded by the run's start if it is not written
+// yet; the caller holds rec.mu.
+func (x *execution) writeLocked(p *store.RecordParams) error {
+	if !x.rec.start {
+		return x.write(p)
+	}
+	q := *p
+	q.Events = append([]store.Event{{Type: store.EventRunStarted}}, p.Events...)
+	if err := x.write(&q); err != nil {
+		return err
+	}
+	x.rec.start = false
+	return nil
+}
+
+// write is one store transaction.
+func (x *execution) write(p *store.RecordParams) error {
+	p.RunID, p.LeaseEpoch = x.run.ID, x.epoch
+	// The run's own context may be cancelled (a cancel, a stop) while the
+	// outcome still has to be written.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
+	defer cancel()
+	return x.e.store.Record(ctx, p)
+}
+
+// mergeRecords returns one record that does what a then b do, if there is
+// one: a is a step outcome (events, a fence, a finish); a record has at
+// most one fence and one finish, and applies its fence before its finish.
+func mergeRecords(a, b *store.RecordParams) (*store.RecordParams, bool) {
+	if a.Fence != nil && b.Fence != nil || a.Finish != nil && b.Finish != nil {
+		return nil, false
+	}
+	if a.Finish != nil && b.Fence != nil && a.Finish.Writer == b.Fence.Writer {
+		return nil, false // b's fence would refuse a's finish
+	}
+	if a.Status != "" || a.Release || a.CloseStreams {
+		return nil, false
+	}
+	m := *b
+	m.Events = make([]store.Event, 0, len(a.Events)+len(b.Events))
+	m.Events = append(append(m.Events, a.Events...), b.Events...)
+	if a.Fence != nil {
+		m.Fence = a.Fence
+	}
+	if a.Finish != nil {
+		m.Finish = a.Finish
+	}
+	return &m, true
+}

@@ -1,0 +1,197 @@
+package weir_test
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/store"
+)
+
+// countingStore is a real store that counts the engine's transactions.
+type countingStore struct {
+	store.Store
+	records, claims, lists atomic.Int64
+}
+
+func (c *countingStore) Record(ctx context.Context, p *store.RecordParams) error {
+	c.records.Add(1)
+	return c.Store.Record(ctx, p)
+}
+
+func (c *countingStore) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*store.Run, error) {
+	c.claims.Add(1)
+	return c.Store.ClaimRuns(ctx, p)
+}
+
+func (c *countingStore) ListEvents(ctx context.Context, id string, after int64) ([]store.Event, error) {
+	c.lists.Add(1)
+	return c.Store.ListEvents(ctx, id, after)
+}
+
+func threeSteps(ctx weir.Context, _ struct{}) (int, error) {
+	sum := 0
+	for i := range 3 {
+		n, err := weir.Step(ctx, "s", func(sc weir.StepContext) (int, error) { return i + 1, nil })
+		if err != nil {
+			return 0, err
+		}
+		sum += n
+	}
+	return sum, nil
+}
+
+func eventTypes(evs []store.Event) []store.EventType {
+	var out []store.EventType
+	for _, ev := range evs {
+		out = append(out, ev.Type)
+	}
+	return out
+}
+
+// A run started here of three short steps costs one Record: it is leased
+// as it is created (no claim, no look at its empty log), its start rides
+// with its first record, and each step's outcome waits for the next. The
+// log is the same as when each is written alone (StepOutcomeDelay NoWait).
+func TestShortStepsShareOneRecord(t *testing.T) {
+	want := []store.EventType{store.EventRunStarted,
+		store.EventStepStarted, store.EventStepCompleted, store.EventStepStarted, store.EventStepCompleted,
+		store.EventStepStarted, store.EventStepCompleted, store.EventRunCompleted}
+	for _, tc := range []struct {
+		name    string
+		delay   time.Duration
+		records int64
+	}{
+		{"waiting", time.Hour, 1},
+		{"NoWait", weir.NoWait, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := openStore(t)
+			cs := &countingStore{Store: s}
+			cfg := fastConfig()
+			cfg.StepOutcomeDelay, cfg.PollInterval = tc.delay, time.Hour
+			e := newEngine(t, cs, cfg)
+			wf := weir.Register(e, "three", threeSteps)
+			if err := e.Start(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			cs.claims.Store(0) // the loop's first look
+			h, err := wf.Start(testCtx(t), struct{}{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := h.Result(testCtx(t)); err != nil || got != 6 {
+				t.Fatalf("result %d, %v", got, err)
+			}
+			if r, c, l := cs.records.Load(), cs.claims.Load(), cs.lists.Load(); r != tc.records || l != 0 {
+				t.Fatalf("%d records, %d claims, %d log reads; want %d records, no log read", r, c, l, tc.records)
+			}
+			evs, err := s.ListEvents(testCtx(t), h.ID, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := eventTypes(evs); !slices.Equal(got, want) {
+				t.Fatalf("log %v, want %v", got, want)
+			}
+			for i, ev := range evs {
+				if ev.Seq != int64(i+1) || ev.At.IsZero() {
+					t.Fatalf("event %d: %+v", i, ev)
+				}
+			}
+		})
+	}
+}
+
+// A completed step's outcome does not wait for a next record that is slow
+// to come: StepOutcomeDelay after it, it is written on its own, while the
+// step after it still runs.
+func TestWaitingOutcomeIsWrittenAfterTheDelay(t *testing.T) {
+	s, _ := openStore(t)
+	cfg := fastConfig()
+	cfg.StepOutcomeDelay = 20 * time.Millisecond
+	e := newEngine(t, s, cfg)
+	wf := weir.Register(e, "slow-second", func(ctx weir.Context, _ struct{}) (string, error) {
+		id := ctx.RunID()
+		if _, err := weir.Step(ctx, "first", func(sc weir.StepContext) (int, error) { return 1, nil }); err != nil {
+			return "", err
+		}
+		return weir.Step(ctx, "second", func(sc weir.StepContext) (string, error) {
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				evs, err := s.ListEvents(sc, id, 0)
+				if err != nil {
+					return "", err
+				}
+				if slices.Contains(eventTypes(evs), store.EventStepCompleted) {
+					return "seen", nil
+				}
+				select {
+				case <-sc.Done():
+					return "", sc.Err()
+				case <-time.After(5 * time.Millisecond): // polling the log, not syncing
+				}
+			}
+			return "", weir.NonRetryable(context.DeadlineExceeded)
+		})
+	})
+	if err := e.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	h, err := wf.Start(testCtx(t), struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := h.Result(testCtx(t)); err != nil || got != "seen" {
+		t.Fatalf("the first step's outcome was not written while the second ran: %q, %v", got, err)
+	}
+}
+
+// A run started while this engine has no free slot is created free and
+// claimed as before; one started by an engine that does not execute runs
+// (NoWorker) is left to the workers.
+func TestStartWithoutASlotIsClaimed(t *testing.T) {
+	s, _ := openStore(t)
+	cfg := fastConfig()
+	cfg.Concurrency = 1
+	e := newEngine(t, s, cfg)
+	release := make(chan struct{})
+	block := weir.Register(e, "block", func(ctx weir.Context, _ struct{}) (int, error) {
+		return weir.Step(ctx, "wait", func(sc weir.StepContext) (int, error) {
+			select {
+			case <-release:
+				return 1, nil
+			case <-sc.Done():
+				return 0, sc.Err()
+			}
+		})
+	})
+	wf := weir.Register(e, "three", threeSteps)
+	if err := e.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	hb, err := block.Start(testCtx(t), struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := wf.Start(testCtx(t), struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.GetRun(testCtx(t), h.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.LeaseEpoch != 0 {
+		t.Fatalf("a run started with no slot free was leased at creation: %+v", r)
+	}
+	close(release)
+	if _, err := hb.Result(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := h.Result(testCtx(t)); err != nil || got != 6 {
+		t.Fatalf("result %d, %v", got, err)
+	}
+}
