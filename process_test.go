@@ -29,7 +29,7 @@ const (
 	// envWorkerBlock makes the worker's "pending" workflow block after its
 	// step, and its step outcomes wait an hour to be written.
 	envWorkerBlock = "WEIR_TEST_WORKER_BLOCK"
-	killChunks   = 200
+	killChunks     = 200
 )
 
 // workerWorkflows registers the workflows the worker processes run.
