@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -134,7 +135,12 @@ type scaleRound struct {
 	cpuPGBackends      float64 // the servers' own PostgreSQL backends
 	cpuPGAll           float64 // every postgres process on the machine
 	cpuBusy, cpuWindow float64 // busy core-seconds of the machine; the window's seconds
+	cpuSoftirq         float64
 	pg                 pgDelta
+	// backends is the servers' PostgreSQL connections at the window's end;
+	// waits, what they were doing on average (sampled every 50 ms).
+	backends int
+	waits    map[string]float64
 }
 
 // runScale: for each N of Processes, Rounds times, N `weir server`
@@ -232,6 +238,8 @@ func runScale(ctx context.Context, v *env) (*Result, error) {
 		if ps.statements {
 			res.extra(p+"pg_statements_per_run", perRun(func(r *scaleRound) float64 { return float64(r.pg.statements) }))
 			res.extra(p+"pg_commit_statements_per_run", perRun(func(r *scaleRound) float64 { return float64(r.pg.commitStmts) }))
+			res.extra(p+"pg_statement_wal_bytes_per_run", perRun(func(r *scaleRound) float64 { return float64(r.pg.stmtWAL) }))
+			res.extra(p+"pg_exec_ms_per_run", perRun(func(r *scaleRound) float64 { return r.pg.execMs }))
 		}
 		res.extra(p+"pg_xact_commit_per_run", perRun(func(r *scaleRound) float64 { return float64(r.pg.commits) }))
 		res.extra(p+"pg_write_xacts_per_run", perRun(func(r *scaleRound) float64 { return float64(r.pg.xids) }))
@@ -242,7 +250,7 @@ func runScale(ctx context.Context, v *env) (*Result, error) {
 			res.OpsPerSec = rps(n)
 			res.P50Ms, res.P99Ms = res.Extra[p+"p50_ms"], res.Extra[p+"p99_ms"]
 			if ps.statements {
-				notes = append(notes, fmt.Sprintf("N=%d statements per run (last round): %s", n, rs[len(rs)-1].pg.top(12, rs[len(rs)-1].runs)))
+				notes = append(notes, fmt.Sprintf("N=%d statements per run (last round): %s", n, rs[len(rs)-1].pg.top(30, rs[len(rs)-1].runs)))
 			}
 		}
 	}
@@ -257,7 +265,7 @@ func runScale(ctx context.Context, v *env) (*Result, error) {
 	res.Notes = append(notes,
 		"a run: POST /v1/runs (round-robin over the processes), a committed-view long-poll of its stream until it closes (the run ends in that transaction), GET /v1/runs/{id}; the runs' events are checked after the timed window, through another server",
 		"cpu_*: utime+stime from /proc in the timed window; pg: the servers' own backends (application_name); machine_busy_cores: /proc/stat of the whole machine (2 cores here)",
-		"pg_statements, pg_commit_statements: pg_stat_statements calls in the window (the servers' database); pg_write_xacts: transaction ids assigned in the window (cluster-wide); pg_wal_bytes: pg_current_wal_lsn() in the window (cluster-wide); pg_xact_commit (the servers' database) and pg_wal_syncs (pg_stat_wal, cluster-wide): from the servers' start to their exit, PostgreSQL flushing those statistics late")
+		"pg_statements, pg_commit_statements, pg_statement_wal_bytes, pg_exec_ms: pg_stat_statements in the window (the servers' database); pg_write_xacts: transaction ids assigned in the window (cluster-wide); pg_wal_bytes: pg_current_wal_lsn() in the window (cluster-wide); pg_xact_commit (the servers' database) and pg_wal_syncs (pg_stat_wal, cluster-wide): from the servers' start to their exit, PostgreSQL flushing those statistics late")
 	return res, nil
 }
 
@@ -299,6 +307,13 @@ func scaleOnce(ctx context.Context, v *env, ps *pgStats, base, schema string, n 
 	if err != nil {
 		return nil, err
 	}
+	stopWaits := make(chan struct{})
+	waitsDone := make(chan error, 1)
+	go func() {
+		var err error
+		r.waits, err = ps.sampleWaits(ctx, app, stopWaits)
+		waitsDone <- err
+	}()
 
 	v.prog.phase(fmt.Sprintf("runs (N=%d)", n))
 	wctx, cancel := context.WithTimeout(ctx, c.ScaleTimeout)
@@ -332,6 +347,10 @@ func scaleOnce(ctx context.Context, v *env, ps *pgStats, base, schema string, n 
 	}
 	wg.Wait()
 	r.dur = time.Since(t0)
+	close(stopWaits)
+	if err := <-waitsDone; err != nil {
+		return nil, err
+	}
 	if firstErr != nil {
 		if errors.Is(firstErr, context.DeadlineExceeded) && ctx.Err() == nil {
 			return nil, fmt.Errorf("%d of %d runs done within --scale-timeout %v (the rest pending or running): %w%s", done.Load(), c.ScaleRuns, c.ScaleTimeout, firstErr, tails(kids))
@@ -350,7 +369,9 @@ func scaleOnce(ctx context.Context, v *env, ps *pgStats, base, schema string, n 
 	r.cpuBench = cpu1.self - cpu0.self
 	r.cpuPGAll = cpu1.postgres - cpu0.postgres
 	r.cpuBusy, r.cpuWindow = cpu1.busy-cpu0.busy, cpu1.at.Sub(cpu0.at).Seconds()
+	r.cpuSoftirq = cpu1.softirq - cpu0.softirq
 	r.cpuPGBackends = s1.backendCPU(s0)
+	r.backends = len(s1.backends)
 	for _, p := range outPID {
 		i, ok := pidIdx[p]
 		if !ok {
@@ -540,9 +561,32 @@ func (r *scaleRound) note(round int) string {
 	for _, s := range r.cpuWeir {
 		weirCPU = append(weirCPU, strconv.FormatFloat(round2(s), 'f', -1, 64))
 	}
-	return fmt.Sprintf("N=%d round %d: %d runs in %.2f s: %.0f runs/s, %.0f chunks/s, p50 %.1f ms, p99 %.1f ms, %d retried; executed by %s; CPU s: weir %s, bench %.2f, pg backends %.2f, all postgres %.2f, machine %.2f of %.2f core-s; pg per run: %s",
+	return fmt.Sprintf("N=%d round %d: %d runs in %.2f s: %.0f runs/s, %.0f chunks/s, p50 %.1f ms, p99 %.1f ms, %d retried; executed by %s; CPU s: weir %s, bench %.2f, pg backends %.2f, all postgres %.2f, machine %.2f of %.2f core-s (softirq %.2f, other processes %.2f); %d pg connections, active on average: %s; pg per run: %s",
 		r.n, round, r.runs, r.dur.Seconds(), float64(r.runs)/r.dur.Seconds(), float64(r.chunk)/r.dur.Seconds(), pct(r.lat, 0.5), pct(r.lat, 0.99), r.retried,
-		strings.Join(who, ", "), strings.Join(weirCPU, "+"), r.cpuBench, r.cpuPGBackends, r.cpuPGAll, r.cpuBusy, 2*r.cpuWindow, r.pg.perRun(r.runs))
+		strings.Join(who, ", "), strings.Join(weirCPU, "+"), r.cpuBench, r.cpuPGBackends, r.cpuPGAll, r.cpuBusy, float64(runtime.NumCPU())*r.cpuWindow,
+		r.cpuSoftirq, r.cpuBusy-r.cpuSoftirq-sumF(r.cpuWeir)-r.cpuBench-r.cpuPGAll, r.backends, waitsNote(r.waits), r.pg.perRun(r.runs))
+}
+
+// waitsNote lists the mean backends in each state, the busiest first.
+func waitsNote(w map[string]float64) string {
+	keys := make([]string, 0, len(w))
+	for k := range w {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if w[a] != w[b] {
+			if w[a] > w[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, w[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func round2(v float64) float64 { return float64(int64(v*100+0.5)) / 100 }
@@ -850,8 +894,10 @@ type pgSnap struct {
 }
 
 type stmtCount struct {
-	query string
-	calls int64
+	query    string
+	calls    int64
+	walBytes int64   // the WAL its executions wrote
+	execMs   float64 // their execution time
 }
 
 // snap reads the counters; with live, the statements and the servers'
@@ -875,7 +921,7 @@ func (ps *pgStats) snap(ctx context.Context, app string, live bool) (*pgSnap, er
 		return s, nil
 	}
 	if ps.statements {
-		rows, err := ps.conn.Query(ctx, `SELECT coalesce(queryid, 0), query, calls FROM pg_stat_statements
+		rows, err := ps.conn.Query(ctx, `SELECT coalesce(queryid, 0), query, calls, wal_bytes::bigint, total_exec_time FROM pg_stat_statements
 			WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`)
 		if err != nil {
 			return nil, fmt.Errorf("pg_stat_statements: %w", err)
@@ -884,7 +930,7 @@ func (ps *pgStats) snap(ctx context.Context, app string, live bool) (*pgSnap, er
 		for rows.Next() {
 			var id int64
 			var sc stmtCount
-			if err := rows.Scan(&id, &sc.query, &sc.calls); err != nil {
+			if err := rows.Scan(&id, &sc.query, &sc.calls, &sc.walBytes, &sc.execMs); err != nil {
 				rows.Close()
 				return nil, err
 			}
@@ -893,7 +939,7 @@ func (ps *pgStats) snap(ctx context.Context, app string, live bool) (*pgSnap, er
 				continue
 			}
 			prev := s.stmts[id]
-			s.stmts[id] = stmtCount{query: sc.query, calls: prev.calls + sc.calls}
+			s.stmts[id] = stmtCount{query: sc.query, calls: prev.calls + sc.calls, walBytes: prev.walBytes + sc.walBytes, execMs: prev.execMs + sc.execMs}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -915,6 +961,55 @@ func (ps *pgStats) snap(ctx context.Context, app string, live bool) (*pgSnap, er
 		}
 	}
 	return s, nil
+}
+
+// sampleWaits samples the servers' backends every 50 ms until stop is
+// closed and returns the mean number of them in each state: "CPU" (active,
+// waiting on nothing), the wait event of an active one (IO/WALSync,
+// LWLock/WALWrite, Lock/tuple …), or "idle in transaction" (PostgreSQL
+// waiting for weir between a group commit's round trips).
+func (ps *pgStats) sampleWaits(ctx context.Context, app string, stop <-chan struct{}) (map[string]float64, error) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	sum := map[string]float64{}
+	samples := 0
+	for {
+		select {
+		case <-stop:
+			for k := range sum {
+				sum[k] /= float64(max(samples, 1))
+			}
+			return sum, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		rows, err := ps.conn.Query(ctx, `SELECT coalesce(state, ''), coalesce(wait_event_type || '/' || wait_event, '')
+			FROM pg_stat_activity WHERE application_name = $1`, app)
+		if err != nil {
+			return nil, fmt.Errorf("pg_stat_activity: %w", err)
+		}
+		for rows.Next() {
+			var state, wait string
+			if err := rows.Scan(&state, &wait); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			switch {
+			case state == "active" && wait == "":
+				sum["CPU"]++
+			case state == "active":
+				sum[wait]++
+			case strings.HasPrefix(state, "idle in transaction"):
+				sum["idle in transaction"]++
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		samples++
+	}
 }
 
 // backendCPU is the CPU the servers' backends used since s0: a backend
@@ -941,8 +1036,13 @@ func parseLSN(s string) (uint64, error) {
 type pgDelta struct {
 	statements, commitStmts int64
 	byStmt                  []stmtCount
-	xids, walBytes          int64
-	commits, walSyncs       int64
+	// stmtWAL and execMs are the servers' statements' WAL and execution
+	// time (pg_stat_statements: this database only, where the WAL position
+	// is the whole cluster's).
+	stmtWAL           int64
+	execMs            float64
+	xids, walBytes    int64
+	commits, walSyncs int64
 }
 
 // delta: statements, transaction ids and WAL between s0 and s1 (the timed
@@ -959,10 +1059,12 @@ func (ps *pgStats) delta(s0, s1, before, after *pgSnap) pgDelta {
 			continue
 		}
 		d.statements += n
+		d.stmtWAL += c.walBytes - s0.stmts[id].walBytes
+		d.execMs += c.execMs - s0.stmts[id].execMs
 		if q := strings.ToUpper(strings.TrimSpace(c.query)); strings.HasPrefix(q, "COMMIT") {
 			d.commitStmts += n
 		}
-		d.byStmt = append(d.byStmt, stmtCount{query: c.query, calls: n})
+		d.byStmt = append(d.byStmt, stmtCount{query: c.query, calls: n, walBytes: c.walBytes - s0.stmts[id].walBytes, execMs: c.execMs - s0.stmts[id].execMs})
 	}
 	slices.SortFunc(d.byStmt, func(a, b stmtCount) int { return int(b.calls - a.calls) })
 	return d
@@ -972,7 +1074,7 @@ func (d pgDelta) perRun(runs int) string {
 	r := float64(runs)
 	s := ""
 	if d.byStmt != nil {
-		s = fmt.Sprintf("%.1f statements (%.1f COMMIT), ", float64(d.statements)/r, float64(d.commitStmts)/r)
+		s = fmt.Sprintf("%.1f statements (%.1f COMMIT, %.2f ms executing, %.0f WAL bytes), ", float64(d.statements)/r, float64(d.commitStmts)/r, d.execMs/r, float64(d.stmtWAL)/r)
 	}
 	return s + fmt.Sprintf("%.1f write transactions, %.0f WAL bytes, %.1f xact_commit, %.2f WAL syncs",
 		float64(d.xids)/r, float64(d.walBytes)/r, float64(d.commits)/r, float64(d.walSyncs)/r)
@@ -986,7 +1088,7 @@ func (d pgDelta) top(k, runs int) string {
 		if len(q) > 70 {
 			q = q[:70] + "…"
 		}
-		parts = append(parts, fmt.Sprintf("%.2f× %q", float64(s.calls)/float64(runs), q))
+		parts = append(parts, fmt.Sprintf("%.2f× (%.3f ms, %.0f WAL bytes) %q", float64(s.calls)/float64(runs), s.execMs/float64(s.calls), float64(s.walBytes)/float64(s.calls), q))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -1002,6 +1104,7 @@ type cpuSample struct {
 	self     float64
 	postgres float64 // every process named postgres
 	busy     float64 // the machine's busy core-seconds since boot
+	softirq  float64 // of which in softirqs (loopback TCP, mostly), no process's
 }
 
 func sampleCPU(kids []*child) cpuSample {
@@ -1033,6 +1136,9 @@ func sampleCPU(kids []*child) cpuSample {
 			}
 			x, _ := strconv.ParseFloat(f[i], 64)
 			s.busy += x / clockTick
+			if i == 7 {
+				s.softirq = x / clockTick
+			}
 		}
 	}
 	return s
