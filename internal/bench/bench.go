@@ -51,6 +51,9 @@ type Config struct {
 	Writers int
 	// Requests is the http workload's count. Defaults to 2,000.
 	Requests int
+	// Clients is the concurrent clients of the http workload's second
+	// phase, each POSTing to a stream of its own. Defaults to 16.
+	Clients int
 	// Samples is the tail workload's count. Defaults to 1,000.
 	Samples int
 	// Linger is the step writers' linger (weir.WriterConfig.Linger).
@@ -64,6 +67,9 @@ type Config struct {
 	Steps int
 	// Runs is the short runs of the steps workload. Defaults to 500.
 	Runs int
+	// RunConcurrency is how many of those runs are in flight at once, each
+	// started and awaited by a client of its own. Defaults to 16.
+	RunConcurrency int
 	// Replays is how many times replay replays. Defaults to 20.
 	Replays int
 	// Readers is the fanout workload's live readers. Defaults to 1,000.
@@ -113,6 +119,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.AdoptChunks, 100_000)
 	def(&c.Writers, 16)
 	def(&c.Requests, 2_000)
+	def(&c.Clients, 16)
 	def(&c.Samples, 1_000)
 	def(&c.Steps, 1_000)
 	def(&c.Runs, 500)
@@ -122,6 +129,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.DBOSRuns, 500)
 	def(&c.DBOSChunks, 20)
 	def(&c.DBOSConcurrency, 16)
+	def(&c.RunConcurrency, 16)
 	def(&c.ScaleRuns, 1_000)
 	def(&c.ScaleChunks, 20)
 	def(&c.ScaleConcurrency, 16)

@@ -78,16 +78,14 @@ func runSteps(ctx context.Context, v *env) (*Result, error) {
 	v.prog.phase("runs (3 steps each)")
 	runs := v.cfg.Runs
 	t1 := time.Now()
-	hs := make([]*weir.Handle[int], runs)
-	for i := range hs {
-		if hs[i], err = short.Start(ctx, 0, nil); err != nil {
-			return nil, err
+	if err := clients(ctx, runs, v.cfg.RunConcurrency, func() error {
+		h, err := short.Start(ctx, 0, nil)
+		if err == nil {
+			_, err = h.Result(ctx)
 		}
-	}
-	for _, h := range hs {
-		if _, err := h.Result(ctx); err != nil {
-			return nil, err
-		}
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	runDur := time.Since(t1)
 
@@ -102,7 +100,8 @@ func runSteps(ctx context.Context, v *env) (*Result, error) {
 	r.extra("baseline_txn_ms", ms(base)/float64(n))
 	r.extra("runs_per_sec", float64(runs)/runDur.Seconds())
 	r.extra("runs", float64(runs))
-	r.Notes = append(r.Notes, "p50/p99/p999: the gap between consecutive steps of one run; runs_per_sec: runs of 3 steps, all started at once, 64 at a time")
+	r.extra("run_concurrency", float64(v.cfg.RunConcurrency))
+	r.Notes = append(r.Notes, fmt.Sprintf("p50/p99/p999: the gap between consecutive steps of one run; runs_per_sec: runs of 3 steps, %d clients each starting one and awaiting its result, again and again", v.cfg.RunConcurrency))
 	r.target("step overhead ≤ 0.5 ms embedded", ms(mean) <= 0.5)
 	return r, nil
 }
@@ -270,16 +269,14 @@ func runDBOSLike(ctx context.Context, v *env) (*Result, error) {
 		})
 	})
 	t1 := time.Now()
-	hs := make([]*weir.Handle[int], c.DBOSRuns)
-	for i := range hs {
-		if hs[i], err = wf.Start(ctx, 0, nil); err != nil {
-			return nil, err
+	if err := clients(ctx, c.DBOSRuns, c.DBOSConcurrency, func() error {
+		h, err := wf.Start(ctx, 0, nil)
+		if err == nil {
+			_, err = h.Result(ctx)
 		}
-	}
-	for _, h := range hs {
-		if _, err := h.Result(ctx); err != nil {
-			return nil, err
-		}
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	d := time.Since(t1)
 	const dbosGo = 1371
@@ -292,6 +289,32 @@ func runDBOSLike(ctx context.Context, v *env) (*Result, error) {
 	r.extra("runs_per_sec", float64(c.DBOSRuns)/d.Seconds())
 	r.extra("peer_dbos_go_exactly_once_pg_chunks_per_sec", dbosGo)
 	r.extra("vs_peer", r.OpsPerSec/dbosGo)
-	r.Notes = append(r.Notes, "peer: DBOS Go v1.8.0, exactly-once (workflow WriteStream) on PostgreSQL, 1,371 chunks/s on this kind of machine (anchors-measured.md)")
+	r.Notes = append(r.Notes, fmt.Sprintf("%d clients each start a run and await its result, again and again (the shape of bench/peers/dbos)", c.DBOSConcurrency),
+		"peer: DBOS Go v1.8.0, exactly-once (workflow WriteStream) on PostgreSQL, 1,371 chunks/s on this kind of machine (anchors-measured.md); measure it in the same sitting with bench/peers/dbos")
 	return r, nil
+}
+
+// clients runs n calls of one, conc at a time: conc clients, each calling
+// one again and again until n calls were made. The first error stops them.
+func clients(ctx context.Context, n, conc int, one func() error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, conc)
+	for range conc {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) && ctx.Err() == nil {
+				if err := one(); err != nil {
+					errc <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return ctx.Err()
+	}
 }
