@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/client"
@@ -179,8 +180,8 @@ func runScale(ctx context.Context, v *env) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scale: connect to PostgreSQL: %w", err)
 	}
-	defer conn.Close(context.Background())
 	ps := &pgStats{conn: conn}
+	defer func() { ps.conn.Close(context.Background()) }()
 	var notes []string
 	if err := ps.init(ctx); err != nil {
 		notes = append(notes, "statement counts left out: "+err.Error())
@@ -191,10 +192,28 @@ func runScale(ctx context.Context, v *env) (*Result, error) {
 	all := map[int][]*scaleRound{}
 	for round := range rounds {
 		for _, n := range procs {
-			schema := fmt.Sprintf("weir_scale_%s_n%d_r%d", tag, n, round+1)
-			r, err := scaleOnce(ctx, v, ps, base, schema, n)
-			if derr := dropSchema(conn, schema); err == nil && derr != nil {
-				err = derr
+			var r *scaleRound
+			for try := 1; ; try++ {
+				schema := fmt.Sprintf("weir_scale_%s_n%d_r%d_%d", tag, n, round+1, try)
+				r, err = scaleOnce(ctx, v, ps, base, schema, n)
+				// A PostgreSQL restart (another program's, on a shared
+				// server) spoils the round's figures: it is run again on a
+				// new connection, twice at most.
+				lost := err != nil && (isAdminShutdown(err) || ps.conn.Ping(ctx) != nil)
+				if lost && ctx.Err() == nil {
+					if nc, cerr := pgx.ConnectConfig(ctx, pcfg); cerr == nil {
+						ps.conn.Close(context.Background())
+						ps.conn = nc
+					}
+				}
+				if derr := dropSchema(ps.conn, schema); err == nil && derr != nil {
+					err = derr
+				}
+				if err != nil && lost && try < 3 && ctx.Err() == nil {
+					notes = append(notes, fmt.Sprintf("N=%d round %d: run again, PostgreSQL went away (%v)", n, round+1, err))
+					continue
+				}
+				break
 			}
 			if err != nil {
 				return nil, fmt.Errorf("with %d processes (round %d): %w", n, round+1, err)
@@ -849,6 +868,13 @@ func withParams(dsn string, params map[string]string) (string, error) {
 	}
 	u.RawQuery = q.Encode()
 	return u.String(), nil
+}
+
+// isAdminShutdown reports whether err is PostgreSQL ending the connection
+// (a shutdown or restart: SQLSTATE 57P01-57P03).
+func isAdminShutdown(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "57P")
 }
 
 func dropSchema(conn *pgx.Conn, schema string) error {
