@@ -166,6 +166,7 @@ type Engine struct {
 	started   bool
 	closed    bool
 	running   map[string]*execution    // run id -> its execution here
+	launched  map[string]int           // run id -> its executions launched here and not returned
 	inflight  int                      // runs launched and not yet ended
 	done      map[string]chan struct{} // run id -> closed when this engine ends it
 
@@ -205,6 +206,7 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 		log:       c.Logger,
 		workflows: make(map[string]*registered),
 		running:   make(map[string]*execution),
+		launched:  make(map[string]int),
 		done:      make(map[string]chan struct{}),
 		wake:      make(chan struct{}, 1),
 	}, nil
@@ -368,11 +370,17 @@ func (e *Engine) unreserve() {
 func (e *Engine) launchReserved(ctx context.Context, r *store.Run, fresh bool) {
 	rctx, cancel := context.WithCancelCause(ctx)
 	e.runWG.Add(1)
+	e.mu.Lock()
+	e.launched[r.ID]++
+	e.mu.Unlock()
 	go func() {
 		defer e.runWG.Done()
 		defer func() {
 			e.mu.Lock()
 			e.inflight--
+			if e.launched[r.ID]--; e.launched[r.ID] <= 0 {
+				delete(e.launched, r.ID)
+			}
 			e.mu.Unlock()
 			cancel(nil)
 			e.nudge()

@@ -212,14 +212,19 @@ func (e *Engine) Events(ctx context.Context, runID string, afterSeq int64) ([]Ev
 func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
 	ch := e.doneChan(id)
 	delay := 5 * time.Millisecond
+	// A run launched here a moment ago has not ended: its end closes ch.
+	look := !e.launchedHere(id)
 	for {
-		r, err := e.store.GetRun(ctx, id)
-		if err != nil {
-			return nil, err
+		if look {
+			r, err := e.store.GetRun(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			if r.Status.Terminal() {
+				return r, nil
+			}
 		}
-		if r.Status.Terminal() {
-			return r, nil
-		}
+		look = true
 		d := delay
 		if e.executing(id) {
 			// Its end here closes ch: a poll only catches it being lost to
@@ -239,6 +244,15 @@ func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
 		// Runs executed elsewhere are polled, more slowly as time passes.
 		delay = min(delay*2, 250*time.Millisecond)
 	}
+}
+
+// launchedHere reports whether an execution of run id was launched here and
+// has not returned. (One that is returning may have ended the run before
+// Wait looked: Wait's poll timer catches that.)
+func (e *Engine) launchedHere(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.launched[id] > 0
 }
 
 // executing reports whether run id is executing on this engine now.
