@@ -196,9 +196,10 @@ func runScale(ctx context.Context, v *env) (*Result, error) {
 			for try := 1; ; try++ {
 				schema := fmt.Sprintf("weir_scale_%s_n%d_r%d_%d", tag, n, round+1, try)
 				r, err = scaleOnce(ctx, v, ps, base, schema, n)
-				// A PostgreSQL restart (another program's, on a shared
-				// server) spoils the round's figures: it is run again on a
-				// new connection, twice at most.
+				// A PostgreSQL restart or a reset of pg_stat_statements
+				// (another program's, on a shared server) spoils the
+				// round's figures: it is run again (on a new connection),
+				// twice at most.
 				lost := err != nil && (isAdminShutdown(err) || ps.conn.Ping(ctx) != nil)
 				if lost && ctx.Err() == nil {
 					if nc, cerr := pgx.ConnectConfig(ctx, pcfg); cerr == nil {
@@ -209,8 +210,8 @@ func runScale(ctx context.Context, v *env) (*Result, error) {
 				if derr := dropSchema(ps.conn, schema); err == nil && derr != nil {
 					err = derr
 				}
-				if err != nil && lost && try < 3 && ctx.Err() == nil {
-					notes = append(notes, fmt.Sprintf("N=%d round %d: run again, PostgreSQL went away (%v)", n, round+1, err))
+				if err != nil && (lost || errors.Is(err, errSpoiled)) && try < 3 && ctx.Err() == nil {
+					notes = append(notes, fmt.Sprintf("N=%d round %d: run again: %v", n, round+1, err))
 					continue
 				}
 				break
@@ -381,6 +382,9 @@ func scaleOnce(ctx context.Context, v *env, ps *pgStats, base, schema string, n 
 		return nil, err
 	}
 	cpu1 := sampleCPU(kids)
+	if s1.stmtsEpoch != s0.stmtsEpoch {
+		return nil, fmt.Errorf("%w: pg_stat_statements was reset or evicted entries during the round (%s, then %s)", errSpoiled, s0.stmtsEpoch, s1.stmtsEpoch)
+	}
 	r.chunk = chunks.Load()
 	for i := range kids {
 		r.cpuWeir[i] = cpu1.procs[i] - cpu0.procs[i]
@@ -870,6 +874,9 @@ func withParams(dsn string, params map[string]string) (string, error) {
 	return u.String(), nil
 }
 
+// errSpoiled is a round whose figures something else spoiled.
+var errSpoiled = errors.New("the round's figures are spoiled")
+
 // isAdminShutdown reports whether err is PostgreSQL ending the connection
 // (a shutdown or restart: SQLSTATE 57P01-57P03).
 func isAdminShutdown(err error) bool {
@@ -916,7 +923,9 @@ type pgSnap struct {
 	commits  int64 // pg_stat_database.xact_commit of this database
 	walSyncs int64 // pg_stat_wal.wal_sync
 	stmts    map[int64]stmtCount
-	backends map[int]float64 // the servers' backends: pid → CPU seconds
+	// stmtsEpoch is pg_stat_statements_info's reset time and evictions.
+	stmtsEpoch string
+	backends   map[int]float64 // the servers' backends: pid → CPU seconds
 }
 
 type stmtCount struct {
@@ -951,6 +960,9 @@ func (ps *pgStats) snap(ctx context.Context, app string, live bool) (*pgSnap, er
 			WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`)
 		if err != nil {
 			return nil, fmt.Errorf("pg_stat_statements: %w", err)
+		}
+		if err := ps.conn.QueryRow(ctx, `SELECT stats_reset::text || ' ' || dealloc FROM pg_stat_statements_info`).Scan(&s.stmtsEpoch); err != nil {
+			return nil, fmt.Errorf("pg_stat_statements_info: %w", err)
 		}
 		s.stmts = map[int64]stmtCount{}
 		for rows.Next() {
