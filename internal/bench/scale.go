@@ -956,13 +956,13 @@ func (ps *pgStats) snap(ctx context.Context, app string, live bool) (*pgSnap, er
 		return s, nil
 	}
 	if ps.statements {
+		if err := ps.conn.QueryRow(ctx, `SELECT stats_reset::text || ' ' || dealloc FROM pg_stat_statements_info`).Scan(&s.stmtsEpoch); err != nil {
+			return nil, fmt.Errorf("pg_stat_statements_info: %w", err)
+		}
 		rows, err := ps.conn.Query(ctx, `SELECT coalesce(queryid, 0), query, calls, wal_bytes::bigint, total_exec_time FROM pg_stat_statements
 			WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`)
 		if err != nil {
 			return nil, fmt.Errorf("pg_stat_statements: %w", err)
-		}
-		if err := ps.conn.QueryRow(ctx, `SELECT stats_reset::text || ' ' || dealloc FROM pg_stat_statements_info`).Scan(&s.stmtsEpoch); err != nil {
-			return nil, fmt.Errorf("pg_stat_statements_info: %w", err)
 		}
 		s.stmts = map[int64]stmtCount{}
 		for rows.Next() {

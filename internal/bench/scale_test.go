@@ -26,7 +26,20 @@ import (
 func TestScale(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	pgtest.Admin(t) // fails the test at once if PostgreSQL is unreachable
+	admin := pgtest.Admin(t) // fails the test at once if PostgreSQL is unreachable
+	// Where the server preloads pg_stat_statements, the workload's
+	// statement counts are checked too.
+	var preload string
+	if err := admin.QueryRow(ctx, `SHOW shared_preload_libraries`).Scan(&preload); err != nil {
+		t.Fatal(err)
+	}
+	withStatements := strings.Contains(preload, "pg_stat_statements")
+	if withStatements {
+		if _, err := admin.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+			t.Logf("pg_stat_statements: %v", err)
+			withStatements = false
+		}
+	}
 	bin := filepath.Join(t.TempDir(), "weir")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/weirhq/weir/cmd/weir").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -118,6 +131,12 @@ func TestScale(t *testing.T) {
 		}
 		if r.Extra[fmt.Sprintf("n%d_runs_per_sec", n)] <= 0 || r.Extra[fmt.Sprintf("n%d_chunks_per_sec", n)] <= 0 {
 			t.Errorf("N=%d: no throughput in %v", n, r.Extra)
+		}
+		if withStatements && r.Extra[fmt.Sprintf("n%d_pg_statements_per_run", n)] <= 0 {
+			t.Errorf("N=%d: no statements counted in %v", n, r.Extra)
+		}
+		if r.Extra[fmt.Sprintf("n%d_pg_wal_bytes_per_run", n)] <= 0 {
+			t.Errorf("N=%d: no WAL counted in %v", n, r.Extra)
 		}
 	}
 	if r.Ratio <= 0 || !strings.Contains(r.RatioOf, "N=2") {
