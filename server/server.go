@@ -82,6 +82,14 @@ type Config struct {
 	// past it gets 413 (code "stream_full"); retransmits and adopted
 	// retries are still answered. Defaults to 1 GiB; negative: no limit.
 	MaxStreamBytes int64
+	// StreamCacheSize bounds the stream paths a server remembers the
+	// stream of (its id and content type), so that an append to a known
+	// path does not look the path up in the store first. It is correct with
+	// several servers on one database: the store refuses an append to a
+	// stream deleted or expired since, and the server then looks the path
+	// up again (stream_cache.go). About 100 bytes and the path per entry.
+	// Defaults to 10,000; negative: no cache (every append looks up).
+	StreamCacheSize int
 	// WorldDelivery says a delivery loop (package delivery) pushes this
 	// server's World queue messages to the apps; without one, POST
 	// /v1/world/queue answers 503 rather than keep messages nothing
@@ -125,6 +133,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxStreamBytes == 0 {
 		c.MaxStreamBytes = 1 << 30
 	}
+	if c.StreamCacheSize == 0 {
+		c.StreamCacheSize = 10_000
+	}
 	return c
 }
 
@@ -147,6 +158,13 @@ type Server struct {
 	ds       dsState      // the streams handler's own state (stream.go)
 	worldIDs world.ULIDs  // message ids the World API mints
 
+	// paths is the appends' path → stream cache (stream_cache.go); nil:
+	// none (StreamCacheSize < 0).
+	paths *pathCache
+	// now is the streams handler's clock: expiry and TTL decisions are
+	// taken at now(). time.Now, except in tests that move time on.
+	now func() time.Time
+
 	// drained is cancelled by Drain (health_drain.go): live reads end.
 	drained     context.Context
 	drainCancel context.CancelFunc
@@ -160,7 +178,7 @@ func New(e *weir.Engine, cfg *Config) *Server {
 	}
 	c = c.WithDefaults()
 	s := &Server{e: e, store: e.Store(), cfg: c, log: c.Logger, mux: http.NewServeMux(), metrics: newMetrics(),
-		readers: make(chan struct{}, c.MaxReaders)}
+		readers: make(chan struct{}, c.MaxReaders), paths: newPathCache(c.StreamCacheSize), now: time.Now}
 	s.drained, s.drainCancel = context.WithCancel(context.Background())
 	s.metrics.useStore(s.store)
 	s.routes()

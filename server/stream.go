@@ -160,7 +160,7 @@ func wellFormedQuery(r *http.Request) error {
 
 // handleHead serves HEAD: the stream's metadata. It never renews the TTL.
 func (s *Server) handleHead(w http.ResponseWriter, r *http.Request, path string) {
-	info, err := s.lookup(r.Context(), path, time.Now())
+	info, err := s.lookup(r.Context(), path, s.now())
 	if err != nil {
 		s.streamError(w, err)
 		return
@@ -188,7 +188,7 @@ func setExpiryHeaders(h http.Header, info *store.StreamInfo) {
 
 // handleDelete serves DELETE: 204, or 404 / 410.
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, path string) {
-	info, err := s.lookup(r.Context(), path, time.Now())
+	info, err := s.lookup(r.Context(), path, s.now())
 	if err != nil {
 		s.streamError(w, err)
 		return
@@ -197,6 +197,9 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, path strin
 		s.streamError(w, err)
 		return
 	}
+	// Not needed to be right (the store refuses the deleted id, and the
+	// append looks again), but this server's next append need not try.
+	s.paths.drop(path, info.ID)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -30,6 +31,10 @@ type ackJSON struct {
 // handleAppend serves POST: append, append-and-close, close; with the
 // idempotent producer, Stream-Seq, weir's writer headers, Weir-Commit and
 // Weir-Abort, and Idempotency-Key.
+//
+// An append to a path the server knows takes its stream from the path cache
+// (stream_cache.go), with no query before the store's append; the store
+// checks the stream (deleted, expired, closed) on the row it writes.
 func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, path string) {
 	wh, err := parseWriteHeaders(r.Header)
 	if err != nil {
@@ -41,11 +46,21 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, path strin
 		return
 	}
 	ctx := r.Context()
-	now := time.Now()
-	info, err := s.lookup(ctx, path, now)
-	if err != nil {
-		s.streamError(w, err)
-		return
+	now := s.now()
+	finish := wh.commit || wh.abort
+	ref, ok := s.paths.get(path)
+	if !ok || finish {
+		// FinishWriter checks neither deletion nor expiry (apply.Finish):
+		// a commit or an abort, once per writer, always looks the path up.
+		info, err := s.lookup(ctx, path, now)
+		if err != nil {
+			s.streamError(w, err)
+			return
+		}
+		if !finish {
+			s.paths.put(path, info)
+		}
+		ref = refOf(info)
 	}
 	// The body is read with no lock held and nothing reserved: a client that
 	// stalls mid-body holds only its own goroutine, until the server's read
@@ -56,53 +71,35 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, path strin
 		s.streamError(w, err)
 		return
 	}
-	if wh.commit || wh.abort {
-		s.finishWriter(w, r, info, wh, body)
+	if finish {
+		s.finishWriter(w, r, ref.id, wh, body)
 		return
 	}
 	closeOnly := len(body) == 0 && wh.close
-	if len(body) == 0 && !wh.close {
-		s.streamError(w, fmt.Errorf("%w: empty body: an append needs bytes (or Stream-Closed: true to close)", api.ErrBadRequest))
-		return
-	}
-	p := &store.AppendParams{StreamID: info.ID, Producer: wh.producer, StreamSeq: wh.streamSeq, Close: wh.close, Now: now,
-		MaxBytes: limit(s.cfg.MaxStreamBytes)}
-	if wh.weir {
-		p.Writer, p.Attempt, p.FirstSeq = wh.writer, wh.attempt, wh.seq
-	}
-	if !closeOnly {
-		if !wh.hasCT {
-			s.streamError(w, fmt.Errorf("%w: an append needs a Content-Type", api.ErrBadRequest))
+	res, byStore, err := s.appendTo(ctx, ref, wh, body, now)
+	if err != nil && ref.cached && (!byStore || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrGone)) {
+		// Refused on a cached entry, and nothing written: the stream may
+		// have been deleted (or have expired) since it was cached, and
+		// another created at the path. Look the path up, and decide again
+		// on what is there now: once.
+		s.paths.drop(path, ref.id)
+		info, lerr := s.lookup(ctx, path, now)
+		if lerr != nil {
+			// The lookup's answer is the path's: 404, or 410 (what an
+			// uncached append answers; an expired stream is deleted here).
+			s.streamError(w, lerr)
 			return
 		}
-		// On a closed stream the store answers (409 Stream-Closed, or the
-		// closing request's retry), whatever the content type.
-		if !info.Closed && mediaType(wh.contentType) != mediaType(info.ContentType) {
-			s.rejected(api.ErrConflict)
-			s.streamError(w, fmt.Errorf("%w: content type %s, the stream's is %s", api.ErrConflict, mediaType(wh.contentType), mediaType(info.ContentType)))
-			return
-		}
-		if p.Chunks, err = bodyChunks(info.ContentType, wh, body); err != nil {
-			s.rejected(err)
-			s.streamError(w, err)
-			return
+		s.paths.put(path, info)
+		if info.ID != ref.id || !byStore { // else the same stream: the store's answer stands
+			ref = refOf(info)
+			res, _, err = s.appendTo(ctx, ref, wh, body, now)
 		}
 	}
-	if wh.idemKey != "" {
-		k := inflightKey{info.ID, wh.idemKey}
-		if !s.ds.begin(k) {
-			s.rejected(api.ErrConflict)
-			s.streamError(w, fmt.Errorf("%w: a request with this Idempotency-Key is still in flight", api.ErrInFlight))
-			return
-		}
-		defer s.ds.end(k)
-		p.IdempotencyKey, p.RequestDigest, p.KeyTTL = wh.idemKey, requestDigest(wh, body), s.cfg.IdempotencyTTL
-	}
-	res, err := s.store.Append(ctx, p)
 	if err != nil {
 		if errors.Is(err, stream.ErrClosed) {
 			// A closed stream's tail is final: report it, as the protocol asks.
-			if cur, err2 := s.store.GetStream(ctx, info.ID); err2 == nil {
+			if cur, err2 := s.store.GetStream(ctx, ref.id); err2 == nil {
 				w.Header().Set("Stream-Next-Offset", formatOffset(cur.NextOffset))
 			}
 		}
@@ -142,6 +139,47 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, path strin
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+// appendTo applies an append (not a commit or an abort) to the stream ref
+// names. byStore says whether the store decided the outcome; false for a
+// request the handler refused first, from what it knows of the stream (its
+// content type, an Idempotency-Key in flight). Either way a refusal wrote
+// nothing.
+func (s *Server) appendTo(ctx context.Context, ref streamRef, wh *writeHeaders, body []byte, now time.Time) (res *store.AppendResult, byStore bool, err error) {
+	p := &store.AppendParams{StreamID: ref.id, Producer: wh.producer, StreamSeq: wh.streamSeq, Close: wh.close, Now: now,
+		MaxBytes: limit(s.cfg.MaxStreamBytes)}
+	if wh.weir {
+		p.Writer, p.Attempt, p.FirstSeq = wh.writer, wh.attempt, wh.seq
+	}
+	if len(body) == 0 && !wh.close {
+		return nil, false, fmt.Errorf("%w: empty body: an append needs bytes (or Stream-Closed: true to close)", api.ErrBadRequest)
+	}
+	if len(body) > 0 {
+		if !wh.hasCT {
+			return nil, false, fmt.Errorf("%w: an append needs a Content-Type", api.ErrBadRequest)
+		}
+		// On a closed stream the store answers (409 Stream-Closed, or the
+		// closing request's retry), whatever the content type. A cached
+		// entry does not know whether the stream is closed: its mismatch
+		// is decided again on a lookup.
+		if (ref.cached || !ref.closed) && mediaType(wh.contentType) != mediaType(ref.contentType) {
+			return nil, false, fmt.Errorf("%w: content type %s, the stream's is %s", api.ErrConflict, mediaType(wh.contentType), mediaType(ref.contentType))
+		}
+		if p.Chunks, err = bodyChunks(ref.contentType, wh, body); err != nil {
+			return nil, false, err
+		}
+	}
+	if wh.idemKey != "" {
+		k := inflightKey{ref.id, wh.idemKey}
+		if !s.ds.begin(k) {
+			return nil, false, fmt.Errorf("%w: a request with this Idempotency-Key is still in flight", api.ErrInFlight)
+		}
+		defer s.ds.end(k)
+		p.IdempotencyKey, p.RequestDigest, p.KeyTTL = wh.idemKey, requestDigest(wh, body), s.cfg.IdempotencyTTL
+	}
+	res, err = s.store.Append(ctx, p)
+	return res, true, err
 }
 
 // bodyChunks cuts an append's body into chunks: JSON values for a JSON
@@ -206,12 +244,12 @@ func requestDigest(wh *writeHeaders, body []byte) []byte {
 // finishWriter serves Weir-Commit and Weir-Abort: 204 with Weir-Result
 // done (the records were written) or already (the same attempt finished
 // before).
-func (s *Server) finishWriter(w http.ResponseWriter, r *http.Request, info *store.StreamInfo, wh *writeHeaders, body []byte) {
+func (s *Server) finishWriter(w http.ResponseWriter, r *http.Request, id int64, wh *writeHeaders, body []byte) {
 	if len(body) > 0 {
 		s.streamError(w, fmt.Errorf("%w: Weir-Commit and Weir-Abort take an empty body", api.ErrBadRequest))
 		return
 	}
-	res, err := s.store.FinishWriter(r.Context(), &store.FinishWriterParams{StreamID: info.ID, Writer: wh.writer, Attempt: wh.attempt, Commit: wh.commit})
+	res, err := s.store.FinishWriter(r.Context(), &store.FinishWriterParams{StreamID: id, Writer: wh.writer, Attempt: wh.attempt, Commit: wh.commit})
 	if err != nil {
 		s.rejected(err)
 		s.streamError(w, err)

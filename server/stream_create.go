@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
@@ -28,7 +27,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, path strin
 		return
 	}
 	ctx := r.Context()
-	now := time.Now()
+	now := s.now()
 
 	existing, err := s.lookup(ctx, path, now)
 	switch {

@@ -40,6 +40,13 @@ func newDSServer(t testing.TB, cfg *Config) *dsServer {
 // newDSServerOn starts a server on st, which it closes when t ends.
 func newDSServerOn(t testing.TB, cfg *Config, st store.Store) *dsServer {
 	t.Helper()
+	return newDSServerWith(t, cfg, st, nil)
+}
+
+// newDSServerWith is newDSServerOn, with set (if not nil) called on the
+// Server before it serves: a test's clock, say.
+func newDSServerWith(t testing.TB, cfg *Config, st store.Store, set func(*Server)) *dsServer {
+	t.Helper()
 	e, err := weir.New(st, &weir.Config{PollInterval: 10 * time.Millisecond, LeaseTTL: 500 * time.Millisecond,
 		Retry:  weir.RetryPolicy{InitialInterval: 5 * time.Millisecond, MaxInterval: 20 * time.Millisecond},
 		Logger: discardLogger()})
@@ -57,6 +64,9 @@ func newDSServerOn(t testing.TB, cfg *Config, st store.Store) *dsServer {
 		c.LongPollTimeout = 500 * time.Millisecond
 	}
 	srv := New(e, &c)
+	if set != nil {
+		set(srv)
+	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(func() {
 		ts.Close()

@@ -164,7 +164,7 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request, path string)
 	}
 	defer release()
 	ctx := r.Context()
-	now := time.Now()
+	now := s.now()
 	info, err := s.lookup(ctx, path, now)
 	if err != nil {
 		s.streamError(w, err)
