@@ -265,13 +265,28 @@ func runScale(ctx context.Context, v *env) (*Result, error) {
 		res.extra(p+"pg_write_xacts_per_run", perRun(func(r *scaleRound) float64 { return float64(r.pg.xids) }))
 		res.extra(p+"pg_wal_bytes_per_run", perRun(func(r *scaleRound) float64 { return float64(r.pg.walBytes) }))
 		res.extra(p+"pg_wal_syncs_per_run", perRun(func(r *scaleRound) float64 { return float64(r.pg.walSyncs) }))
+		res.extra(p+"cpu_softirq_ms_per_run", perRun(func(r *scaleRound) float64 { return 1000 * r.cpuSoftirq }))
+		res.extra(p+"pg_connections", median(rs, func(r *scaleRound) float64 { return float64(r.backends) }))
+		// What the servers' backends were doing, on average (backends).
+		for name, keys := range map[string][]string{
+			"cpu": {"CPU"}, "in_transaction": {"idle in transaction"}, "wal_sync": {"IO/WALSync"},
+			"wal_write_lock": {"LWLock/WALWrite"}, "row_locks": {"Lock/transactionid", "Lock/tuple"}, "extend_lock": {"Lock/extend"},
+		} {
+			res.extra(p+"pg_busy_"+name, median(rs, func(r *scaleRound) float64 {
+				var t float64
+				for _, k := range keys {
+					t += r.waits[k]
+				}
+				return t
+			}))
+		}
+		if ps.statements {
+			notes = append(notes, fmt.Sprintf("N=%d statements per run (last round; calls, mean time, mean WAL): %s", n, rs[len(rs)-1].pg.top(30, rs[len(rs)-1].runs)))
+		}
 		if n == last {
 			res.Seconds = median(rs, func(r *scaleRound) float64 { return r.dur.Seconds() })
 			res.OpsPerSec = rps(n)
 			res.P50Ms, res.P99Ms = res.Extra[p+"p50_ms"], res.Extra[p+"p99_ms"]
-			if ps.statements {
-				notes = append(notes, fmt.Sprintf("N=%d statements per run (last round): %s", n, rs[len(rs)-1].pg.top(30, rs[len(rs)-1].runs)))
-			}
 		}
 	}
 	res.Baseline = fmt.Sprintf("the same runs through %d weir server process(es) (N=%d)", first, first)
