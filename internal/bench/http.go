@@ -108,7 +108,8 @@ func runHTTP(ctx context.Context, v *env) (*Result, error) {
 	}
 
 	// Each round: a share of the requests (or of Duration) to the no-op
-	// server and to weir, a share of the fsyncs and store appends, and the
+	// server and to weir, as many fsyncs and store appends as requests in
+	// the share (Requests / httpRounds: a mean over as many), and the
 	// clients at once for as long as that round's sequential requests took,
 	// on weir and on the no-op server.
 	var (
@@ -120,7 +121,6 @@ func runHTTP(ctx context.Context, v *env) (*Result, error) {
 		fsyncN, bareN            int
 		share                    = max(v.cfg.Requests/httpRounds, 1)
 		perRound                 = v.cfg.Duration / httpRounds
-		samples                  = max(fsyncSamples/httpRounds, 1)
 	)
 	for range httpRounds {
 		l, d, err := postLoop(v, nopP, share, perRound)
@@ -128,29 +128,30 @@ func runHTTP(ctx context.Context, v *env) (*Result, error) {
 			return nil, fmt.Errorf("baseline: %w", err)
 		}
 		baseLat, baseDur = append(baseLat, l...), baseDur+d
-		t, err := measureFsync(f, v.cfg.ChunkSize, samples)
+		t, err := measureFsync(f, v.cfg.ChunkSize, share)
 		if err != nil {
 			return nil, fmt.Errorf("fsync in %s: %w", dir, err)
 		}
-		fsyncSum, fsyncN = fsyncSum+t*time.Duration(samples), fsyncN+samples
+		fsyncSum, fsyncN = fsyncSum+t, fsyncN+share
 		if bareStream != 0 {
-			t, err := storeAppends(ctx, v, bareStream, samples)
+			t, err := storeAppends(ctx, v, bareStream, share)
 			if err != nil {
 				return nil, fmt.Errorf("store appends: %w", err)
 			}
-			bareSum, bareN = bareSum+t*time.Duration(samples), bareN+samples
+			bareSum, bareN = bareSum+t, bareN+share
 		}
 		l, d, err = postLoop(v, one, share, perRound)
 		if err != nil {
 			return nil, err
 		}
 		lat, dur = append(lat, l...), dur+d
-		l, d, cpu, err := concurrentPosts(v, many, max(d, 250*time.Millisecond))
+		window := max(d, 250*time.Millisecond)
+		l, d, cpu, err := concurrentPosts(v, many, window)
 		if err != nil {
 			return nil, fmt.Errorf("%d clients: %w", v.cfg.Clients, err)
 		}
 		cLat, cDur, cCPU = append(cLat, l...), cDur+d, cCPU+cpu
-		l, d, _, err = concurrentPosts(v, nopMany, max(d, 250*time.Millisecond))
+		l, d, _, err = concurrentPosts(v, nopMany, window)
 		if err != nil {
 			return nil, fmt.Errorf("baseline, %d clients: %w", v.cfg.Clients, err)
 		}
@@ -209,10 +210,6 @@ func runHTTP(ctx context.Context, v *env) (*Result, error) {
 // httpRounds is how many rounds runHTTP interleaves its phases in.
 const httpRounds = 4
 
-// fsyncSamples is how many fsyncs (and store appends) the bound's means are
-// taken over.
-const fsyncSamples = 200
-
 // fsyncDir is where the fsync of the bound is measured: the SQLite store's
 // folder, else the temporary folder (where a fresh SQLite store goes; a
 // PostgreSQL server on this machine is assumed to share its disk).
@@ -223,9 +220,8 @@ func fsyncDir(dsn string) string {
 	return os.TempDir()
 }
 
-// measureFsync returns the mean time of writing size bytes to the end of f
-// and fsyncing it, over n tries: what one durable commit waits for at
-// least.
+// measureFsync returns the time of writing size bytes to the end of f and
+// fsyncing it, n times: what n durable commits wait for at least.
 func measureFsync(f *os.File, size, n int) (time.Duration, error) {
 	buf := make([]byte, size)
 	t0 := time.Now()
@@ -238,12 +234,12 @@ func measureFsync(f *os.File, size, n int) (time.Duration, error) {
 			return 0, err
 		}
 	}
-	return time.Since(t0) / time.Duration(n), nil
+	return time.Since(t0), nil
 }
 
-// storeAppends returns the mean time of n sequential one-chunk appends to
-// stream id of the bench's store, without HTTP: the store's share of a
-// request (a durable commit, with all that it writes beside the fsync).
+// storeAppends returns the time of n sequential one-chunk appends to stream
+// id of the bench's store, without HTTP: the store's share of n requests (a
+// durable commit each, with all that it writes beside the fsync).
 func storeAppends(ctx context.Context, v *env, id int64, n int) (time.Duration, error) {
 	buf := make([]byte, v.cfg.ChunkSize)
 	t0 := time.Now()
@@ -253,7 +249,7 @@ func storeAppends(ctx context.Context, v *env, id int64, n int) (time.Duration, 
 			return 0, err
 		}
 	}
-	return time.Since(t0) / time.Duration(n), nil
+	return time.Since(t0), nil
 }
 
 // poster is one client POSTing single chunks to a stream of its own, over
