@@ -299,7 +299,7 @@ func runScale(ctx context.Context, v *env) (*Result, error) {
 	res.extra("concurrency_per_process", float64(c.ScaleConcurrency))
 	res.Notes = append(notes,
 		"a run: POST /v1/runs (round-robin over the processes), a committed-view long-poll of its stream until it closes (the run ends in that transaction), GET /v1/runs/{id}; the runs' events are checked after the timed window, through another server",
-		"cpu_*: utime+stime from /proc in the timed window; pg: the servers' own backends (application_name); machine_busy_cores: /proc/stat of the whole machine (2 cores here)",
+		"cpu_*: utime+stime from /proc in the timed window; pg: the servers' own backends (application_name); machine_busy_cores: /proc/stat of the whole machine, "+strconv.Itoa(runtime.NumCPU())+" cores",
 		"pg_statements, pg_commit_statements, pg_statement_wal_bytes, pg_exec_ms: pg_stat_statements in the window (the servers' database); pg_write_xacts: transaction ids assigned in the window (cluster-wide); pg_wal_bytes: pg_current_wal_lsn() in the window (cluster-wide); pg_xact_commit (the servers' database) and pg_wal_syncs (pg_stat_wal, cluster-wide): from the servers' start to their exit, PostgreSQL flushing those statistics late")
 	return res, nil
 }
