@@ -36,7 +36,8 @@
 //     statement each: groups in any number of processes cannot deadlock one
 //     another. Appends to one stream are serialized by its row lock and by
 //     nothing else.
-//   - A Record locks its run FOR UPDATE, and so does an append by a writer to
+//   - A Record locks its run FOR NO KEY UPDATE (which a run stream's
+//     foreign-key check does not wait for), and so does an append by a writer to
 //     one of the run's streams: an append reads the run's fences after any
 //     Record that raises one has committed, so a zombie attempt is fenced on
 //     every stream from the moment the new attempt's start commits.

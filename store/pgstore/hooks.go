@@ -29,7 +29,7 @@ func (t *hookTx) Run(id string) (*apply.Run, error) {
 	r := &apply.Run{ID: id}
 	var status string
 	err := t.x.c.QueryRow(t.ctx, `SELECT last_event, lease_epoch, lease_owner, status FROM `+t.s.q.schema+`.runs
-		WHERE id = $1 FOR UPDATE`, id).Scan(&r.LastEvent, &r.Epoch, &r.Owner, &status)
+		WHERE id = $1 FOR NO KEY UPDATE`, id).Scan(&r.LastEvent, &r.Epoch, &r.Owner, &status)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("run %q: %w", id, store.ErrNotFound)
 	}

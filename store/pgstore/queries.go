@@ -156,13 +156,18 @@ func newQueries(schema string) *queries {
 	set(&q.delStream, `DELETE FROM $S.streams WHERE id = $1`)
 
 	// Group commit: each statement serves every op of a group.
+	// Runs are locked FOR NO KEY UPDATE, not FOR UPDATE: as strong against
+	// other writers of the run, but not against the foreign-key check of a
+	// run stream's insert (FOR KEY SHARE), which would otherwise wait for
+	// the commit of another group holding the run (a step's start and its
+	// stream's creation go to two committers at once).
 	// The reads look rows up key by key (LATERAL), so their plans are index
 	// lookups whatever the tables' statistics say. The locks are taken in
 	// the order of the keys, which the group sorts.
 	set(&q.lockRuns, `SELECT r.id, r.last_event, r.lease_epoch, r.lease_owner, r.status, r.record_token, r.cancel_requested
 		FROM unnest($1::text[]) AS k(id), LATERAL (
 			SELECT id, last_event, lease_epoch, lease_owner, status, record_token, cancel_requested
-			FROM $S.runs WHERE id = k.id FOR UPDATE
+			FROM $S.runs WHERE id = k.id FOR NO KEY UPDATE
 		) r`)
 	set(&q.lockStreams, `SELECT s.* FROM (
 			SELECT id FROM unnest($1::bigint[]) AS k(id)

@@ -784,7 +784,7 @@ func (q *worldQueries) set(set func(*string, string)) {
 	set(&q.worldDeleteWaits, `DELETE FROM $S.world_waits WHERE run_id = $1`)
 	set(&q.worldInsertEvent, `INSERT INTO $S.world_events (run_id, slot, event_id, type, correlation_id, data,
 		spec_version, created_at, token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`)
-	set(&q.worldLockRun, `SELECT kind FROM $S.runs WHERE id = $1 FOR UPDATE`)
+	set(&q.worldLockRun, `SELECT kind FROM $S.runs WHERE id = $1 FOR NO KEY UPDATE`)
 	set(&q.worldInsertStream, `INSERT INTO $S.streams (path, run_id, name, content_type, created_at, last_access)
 		VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (path) DO NOTHING`)
 	set(&q.worldStreamByPath, `SELECT `+sqlrow.StreamCols+` FROM $S.streams WHERE path = $1`)
