@@ -168,7 +168,7 @@ type Engine struct {
 	running   map[string]*execution    // run id -> its execution here
 	launched  map[string]int           // run id -> its executions launched here and not returned
 	inflight  int                      // runs launched and not yet ended
-	done      map[string]chan struct{} // run id -> closed when this engine ends it
+	done      map[string]*ending        // run id -> its waiters here, told when this engine ends it
 
 	runCtx context.Context // what runs execute in, once started
 
@@ -207,7 +207,7 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 		workflows: make(map[string]*registered),
 		running:   make(map[string]*execution),
 		launched:  make(map[string]int),
-		done:      make(map[string]chan struct{}),
+		done:      make(map[string]*ending),
 		wake:      make(chan struct{}, 1),
 	}, nil
 }
@@ -412,25 +412,32 @@ func (e *Engine) interrupt(id string, cause error) {
 	}
 }
 
-func (e *Engine) notifyDone(id string) {
+func (e *Engine) notifyDone(id string, end *store.Run) {
 	e.mu.Lock()
-	ch := e.done[id]
+	d := e.done[id]
 	delete(e.done, id)
 	e.mu.Unlock()
-	if ch != nil {
-		close(ch)
+	if d != nil {
+		d.run = end
+		close(d.ch)
 	}
 }
 
-func (e *Engine) doneChan(id string) chan struct{} {
+// ending is how the local waiters of a run learn that it ended here.
+type ending struct {
+	ch  chan struct{}
+	run *store.Run // set before ch is closed: the run as it ended, its row as this engine last knew it
+}
+
+func (e *Engine) doneChan(id string) *ending {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	ch := e.done[id]
-	if ch == nil {
-		ch = make(chan struct{})
-		e.done[id] = ch
+	d := e.done[id]
+	if d == nil {
+		d = &ending{ch: make(chan struct{})}
+		e.done[id] = d
 	}
-	return ch
+	return d
 }
 
 func newRunID() string {

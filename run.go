@@ -363,7 +363,10 @@ func (x *execution) finish(status store.RunStatus, out []byte, runErr error) {
 	if x.run.Parent != "" {
 		x.e.tellParent(x.run, status, out, p.Error)
 	}
-	x.e.notifyDone(x.run.ID)
+	end := *x.run
+	end.Status, end.Output, end.Error = status, out, p.Error
+	end.LeaseOwner, end.LeaseExpires = "", time.Time{}
+	x.e.notifyDone(x.run.ID, &end)
 }
 
 // finishCancelled aborts the output of step attempts left open, then ends

@@ -163,7 +163,7 @@ type Handle[Out any] struct {
 // failed one.
 func (h *Handle[Out]) Result(ctx context.Context) (Out, error) {
 	var out Out
-	r, err := h.e.Wait(ctx, h.ID)
+	r, err := h.e.wait(ctx, h.ID, false)
 	if err != nil {
 		return out, err
 	}
@@ -210,9 +210,16 @@ func (e *Engine) Events(ctx context.Context, runID string, afterSeq int64) ([]Ev
 
 // Wait waits for a run to end and returns it.
 func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
-	ch := e.doneChan(id)
+	return e.wait(ctx, id, true)
+}
+
+// wait waits for run id to end. Unless exact, a run that ended here is
+// returned as its execution ended it, without reading its row: its status,
+// output and error are the row's; its timestamps may not be.
+func (e *Engine) wait(ctx context.Context, id string, exact bool) (*store.Run, error) {
+	d := e.doneChan(id)
 	delay := 5 * time.Millisecond
-	// A run launched here a moment ago has not ended: its end closes ch.
+	// A run launched here a moment ago has not ended: its end tells d.
 	look := !e.launchedHere(id)
 	for {
 		if look {
@@ -225,19 +232,23 @@ func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
 			}
 		}
 		look = true
-		d := delay
-		if e.executing(id) {
-			// Its end here closes ch: a poll only catches it being lost to
+		poll := delay
+		if e.executing(id) || e.launchedHere(id) {
+			// Its end here tells d: a poll only catches it being lost to
 			// another worker.
-			d = max(d, 250*time.Millisecond)
+			poll = max(poll, 250*time.Millisecond)
 		}
-		t := time.NewTimer(d)
+		t := time.NewTimer(poll)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil, ctx.Err()
-		case <-ch:
-			ch = e.doneChan(id)
+		case <-d.ch:
+			if d.run != nil && !exact {
+				t.Stop()
+				return d.run, nil
+			}
+			d = e.doneChan(id)
 		case <-t.C:
 		}
 		t.Stop()
