@@ -127,11 +127,12 @@ type openStreamOp struct {
 }
 
 func (o *openStreamOp) plan(g *group, r *readPlan) {
-	// The new row's foreign key locks its run: take that lock with the
-	// others, in order, not after the streams'.
-	if o.runID != "" {
-		r.Runs = append(r.Runs, o.runID)
-	}
+	// The run is not locked with the group's runs: the insert locks it FOR
+	// KEY SHARE (insertStreams), which no other group's lock blocks, so a
+	// step's start and its stream's creation go on at once. Only a purge
+	// (FOR UPDATE) blocks it, and a purge takes no stream lock a group may
+	// hold but those of the finished runs it deletes; a deadlock there is
+	// retried as any.
 	r.opens = append(r.opens, o)
 }
 

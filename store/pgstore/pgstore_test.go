@@ -478,3 +478,74 @@ func TestReadHoldsAPage(t *testing.T) {
 		})
 	}
 }
+
+// A run stream is created only for a run that exists until the commit: an
+// OpenStream racing a purge that deletes the run waits for the purge (the
+// insert locks the run FOR KEY SHARE, as the foreign key it replaces did)
+// and then finds no run; no stream is left behind for a purged run's id.
+func TestRunStreamRacingAPurgeIsNotCreated(t *testing.T) {
+	schema := newSchema(t)
+	s := open(t, schema, nil)
+	ctx := context.Background()
+	if _, _, err := s.CreateRun(ctx, &store.CreateRunParams{ID: "doomed", Workflow: "wf"}); err != nil {
+		t.Fatal(err)
+	}
+	// The purge, by hand: the run locked and deleted, not yet committed.
+	tx, err := adminPool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	sid := pgx.Identifier{schema}.Sanitize()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+sid+`.runs WHERE id = 'doomed' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM `+sid+`.runs WHERE id = 'doomed'`); err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	go func() {
+		_, err := s.OpenStream(ctx, &store.OpenStreamParams{RunID: "doomed", Name: "out", Create: true})
+		opened <- err
+	}()
+	// Wait until the open waits for the purge's lock (on the run, for its
+	// group or its insert).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := adminPool(t).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`, sid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		select {
+		case err := <-opened:
+			t.Fatalf("the open did not wait for the purge's lock: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for the open to wait on the run's lock")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the server's view, not syncing
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-opened:
+		if !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("open for a purged run: %v, want ErrNotFound", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the open did not return after the purge committed")
+	}
+	var n int
+	if err := adminPool(t).QueryRow(ctx, `SELECT count(*) FROM `+sid+`.streams WHERE run_id = 'doomed'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d streams left for a purged run", n)
+	}
+}

@@ -260,11 +260,15 @@ func newQueries(schema string) *queries {
 	set(&q.runsByID, `SELECT r.* FROM unnest($1::text[]) AS k(id), LATERAL (
 			SELECT `+sqlrow.RunCols+` FROM $S.runs WHERE id = k.id
 		) r`)
-	// A run stream is created only for a run that exists.
+	// A run stream is created only for a run that exists, and the run is
+	// locked FOR KEY SHARE until the commit, as a foreign key would lock it:
+	// a purge (which locks the runs it deletes FOR UPDATE, SKIP LOCKED)
+	// either skips the run or has deleted it, and then no stream is made.
+	// Locks of groups on the run (FOR NO KEY UPDATE) do not block it.
 	set(&q.insertStreams, `INSERT INTO $S.streams (path, run_id, name, content_type, created_at, last_access)
 		SELECT u.path, NULLIF(u.run_id, ''), u.name, u.content_type, u.now, u.now
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) AS u(path, run_id, name, content_type, now)
-		WHERE u.run_id = '' OR EXISTS (SELECT 1 FROM $S.runs WHERE id = u.run_id)
+		WHERE u.run_id = '' OR EXISTS (SELECT 1 FROM $S.runs WHERE id = u.run_id FOR KEY SHARE)
 		ON CONFLICT (path) DO NOTHING`)
 	set(&q.streamsByPath, `SELECT s.* FROM unnest($1::text[]) AS k(path), LATERAL (
 			SELECT `+sqlrow.StreamCols+` FROM $S.streams WHERE path = k.path
