@@ -373,19 +373,26 @@ func (e *Engine) launchReserved(ctx context.Context, r *store.Run, fresh bool) {
 	e.mu.Lock()
 	e.launched[r.ID]++
 	e.mu.Unlock()
+	// The slot is free once the run has ended (its end may tell a waiter
+	// that starts the next run at once), or once the execution returns.
+	free := sync.OnceFunc(func() {
+		e.mu.Lock()
+		e.inflight--
+		e.mu.Unlock()
+		e.nudge()
+	})
 	go func() {
 		defer e.runWG.Done()
 		defer func() {
+			free()
 			e.mu.Lock()
-			e.inflight--
 			if e.launched[r.ID]--; e.launched[r.ID] <= 0 {
 				delete(e.launched, r.ID)
 			}
 			e.mu.Unlock()
 			cancel(nil)
-			e.nudge()
 		}()
-		e.execute(rctx, cancel, r, fresh)
+		e.execute(rctx, cancel, r, fresh, free)
 	}()
 }
 

@@ -106,7 +106,8 @@ type execution struct {
 	hooks      int       // hooks of the run (child runs too): deliveries may come
 	childCheck time.Time // when this execution last looked at its children's rows
 
-	rec recorder // the records that wait (checkpoint.go)
+	rec      recorder // the records that wait (checkpoint.go)
+	freeSlot func()   // gives the run's slot back (once); nil: none (Replay)
 
 	exit    exitReason
 	exitErr error
@@ -200,8 +201,8 @@ func (x *execution) record(p *store.RecordParams) {
 
 func stepWriter(op int64) string { return "step/" + strconv.FormatInt(op, 10) }
 
-func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r *store.Run, fresh bool) {
-	x := &execution{e: e, run: r, epoch: r.LeaseEpoch, ctx: ctx, cancel: cancel}
+func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r *store.Run, fresh bool, free func()) {
+	x := &execution{e: e, run: r, epoch: r.LeaseEpoch, ctx: ctx, cancel: cancel, freeSlot: free}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -366,6 +367,9 @@ func (x *execution) finish(status store.RunStatus, out []byte, runErr error) {
 	end := *x.run
 	end.Status, end.Output, end.Error = status, out, p.Error
 	end.LeaseOwner, end.LeaseExpires = "", time.Time{}
+	if x.freeSlot != nil {
+		x.freeSlot() // before the waiters hear: one may start a run at once
+	}
 	x.e.notifyDone(x.run.ID, &end)
 }
 
