@@ -87,7 +87,12 @@ async function readToClose(runId, live, view) {
         offsets.push(chunk.offset);
         if (chunk.streamClosed) resolve();
       });
-      res.closed.then(() => resolve(), reject);
+      // Not resolved by res.closed: the client resolves it as soon as it
+      // has fetched the response that says Stream-Closed, before the
+      // subscriber has that response's data. weir often sends the last
+      // chunks and the close in one response (the run's end commits its
+      // last step and closes its streams in one transaction).
+      res.closed.catch(reject);
     });
   } finally {
     clearTimeout(timer);
