@@ -125,6 +125,29 @@ func (x *execution) flushDeferred() {
 	}
 }
 
+// settle writes what waits (an outcome, the run's start) before a write of
+// the run that is not a record (a hook's creation or disposal, a child's
+// creation, a workflow-code stream write): the log then shows the outcome
+// before anything the run did after it. From workflow code only; a failure
+// leaves as a record's does.
+func (x *execution) settle() {
+	r := &x.rec
+	r.mu.Lock()
+	pend, err := r.pending, r.err
+	r.pending, r.err = nil, nil
+	r.stopTimer()
+	if pend == nil && r.start {
+		pend = &store.RecordParams{} // the run's start, alone
+	}
+	if pend != nil && err == nil {
+		err = x.writeLocked(pend)
+	}
+	r.mu.Unlock()
+	if err != nil {
+		x.storeFailed(err)
+	}
+}
+
 // dropDeferred forgets what waits: the execution has ended without a
 // record to carry it (its lease lost), and a resume repeats it.
 func (x *execution) dropDeferred() {

@@ -195,3 +195,54 @@ func TestStartWithoutASlotIsClaimed(t *testing.T) {
 		t.Fatalf("result %d, %v", got, err)
 	}
 }
+
+// A write of the run that is not a record (here a hook's creation) first
+// writes the outcome that waits: the log shows the step completed before
+// the hook that came after it, however long StepOutcomeDelay is.
+func TestWaitingOutcomeIsWrittenBeforeAHook(t *testing.T) {
+	s, _ := openStore(t)
+	cfg := fastConfig()
+	cfg.StepOutcomeDelay = time.Hour
+	e := newEngine(t, s, cfg)
+	wf := weir.Register(e, "step-then-hook", func(ctx weir.Context, _ struct{}) (string, error) {
+		if _, err := weir.Step(ctx, "first", func(sc weir.StepContext) (int, error) { return 1, nil }); err != nil {
+			return "", err
+		}
+		h, err := weir.NewHook[string](ctx, "after-step")
+		if err != nil {
+			return "", err
+		}
+		return h.Receive(ctx)
+	})
+	if err := e.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	h, err := wf.Start(testCtx(t), struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		evs, err := s.ListEvents(testCtx(t), h.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		types := eventTypes(evs)
+		if slices.Contains(types, store.EventHookCreated) {
+			if want := []store.EventType{store.EventRunStarted, store.EventStepStarted, store.EventStepCompleted, store.EventHookCreated}; !slices.Equal(types, want) {
+				t.Fatalf("log %v, want %v", types, want)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no hook after 10s: %v", types)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the log, not syncing
+	}
+	if _, err := e.DeliverHook(testCtx(t), "after-step", []byte(`"done"`), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := h.Result(testCtx(t)); err != nil || got != "done" {
+		t.Fatalf("result %q, %v", got, err)
+	}
+}

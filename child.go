@@ -104,6 +104,7 @@ func StartChild[In, Out any](ctx Context, wf *Workflow[In, Out], in In, opts *Ch
 		if err != nil {
 			return fail(NonRetryable(fmt.Errorf("child run %s: encode input: %w", id, err)))
 		}
+		x.settle()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
 		_, _, err = x.e.store.CreateRun(cctx, &store.CreateRunParams{ID: id, Workflow: wf.name, Input: input, Parent: x.run.ID})
 		cancel()

@@ -86,6 +86,7 @@ func NewHook[T any](ctx Context, token string) (*Hook[T], error) {
 }
 
 func (x *execution) createHook(op int64, token string) error {
+	x.settle()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
 	defer cancel()
 	return x.e.store.CreateHook(ctx, &store.HookParams{RunID: x.run.ID, LeaseEpoch: x.epoch, Token: token, Op: op})
@@ -177,6 +178,7 @@ func (h *Hook[T]) Close(ctx Context) {
 	if x.readOnly {
 		x.leave(exitFrontier, nil)
 	}
+	x.settle()
 	c, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
 	defer cancel()
 	if err := x.e.store.DisposeHook(c, &store.HookParams{RunID: x.run.ID, LeaseEpoch: x.epoch, Token: h.st.token, Op: h.op}); err != nil {

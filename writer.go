@@ -342,6 +342,7 @@ func (w *Writer) writeWorkflow(p []byte) (int, error) {
 		x.wfSeq = make(map[string]int64)
 	}
 	seq := x.wfSeq[w.name]
+	x.settle() // committed at append: after the outcomes before it
 	chunk := append([]byte(nil), p...)
 	backoff := 5 * time.Millisecond
 	deadline := time.Now().Add(x.e.cfg.Writer.RetryFor)
