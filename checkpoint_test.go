@@ -246,3 +246,62 @@ func TestWaitingOutcomeIsWrittenBeforeAHook(t *testing.T) {
 		t.Fatalf("result %q, %v", got, err)
 	}
 }
+
+// lostReplyStore is a real store whose CreateRun acts as a create retried
+// after its first try's reply was lost: the first try created the run, the
+// answer is the retry's (created false).
+type lostReplyStore struct{ store.Store }
+
+func (l *lostReplyStore) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store.Run, bool, error) {
+	if _, _, err := l.Store.CreateRun(ctx, p); err != nil {
+		return nil, false, err
+	}
+	return l.Store.CreateRun(ctx, p)
+}
+
+// A start whose create was retried after a lost reply finds its run leased
+// to this engine, not created by this try: it runs it at once instead of
+// waiting for that lease to expire. Starting one id twice at once runs it
+// once.
+func TestStartAfterALostCreateReplyRunsAtOnce(t *testing.T) {
+	s, _ := openStore(t)
+	cfg := fastConfig()
+	cfg.LeaseTTL, cfg.PollInterval = time.Hour, time.Hour // neither a claim nor an expiry can run it
+	e := newEngine(t, &lostReplyStore{Store: s}, cfg)
+	var ran atomic.Int64
+	wf := weir.Register(e, "once", func(ctx weir.Context, _ struct{}) (int, error) {
+		return weir.Step(ctx, "s", func(sc weir.StepContext) (int, error) { return int(ran.Add(1)), nil })
+	})
+	if err := e.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
+	defer cancel()
+	h, err := wf.Start(ctx, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := h.Result(ctx); err != nil || got != 1 {
+		t.Fatalf("result %d, %v (a run leased here waited for its lease)", got, err)
+	}
+	hs := make(chan *weir.Handle[int], 2)
+	for range 2 {
+		go func() {
+			h, err := wf.Start(ctx, struct{}{}, &weir.StartOptions{ID: "twice"})
+			if err != nil {
+				t.Error(err)
+			}
+			hs <- h
+		}()
+	}
+	for range 2 {
+		if h := <-hs; h != nil {
+			if _, err := h.Result(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := ran.Load(); n != 2 {
+		t.Fatalf("the step ran %d times for two runs", n)
+	}
+}

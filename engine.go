@@ -338,11 +338,13 @@ func (e *Engine) claimLoop(ctx context.Context) {
 	}
 }
 
+// launch executes r, which a claim leased to this engine.
 func (e *Engine) launch(ctx context.Context, r *store.Run) {
 	e.mu.Lock()
 	e.inflight++
+	e.launched[r.ID]++
 	e.mu.Unlock()
-	e.launchReserved(ctx, r, false)
+	e.spawn(ctx, r, false)
 }
 
 // reserve takes a slot for a run this engine starts, if it executes runs
@@ -365,14 +367,27 @@ func (e *Engine) unreserve() {
 	e.nudge()
 }
 
-// launchReserved executes r, claimed, in a slot already counted; fresh: r
-// was created by this engine a moment ago and has no events.
-func (e *Engine) launchReserved(ctx context.Context, r *store.Run, fresh bool) {
-	rctx, cancel := context.WithCancelCause(ctx)
-	e.runWG.Add(1)
+// launchStarted executes r, leased to this engine as StartRun created it,
+// in a slot already counted, unless an execution of r was launched here
+// already (a StartRun of the same id at once); it reports whether it did.
+// fresh: this call created r, which has no events yet.
+func (e *Engine) launchStarted(ctx context.Context, r *store.Run, fresh bool) bool {
 	e.mu.Lock()
+	if e.launched[r.ID] > 0 {
+		e.mu.Unlock()
+		return false
+	}
 	e.launched[r.ID]++
 	e.mu.Unlock()
+	e.spawn(ctx, r, fresh)
+	return true
+}
+
+// spawn runs r's execution on a goroutine of its own, in a slot and a
+// launched count already taken; fresh: r has no events (skip reading them).
+func (e *Engine) spawn(ctx context.Context, r *store.Run, fresh bool) {
+	rctx, cancel := context.WithCancelCause(ctx)
+	e.runWG.Add(1)
 	// The slot is free once the run has ended (its end may tell a waiter
 	// that starts the next run at once), or once the execution returns.
 	free := sync.OnceFunc(func() {

@@ -135,14 +135,15 @@ func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *
 	}
 	r, created, err := e.store.CreateRun(ctx, p)
 	if reserved {
-		if err == nil && created && r.LeaseOwner == e.cfg.WorkerID && r.LeaseEpoch == 1 {
-			e.launchReserved(runCtx, r, true)
+		// Leased here at creation: by this call, or by a try of it whose
+		// reply was lost (the store's retry finds the run, created false,
+		// with this engine's first lease), unless it runs here already.
+		leased := err == nil && r.LeaseOwner == e.cfg.WorkerID && r.LeaseEpoch == 1 && r.Status == store.RunRunning
+		if leased && e.launchStarted(runCtx, r, created) {
 			return r, created, nil
 		}
 		// Not leased to this engine (delayed, or it existed): a claim
-		// takes it when it is runnable. (A create retried after a lost
-		// reply finds its run leased here but not created: it runs once
-		// that lease expires.)
+		// takes it when it is runnable.
 		e.unreserve()
 	}
 	if err != nil {
