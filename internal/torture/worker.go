@@ -190,12 +190,15 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	go func() { prodWG.Wait(); close(prodDone) }()
 
 	// Wait for every run to end, asking the store directly.
-	// Runs started with an Idempotency-Key get ids the server derives; the
-	// harness writes them to ids.json once it has them.
+	// Runs started over HTTP are waited for through ids.json, which the
+	// harness writes once every start has its answer: runs started with an
+	// Idempotency-Key get ids the server derives, and a start whose reply
+	// was cut is sent again, which needs a server: a worker must not exit
+	// (taking its server with it) before then, even if the run has ended.
 	pending := map[string]bool{}
 	unresolved := map[string]bool{}
 	for _, rs := range t.Runs {
-		if rs.Start == StartHTTPKey {
+		if rs.Start != StartDirect {
 			unresolved[rs.ID] = true
 		} else {
 			pending[rs.ID] = true
