@@ -73,10 +73,7 @@ func (s *Store) readPage(ctx context.Context, p *store.ReadParams) (*store.ReadR
 		if first == nil {
 			break // no batch: the head alone
 		}
-		c := &sqlrow.Cursor{Last: *last, Size: *size, Pos: *start, Off: *first}
-		if c.Pos > 0 {
-			c.Off = p.From // the hint's record
-		}
+		c := sqlrow.NewCursor(*first, *last, *size, *start, p.From)
 		if err := pg.Feed(c, data); err != nil {
 			return nil, fmt.Errorf("stream %d: %w", p.StreamID, err)
 		}
@@ -104,13 +101,9 @@ func (s *Store) readPage(ctx context.Context, p *store.ReadParams) (*store.ReadR
 			}
 			continue
 		}
-		if cur != nil {
-			pg.Last, cur = cur.Last, nil
-		}
 		// The batches after: the first batch began before p.From and was
-		// counted whole, or was read a window at a time. (A page past
-		// MaxBytes is one larger record alone: nothing follows it.)
-		if pg.Bytes > p.MaxBytes || pg.Last+1 >= res.NextOffset {
+		// counted whole, or was read a window at a time.
+		if !pg.After(cur) {
 			break
 		}
 		if cur, err = s.readMore(ctx, p, pg, res.NextOffset, win); err != nil {

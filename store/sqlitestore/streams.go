@@ -205,10 +205,10 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 				break // the batch is gone: the stream was deleted
 			}
 		}
-		if cur == nil || !cur.Done() || pg.Full() || pg.Bytes > p.MaxBytes || cur.Last+1 >= res.NextOffset {
+		if cur == nil || !pg.After(cur) {
 			break
 		}
-		pg.Last, hl = cur.Last, -1
+		hl = -1
 	}
 	s.hints.Leave(p.StreamID, cur)
 	res.Records = pg.Records
@@ -254,20 +254,18 @@ func (s *Store) readBatches(ctx context.Context, pg *sqlrow.Page, from, hl, hp i
 	defer rows.Close()
 	var c *sqlrow.Cursor
 	for !pg.Full() && rows.Next() {
-		c = &sqlrow.Cursor{}
+		var first, last, size, pos int64
 		var data sql.RawBytes // valid until the next row
-		if err := rows.Scan(&c.Off, &c.Last, &c.Size, &c.Pos, &data); err != nil {
+		if err := rows.Scan(&first, &last, &size, &pos, &data); err != nil {
 			return nil, fmt.Errorf("read: %w", s.readErr(err))
 		}
-		if c.Pos == 0 && int64(len(data)) == c.Size && len(data) <= win {
+		c = sqlrow.NewCursor(first, last, size, pos, p.From)
+		if pos == 0 && int64(len(data)) == size && len(data) <= win {
 			// Whole, and no larger than a window: the next page reads it
 			// again if this one ends inside it (no hint).
-			err = pg.Add(data, c.Off)
+			err = pg.Add(data, first)
 			c.Pos = c.Size
 		} else {
-			if c.Pos > 0 {
-				c.Off = p.From // the hint's record
-			}
 			err = pg.Feed(c, data)
 		}
 		if err != nil {

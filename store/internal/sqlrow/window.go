@@ -88,8 +88,33 @@ type Cursor struct {
 	wide    bool // a window that began with the head at Pos ended inside it
 }
 
+// NewCursor is the cursor of a fetched batch: its first and last offsets,
+// its encoded size, and the byte the fetch began at, pos (a hint's, for a
+// read from offset from: the record there; else 0, the batch's first).
+func NewCursor(first, last, size, pos, from int64) *Cursor {
+	c := &Cursor{Off: first, Last: last, Size: size, Pos: pos}
+	if pos > 0 {
+		c.Off = from
+	}
+	return c
+}
+
 // Done reports whether the batch is read through.
 func (c *Cursor) Done() bool { return c.Pos >= c.Size && !c.filling }
+
+// After reports whether the page reads on to the batches after c (nil: after
+// pg.Last), the batch it stopped in: c is read through, the page has room,
+// and a batch follows before the head. (A page past MaxBytes is one larger
+// record alone: nothing follows it.) It moves the page past c.
+func (pg *Page) After(c *Cursor) bool {
+	if c != nil {
+		if !c.Done() {
+			return false
+		}
+		pg.Last = c.Last
+	}
+	return !pg.Full() && pg.Bytes <= pg.p.MaxBytes && pg.Last+1 < pg.head
+}
 
 // WindowLen is how much of c's batch the next window of a read from from
 // fetches: w; while it fills a record taken, the rest of its data, up to
