@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
@@ -28,6 +29,10 @@ func testHostile(t *testing.T, h Harness) {
 			},
 			"CreateRun workflow": func() error {
 				_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "new", Workflow: bad})
+				return err
+			},
+			"CreateRun owner": func() error {
+				_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "new", Workflow: "wf", Owner: bad, LeaseTTL: time.Minute})
 				return err
 			},
 			"GetRun":        func() error { _, err := s.GetRun(ctx(t), bad); return err },
