@@ -37,6 +37,7 @@ type recorder struct {
 	// so that nothing the run records later can commit before them.
 	mu      sync.Mutex
 	start   bool                // run_started is not written yet
+	startAt time.Time           // when the execution began: run_started's time
 	pending *store.RecordParams // a step outcome not written yet
 	timer   *time.Timer         // writes pending when StepOutcomeDelay passes
 	err     error               // the failure of a write the timer made, for the next record
@@ -172,7 +173,7 @@ func (x *execution) writeLocked(p *store.RecordParams) error {
 		return x.write(p)
 	}
 	q := *p
-	q.Events = append([]store.Event{{Type: store.EventRunStarted}}, p.Events...)
+	q.Events = append([]store.Event{{Type: store.EventRunStarted, At: x.rec.startAt}}, p.Events...)
 	if err := x.write(&q); err != nil {
 		return err
 	}

@@ -256,7 +256,7 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 	}
 	// A claim or a lease at creation made the run running; its start
 	// event rides along with its first record.
-	x.rec.start = x.events == 0
+	x.rec.start, x.rec.startAt = x.events == 0, time.Now()
 	defer x.dropDeferred()
 
 	var (
