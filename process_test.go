@@ -397,9 +397,9 @@ func TestSleepSurvivesKilledWorker(t *testing.T) {
 
 // finishAfterKill runs spec in a worker, kills it when a line satisfies
 // when, and lets a second worker finish the run; it returns the run.
-func finishAfterKill(t *testing.T, db, spec, what string, when func(string) bool, between func()) (*store.Run, *sqlitestore.Store, *weir.Engine) {
+func finishAfterKill(t *testing.T, db, spec, what string, when func(string) bool, between func(), env ...string) (*store.Run, *sqlitestore.Store, *weir.Engine) {
 	t.Helper()
-	w1 := startWorker(t, db, spec)
+	w1 := startWorker(t, db, spec, env...)
 	w1.waitFor(t, what, when)
 	w1.kill(t)
 	if between != nil {
@@ -530,34 +530,37 @@ func TestPendingOutcomeSurvivesKilledWorker(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	db := t.TempDir() + "/weir.db"
-	w1 := startWorker(t, db, "pending:{}", envWorkerBlock+"=1")
-	w1.waitFor(t, "the workflow to block after its step", func(l string) bool { return l == "blocked" })
-	w1.kill(t)
-	peek, err := sqlitestore.Open(testCtx(t), db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs, err := peek.ListEvents(testCtx(t), "run-under-test", 0)
-	peek.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ev := range evs {
-		if ev.Type == store.EventStepCompleted {
-			t.Fatalf("the outcome was written before the kill: %+v", evs)
+	steps := func(evs []store.Event) (out []string) {
+		for _, ev := range evs {
+			if ev.Op == 1 {
+				out = append(out, fmt.Sprintf("%s %d", ev.Type, ev.Attempt))
+			}
 		}
+		return out
 	}
-	w2 := startWorker(t, db, "")
-	w2.waitFor(t, "the step to run again", func(l string) bool { return l == "emitted attempt 2" })
-	w2.waitFor(t, "the run to finish", func(l string) bool { return l == "done" })
-	_ = w2.cmd.Wait()
-	s, e := inspect(t, db)
-	run, err := s.GetRun(testCtx(t), "run-under-test")
+	run, s, e := finishAfterKill(t, db, "pending:{}", "the workflow to block after its step", func(l string) bool { return l == "blocked" }, func() {
+		peek, err := sqlitestore.Open(testCtx(t), db, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer peek.Close()
+		evs, err := peek.ListEvents(testCtx(t), "run-under-test", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := steps(evs); !reflect.DeepEqual(got, []string{"step_started 1"}) {
+			t.Fatalf("the step's log at the kill: %v, want its start alone", got)
+		}
+	}, envWorkerBlock+"=1")
+	if string(run.Output) != "3" {
+		t.Fatalf("output %s", run.Output)
+	}
+	evs, err := s.ListEvents(testCtx(t), "run-under-test", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if run.Status != store.RunCompleted || string(run.Output) != "3" {
-		t.Fatalf("run %s %s: %s", run.Status, run.Output, run.Error)
+	if got, want := steps(evs), []string{"step_started 1", "step_started 2", "step_completed 2"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("the step's log: %v, want %v (run again as attempt 2)", got, want)
 	}
 	for _, view := range []weir.View{weir.LiveView, weir.CommittedView} {
 		if got := dataOf(readAll(t, e, "run-under-test", "out", view)); !reflect.DeepEqual(got, []string{"c0", "c1", "c2"}) {
