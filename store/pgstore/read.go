@@ -73,7 +73,8 @@ func (s *Store) readPage(ctx context.Context, p *store.ReadParams) (*store.ReadR
 		if first == nil {
 			break // no batch: the head alone
 		}
-		c := sqlrow.NewCursor(*first, *last, *size, *start, p.From)
+		c := &sqlrow.Cursor{Off: *first, Last: *last, Size: *size, Pos: *start}
+		c.Begin(p.From)
 		if err := pg.Feed(c, data); err != nil {
 			return nil, fmt.Errorf("stream %d: %w", p.StreamID, err)
 		}

@@ -254,18 +254,18 @@ func (s *Store) readBatches(ctx context.Context, pg *sqlrow.Page, from, hl, hp i
 	defer rows.Close()
 	var c *sqlrow.Cursor
 	for !pg.Full() && rows.Next() {
-		var first, last, size, pos int64
+		c = &sqlrow.Cursor{}
 		var data sql.RawBytes // valid until the next row
-		if err := rows.Scan(&first, &last, &size, &pos, &data); err != nil {
+		if err := rows.Scan(&c.Off, &c.Last, &c.Size, &c.Pos, &data); err != nil {
 			return nil, fmt.Errorf("read: %w", s.readErr(err))
 		}
-		c = sqlrow.NewCursor(first, last, size, pos, p.From)
-		if pos == 0 && int64(len(data)) == size && len(data) <= win {
+		if c.Pos == 0 && int64(len(data)) == c.Size && len(data) <= win {
 			// Whole, and no larger than a window: the next page reads it
 			// again if this one ends inside it (no hint).
-			err = pg.Add(data, first)
+			err = pg.Add(data, c.Off)
 			c.Pos = c.Size
 		} else {
+			c.Begin(p.From)
 			err = pg.Feed(c, data)
 		}
 		if err != nil {

@@ -53,7 +53,8 @@ func TestFeedInWindowsIsAddWhole(t *testing.T) {
 
 		got := NewPage(p, head)
 		win := 1 + rng.IntN(64)
-		c := NewCursor(first, last, int64(len(data)), 0, p.From)
+		c := &Cursor{Off: first, Last: last, Size: int64(len(data))}
+		c.Begin(p.From)
 		for !c.Done() && !got.Full() {
 			k := c.WindowLen(win, 1<<20, []int{win, len(data)}[rng.IntN(2)], p.From)
 			end := min(int(c.Pos)+k, len(data))

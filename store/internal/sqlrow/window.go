@@ -88,15 +88,14 @@ type Cursor struct {
 	wide    bool // a window that began with the head at Pos ended inside it
 }
 
-// NewCursor is the cursor of a fetched batch: its first and last offsets,
-// its encoded size, and the byte the fetch began at, pos (a hint's, for a
-// read from offset from: the record there; else 0, the batch's first).
-func NewCursor(first, last, size, pos, from int64) *Cursor {
-	c := &Cursor{Off: first, Last: last, Size: size, Pos: pos}
-	if pos > 0 {
+// Begin sets c, a batch just fetched from byte c.Pos for a read from
+// offset from, at the record there: a fetch from a hint (Pos > 0) begins at
+// the read's record; one from the batch's start (Off, its first) at the
+// batch's first.
+func (c *Cursor) Begin(from int64) {
+	if c.Pos > 0 {
 		c.Off = from
 	}
-	return c
 }
 
 // Done reports whether the batch is read through.
