@@ -192,8 +192,9 @@ func (x *execution) write(p *store.RecordParams) error {
 }
 
 // mergeRecords returns one record that does what a then b do, if there is
-// one: a is a step outcome (events, a fence, a finish); a record has at
-// most one fence and one finish, and applies its fence before its finish.
+// one: a is a step outcome (events, a fence, a finish) the recorder owns and
+// drops; a record has at most one fence and one finish, and applies its
+// fence before its finish.
 func mergeRecords(a, b *store.RecordParams) (*store.RecordParams, bool) {
 	if a.Fence != nil && b.Fence != nil || a.Finish != nil && b.Finish != nil {
 		return nil, false
@@ -205,8 +206,10 @@ func mergeRecords(a, b *store.RecordParams) (*store.RecordParams, bool) {
 		return nil, false
 	}
 	m := *b
-	m.Events = make([]store.Event, 0, len(a.Events)+len(b.Events))
-	m.Events = append(append(m.Events, a.Events...), b.Events...)
+	// a is the recorder's own (a waiting outcome, dropped once merged): its
+	// events' array may grow in place, so a run of short steps appends each
+	// outcome's events once rather than copying the run's so far each time.
+	m.Events = append(a.Events, b.Events...)
 	if a.Fence != nil {
 		m.Fence = a.Fence
 	}
