@@ -78,7 +78,7 @@ func runSteps(ctx context.Context, v *env) (*Result, error) {
 	v.prog.phase("runs (3 steps each)")
 	runs := v.cfg.Runs
 	t1 := time.Now()
-	if err := clients(ctx, runs, v.cfg.RunConcurrency, func() error {
+	if err := each(ctx, runs, v.cfg.RunConcurrency, func(ctx context.Context, _ int) error {
 		h, err := short.Start(ctx, 0, nil)
 		if err == nil {
 			_, err = h.Result(ctx)
@@ -216,37 +216,25 @@ func runDBOSLike(ctx context.Context, v *env) (*Result, error) {
 
 	v.prog.phase("chunks (baseline: plain appends)")
 	tag := time.Now().UnixNano()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errc := make(chan error, c.DBOSConcurrency)
 	t0 := time.Now()
-	for range c.DBOSConcurrency {
-		wg.Go(func() {
-			buf := make([]byte, c.ChunkSize)
-			for i := int(next.Add(1) - 1); i < c.DBOSRuns; i = int(next.Add(1) - 1) {
-				si, err := v.store.OpenStream(ctx, &store.OpenStreamParams{Path: fmt.Sprintf("bench/dbos/%d/%d", tag, i), Create: true})
-				if err != nil {
-					errc <- err
-					return
-				}
-				for j := range c.DBOSChunks {
-					fillChunk(buf, 'p', j)
-					if _, err := v.store.Append(ctx, &store.AppendParams{StreamID: si.ID, Chunks: [][]byte{buf}}); err != nil {
-						errc <- err
-						return
-					}
-					v.prog.add(1)
-				}
+	if err := each(ctx, c.DBOSRuns, c.DBOSConcurrency, func(ctx context.Context, i int) error {
+		si, err := v.store.OpenStream(ctx, &store.OpenStreamParams{Path: fmt.Sprintf("bench/dbos/%d/%d", tag, i), Create: true})
+		if err != nil {
+			return err
+		}
+		buf := make([]byte, c.ChunkSize)
+		for j := range c.DBOSChunks {
+			fillChunk(buf, 'p', j)
+			if _, err := v.store.Append(ctx, &store.AppendParams{StreamID: si.ID, Chunks: [][]byte{buf}}); err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	baseDur := time.Since(t0)
-	select {
-	case err := <-errc:
+			v.prog.add(1)
+		}
+		return nil
+	}); err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
-	default:
 	}
+	baseDur := time.Since(t0)
 
 	v.prog.phase("chunks (runs through the engine)")
 	e, closeE, err := v.engine(ctx, c.DBOSConcurrency)
@@ -269,7 +257,7 @@ func runDBOSLike(ctx context.Context, v *env) (*Result, error) {
 		})
 	})
 	t1 := time.Now()
-	if err := clients(ctx, c.DBOSRuns, c.DBOSConcurrency, func() error {
+	if err := each(ctx, c.DBOSRuns, c.DBOSConcurrency, func(ctx context.Context, _ int) error {
 		h, err := wf.Start(ctx, 0, nil)
 		if err == nil {
 			_, err = h.Result(ctx)
@@ -294,27 +282,24 @@ func runDBOSLike(ctx context.Context, v *env) (*Result, error) {
 	return r, nil
 }
 
-// clients runs n calls of one, conc at a time: conc clients, each calling
-// one again and again until n calls were made. The first error stops them.
-func clients(ctx context.Context, n, conc int, one func() error) error {
+// each calls f(ctx, i) for i in [0, n), conc calls at a time: conc
+// workers, each taking the next i until all are taken. The first error
+// cancels the others' context and is returned; so is ctx's.
+func each(ctx context.Context, n, conc int, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	errc := make(chan error, conc)
 	for range conc {
 		wg.Go(func() {
-			for next.Add(1) <= int64(n) && ctx.Err() == nil {
-				if err := one(); err != nil {
-					errc <- err
+			for i := int(next.Add(1) - 1); i < n && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				if err := f(ctx, i); err != nil {
+					cancel(err)
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	select {
-	case err := <-errc:
-		return err
-	default:
-		return ctx.Err()
-	}
+	return context.Cause(ctx)
 }

@@ -356,31 +356,22 @@ func scaleOnce(ctx context.Context, v *env, ps *pgStats, base, schema string, n 
 	in := EmitInput{Chunks: c.ScaleChunks, Size: c.ChunkSize}
 	r.lat = make([]time.Duration, c.ScaleRuns)
 	outPID := make([]int, c.ScaleRuns)
-	var next, done, chunks atomic.Int64
-	var once sync.Once
-	var firstErr error
-	fail := func(err error) { once.Do(func() { firstErr = err; cancel() }) }
-	var wg sync.WaitGroup
+	var done, chunks atomic.Int64
 	t0 := time.Now()
-	for range c.ScaleConcurrency * n {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < c.ScaleRuns && wctx.Err() == nil; i = int(next.Add(1) - 1) {
-				t := time.Now()
-				cl := cls[i%n]
-				id := scaleRunID(i)
-				k, pid, err := scaleRun(wctx, cl, id, in)
-				if err != nil {
-					fail(fmt.Errorf("run %s through %s: %w", id, cl.URL(), err))
-					return
-				}
-				r.lat[i], outPID[i] = time.Since(t), pid
-				chunks.Add(int64(k))
-				done.Add(1)
-				v.prog.add(1)
-			}
-		})
-	}
-	wg.Wait()
+	firstErr := each(wctx, c.ScaleRuns, c.ScaleConcurrency*n, func(ctx context.Context, i int) error {
+		t := time.Now()
+		cl := cls[i%n]
+		id := scaleRunID(i)
+		k, pid, err := scaleRun(ctx, cl, id, in)
+		if err != nil {
+			return fmt.Errorf("run %s through %s: %w", id, cl.URL(), err)
+		}
+		r.lat[i], outPID[i] = time.Since(t), pid
+		chunks.Add(int64(k))
+		done.Add(1)
+		v.prog.add(1)
+		return nil
+	})
 	r.dur = time.Since(t0)
 	close(stopWaits)
 	if err := <-waitsDone; err != nil {
@@ -547,43 +538,34 @@ func checkScaleRuns(ctx context.Context, cl *client.Client, runs, conc int) (int
 			return 0, fmt.Errorf("run %s is missing", scaleRunID(i))
 		}
 	}
-	var next, retried atomic.Int64
-	errc := make(chan error, conc)
-	var wg sync.WaitGroup
-	for range conc {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < runs; i = int(next.Add(1) - 1) {
-				evs, err := cl.Events(ctx, scaleRunID(i), 0)
-				if err != nil {
-					errc <- err
-					return
-				}
-				var ended, started, stepped int
-				for _, e := range evs {
-					switch e.Type {
-					case store.EventRunCompleted:
-						ended++
-					case store.EventRunFailed, store.EventRunCancelled:
-						ended += 100
-					case store.EventStepStarted:
-						started++
-					case store.EventStepCompleted:
-						stepped++
-					}
-				}
-				if ended != 1 || stepped != 1 {
-					errc <- fmt.Errorf("run %s: %d run ends and %d step completions in its log, want 1 and 1", scaleRunID(i), ended, stepped)
-					return
-				}
-				if started > 1 {
-					retried.Add(1)
-				}
+	var retried atomic.Int64
+	err := each(ctx, runs, conc, func(ctx context.Context, i int) error {
+		evs, err := cl.Events(ctx, scaleRunID(i), 0)
+		if err != nil {
+			return err
+		}
+		var ended, started, stepped int
+		for _, e := range evs {
+			switch e.Type {
+			case store.EventRunCompleted:
+				ended++
+			case store.EventRunFailed, store.EventRunCancelled:
+				ended += 100
+			case store.EventStepStarted:
+				started++
+			case store.EventStepCompleted:
+				stepped++
 			}
-		})
-	}
-	wg.Wait()
-	close(errc)
-	if err := <-errc; err != nil {
+		}
+		if ended != 1 || stepped != 1 {
+			return fmt.Errorf("run %s: %d run ends and %d step completions in its log, want 1 and 1", scaleRunID(i), ended, stepped)
+		}
+		if started > 1 {
+			retried.Add(1)
+		}
+		return nil
+	})
+	if err != nil {
 		return 0, err
 	}
 	return int(retried.Load()), nil
