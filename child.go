@@ -69,11 +69,11 @@ func StartChild[In, Out any](ctx Context, wf *Workflow[In, Out], in In, opts *Ch
 	if err := store.CheckID("child run id", id); err != nil {
 		// A bad id is the code's, not the store's: fail the child, not
 		// the run's execution (which would be resumed, and fail again).
-		c.f = future{op: op, kind: opHook, done: make(chan struct{}), err: NonRetryable(err)}
+		c.f = future{op: op, kind: opChild, done: make(chan struct{}), err: NonRetryable(err)}
 		close(c.f.done)
 		return c
 	}
-	c.f = future{op: op, kind: opHook, done: make(chan struct{})}
+	c.f = future{op: op, kind: opChild, done: make(chan struct{})}
 	switch {
 	case st == nil:
 	case st.kind == opChild && st.child == id, st.kind == opHook && st.token == token:
@@ -120,9 +120,9 @@ func StartChild[In, Out any](ctx Context, wf *Workflow[In, Out], in In, opts *Ch
 	}
 	x.hooks++
 	c.f.hook, c.f.child = st, id
-	c.f.take = func() {
+	c.f.take = func(payload []byte, _ int) {
 		var end childEnd
-		if err := json.Unmarshal(st.payloads[0], &end); err != nil {
+		if err := json.Unmarshal(payload, &end); err != nil {
 			c.f.err = NonRetryable(fmt.Errorf("child run %s: decode its end: %w", id, err))
 			return
 		}
@@ -184,7 +184,7 @@ func (x *execution) checkChild(id string) {
 // cancelChildren asks every child of the run that has not ended to cancel.
 func (x *execution) cancelChildren() {
 	for _, st := range x.ops {
-		if st.kind != opChild || len(st.payloads) > 0 {
+		if st.kind != opChild || st.end != nil {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 10*time.Second)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weirhq/weir/inbox"
 	"github.com/weirhq/weir/store"
 )
 
@@ -41,16 +42,12 @@ type future struct {
 	st     *opState  // timers: the recorded state
 	wakeAt time.Time // timers: when it fires
 
-	hook  *opState // hooks: the hook's state
-	index int      // hooks: the payload it resolves to
-	take  func()   // hooks: decode the payload and take it
-	child string   // child runs: the child's id (its end comes to hook)
-}
-
-// ready reports whether a hook's future can resolve: its payload came, or
-// the hook was disposed.
-func (f *future) ready() bool {
-	return len(f.hook.payloads) > f.index || f.hook.disposed
+	hook *opState // hooks and child runs: the operation's state (a hook's box; a child's end)
+	// take decodes what a hook's Future took (a payload, its index), or a
+	// child's end (index 0); nil: the Future failed before it began (err
+	// is set).
+	take  func(payload []byte, index int)
+	child string // child runs: the child's id (its end comes to hook)
 }
 
 func (f *future) resolved() bool {
@@ -80,17 +77,42 @@ func (f *Future[T]) Get(ctx Context) (T, error) {
 	return f.val, f.f.err
 }
 
-// took is the workflow taking f's result: a timer's firing is recorded, a
-// hook's payload taken.
+// took is the workflow taking f's result, which await found ready: a
+// timer's firing is recorded, a hook's payload taken (once: a Future got
+// again keeps what it took).
 func (x *execution) took(f *future) {
 	switch f.kind {
 	case opSleep:
 		x.fireTimer(f)
 	case opHook:
-		if f.take != nil { // nil: it failed before it began (its err is set)
-			f.take()
+		if f.resolved() {
+			return
+		}
+		payload, i, s := f.hook.box.Take()
+		switch s {
+		case inbox.Taken:
+			f.take(payload, i)
+		case inbox.Closed:
+			f.err = fmt.Errorf("%w: %q", ErrHookDisposed, f.hook.token)
+		default:
+			panic("weir: a hook's Future taken with nothing to take") // await said it was ready
+		}
+		x.resolve(f)
+	case opChild:
+		if f.take != nil && f.err == nil && f.hook.end != nil {
+			f.take(f.hook.end, 0)
+			f.take = nil // decoded once
 		}
 	}
+}
+
+// resolve marks f resolved now (its order among the run's resolutions).
+func (x *execution) resolve(f *future) {
+	x.par.mu.Lock()
+	x.par.order++
+	f.order = x.par.order
+	x.par.mu.Unlock()
+	close(f.done)
 }
 
 // parallel is an execution's step goroutines.
@@ -298,8 +320,8 @@ func Select(ctx Context, fs ...Awaitable) int {
 	}
 	x.ops[op] = &opState{kind: opSelect, chosen: i}
 	x.record(&store.RecordParams{Events: evs})
-	if f.kind == opHook && f.take != nil {
-		f.take()
+	if f.kind == opHook {
+		x.took(f) // chosen: it takes its payload now
 	}
 	return i
 }
@@ -335,11 +357,24 @@ func All[T any](ctx Context, fs ...*Future[T]) ([]T, error) {
 }
 
 // await blocks the workflow goroutine until one of fs (any) or all of them
-// have resolved, and returns the index of the one chosen (any: the first to
-// resolve; -1 otherwise). It parks the run if nothing can happen in process
-// for longer than ParkAfter, and leaves if the run is interrupted or a
-// goroutine it waits on stopped for a reason the run must leave for.
+// are ready, and returns the index of the one chosen (any: the first to be
+// ready; -1 otherwise). A step's or timer's Future is ready once resolved,
+// a child's once its end came; a hook's Future, which resolves only when
+// taken, is ready when its hook could serve it (package inbox): all of
+// fs's untaken Futures of one hook at once, or any one of them. It parks
+// the run if nothing can happen in process for longer than ParkAfter, and
+// leaves if the run is interrupted or a goroutine it waits on stopped for
+// a reason the run must leave for.
 func (x *execution) await(fs []*future, any bool) int {
+	var demand map[*opState]int // untaken hook Futures per hook
+	for _, f := range fs {
+		if f.kind == opHook && !f.resolved() {
+			if demand == nil {
+				demand = map[*opState]int{}
+			}
+			demand[f.hook]++
+		}
+	}
 	for {
 		// The state first: a change after it wakes the wait below.
 		changed, running, wakes := x.par.snapshot()
@@ -348,18 +383,27 @@ func (x *execution) await(fs []*future, any bool) int {
 		var children []string
 		var next time.Time // the earliest unresolved timer among fs
 		for i, f := range fs {
-			// Timers and hooks resolve on the workflow goroutine.
-			if !f.resolved() && (f.kind == opSleep && !now.Before(f.wakeAt) || f.kind == opHook && f.ready()) {
-				x.par.mu.Lock()
-				x.par.order++
-				f.order = x.par.order
-				x.par.mu.Unlock()
-				close(f.done)
+			// Timers and children resolve on the workflow goroutine.
+			if !f.resolved() && (f.kind == opSleep && !now.Before(f.wakeAt) || f.kind == opChild && f.hook != nil && f.hook.end != nil) {
+				x.resolve(f)
 			}
-			if !f.resolved() {
+			ready := f.resolved()
+			if !ready && f.kind == opHook {
+				k := 1
+				if !any {
+					k = demand[f.hook]
+				}
+				if ready = f.hook.box.Ready(k); ready && f.order == 0 {
+					x.par.mu.Lock()
+					x.par.order++
+					f.order = x.par.order // when it was first seen ready, for Select
+					x.par.mu.Unlock()
+				}
+			}
+			if !ready {
 				pending++
-				hooks = hooks || f.kind == opHook
-				if f.child != "" {
+				hooks = hooks || f.kind == opHook || f.kind == opChild
+				if f.kind == opChild {
 					children = append(children, f.child)
 				}
 				if f.kind == opSleep && (next.IsZero() || f.wakeAt.Before(next)) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -11,7 +12,9 @@ import (
 	"time"
 
 	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/store/sqlitestore"
 	"github.com/weirhq/weir/stream"
 )
@@ -34,7 +37,7 @@ func fastConfig() *weir.Config {
 		PollInterval: 10 * time.Millisecond,
 		LeaseTTL:     500 * time.Millisecond,
 		Retry:        weir.RetryPolicy{InitialInterval: 5 * time.Millisecond, MaxInterval: 20 * time.Millisecond},
-		Logger:       slog.New(slog.DiscardHandler),
+		Logger:       testLogger(),
 	}
 }
 
@@ -167,4 +170,50 @@ func (f *faultStore) RenewLease(ctx context.Context, p *store.RenewLeaseParams) 
 		return false, nil
 	}
 	return f.Store.RenewLease(ctx, p)
+}
+
+// eachStore runs f as a subtest on each real backend: a fresh SQLite file,
+// and a fresh schema on the PostgreSQL server the tests use (an
+// unreachable server fails the test; it never skips it).
+func eachStore(t *testing.T, f func(t *testing.T, s store.Store)) {
+	t.Helper()
+	t.Run("sqlite", func(t *testing.T) {
+		s, _ := openStore(t)
+		f(t, s)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		f(t, openPG(t))
+	})
+}
+
+// openPG opens the PostgreSQL store in a fresh schema.
+func openPG(t testing.TB) store.Store {
+	t.Helper()
+	s, err := pgstore.Open(context.Background(), pgtest.URL(), &pgstore.Config{Schema: pgtest.NewSchema(t), MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// waitFor polls cond every few milliseconds until it holds, or fails the
+// test with what after d.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// testLogger discards the engine's logs, unless WEIR_TEST_LOG is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("WEIR_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
 }

@@ -106,10 +106,10 @@ func (x *execution) storeFailed(err error) {
 // Token returns the hook's token.
 func (h *Hook[T]) Token() string { return h.st.token }
 
-// Receive waits for the hook's next payload and returns it. Payloads come
-// in the order they were delivered; one delivered before Receive is kept
-// for it. After Close, the payloads delivered before it are returned, then
-// ErrHookDisposed.
+// Receive waits for the hook's next payload and returns it. Payloads
+// come in the order they were delivered; one delivered before Receive is
+// kept for it. After Close, the payloads delivered before it are
+// returned, then ErrHookDisposed. (The taking rule is package inbox's.)
 func (h *Hook[T]) Receive(ctx Context) (T, error) {
 	return h.Next().Get(ctx)
 }
@@ -146,33 +146,30 @@ func (h *Hook[T]) ReceiveWithin(ctx Context, d time.Duration) (v T, ok bool, err
 	return v, err == nil, err
 }
 
-// Next returns a Future of the hook's next payload not yet taken, to race
-// it against other operations with Select. Taking it (Get, or Select
-// choosing it) takes the payload; a Future not taken leaves it for the
-// next one.
+// Next returns a Future of one of the hook's payloads, to race it against
+// other operations with Select or wait for several at once. The Future
+// takes its payload when it is taken (Get, or Select choosing it), not
+// when it is made: each take gets the hook's next payload not yet taken,
+// in delivery order, so All(h.Next(), h.Next()) gets the first two, and a
+// Future never taken (a Select that chose another case) leaves its
+// payload for the next take.
 func (h *Hook[T]) Next() *Future[T] {
-	f := &Future[T]{f: future{op: h.op, kind: opHook, done: make(chan struct{}), hook: h.st, index: h.st.taken}}
-	f.f.take = func() {
-		st := h.st
-		if f.f.index >= len(st.payloads) {
-			f.f.err = fmt.Errorf("%w: %q", ErrHookDisposed, st.token)
-			return
+	f := &Future[T]{f: future{op: h.op, kind: opHook, done: make(chan struct{}), hook: h.st}}
+	f.f.take = func(payload []byte, index int) {
+		if err := json.Unmarshal(payload, &f.val); err != nil {
+			f.f.err = NonRetryable(fmt.Errorf("hook %q: decode payload %d: %w", h.st.token, index+1, err))
 		}
-		var v T
-		if err := json.Unmarshal(st.payloads[f.f.index], &v); err != nil {
-			f.f.err = NonRetryable(fmt.Errorf("hook %q: decode payload %d: %w", st.token, f.f.index+1, err))
-		}
-		f.val = v
-		st.taken = max(st.taken, f.f.index+1)
 	}
 	return f
 }
 
 // Close disposes of the hook: deliveries to its token are refused (410)
-// from then on. A run's hooks are disposed when it ends.
+// from then on. The payloads delivered before it stay to be taken (Close
+// reads the run's log up to its own disposal); takes after those get
+// ErrHookDisposed. A run's hooks are disposed when it ends.
 func (h *Hook[T]) Close(ctx Context) {
 	x := ctx.execution()
-	if h.st.disposed {
+	if h.st.box.IsClosed() {
 		return
 	}
 	if x.readOnly {
@@ -184,10 +181,17 @@ func (h *Hook[T]) Close(ctx Context) {
 	if err := x.e.store.DisposeHook(c, &store.HookParams{RunID: x.run.ID, LeaseEpoch: x.epoch, Token: h.st.token, Op: h.op}); err != nil {
 		x.storeFailed(err)
 	}
-	h.st.disposed = true
+	// Every payload acknowledged before the disposal is in the log before
+	// its hook_disposed: read up to it, so this execution takes what its
+	// replay will.
+	if err := x.pollErr(c); err != nil {
+		x.storeFailed(err)
+	}
+	h.st.box.Close()
 }
 
-// loadHook applies a hook event of the log to its operation's state.
+// loadHook applies a hook event of the log to its operation's state: a
+// hook's payloads and close go to its box, a child's end to st.end.
 func (x *execution) loadHook(st *opState, ev *store.Event) {
 	switch ev.Type {
 	case store.EventHookCreated:
@@ -199,38 +203,66 @@ func (x *execution) loadHook(st *opState, ev *store.Event) {
 		if st.kind == "" {
 			st.kind = opHook
 		}
-		st.payloads = append(st.payloads, ev.Data)
+		if st.kind == opChild {
+			if st.end == nil {
+				st.end = ev.Data // its first word; a second is the same end
+			}
+			return
+		}
+		if st.box.IsClosed() {
+			// The store refuses deliveries after a disposal: a log that
+			// has one is not weir's.
+			x.e.log.Error("weir: a hook payload after its hook's disposal in the log; ignored", "run", x.run.ID, "op", ev.Op, "seq", ev.Seq)
+			return
+		}
+		st.box.Deliver(ev.Data)
 	case store.EventHookDisposed:
-		st.disposed = true
+		st.box.Close()
 	}
 }
 
 // poll reads what the run's log gained since this execution last read it
-// (deliveries to its hooks) and reports whether it gained a payload.
+// (deliveries to its hooks) and reports whether it gained one. A failed
+// read is logged and reports nothing: the next look tries again.
 func (x *execution) poll() bool {
 	if x.hooks == 0 {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 10*time.Second)
 	defer cancel()
-	evs, err := x.e.store.ListEvents(ctx, x.run.ID, x.polled)
-	if err != nil {
+	before := x.polled
+	if err := x.pollErr(ctx); err != nil {
 		x.e.log.Warn("weir: read run log", "run", x.run.ID, "err", err)
 		return false
 	}
-	got := false
+	return x.polled > before && x.gained
+}
+
+// pollErr reads the run's log past what this execution has read, and
+// applies the hook events that are not its own doing (deliveries; and the
+// disposals, which are, but whose place among the deliveries only the log
+// knows). x.gained reports whether a delivery came.
+func (x *execution) pollErr(ctx context.Context) error {
+	x.gained = false
+	evs, err := x.e.store.ListEvents(ctx, x.run.ID, x.polled)
+	if err != nil {
+		return err
+	}
 	for i := range evs {
 		ev := &evs[i]
 		x.polled = max(x.polled, ev.Seq)
-		if ev.Type != store.EventHookReceived {
+		if ev.Type != store.EventHookReceived && ev.Type != store.EventHookDisposed {
 			continue // this execution's own
 		}
 		if st := x.ops[ev.Op]; st != nil && (st.kind == opHook || st.kind == opChild) {
+			if ev.Type == store.EventHookDisposed && st.box.IsClosed() {
+				continue
+			}
 			x.loadHook(st, ev)
-			got = true
+			x.gained = x.gained || ev.Type == store.EventHookReceived
 		}
 	}
-	return got
+	return nil
 }
 
 // DeliverOptions are optional settings of a delivery.

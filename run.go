@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weirhq/weir/inbox"
 	"github.com/weirhq/weir/store"
 )
 
@@ -58,11 +59,10 @@ type opState struct {
 	wakeAt      time.Time
 	fired       bool
 	chosen      int      // select: the index chosen
-	token       string   // hook: its token
-	payloads    [][]byte // hook: what was delivered, in log order
-	disposed    bool     // hook: disposed of
-	taken       int      // hook: payloads the workflow took (this execution)
-	child       string   // child: the child run's id
+	token       string    // hook: its token
+	box         inbox.Box // hook: its payloads, in log order, and its close
+	child       string    // child: the child run's id
+	end         []byte    // child: its end, as delivered to the parent
 }
 
 func (s *opState) describe() string {
@@ -103,6 +103,7 @@ type execution struct {
 	par        parallel  // step goroutines (Go)
 	deadline   time.Time // the run's deadline (WithRunTimeout); zero: none
 	polled     int64     // the last event seq this execution has read
+	gained     bool      // the last read of the log brought a delivery
 	hooks      int       // hooks of the run (child runs too): deliveries may come
 	childCheck time.Time // when this execution last looked at its children's rows
 
