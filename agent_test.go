@@ -22,7 +22,7 @@ func TestHookClosedWithPayloadsAcknowledged(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		delivered := make(chan struct{})
 		after := make(chan int64, 4)
-		var lost atomic.Bool // the first engine is gone
+		var lost atomic.Bool           // the first engine is gone
 		took := make(chan []string, 4) // what each execution took
 		register := func(e *weir.Engine) *weir.Workflow[string, []string] {
 			return weir.Register(e, "close-pending", func(ctx weir.Context, token string) ([]string, error) {
@@ -160,4 +160,3 @@ func TestHookTakersOutstandingAtOnce(t *testing.T) {
 		}
 	})
 }
-

@@ -58,7 +58,7 @@ type opState struct {
 	retryAt     time.Time
 	wakeAt      time.Time
 	fired       bool
-	chosen      int      // select: the index chosen
+	chosen      int       // select: the index chosen
 	token       string    // hook: its token
 	box         inbox.Box // hook: its payloads, in log order, and its close
 	child       string    // child: the child run's id
