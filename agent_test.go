@@ -3,10 +3,12 @@ package weir_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/store"
@@ -159,4 +161,135 @@ func TestHookTakersOutstandingAtOnce(t *testing.T) {
 			t.Fatalf("replay: %v", err)
 		}
 	})
+}
+
+// Case 3: a step whose last allowed attempt times out after writing fails
+// with its *TimeoutError, live and after a replay on another engine; its
+// output is aborted; its zombie's late write fails at once; and the run,
+// with its sibling's running attempt, goes on (no release, no rerun).
+func TestLastAttemptTimesOutAfterWriting(t *testing.T) {
+	for _, kind := range []string{"start-to-close", "heartbeat"} {
+		t.Run(kind, func(t *testing.T) {
+			eachStore(t, func(t *testing.T, s store.Store) {
+				var siblingAttempts atomic.Int32
+				late := make(chan error, 4)
+				var lost atomic.Bool
+				wrote := make(chan struct{}, 4)
+				register := func(e *weir.Engine) *weir.Workflow[string, string] {
+					return weir.Register(e, "last-timeout", func(ctx weir.Context, _ string) (string, error) {
+						sibling := weir.Go(ctx, "sibling", func(sc weir.StepContext) (int, error) {
+							siblingAttempts.Add(1)
+							w := sc.Stream("out")
+							for i := range 20 {
+								if _, err := fmt.Fprintf(w, "sib %d", i); err != nil {
+									return 0, err
+								}
+								time.Sleep(10 * time.Millisecond)
+							}
+							return 20, nil
+						})
+						opt := weir.WithTimeout(60 * time.Millisecond)
+						if kind == "heartbeat" {
+							opt = weir.WithHeartbeatTimeout(60 * time.Millisecond)
+						}
+						_, err := weir.Step(ctx, "slow", func(sc weir.StepContext) (int, error) {
+							w := sc.Stream("out")
+							if _, err := w.WriteString(fmt.Sprintf("slow attempt %d", sc.Attempt())); err != nil {
+								return 0, err
+							}
+							if err := w.Flush(); err != nil {
+								return 0, err
+							}
+							wrote <- struct{}{}
+							time.Sleep(300 * time.Millisecond) // deaf to its context
+							_, err := w.WriteString("late")
+							late <- err
+							return 1, nil
+						}, opt, weir.WithRetry(weir.RetryPolicy{MaxAttempts: 2}))
+						why := "other"
+						var se *weir.StepError
+						if errors.Is(err, weir.ErrStepTimeout) && errors.As(err, &se) && se.Attempt == 2 {
+							why = "timeout"
+						}
+						// Recognised on replay only if replay decides the same.
+						if _, err := ctx.Stream("why").WriteString(why); err != nil {
+							return "", err
+						}
+						if _, err := sibling.Get(ctx); err != nil {
+							return "", err
+						}
+						if _, err := weir.Step(ctx, "hold", func(sc weir.StepContext) (int, error) {
+							if !lost.Load() {
+								<-sc.Done()
+								return 0, context.Cause(sc)
+							}
+							return 0, nil
+						}); err != nil {
+							return "", err
+						}
+						return why, nil
+					})
+				}
+				a := newEngine(t, s, nil)
+				wf := register(a)
+				if err := a.Start(testCtx(t)); err != nil {
+					t.Fatal(err)
+				}
+				h, err := wf.Start(testCtx(t), "", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for range 2 {
+					if err := <-late; err == nil || !errors.Is(err, weir.ErrStepTimeout) && !errors.Is(err, weir.ErrFenced) {
+						t.Fatalf("a timed-out attempt's late write: %v, want its timeout or ErrFenced", err)
+					}
+				}
+				waitFor(t, 10*time.Second, "the why stream", func() bool {
+					return len(dataOf(readAll(t, a, h.ID, "why", weir.LiveView))) == 1
+				})
+				if got := dataOf(readAll(t, a, h.ID, "why", weir.LiveView)); got[0] != "timeout" {
+					t.Fatalf("the live execution saw %q, want the step's timeout", got)
+				}
+				lost.Store(true)
+				if err := a.Close(testCtx(t)); err != nil {
+					t.Fatal(err)
+				}
+				b := newEngine(t, s, nil)
+				wf = register(b)
+				if err := b.Start(testCtx(t)); err != nil {
+					t.Fatal(err)
+				}
+				why, err := wf.Handle(h.ID).Result(testCtx(t))
+				if err != nil || why != "timeout" {
+					t.Fatalf("result %q %v, want timeout", why, err)
+				}
+				if n := siblingAttempts.Load(); n != 1 {
+					t.Fatalf("the sibling ran %d attempts, want 1: its running attempt was thrown away", n)
+				}
+				var final []store.Event
+				for _, ev := range hookEvents(t, s, h.ID, store.EventStepFailed) {
+					if ev.Final {
+						final = append(final, ev)
+					}
+					if strings.Contains(ev.Error, "worker lost") {
+						t.Fatalf("a step failed as worker lost: %+v", ev)
+					}
+				}
+				if len(final) != 1 || final[0].Name != "slow" || !strings.Contains(final[0].Error, "timed out") {
+					t.Fatalf("final failures %+v, want slow's timeout", final)
+				}
+				committed := dataOf(readAll(t, b, h.ID, "out", weir.CommittedView))
+				if len(committed) != 20 || slices.ContainsFunc(committed, func(c string) bool { return strings.HasPrefix(c, "slow") }) {
+					t.Fatalf("committed view %q: want the sibling's 20 chunks only", committed)
+				}
+				live := readAll(t, b, h.ID, "out", weir.LiveView)
+				if slices.Contains(dataOf(live), "late") {
+					t.Fatal("a late write of a timed-out attempt is in the live view")
+				}
+				if err := b.Replay(testCtx(t), h.ID); err != nil {
+					t.Fatalf("replay: %v", err)
+				}
+			})
+		})
+	}
 }

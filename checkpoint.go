@@ -193,14 +193,14 @@ func (x *execution) write(p *store.RecordParams) error {
 
 // mergeRecords returns one record that does what a then b do, if there is
 // one: a is a step outcome (events, a fence, a finish) the recorder owns and
-// drops; a record has at most one fence and one finish, and applies its
-// fence before its finish.
+// drops; a record has at most one fence and one finish, and decides its
+// finish before it raises its fence.
 func mergeRecords(a, b *store.RecordParams) (*store.RecordParams, bool) {
 	if a.Fence != nil && b.Fence != nil || a.Finish != nil && b.Finish != nil {
 		return nil, false
 	}
-	if a.Finish != nil && b.Fence != nil && a.Finish.Writer == b.Fence.Writer {
-		return nil, false // b's fence would refuse a's finish
+	if a.Fence != nil && b.Finish != nil && a.Fence.Writer == b.Finish.Writer {
+		return nil, false // apart, a's fence would come before b's finish
 	}
 	if a.Status != "" || a.Release || a.CloseStreams {
 		return nil, false

@@ -218,7 +218,7 @@ func (x *execution) stepOp(name string) (int64, *opState) {
 func recorded[T any](st *opState) (T, error) {
 	var out T
 	if st.failedFinal {
-		return out, &StepError{Name: st.name, Attempt: st.lastAttempt, Message: st.errMsg}
+		return out, &StepError{Name: st.name, Attempt: st.lastAttempt, Message: st.errMsg, Err: causeOf(st.errKind)}
 	}
 	if err := json.Unmarshal(st.output, &out); err != nil {
 		return out, NonRetryable(fmt.Errorf("decode output of step %q: %w", st.name, err))
@@ -370,15 +370,18 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 			st.open, st.retryAt, st.errMsg = false, retryAt, err.Error()
 			continue
 		}
+		// The last attempt: its output is aborted, and a timed-out one is
+		// fenced off at once too (the Record decides its finish first).
+		kind := failureOf(err)
 		p := start.fold(&store.RecordParams{
-			Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: attempt, Error: err.Error(), Final: true}},
+			Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: attempt, Error: err.Error(), Final: true, Data: kind}},
 			Finish: &store.Finish{Writer: stepWriter(op), Attempt: attempt},
 		})
 		if fence != nil {
 			p.Fence = fence
 		}
 		env.record(p)
-		st.open, st.failedFinal, st.errMsg = false, true, err.Error()
+		st.open, st.failedFinal, st.errMsg, st.errKind = false, true, err.Error(), kind
 		return zero, &StepError{Name: name, Attempt: attempt, Message: err.Error(), Err: err}
 	}
 }

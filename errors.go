@@ -1,6 +1,7 @@
 package weir
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -136,10 +137,10 @@ func (e *RunError) Unwrap() []error {
 // TimeoutError is the error of a step attempt that timed out. It matches
 // ErrStepTimeout; it is retried by the step's policy like any failure.
 type TimeoutError struct {
-	Step    string
-	Attempt int64
-	Kind    string        // "start-to-close" or "heartbeat"
-	After   time.Duration // the timeout
+	Step    string        `json:"step"`
+	Attempt int64         `json:"attempt"`
+	Kind    string        `json:"kind"`  // "start-to-close" or "heartbeat"
+	After   time.Duration `json:"after"` // the timeout
 }
 
 func (e *TimeoutError) Error() string {
@@ -151,3 +152,35 @@ func (e *TimeoutError) Error() string {
 
 // Is makes errors.Is(err, ErrStepTimeout) true.
 func (e *TimeoutError) Is(t error) bool { return t == ErrStepTimeout }
+
+// stepFailure is what a final step_failed event keeps of its error (in its
+// Data), so that the *StepError a replay returns matches what the live one
+// did: errors.Is(err, ErrStepTimeout) must not change its answer after a
+// restart, or workflow code that tests it would not replay.
+type stepFailure struct {
+	Timeout *TimeoutError `json:"timeout,omitempty"`
+}
+
+// failureOf encodes what err's kind is, if a replay must know it; nil if
+// not.
+func failureOf(err error) []byte {
+	var te *TimeoutError
+	if !errors.As(err, &te) {
+		return nil
+	}
+	b, _ := json.Marshal(stepFailure{Timeout: te})
+	return b
+}
+
+// causeOf decodes failureOf's encoding: the live error's kind (nil if
+// none is recorded).
+func causeOf(b []byte) error {
+	var f stepFailure
+	if len(b) == 0 || json.Unmarshal(b, &f) != nil {
+		return nil
+	}
+	if f.Timeout != nil {
+		return f.Timeout
+	}
+	return nil
+}

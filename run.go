@@ -55,6 +55,7 @@ type opState struct {
 	output      []byte
 	failedFinal bool
 	errMsg      string
+	errKind     []byte // the final failure's cause (failureOf), for replay's StepError
 	retryAt     time.Time
 	wakeAt      time.Time
 	fired       bool
@@ -140,7 +141,7 @@ func (x *execution) load(events []store.Event) {
 			st.lastAttempt = max(st.lastAttempt, ev.Attempt)
 			st.open, st.errMsg = false, ev.Error
 			if ev.Final {
-				st.failedFinal = true
+				st.failedFinal, st.errKind = true, ev.Data
 			} else {
 				st.retryAt = ev.WakeAt
 			}

@@ -96,6 +96,12 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if w.closing {
 		return 0, fmt.Errorf("write to %q: %w", w.name, ErrWriterClosed)
 	}
+	if w.ctx.Err() != nil {
+		// The attempt is over (timed out, fenced, its run cancelled or
+		// lost): nothing it writes now can be kept. Say so at once, not at
+		// the next flush.
+		return 0, fmt.Errorf("weir: write to %q: the attempt is over: %w", w.name, context.Cause(w.ctx))
+	}
 	if len(w.pend) == 0 {
 		w.firstAt = time.Now()
 	}

@@ -448,7 +448,9 @@ type RecordParams struct {
 	// Fence raises the lowest attempt Writer may append with on the run's
 	// streams: a step attempt begins. Older attempts are then refused appends,
 	// commits and aborts with *stream.FencedError, even on streams where the
-	// newer attempt has not written.
+	// newer attempt has not written. It is raised after the Record's Finish,
+	// which is decided against the fence as it was: a Record may abort an
+	// attempt and fence it off at once.
 	Fence *Fence
 	// Finish commits or aborts Writer at Attempt on every stream of the run it
 	// wrote on.

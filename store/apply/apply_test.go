@@ -217,19 +217,38 @@ func TestRecordFinishRefusedOnOneStreamChangesNothing(t *testing.T) {
 	}
 }
 
-// The fence a Record raises applies to its own finish.
-func TestRecordFenceAppliesToItsFinish(t *testing.T) {
+// A Record's finish is decided against the fence as it was, and the fence
+// it raises comes after: an attempt that fails for good is aborted and
+// fenced off at once, even from the streams it never wrote on (issue 19's
+// third case: a last attempt that timed out after writing). A finish
+// below the fence as it was is refused.
+func TestRecordFinishesThenFences(t *testing.T) {
 	m := fixture()
 	w := "step/1"
-	mustAppend(t, m, store.AppendParams{StreamID: 1, Writer: w, Attempt: 1, Chunks: chunks("a")})
+	mustAppend(t, m, store.AppendParams{StreamID: 1, Writer: w, Attempt: 2, Chunks: chunks("a")})
 	m.begin()
-	err := Record(m, leased(store.RecordParams{
+	if err := Record(m, leased(store.RecordParams{
 		Fence:  &store.Fence{Writer: w, Attempt: 3},
 		Finish: &store.Finish{Writer: w, Attempt: 2},
-	}), t0)
+	}), t0); err != nil {
+		t.Fatal(err)
+	}
+	if m.fences[RunWriter{"r", w}] != 3 {
+		t.Fatalf("fence %d, want 3", m.fences[RunWriter{"r", w}])
+	}
+	if last := m.log[1][len(m.log[1])-1]; last.Kind != stream.KindAbort || last.Attempt != 2 {
+		t.Fatalf("last record %v, want the abort of attempt 2", last)
+	}
+	// The zombie of attempt 2 is refused on a stream it never wrote on.
+	m.streams[4] = &Stream{ID: 4, RunID: "r"}
+	if _, err := Append(m, app(store.AppendParams{StreamID: 4, Writer: w, Attempt: 2, Chunks: chunks("late")})); !errors.Is(err, stream.ErrFenced) {
+		t.Fatalf("a late append of the fenced attempt elsewhere: %v, want ErrFenced", err)
+	}
+	m.begin()
+	err := Record(m, leased(store.RecordParams{Finish: &store.Finish{Writer: w, Attempt: 2, Commit: true}}), t0)
 	var fe *stream.FencedError
 	if !errors.As(err, &fe) || fe.Current != 3 {
-		t.Fatalf("err = %v, want fenced at 3", err)
+		t.Fatalf("a finish below the fence: %v, want fenced at 3", err)
 	}
 }
 

@@ -9,8 +9,13 @@ import (
 )
 
 // Record applies one engine transaction on tx (store.RecordParams), in this
-// order: the lease check, the events, the fence, the writer's finish on
-// every stream of the run it wrote on, the stream closes, the run's change.
+// order: the lease check, the events, the writer's finish on every stream
+// of the run it wrote on, the fence, the stream closes, the run's change.
+// The finish is the outcome of an attempt the fence as it stood allowed;
+// a fence above it, in the same Record, then keeps that attempt out of
+// every stream of the run (a step whose last attempt timed out fails for
+// good with its output aborted, and its zombie is fenced even from the
+// streams it had not reached).
 // p must be checked; now stamps the events without a time and the run.
 //
 // Everything that can refuse it is checked first: the lease, then the
@@ -31,7 +36,7 @@ func Record(tx Tx, p *store.RecordParams, now time.Time) error {
 			return err
 		}
 	}
-	finishes, err := tryFinish(tx, run, p)
+	finishes, err := tryFinish(tx, run.ID, p.Finish)
 	if err != nil {
 		return err
 	}
@@ -58,13 +63,13 @@ func Record(tx Tx, p *store.RecordParams, now time.Time) error {
 			return err
 		}
 	}
+	if err := saveFinishes(tx, finishes); err != nil {
+		return err
+	}
 	if f := p.Fence; f != nil && f.Attempt > fence {
 		if err := tx.SaveFence(run.ID, f.Writer, f.Attempt); err != nil {
 			return err
 		}
-	}
-	if err := saveFinishes(tx, finishes); err != nil {
-		return err
 	}
 	for _, st := range closes {
 		for _, f := range finishes {
@@ -114,18 +119,13 @@ type tried struct {
 	recs  []stream.Record
 }
 
-// tryFinish decides p.Finish on every stream of the run its writer wrote
-// on, without changing them.
-func tryFinish(tx Tx, run *Run, p *store.RecordParams) ([]tried, error) {
-	f := p.Finish
+// tryFinish decides finish f (nil: none) on every stream of run its writer
+// wrote on, without changing them, against the writer's fence as it is.
+func tryFinish(tx Tx, run string, f *store.Finish) ([]tried, error) {
 	if f == nil {
 		return nil, nil
 	}
-	var raised int64
-	if p.Fence != nil && p.Fence.Writer == f.Writer {
-		raised = p.Fence.Attempt // raised by this Record first
-	}
-	return tryFinishOn(tx, run.ID, f, raised)
+	return tryFinishOn(tx, run, f, 0)
 }
 
 // tryFinishAll decides finish f on every stream of run its writer wrote on,

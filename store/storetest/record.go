@@ -283,6 +283,35 @@ func testRecord(t *testing.T, h Harness) {
 		appendErr(t, s, a.ID, "step/1", 3, 0, stream.ErrWriterFinished, "x")
 	})
 
+	t.Run("FinishThenFence", func(t *testing.T) {
+		// A Record decides its finish against the fence as it was, then
+		// raises its own: the last attempt of a step fails, its output is
+		// aborted and it is fenced off the run's other streams at once.
+		t.Parallel()
+		s := h.New(t)
+		epoch := startRun(t, s, "r1")
+		a := openRunStream(t, s, "r1", "a")
+		b := openRunStream(t, s, "r1", "b")
+		appendOK(t, s, a.ID, "step/1", 2, 0, "a0")
+		must(t, s.Record(ctx(t), &store.RecordParams{
+			RunID: "r1", LeaseEpoch: epoch,
+			Events: []store.Event{{Type: store.EventStepFailed, Op: 1, Attempt: 2, Final: true}},
+			Finish: &store.Finish{Writer: "step/1", Attempt: 2},
+			Fence:  &store.Fence{Writer: "step/1", Attempt: 3},
+		}))
+		log := readAll(t, s, a.ID)
+		if last := log[len(log)-1]; last.Kind != stream.KindAbort || last.Attempt != 2 {
+			t.Fatalf("last record %v, want abort{step/1 a2}", last)
+		}
+		appendErr(t, s, a.ID, "step/1", 2, 1, stream.ErrFenced, "a1")
+		appendErr(t, s, b.ID, "step/1", 2, 0, stream.ErrFenced, "b0")
+		// A finish below the fence as it was is refused, and writes nothing.
+		err := s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch,
+			Finish: &store.Finish{Writer: "step/1", Attempt: 2, Commit: true}, Fence: &store.Fence{Writer: "step/1", Attempt: 4}})
+		wantErr(t, err, stream.ErrFenced)
+		appendOK(t, s, b.ID, "step/1", 3, 0, "b0")
+	})
+
 	t.Run("RecordIsAtomic", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
