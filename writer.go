@@ -99,8 +99,10 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if w.ctx.Err() != nil {
 		// The attempt is over (timed out, fenced, its run cancelled or
 		// lost): nothing it writes now can be kept. Say so at once, not at
-		// the next flush.
-		return 0, fmt.Errorf("weir: write to %q: the attempt is over: %w", w.name, context.Cause(w.ctx))
+		// the next flush, and for good.
+		w.err = fmt.Errorf("weir: write to %q: the attempt is over: %w", w.name, context.Cause(w.ctx))
+		w.acked.Broadcast()
+		return 0, w.err
 	}
 	if len(w.pend) == 0 {
 		w.firstAt = time.Now()
