@@ -12,6 +12,7 @@ import (
 
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
 )
 
 // The tests of issue 19's five cases and the field's sixth, each as it was
@@ -86,10 +87,10 @@ func TestHookClosedWithPayloadsAcknowledged(t *testing.T) {
 		deliverWhenReady(t, a, "pending-1", `"one"`, nil)
 		deliverWhenReady(t, a, "pending-1", `"two"`, nil)
 		close(delivered)
-		if live := <-took; !slices.Equal(live, []string{"one", "two"}) {
+		if live := recv(t, took, "the first execution's takes"); !slices.Equal(live, []string{"one", "two"}) {
 			t.Fatalf("the execution took %q, want both payloads acknowledged before Close", live)
 		}
-		<-after
+		recv(t, after, "the step after the takes")
 		lost.Store(true)
 		if err := a.Close(testCtx(t)); err != nil {
 			t.Fatal(err)
@@ -240,7 +241,7 @@ func TestLastAttemptTimesOutAfterWriting(t *testing.T) {
 					t.Fatal(err)
 				}
 				for range 2 {
-					if err := <-late; err == nil || !errors.Is(err, weir.ErrStepTimeout) && !errors.Is(err, weir.ErrFenced) {
+					if err := recv(t, late, "a timed-out attempt's late write"); err == nil || !errors.Is(err, weir.ErrStepTimeout) && !errors.Is(err, weir.ErrFenced) {
 						t.Fatalf("a timed-out attempt's late write: %v, want its timeout or ErrFenced", err)
 					}
 				}
@@ -291,5 +292,101 @@ func TestLastAttemptTimesOutAfterWriting(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// deafStep is a step function that writes a chunk, then ignores its
+// context until release is closed, then writes again and reports that
+// write's error on late.
+func deafStep(wrote chan<- struct{}, release <-chan struct{}, late chan<- error) func(weir.StepContext) (int, error) {
+	return func(sc weir.StepContext) (int, error) {
+		w := sc.Stream("out")
+		if _, err := w.WriteString("deaf"); err != nil {
+			return 0, err
+		}
+		if err := w.Flush(); err != nil {
+			return 0, err
+		}
+		wrote <- struct{}{}
+		<-release
+		_, err := w.WriteString("late")
+		late <- err
+		return 1, nil
+	}
+}
+
+// Case 4: a run deadline and a cancel end the run while a step ignores its
+// context, inline or on its own goroutine: the attempt is abandoned, its
+// output aborted, its late write refused, and it is counted as lingering
+// until it returns.
+func TestDeadlineAndCancelOverADeafStep(t *testing.T) {
+	for _, how := range []string{"deadline", "cancel"} {
+		for _, inline := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/inline=%v", how, inline), func(t *testing.T) {
+				eachStore(t, func(t *testing.T, s store.Store) {
+					wrote, release, late := make(chan struct{}, 1), make(chan struct{}), make(chan error, 1)
+					defer func() {
+						select {
+						case <-release:
+						default:
+							close(release)
+						}
+					}()
+					e := newEngine(t, s, nil)
+					var opts []weir.WorkflowOption
+					if how == "deadline" {
+						opts = append(opts, weir.WithRunTimeout(400*time.Millisecond))
+					}
+					wf := weir.Register(e, "deaf", func(ctx weir.Context, _ int) (int, error) {
+						if inline {
+							return weir.Step(ctx, "deaf", deafStep(wrote, release, late))
+						}
+						return weir.Go(ctx, "deaf", deafStep(wrote, release, late)).Get(ctx)
+					}, opts...)
+					if err := e.Start(testCtx(t)); err != nil {
+						t.Fatal(err)
+					}
+					h, err := wf.Start(testCtx(t), 0, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					recv(t, wrote, "the deaf step's first write")
+					if how == "cancel" {
+						if err := e.Cancel(testCtx(t), h.ID); err != nil {
+							t.Fatal(err)
+						}
+					}
+					// The run ends while the step's function has not returned.
+					_, err = h.Result(testCtx(t))
+					want := weir.ErrCancelled
+					if how == "deadline" {
+						want = weir.ErrRunTimeout
+					}
+					if !errors.Is(err, want) {
+						t.Fatalf("result error %v, want %v", err, want)
+					}
+					if n := e.Stats().LingeringAttempts; n != 1 {
+						t.Fatalf("lingering attempts %d, want 1", n)
+					}
+					if got := dataOf(readAll(t, e, h.ID, "out", weir.CommittedView)); len(got) != 0 {
+						t.Fatalf("committed view %q, want nothing of the abandoned attempt", got)
+					}
+					live := readAll(t, e, h.ID, "out", weir.LiveView)
+					if len(kinds(live, stream.KindAbort)) != 1 {
+						t.Fatalf("live view %v: want the attempt's chunk aborted", live)
+					}
+					close(release)
+					if err := recv(t, late, "the abandoned attempt's late write"); err == nil {
+						t.Fatal("the abandoned attempt's late write was accepted")
+					}
+					waitFor(t, 5*time.Second, "the abandoned attempt to be counted as returned", func() bool {
+						return e.Stats().LingeringAttempts == 0
+					})
+					if e.Stats().AbandonedAttempts != 1 {
+						t.Fatalf("abandoned attempts %d, want 1", e.Stats().AbandonedAttempts)
+					}
+				})
+			})
+		}
 	}
 }

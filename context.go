@@ -312,10 +312,14 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 		}
 		if r, ok := x.interrupted(); ok {
 			if r == exitCancelled || r == exitRunTimeout {
-				env.record(start.fold(&store.RecordParams{
+				// Its output is aborted, and the attempt, which may run on
+				// (abandoned), fenced off the run's other streams too.
+				p := start.fold(&store.RecordParams{
 					Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: attempt, Error: context.Cause(x.ctx).Error(), Final: true}},
 					Finish: &store.Finish{Writer: stepWriter(op), Attempt: attempt},
-				}))
+				})
+				p.Fence = &store.Fence{Writer: stepWriter(op), Attempt: attempt + 1}
+				env.record(p)
 				st.open, st.failedFinal = false, true
 			} else {
 				start.fold(nil)
@@ -386,10 +390,13 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 	}
 }
 
-// runAttempt runs one attempt of a step: fn, then the flush of its writers.
-// A panic in fn is the attempt's error. With a timeout (start-to-close or
-// heartbeat) the attempt ends at the timeout whether fn returns or not: fn
-// is left running with its context cancelled, a zombie its fence stops.
+// runAttempt runs one attempt of a step: fn, then the flush of its writers,
+// on a goroutine of its own. A panic in fn is the attempt's error. The
+// attempt ends when fn returns, at its timeout (start-to-close or
+// heartbeat), or when the run is interrupted (cancelled, past its deadline,
+// lost, stopping), whether fn returns or not: fn is then told through its
+// context and abandoned, a zombie its fence stops (Engine.abandoned
+// reports it while it lingers).
 func runAttempt[T any](x *execution, start *stepStart, cfg *stepConfig, fn func(StepContext) (T, error)) (out T, err error) {
 	ctx, cancel := context.WithCancelCause(x.ctx)
 	sc := &stepContext{Context: ctx, x: x, op: start.op, attempt: start.attempt, writers: map[string]*Writer{}, cancel: cancel, start: start}
@@ -414,17 +421,19 @@ func runAttempt[T any](x *execution, start *stepStart, cfg *stepConfig, fn func(
 		}
 		return out, err
 	}
-	if cfg.timeout <= 0 && cfg.heartbeat <= 0 {
-		defer cancel(nil)
-		return call()
+	if cfg.heartbeat > 0 {
+		sc.beat = make(chan struct{}, 1)
 	}
-	sc.beat = make(chan struct{}, 1)
 	type result struct {
 		out T
 		err error
 	}
 	res := make(chan result, 1)
+	returned := make(chan struct{})
+	x.e.attempts.Add(1)
 	go func() {
+		defer x.e.attempts.Done()
+		defer close(returned)
 		out, err := call()
 		res <- result{out, err}
 	}()
@@ -441,27 +450,55 @@ func runAttempt[T any](x *execution, start *stepStart, cfg *stepConfig, fn func(
 		idle = hb.C
 	}
 	for {
+		var why error
 		select {
 		case r := <-res:
 			cancel(nil)
 			return r.out, r.err
 		case <-sc.beat:
 			hb.Reset(cfg.heartbeat)
+			continue
 		case <-deadline:
-			err := &TimeoutError{Step: start.name, Attempt: start.attempt, Kind: "start-to-close", After: cfg.timeout}
-			cancel(err)
-			return out, err
+			why = &TimeoutError{Step: start.name, Attempt: start.attempt, Kind: "start-to-close", After: cfg.timeout}
 		case <-idle:
-			err := &TimeoutError{Step: start.name, Attempt: start.attempt, Kind: "heartbeat", After: cfg.heartbeat}
-			cancel(err)
-			return out, err
+			why = &TimeoutError{Step: start.name, Attempt: start.attempt, Kind: "heartbeat", After: cfg.heartbeat}
 		case <-x.ctx.Done():
-			// The run is interrupted: the caller records what it must;
-			// fn is told through its context and left to stop.
-			cancel(context.Cause(x.ctx))
-			return out, context.Cause(x.ctx)
+			// The run is interrupted: the caller records what it must.
+			why = context.Cause(x.ctx)
 		}
+		cancel(why)
+		x.e.abandoned(x, start, why, returned)
+		return out, why
 	}
+}
+
+// lingerReport is how long an abandoned attempt's function may take to
+// return before the engine says it lingers.
+const lingerReport = time.Second
+
+// abandoned counts an attempt whose function the engine stopped waiting
+// for (returned is closed when it returns), and logs it if it lingers
+// past lingerReport: a step deaf to its context holds a goroutine, and
+// whatever it holds, until it returns (EngineStats.LingeringAttempts).
+func (e *Engine) abandoned(x *execution, start *stepStart, why error, returned <-chan struct{}) {
+	e.lingering.Add(1)
+	e.abandonedTotal.Add(1)
+	go func() {
+		defer e.lingering.Add(-1)
+		t := time.NewTimer(lingerReport)
+		defer t.Stop()
+		select {
+		case <-returned:
+			return // it heard its context
+		case <-t.C:
+		}
+		since := time.Now().Add(-lingerReport)
+		e.log.Warn("weir: an abandoned step attempt is still running: its function ignores its context",
+			"run", x.run.ID, "step", start.name, "op", start.op, "attempt", start.attempt, "why", why)
+		<-returned
+		e.log.Info("weir: an abandoned step attempt returned", "run", x.run.ID, "step", start.name, "op", start.op,
+			"attempt", start.attempt, "after", time.Since(since).Round(time.Millisecond))
+	}()
 }
 
 // Sleep is a durable sleep: the wake time is recorded, so a restart neither

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weirhq/weir/store"
@@ -172,10 +173,36 @@ type Engine struct {
 
 	runCtx context.Context // what runs execute in, once started
 
-	wake   chan struct{} // nudges the claim loop
-	stop   context.CancelFunc
-	loopWG sync.WaitGroup
-	runWG  sync.WaitGroup
+	wake     chan struct{} // nudges the claim loop
+	stop     context.CancelFunc
+	loopWG   sync.WaitGroup
+	runWG    sync.WaitGroup
+	attempts sync.WaitGroup // step attempts' functions, abandoned ones included
+
+	lingering      atomic.Int64  // abandoned attempts whose function has not returned
+	abandonedTotal atomic.Uint64 // attempts abandoned (timed out, or their run interrupted)
+}
+
+// EngineStats are an engine's counters, for metrics.
+type EngineStats struct {
+	// Running is how many runs the engine executes now.
+	Running int
+	// LingeringAttempts is how many step attempts the engine abandoned
+	// (timed out, or their run cancelled, past its deadline or lost) whose
+	// function has not returned yet: each holds a goroutine, and whatever
+	// the function holds. A step that ignores its context shows here.
+	LingeringAttempts int64
+	// AbandonedAttempts counts the attempts abandoned since the engine was
+	// made.
+	AbandonedAttempts uint64
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() EngineStats {
+	e.mu.Lock()
+	running := len(e.running)
+	e.mu.Unlock()
+	return EngineStats{Running: running, LingeringAttempts: e.lingering.Load(), AbandonedAttempts: e.abandonedTotal.Load()}
 }
 
 // workflowFunc runs a registered workflow: decode input, call, encode output.
@@ -263,7 +290,8 @@ func (e *Engine) Start(ctx context.Context) error {
 
 // Close stops claiming, interrupts the runs this engine executes (their
 // leases are released so another engine resumes them at once) and waits for
-// them to stop, or for ctx.
+// them to stop, and for the functions of their step attempts to return, or
+// for ctx.
 func (e *Engine) Close(ctx context.Context) error {
 	e.mu.Lock()
 	if e.closed {
@@ -280,7 +308,7 @@ func (e *Engine) Close(ctx context.Context) error {
 		stop()
 	}
 	done := make(chan struct{})
-	go func() { e.loopWG.Wait(); e.runWG.Wait(); close(done) }()
+	go func() { e.loopWG.Wait(); e.runWG.Wait(); e.attempts.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil

@@ -115,8 +115,9 @@ type stepErrorJSON struct {
 }
 
 // RunError is the error of a failed run, as Handle.Result returns it. It
-// matches ErrRunFailed, and errors.As finds the *StepError of the step that
-// failed it, if one did (its Err is nil: only its words survive the log).
+// matches ErrRunFailed, and ErrRunTimeout for a run that failed at its
+// deadline; errors.As finds the *StepError of the step that failed it, if
+// one did.
 type RunError struct {
 	RunID   string
 	Message string     // the run's error
@@ -125,13 +126,17 @@ type RunError struct {
 
 func (e *RunError) Error() string { return fmt.Sprintf("%v: %s", ErrRunFailed, e.Message) }
 
-// Unwrap makes errors.Is(err, ErrRunFailed) true and lets errors.As find
-// the *StepError.
+// Unwrap makes errors.Is(err, ErrRunFailed) true (and ErrRunTimeout, for a
+// run that failed at its deadline) and lets errors.As find the *StepError.
 func (e *RunError) Unwrap() []error {
-	if e.Step != nil {
-		return []error{ErrRunFailed, e.Step}
+	errs := []error{ErrRunFailed}
+	if e.Message == ErrRunTimeout.Error() {
+		errs = append(errs, ErrRunTimeout)
 	}
-	return []error{ErrRunFailed}
+	if e.Step != nil {
+		errs = append(errs, e.Step)
+	}
+	return errs
 }
 
 // TimeoutError is the error of a step attempt that timed out. It matches
