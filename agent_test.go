@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/stream"
 )
 
@@ -388,5 +390,78 @@ func TestDeadlineAndCancelOverADeafStep(t *testing.T) {
 				})
 			})
 		}
+	}
+}
+
+// Case 5: the worker of a child run dies right after the child's end
+// commits: the parent's log has the end all the same (it is written in
+// the same transaction), so the parked parent is claimable at once, and
+// the next worker finishes it without waiting for its look at its
+// children (a minute).
+func TestChildEndReachesItsParentWhenItsWorkerDies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			var env []string
+			var open func() store.Store
+			if kind == "sqlite" {
+				db := t.TempDir() + "/weir.db"
+				env = []string{envWorkerDB + "=" + db}
+				open = func() store.Store { s, _ := inspect(t, db); return s }
+			} else {
+				schema := pgtest.NewSchema(t)
+				env = []string{envWorkerPG + "=" + schema}
+				open = func() store.Store {
+					s, err := pgstore.Open(context.Background(), pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { s.Close() })
+					return s
+				}
+			}
+			w := startWorkerEnv(t, "parentchild:21", append(env, envWorkerDieAfterChild+"=1")...)
+			w.waitFor(t, "the child's end", func(l string) bool { return l == "child ended; dying" })
+			_ = w.cmd.Wait()
+			s := open()
+			evs, err := s.ListEvents(testCtx(t), "run-under-test", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var childOp int64
+			ended := false
+			for _, ev := range evs {
+				switch {
+				case ev.Type == store.EventChildStarted:
+					childOp = ev.Op
+				case ev.Type == store.EventHookReceived && ev.Op == childOp && childOp != 0:
+					ended = true
+				}
+			}
+			if !ended {
+				t.Fatalf("the child's worker died after its end, and the parent's log has no end of it: %+v", evs)
+			}
+			r, err := s.GetRun(testCtx(t), "run-under-test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.LeaseOwner == "" && r.WakeAt.After(time.Now().Add(5*time.Second)) {
+				t.Fatalf("the parked parent sleeps until %v with its child's end in its log", r.WakeAt)
+			}
+			if kind == "sqlite" {
+				s.Close() // one process at a time on a SQLite file
+			}
+			w2 := startWorkerEnv(t, "", env...)
+			w2.waitFor(t, "the parent to finish", func(l string) bool { return l == "done" })
+			_ = w2.cmd.Wait()
+			if kind == "sqlite" {
+				s = open()
+			}
+			if r, err := s.GetRun(testCtx(t), "run-under-test"); err != nil || r.Status != store.RunCompleted || string(r.Output) != "42" {
+				t.Fatalf("parent %+v %v, want completed with 42", r, err)
+			}
+		})
 	}
 }

@@ -16,11 +16,12 @@ import (
 // Child runs. A workflow starts a run of another workflow as its next
 // operation; the child's id is deterministic, so replay finds the same
 // child. Its end reaches the parent as a delivery to a hook the parent made
-// for it (before creating the child): recorded once in the parent's log,
-// waking the parent if it parked. If that delivery is lost (the child's
-// worker died between its end and the delivery), the parent, looking at
-// the child's row now and then, delivers it itself: the delivery's
-// idempotency key makes the two one.
+// for it (before creating the child), in the same transaction as the end
+// itself (store.RecordParams.Deliver): recorded once in the parent's log,
+// waking the parent if it parked, whenever the child's worker dies. A
+// parent also looks at its children's rows now and then (a child that
+// ended before weir did this, or whose parent's hook was missing), and
+// delivers what it finds itself: OnlyFirst makes the two one.
 
 // ChildOptions are optional settings of a child run.
 type ChildOptions struct {
@@ -142,28 +143,11 @@ func StartChild[In, Out any](ctx Context, wf *Workflow[In, Out], in In, opts *Ch
 	return c
 }
 
-// tellParent delivers a child run's end to its parent's hook for it. A
-// parent that is gone or ended does not care.
-func (e *Engine) tellParent(r *store.Run, status store.RunStatus, out []byte, msg string) {
-	err := e.deliverEnd(r.ID, childEnd{Status: status, Output: out, Error: msg})
-	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrGone) {
-		e.log.Warn("weir: tell parent run of its child's end", "run", r.ID, "parent", r.Parent, "err", err)
-	}
-}
-
-func (e *Engine) deliverEnd(child string, end childEnd) error {
-	b, err := json.Marshal(end)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := e.store.DeliverHook(ctx, &store.DeliverHookParams{Token: childToken(child), Payload: b,
-		IdempotencyKey: "end", RequestDigest: digestOf(b)})
-	if err == nil && !res.Duplicate {
-		e.hookDelivered(res.RunID)
-	}
-	return err
+// childEndDelivery is the delivery of child run r's end to its parent's
+// hook for it.
+func childEndDelivery(r *store.Run, end childEnd) *store.DeliverHookParams {
+	b, _ := json.Marshal(end)
+	return &store.DeliverHookParams{RunID: r.Parent, Token: childToken(r.ID), Payload: b, OnlyFirst: true}
 }
 
 // checkChild looks at a child run's row: ended, its end is delivered (once,
@@ -175,9 +159,15 @@ func (x *execution) checkChild(id string) {
 	if err != nil || !r.Status.Terminal() {
 		return
 	}
-	end := childEnd{Status: r.Status, Output: r.Output, Error: r.Error}
-	if err := x.e.deliverEnd(id, end); err != nil && !errors.Is(err, store.ErrKeyReused) {
+	p := childEndDelivery(r, childEnd{Status: r.Status, Output: r.Output, Error: r.Error})
+	p.RunID = x.run.ID
+	res, err := x.e.store.DeliverHook(ctx, p)
+	if err != nil {
 		x.e.log.Warn("weir: deliver a child's end", "run", x.run.ID, "child", id, "err", err)
+		return
+	}
+	if !res.Duplicate {
+		x.e.log.Info("weir: a child's end was not delivered with it; its parent delivered it", "run", x.run.ID, "child", id)
 	}
 }
 

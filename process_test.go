@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/store/sqlitestore"
 	"github.com/weirhq/weir/stream"
 )
@@ -24,8 +26,14 @@ import (
 // itself as TestWorkerProcess, which the parent kills with SIGKILL.
 
 const (
-	envWorkerDB  = "WEIR_TEST_WORKER_DB"
+	envWorkerDB = "WEIR_TEST_WORKER_DB"
+	// envWorkerPG, instead of envWorkerDB, runs the worker on the test
+	// PostgreSQL server, in this schema.
+	envWorkerPG  = "WEIR_TEST_WORKER_PG_SCHEMA"
 	envWorkerRun = "WEIR_TEST_WORKER_RUN"
+	// envWorkerDieAfterChild makes the worker kill itself right after the
+	// Record that ended a child run returns.
+	envWorkerDieAfterChild = "WEIR_TEST_WORKER_DIE_AFTER_CHILD"
 	// envWorkerBlock makes the worker's "pending" workflow block after its
 	// step, and its step outcomes wait an hour to be written.
 	envWorkerBlock = "WEIR_TEST_WORKER_BLOCK"
@@ -191,14 +199,23 @@ func workerWorkflows(e *weir.Engine, progress io.Writer) {
 // TestWorkerProcess is the body of a worker process; it does nothing in a
 // normal test run.
 func TestWorkerProcess(t *testing.T) {
-	path := os.Getenv(envWorkerDB)
-	if path == "" {
+	path, schema := os.Getenv(envWorkerDB), os.Getenv(envWorkerPG)
+	if path == "" && schema == "" {
 		t.Skip("only runs as a child of the process tests")
 	}
 	ctx := context.Background()
-	s, err := sqlitestore.Open(ctx, path, nil)
+	var s store.Store
+	var err error
+	if schema != "" {
+		s, err = pgstore.Open(ctx, pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4})
+	} else {
+		s, err = sqlitestore.Open(ctx, path, nil)
+	}
 	if err != nil {
 		t.Fatal(err)
+	}
+	if os.Getenv(envWorkerDieAfterChild) != "" {
+		s = &dieAfterChildStore{Store: s}
 	}
 	cfg := &weir.Config{
 		PollInterval: 10 * time.Millisecond, LeaseTTL: 600 * time.Millisecond, ParkAfter: 50 * time.Millisecond,
@@ -235,10 +252,31 @@ type worker struct {
 	lines chan string
 }
 
+// dieAfterChildStore kills its process right after a Record that ended a
+// child run (any run but the one under test) returns.
+type dieAfterChildStore struct{ store.Store }
+
+func (d *dieAfterChildStore) Record(ctx context.Context, p *store.RecordParams) error {
+	err := d.Store.Record(ctx, p)
+	if err == nil && p.Status.Terminal() && p.RunID != "run-under-test" {
+		fmt.Println("child ended; dying")
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	return err
+}
+
 func startWorker(t *testing.T, db, run string, env ...string) *worker {
 	t.Helper()
+	return startWorkerEnv(t, run, append(env, envWorkerDB+"="+db)...)
+}
+
+// startWorkerEnv starts a worker process with env, which names its store
+// (envWorkerDB or envWorkerPG).
+func startWorkerEnv(t *testing.T, run string, env ...string) *worker {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.v=false")
-	cmd.Env = append(append(os.Environ(), envWorkerDB+"="+db, envWorkerRun+"="+run), env...)
+	cmd.Env = append(append(os.Environ(), envWorkerRun+"="+run), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -359,12 +359,18 @@ func (x *execution) finish(status store.RunStatus, out []byte, runErr error) {
 		p.Error = ErrCancelled.Error()
 		p.Events = []store.Event{{Type: store.EventRunCancelled, Error: p.Error}}
 	}
+	if x.run.Parent != "" {
+		// A child's end reaches its parent in the same transaction, so no
+		// death of this worker can come between them.
+		p.Deliver = childEndDelivery(x.run, childEnd{Status: status, Output: out, Error: p.Error})
+	}
 	if err := x.recordErr(p); err != nil {
 		x.e.log.Warn("weir: finish run", "run", x.run.ID, "status", status, "err", err)
 		return
 	}
 	if x.run.Parent != "" {
-		x.e.tellParent(x.run, status, out, p.Error)
+		x.e.hookDelivered(x.run.Parent) // the parent, if it runs here, reads its log
+		x.e.nudge()                     // and, if parked, is claimable now
 	}
 	end := *x.run
 	end.Status, end.Output, end.Error = status, out, p.Error

@@ -187,6 +187,11 @@ func (p *DeliverHookParams) Check() error {
 	if err := CheckHookToken(p.Token); err != nil {
 		return err
 	}
+	if p.RunID != "" {
+		if err := CheckRunID(p.RunID); err != nil {
+			return err
+		}
+	}
 	if len(p.Payload) > MaxHookPayload {
 		return fmt.Errorf("%w: hook payload of %d bytes, the limit is %d", ErrTooLarge, len(p.Payload), MaxHookPayload)
 	}
@@ -278,6 +283,17 @@ func (p *RecordParams) Check() error {
 		}
 		if err := checkWriter(f.Writer); err != nil {
 			return err
+		}
+	}
+	if d := p.Deliver; d != nil {
+		if err := d.Check(); err != nil {
+			return fmt.Errorf("the record's delivery: %w", err)
+		}
+		if err := CheckRunID(d.RunID); err != nil {
+			return fmt.Errorf("the record's delivery: %w", err)
+		}
+		if d.IdempotencyKey != "" || d.RunID == p.RunID {
+			return fmt.Errorf("%w: a record's delivery is to another run's hook, without an idempotency key", ErrInvalid)
 		}
 	}
 	for i := range p.Events {

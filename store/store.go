@@ -344,6 +344,14 @@ type HookParams struct {
 type DeliverHookParams struct {
 	Token   string
 	Payload []byte // at most MaxHookPayload bytes
+	// RunID, if set, is the run the hook must be of: a hook of another run
+	// is ErrNotFound.
+	RunID string
+	// OnlyFirst makes the delivery only if the hook has received nothing;
+	// otherwise it is answered as a Duplicate (with Seq 0) and adds
+	// nothing: a child run's end is delivered once, by whoever comes
+	// first.
+	OnlyFirst bool
 	// IdempotencyKey, if set, makes the delivery idempotent per (token,
 	// key) for KeyTTL; RequestDigest tells the same request from another.
 	IdempotencyKey string
@@ -471,6 +479,14 @@ type RecordParams struct {
 	// more (a hook payload delivered meanwhile), the run is claimable at
 	// once instead of at WakeAt. 0: not checked.
 	SeenEvents int64
+	// Deliver, if set, is a delivery to a hook of another run made in the
+	// same transaction, after everything else (a child run's end, to its
+	// parent's hook for it: the parent cannot miss it, whenever the
+	// child's worker dies). Its RunID is required and its IdempotencyKey
+	// must be empty. A delivery the hook refuses (its hook unknown,
+	// disposed or of another run; its run ended or gone) refuses nothing
+	// of the Record: it is not made.
+	Deliver *DeliverHookParams
 }
 
 // Fence is the lowest attempt a writer of a run may still append with.

@@ -120,7 +120,7 @@ func DeliverHook(tx HookTx, p *store.DeliverHookParams) (*store.HookDelivery, er
 	if err != nil {
 		return nil, err
 	}
-	if h == nil {
+	if h == nil || p.RunID != "" && h.RunID != p.RunID {
 		return nil, fmt.Errorf("no hook %q: %w", p.Token, store.ErrNotFound)
 	}
 	digest := p.RequestDigest
@@ -156,6 +156,9 @@ func DeliverHook(tx HookTx, p *store.DeliverHookParams) (*store.HookDelivery, er
 	}
 	if run.Status.Terminal() {
 		return nil, fmt.Errorf("hook %q: its run %s ended (%s): %w", p.Token, run.ID, run.Status, store.ErrHookGone)
+	}
+	if p.OnlyFirst && h.Received > 0 {
+		return &store.HookDelivery{RunID: run.ID, Op: h.Op, Count: h.Received, Duplicate: true}, nil
 	}
 
 	// Nothing can refuse the delivery from here on.

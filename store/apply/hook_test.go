@@ -95,6 +95,10 @@ func TestHookRules(t *testing.T) {
 		{"a disposal of another op", func() error {
 			return DisposeHook(m, &store.HookParams{RunID: "r1", LeaseEpoch: 1, Token: "t", Op: 9, Now: now})
 		}, store.ErrNotFound},
+		{"a delivery naming another run", func() error {
+			_, err := DeliverHook(m, &store.DeliverHookParams{RunID: "r2", Token: "t", Payload: []byte("p"), Now: now})
+			return err
+		}, store.ErrNotFound},
 	} {
 		before := m.saves
 		if err := tc.do(); !errors.Is(err, tc.want) {
@@ -113,6 +117,11 @@ func TestHookRules(t *testing.T) {
 	}
 	if _, err := deliver("t", "k", "other"); !errors.Is(err, store.ErrKeyReused) {
 		t.Fatalf("a key reused: %v", err)
+	}
+	// OnlyFirst: the hook has received one, so another adds nothing.
+	before = m.saves
+	if res, err := DeliverHook(m, &store.DeliverHookParams{RunID: "r1", Token: "t", Payload: []byte("end"), OnlyFirst: true, Now: now}); err != nil || !res.Duplicate || res.Count != 1 || m.saves != before {
+		t.Fatalf("a second delivery with OnlyFirst: %+v %v, saves %d", res, err, m.saves-before)
 	}
 	m.runs["r1"].Status = store.RunCompleted
 	if _, err := deliver("t", "", ""); !errors.Is(err, store.ErrGone) {

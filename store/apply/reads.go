@@ -26,6 +26,9 @@ type Reads struct {
 	// Producers and Keys are loaded with Producer and Key.
 	Producers []StreamKey
 	Keys      []StreamKey
+	// Hooks are loaded with Hook (by token), and locked before the runs: a
+	// Record's delivery (its run is in Runs).
+	Hooks []string
 }
 
 // WriterRef names a writer on a stream.
@@ -89,5 +92,9 @@ func (r *Reads) RecordReads(p *store.RecordParams) {
 	}
 	if f := p.Fence; f != nil {
 		r.Fences = append(r.Fences, RunWriter{p.RunID, f.Writer})
+	}
+	if d := p.Deliver; d != nil {
+		r.Hooks = append(r.Hooks, d.Token)
+		r.Runs = append(r.Runs, d.RunID)
 	}
 }

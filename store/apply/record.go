@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -93,7 +94,29 @@ func Record(tx Tx, p *store.RecordParams, now time.Time) error {
 	if c.Release {
 		run.Owner = ""
 	}
-	return tx.SaveRun(run, c)
+	if err := tx.SaveRun(run, c); err != nil {
+		return err
+	}
+	return deliverWith(tx, p.Deliver, now)
+}
+
+// deliverWith makes a Record's delivery (store.RecordParams.Deliver) on tx:
+// a delivery the hook's rules refuse is not made, and refuses nothing.
+func deliverWith(tx Tx, d *store.DeliverHookParams, now time.Time) error {
+	if d == nil {
+		return nil
+	}
+	ht, ok := tx.(HookTx)
+	if !ok {
+		return fmt.Errorf("%w: this store's records cannot deliver to hooks", store.ErrInvalid)
+	}
+	q := *d
+	q.Now = now
+	_, err := DeliverHook(ht, &q)
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrGone) {
+		return nil // no hook of that run, or it ended: nobody to tell
+	}
+	return err
 }
 
 // Change is how p changes its run's row.

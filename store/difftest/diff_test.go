@@ -344,6 +344,9 @@ func (g *gen) hookOp(now time.Time) *op {
 		if g.chance(2) {
 			p.IdempotencyKey, p.RequestDigest = g.pick([]string{"k1", "k2"}), []byte(g.pick([]string{"d1", "d2"}))
 		}
+		if g.chance(3) {
+			p.RunID, p.OnlyFirst = run, g.chance(2)
+		}
 		return &op{desc: fmt.Sprintf("DeliverHook %+v", p), run: func(ctx context.Context, sd *side) string {
 			res, err := sd.s.DeliverHook(ctx, &p)
 			return fmt.Sprintf("%+v %s", res, sd.norm(err))
@@ -400,7 +403,14 @@ func (g *gen) record() *op {
 			p.SeenEvents = int64(g.n(12)) // behind, at or past the log's end
 		}
 	}
-	return &op{desc: fmt.Sprintf("Record %+v fence %+v finish %+v", p, p.Fence, p.Finish), run: func(ctx context.Context, sd *side) string {
+	if g.chance(4) {
+		// A child's end told to another run's hook in the same transaction.
+		to := g.pick(runs)
+		if to != run {
+			p.Deliver = &store.DeliverHookParams{RunID: to, Token: g.pick([]string{"h1", "h2", "h3"}), Payload: []byte(`{"end":1}`), OnlyFirst: g.chance(2)}
+		}
+	}
+	return &op{desc: fmt.Sprintf("Record %+v fence %+v finish %+v deliver %+v", p, p.Fence, p.Finish, p.Deliver), run: func(ctx context.Context, sd *side) string {
 		return sd.norm(sd.s.Record(ctx, &p))
 	}}
 }

@@ -35,7 +35,8 @@ type group struct {
 	fences    map[fenceKey]*gFence
 	producers map[prodKey]*gProducer
 	keys      map[prodKey]*gKey
-	anonDone  map[anonKey]bool // a retried anonymous append's batch exists
+	hooks     map[string]*gHook // locked, by token (a Record's delivery)
+	anonDone  map[anonKey]bool  // a retried anonymous append's batch exists
 
 	inserted map[string]bool              // runs this group created
 	existing map[string]*store.Run        // the runs create ops name, after the inserts
@@ -67,6 +68,15 @@ type gRun struct {
 	apply.Run
 	dbToken int64 // the token of the last Record that committed on it
 	change  *apply.RunChange
+	// recorded: a Record of this run is in the group, whose token the row
+	// then gets; a run only delivered to keeps its own.
+	recorded bool
+}
+
+// gHook is a locked hook; dirty: its row must be written.
+type gHook struct {
+	h     *apply.Hook
+	dirty bool
 }
 
 // gStream is a locked stream; dirty: its row must be written.
@@ -103,7 +113,7 @@ func newGroup(s *Store, ops []op) *group {
 		s: s, ops: ops, token: newToken(),
 		runs: map[string]*gRun{}, streams: map[int64]*gStream{}, byRun: map[string][]*gStream{},
 		writers: map[writerKey]*gWriter{}, fences: map[fenceKey]*gFence{},
-		producers: map[prodKey]*gProducer{}, keys: map[prodKey]*gKey{}, anonDone: map[anonKey]bool{},
+		producers: map[prodKey]*gProducer{}, keys: map[prodKey]*gKey{}, anonDone: map[anonKey]bool{}, hooks: map[string]*gHook{},
 	}
 }
 
@@ -297,8 +307,9 @@ func (g *group) AddEvents(run *apply.Run, evs []store.Event) error {
 func (g *group) SaveRun(run *apply.Run, c *apply.RunChange) error {
 	r := g.runs[run.ID]
 	if old := r.change; old != nil {
-		// Two Records of one run in one group: the row ends as if they
-		// had been written one after the other.
+		// Two changes of one run in one group (two Records, or a Record and
+		// a delivery): the row ends as if they had been written one after
+		// the other.
 		if c.Status == "" {
 			c.Status, c.Output, c.Error = old.Status, old.Output, old.Error
 		}
@@ -306,7 +317,45 @@ func (g *group) SaveRun(run *apply.Run, c *apply.RunChange) error {
 			c.Release, c.WakeAt = true, old.WakeAt
 		}
 		c.Ended = c.Ended || old.Ended
+		c.Wake = c.Wake || old.Wake && !c.Release
+	}
+	if c.Wake && c.Release {
+		c.WakeAt = c.Now // a delivery came after the release: claimable now
 	}
 	r.change = c
 	return nil
+}
+
+// The group's apply.HookTx, for a Record's delivery: its hook was locked
+// in the first round trip; the keys of deliveries are never loaded (a
+// Record's delivery has none).
+
+var _ apply.HookTx = (*group)(nil)
+
+// Hook returns a locked hook, nil if none.
+func (g *group) Hook(token string) (*apply.Hook, error) {
+	if h := g.hooks[token]; h != nil {
+		return h.h, nil
+	}
+	return nil, nil
+}
+
+// HookKey is not planned: a Record's delivery has no idempotency key.
+func (g *group) HookKey(token, key string) (*apply.Key, error) {
+	return nil, fmt.Errorf("pgstore: a group reads no hook keys (hook %q, key %q)", token, key)
+}
+
+// SaveHook marks a hook's row to be written. A group never creates one.
+func (g *group) SaveHook(h *apply.Hook, fresh bool) error {
+	gh := g.hooks[h.Token]
+	if gh == nil || fresh {
+		return fmt.Errorf("pgstore: a group saves only the hooks it locked (%q)", h.Token)
+	}
+	gh.h, gh.dirty = h, true
+	return nil
+}
+
+// SaveHookKey is never called: a Record's delivery has no idempotency key.
+func (g *group) SaveHookKey(token, key string, k *apply.Key) error {
+	return fmt.Errorf("pgstore: a group saves no hook keys (hook %q, key %q)", token, key)
 }

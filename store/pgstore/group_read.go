@@ -101,6 +101,21 @@ func (g *group) lockAndRead() error {
 	q := g.s.q
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	if len(r.Hooks) > 0 {
+		// Hooks before runs, as a hook's own transactions lock them.
+		b.Queue(q.lockHooks, sortedSet(r.Hooks)).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				h := &apply.Hook{}
+				var created int64
+				if err := rows.Scan(&h.Token, &h.RunID, &h.Op, &h.Disposed, &h.Received, &created); err != nil {
+					return err
+				}
+				h.CreatedAt = sqlrow.Time(created)
+				g.hooks[h.Token] = &gHook{h: h}
+			}
+			return rows.Err()
+		})
+	}
 	b.Queue(q.lockRuns, runIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			gr := &gRun{}

@@ -83,6 +83,12 @@ func (g *group) writes() *pgx.Batch {
 			b.Queue(q.purgeKeys, sqlrow.Nanos(g.s.cfg.Now()))
 		}
 	}
+	for _, gh := range g.hooks {
+		if gh.dirty {
+			h := gh.h
+			b.Queue(q.setHook, h.Token, h.Disposed, h.Received)
+		}
+	}
 	var runs runRows
 	for _, r := range g.runs {
 		if r.change != nil {
@@ -235,6 +241,7 @@ type runRows struct {
 	setStatus, release, ended []bool
 	output                    [][]byte
 	wake, now, lastEvent      []int64
+	wakeNow, recorded         []bool
 }
 
 func (r *runRows) add(gr *gRun) {
@@ -243,8 +250,9 @@ func (r *runRows) add(gr *gRun) {
 	r.output, r.errMsg = append(r.output, c.Output), append(r.errMsg, c.Error)
 	r.release, r.wake, r.now = append(r.release, c.Release), append(r.wake, sqlrow.Nanos(c.WakeAt)), append(r.now, sqlrow.Nanos(c.Now))
 	r.ended, r.lastEvent = append(r.ended, c.Ended), append(r.lastEvent, gr.LastEvent)
+	r.wakeNow, r.recorded = append(r.wakeNow, c.Wake && !c.Release), append(r.recorded, gr.recorded)
 }
 
 func (r *runRows) args() []any {
-	return []any{r.id, r.setStatus, r.status, r.output, r.errMsg, r.release, r.wake, r.now, r.ended, r.lastEvent}
+	return []any{r.id, r.setStatus, r.status, r.output, r.errMsg, r.release, r.wake, r.now, r.ended, r.lastEvent, r.wakeNow, r.recorded}
 }

@@ -30,8 +30,12 @@ func newRecordOp(p *store.RecordParams, now int64) *recordOp {
 func (o *recordOp) plan(g *group, r *readPlan) { r.RecordReads(o.p) }
 
 func (o *recordOp) apply(g *group) error {
-	if r := g.runs[o.p.RunID]; r != nil && o.prevToken != 0 && r.dbToken == o.prevToken {
+	r := g.runs[o.p.RunID]
+	if r != nil && o.prevToken != 0 && r.dbToken == o.prevToken {
 		return nil // an earlier try committed
+	}
+	if r != nil {
+		r.recorded = true
 	}
 	return apply.Record(g, o.p, sqlrow.Time(o.now))
 }

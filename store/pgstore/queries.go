@@ -22,6 +22,7 @@ type queries struct {
 	readAnonTokens, replayWriters, insertRuns, runsByID, claimIn, insertStreams string
 	streamsByPath, insertEventsMany, putFences, insertBatchesMany, setStreams   string
 	putWriters, putProducers, putKeys, purgeKeys, updateRuns                    string
+	lockHooks, setHook                                                          string
 
 	// Durable Streams (ds.go).
 	createStream, lockStream, attemptWriters, copyBatches, specialBatches string
@@ -240,21 +241,29 @@ func newQueries(schema string) *queries {
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[], $4::bytea[], $5::bigint[])
 		ON CONFLICT (stream_id, key) DO UPDATE SET digest = excluded.digest, result = excluded.result,
 			expires_at = excluded.expires_at`)
+	// A run a Record of the group changed gets the group's token; a run
+	// only delivered to (a Record's delivery) keeps its own, which its own
+	// retried Record looks for, and is made claimable now if parked.
 	set(&q.updateRuns, `UPDATE $S.runs x SET
 			status = CASE WHEN u.set_status THEN u.status ELSE x.status END,
 			output = CASE WHEN u.set_status THEN u.output ELSE x.output END,
 			error = CASE WHEN u.set_status THEN u.error ELSE x.error END,
 			lease_owner = CASE WHEN u.release THEN '' ELSE x.lease_owner END,
 			lease_expires = CASE WHEN u.release THEN 0 ELSE x.lease_expires END,
-			wake_at = CASE WHEN u.release THEN u.wake ELSE x.wake_at END,
+			wake_at = CASE WHEN u.release THEN u.wake WHEN u.wake_now THEN u.now ELSE x.wake_at END,
 			updated_at = u.now,
 			ended_at = CASE WHEN u.ended THEN u.now ELSE x.ended_at END,
 			last_event = u.last_event,
-			record_token = $11
+			record_token = CASE WHEN u.recorded THEN $13 ELSE x.record_token END
 		FROM unnest($1::text[], $2::boolean[], $3::text[], $4::bytea[], $5::text[], $6::boolean[], $7::bigint[],
-			$8::bigint[], $9::boolean[], $10::bigint[])
-			AS u(id, set_status, status, output, error, release, wake, now, ended, last_event)
+			$8::bigint[], $9::boolean[], $10::bigint[], $11::boolean[], $12::boolean[])
+			AS u(id, set_status, status, output, error, release, wake, now, ended, last_event, wake_now, recorded)
 		WHERE x.id = u.id`)
+	set(&q.lockHooks, `SELECT h.token, h.run_id, h.op, h.disposed, h.received, h.created_at
+		FROM unnest($1::text[]) AS k(token), LATERAL (
+			SELECT * FROM $S.hooks WHERE token = k.token FOR UPDATE
+		) h`)
+	set(&q.setHook, `UPDATE $S.hooks SET disposed = $2, received = $3 WHERE token = $1`)
 	set(&q.insertRuns, `INSERT INTO $S.runs (id, workflow, status, input, created_at, updated_at, wake_at, parent_id,
 			lease_owner, lease_expires, lease_epoch)
 		SELECT u.id, u.workflow, u.status, u.input, u.now, u.now, u.wake, u.parent, u.owner, u.expires, u.epoch

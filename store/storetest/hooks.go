@@ -148,6 +148,58 @@ func testHooks(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("ARecordDeliversToAnotherRunsHook", func(t *testing.T) {
+		// A child's end and the delivery of it to its parent's hook are one
+		// transaction: a parked parent is claimable at once, a second
+		// delivery of an end (OnlyFirst) adds nothing, and a delivery
+		// nobody takes refuses nothing of the Record.
+		t.Parallel()
+		s := h.New(t)
+		pe := startRun(t, s, "parent")
+		must(t, s.CreateHook(ctx(t), hook("parent", pe, "child_c1", 2)))
+		must(t, s.CreateHook(ctx(t), hook("parent", pe, "child_c2", 3)))
+		far := time.Now().Add(24 * time.Hour)
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "parent", LeaseEpoch: pe, Release: true, WakeAt: far}))
+		for _, id := range []string{"c1", "c2"} {
+			_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: id, Workflow: "wf", Parent: "parent"})
+			must(t, err)
+		}
+		runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 2, LeaseTTL: ttl})
+		must(t, err)
+		if len(runs) != 2 {
+			t.Fatalf("claimed %v, want the two children", runIDs(runs))
+		}
+		epochs := map[string]int64{runs[0].ID: runs[0].LeaseEpoch, runs[1].ID: runs[1].LeaseEpoch}
+		end := func(child string, d *store.DeliverHookParams) error {
+			return s.Record(ctx(t), &store.RecordParams{RunID: child, LeaseEpoch: epochs[child], Status: store.RunCompleted,
+				Output: []byte(`1`), Events: []store.Event{{Type: store.EventRunCompleted}}, Deliver: d})
+		}
+		must(t, end("c1", &store.DeliverHookParams{RunID: "parent", Token: "child_c1", Payload: []byte(`{"status":"completed"}`), OnlyFirst: true}))
+		got := events(t, s, "parent", store.EventHookReceived)
+		if len(got) != 1 || got[0].Op != 2 || string(got[0].Data) != `{"status":"completed"}` {
+			t.Fatalf("the parent's hook_received events %+v, want the child's end at op 2", got)
+		}
+		if r, err := s.GetRun(ctx(t), "parent"); err != nil || r.WakeAt.After(time.Now().Add(time.Hour)) {
+			t.Fatalf("the parked parent was not woken: %+v %v", r, err)
+		}
+		// The parent's own look at its child (OnlyFirst) adds nothing now.
+		res, err := s.DeliverHook(ctx(t), &store.DeliverHookParams{RunID: "parent", Token: "child_c1", Payload: []byte(`{}`), OnlyFirst: true})
+		if err != nil || !res.Duplicate || res.Count != 1 {
+			t.Fatalf("a second end: %+v %v, want a duplicate", res, err)
+		}
+		// A delivery to a hook of another run than it names, or to none,
+		// is not made; the Record is.
+		must(t, end("c2", &store.DeliverHookParams{RunID: "elsewhere", Token: "child_c2", Payload: []byte(`1`), OnlyFirst: true}))
+		if r, _ := s.GetRun(ctx(t), "c2"); r.Status != store.RunCompleted {
+			t.Fatalf("child c2 is %s", r.Status)
+		}
+		if got := events(t, s, "parent", store.EventHookReceived); len(got) != 1 {
+			t.Fatalf("the parent got %d deliveries, want 1", len(got))
+		}
+		bad := &store.RecordParams{RunID: "c1", LeaseEpoch: 1, Deliver: &store.DeliverHookParams{RunID: "parent", Token: "t", IdempotencyKey: "k"}}
+		wantErr(t, s.Record(ctx(t), bad), store.ErrInvalid)
+	})
+
 	t.Run("ACancelledRunIsNotLeftAsleep", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
