@@ -465,3 +465,260 @@ func TestChildEndReachesItsParentWhenItsWorkerDies(t *testing.T) {
 		})
 	}
 }
+
+// errAway is a store error that passes: a database restarting.
+type errAway struct{}
+
+func (errAway) Error() string   { return "the database is restarting (injected)" }
+func (errAway) Temporary() bool { return true }
+
+// awayStore fails every read a client makes while away is set, as a
+// client's store does while its database restarts.
+type awayStore struct {
+	store.Store
+	away  atomic.Bool
+	fails atomic.Int64
+}
+
+func (a *awayStore) fail() error {
+	if a.away.Load() {
+		a.fails.Add(1)
+		return errAway{}
+	}
+	return nil
+}
+
+func (a *awayStore) GetRun(ctx context.Context, id string) (*store.Run, error) {
+	if err := a.fail(); err != nil {
+		return nil, err
+	}
+	return a.Store.GetRun(ctx, id)
+}
+
+func (a *awayStore) ListEvents(ctx context.Context, id string, after int64) ([]store.Event, error) {
+	if err := a.fail(); err != nil {
+		return nil, err
+	}
+	return a.Store.ListEvents(ctx, id, after)
+}
+
+func (a *awayStore) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*store.StreamInfo, error) {
+	if err := a.fail(); err != nil {
+		return nil, err
+	}
+	return a.Store.OpenStream(ctx, p)
+}
+
+func (a *awayStore) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResult, error) {
+	if err := a.fail(); err != nil {
+		return nil, err
+	}
+	return a.Store.Read(ctx, p)
+}
+
+func (a *awayStore) Wait(ctx context.Context, id int64, next int64) error {
+	if err := a.fail(); err != nil {
+		return err
+	}
+	return a.Store.Wait(ctx, id, next)
+}
+
+// Case 6: Handle.Result, Engine.Wait and a following reader ride out a
+// store that is away (its database restarting) until their own contexts
+// end: they answer once it is back, and the reader yields each chunk once.
+func TestWaitsRideOutAStoreThatIsAway(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Store) {
+		release := make(chan struct{})
+		started := make(chan struct{}, 1)
+		register := func(e *weir.Engine) *weir.Workflow[int, int] {
+			return weir.Register(e, "away", func(ctx weir.Context, n int) (int, error) {
+				return weir.Step(ctx, "emit", func(sc weir.StepContext) (int, error) {
+					w := sc.Stream("out")
+					if _, err := w.WriteString("c0"); err != nil {
+						return 0, err
+					}
+					if err := w.Flush(); err != nil {
+						return 0, err
+					}
+					started <- struct{}{}
+					<-release
+					for i := 1; i < n; i++ {
+						if _, err := fmt.Fprintf(w, "c%d", i); err != nil {
+							return 0, err
+						}
+					}
+					return n, nil
+				})
+			})
+		}
+		worker := newEngine(t, s, nil)
+		register(worker)
+		if err := worker.Start(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		away := &awayStore{Store: s}
+		client := newEngine(t, away, &weir.Config{NoWorker: true, Logger: testLogger()})
+		h, err := register(client).Start(testCtx(t), 20, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recv(t, started, "the step's start")
+		type result struct {
+			n   int
+			err error
+		}
+		results, waits := make(chan result, 1), make(chan result, 1)
+		read := make(chan []string, 1)
+		go func() {
+			n, err := h.Result(testCtx(t))
+			results <- result{n, err}
+		}()
+		go func() {
+			r, err := client.Wait(testCtx(t), h.ID)
+			n := 0
+			if r != nil {
+				n = len(r.Output)
+			}
+			waits <- result{n, err}
+		}()
+		go func() {
+			var got []string
+			for r, err := range client.Read(testCtx(t), h.ID, "out", &weir.ReadOptions{View: weir.CommittedView, Follow: true}) {
+				if err != nil {
+					got = append(got, "error: "+err.Error())
+					break
+				}
+				if r.Kind == stream.KindData {
+					got = append(got, string(r.Data))
+				}
+			}
+			read <- got
+		}()
+		away.away.Store(true)
+		waitFor(t, 10*time.Second, "the client's reads to fail", func() bool { return away.fails.Load() >= 3 })
+		close(release)
+		if _, err := worker.Wait(testCtx(t), h.ID); err != nil {
+			t.Fatal(err)
+		}
+		// Nothing gave up while the store was away.
+		select {
+		case r := <-results:
+			t.Fatalf("Result returned while the store was away: %d, %v", r.n, r.err)
+		case r := <-waits:
+			t.Fatalf("Wait returned while the store was away: %v", r.err)
+		case got := <-read:
+			t.Fatalf("the following reader ended while the store was away: %q", got)
+		default:
+		}
+		away.away.Store(false)
+		if r := recv(t, results, "Result"); r.err != nil || r.n != 20 {
+			t.Fatalf("Result = %d, %v; want 20", r.n, r.err)
+		}
+		if r := recv(t, waits, "Wait"); r.err != nil || r.n == 0 {
+			t.Fatalf("Wait: %v (output %d bytes)", r.err, r.n)
+		}
+		got := recv(t, read, "the following reader")
+		want := make([]string, 20)
+		for i := range want {
+			want[i] = fmt.Sprintf("c%d", i)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("the following reader got %q, want each chunk once", got)
+		}
+	})
+}
+
+// Case 6 as it was found: PostgreSQL restarts while a run streams, and
+// Handle.Result, Engine.Wait and a following reader of its committed view
+// ride it out. It restarts the server: the caller opts in
+// (pgtest.RestartEnv; CI does).
+func TestWaitsRideOutAPostgresRestart(t *testing.T) {
+	if pgtest.RestartCommand() == nil {
+		t.Skipf("restarts PostgreSQL: set %s=1 (pg_ctlcluster, as root) or to a command that does", pgtest.RestartEnv)
+	}
+	schema := pgtest.NewSchema(t)
+	open := func(retryFor time.Duration) store.Store {
+		s, err := pgstore.Open(context.Background(), pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4, RetryFor: retryFor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	cfg := fastConfig()
+	cfg.LeaseTTL = 2 * time.Second
+	worker := newEngine(t, open(0), cfg)
+	// The waits are a client's, another process's as it were: they poll,
+	// and its store retries a failed call for 100ms, not 10s, so that the
+	// restart here outlasts that as the one found (11s) outlasted 10s.
+	e := newEngine(t, open(100*time.Millisecond), &weir.Config{NoWorker: true, Logger: testLogger()})
+	const n = 60
+	register := func(e *weir.Engine) *weir.Workflow[int, int] {
+		return weir.Register(e, "restart", func(ctx weir.Context, _ int) (int, error) {
+			return weir.Step(ctx, "emit", func(sc weir.StepContext) (int, error) {
+				w := sc.Stream("out")
+				for i := range n {
+					if _, err := fmt.Fprintf(w, "c%02d", i); err != nil {
+						return 0, err
+					}
+					if err := w.Flush(); err != nil {
+						return 0, err
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				return n, nil
+			}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: 10}))
+		})
+	}
+	register(worker)
+	wf := register(e)
+	if err := worker.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	h, err := wf.Start(ctx, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	results, waits := make(chan result, 1), make(chan error, 1)
+	read := make(chan []string, 1)
+	go func() { n, err := h.Result(ctx); results <- result{n, err} }()
+	go func() { _, err := e.Wait(ctx, h.ID); waits <- err }()
+	go func() {
+		var got []string
+		for r, err := range e.Read(ctx, h.ID, "out", &weir.ReadOptions{View: weir.CommittedView, Follow: true, WaitForRun: time.Second}) {
+			if err != nil {
+				got = append(got, "error: "+err.Error())
+				break
+			}
+			if r.Kind == stream.KindData {
+				got = append(got, string(r.Data))
+			}
+		}
+		read <- got
+	}()
+	waitFor(t, 20*time.Second, "the step to stream", func() bool {
+		return len(dataOf(readAll(t, e, h.ID, "out", weir.LiveView))) >= 10
+	})
+	pgtest.Restart(t)
+	r := <-results
+	if r.err != nil || r.n != n {
+		t.Fatalf("Result across the restart: %d, %v", r.n, r.err)
+	}
+	if err := <-waits; err != nil {
+		t.Fatalf("Wait across the restart: %v", err)
+	}
+	got := <-read
+	want := make([]string, n)
+	for i := range want {
+		want[i] = fmt.Sprintf("c%02d", i)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the following reader across the restart got %q", got)
+	}
+}

@@ -81,6 +81,12 @@ func (e *Engine) Read(ctx context.Context, runID, name string, opts *ReadOptions
 				readStream(ctx, e.store, info.ID, &o, yield)
 				return
 			}
+			if o.Follow && transient(err) && ctx.Err() == nil {
+				if !pause(ctx, &delay, yield) {
+					return
+				}
+				continue
+			}
 			if !errors.Is(err, store.ErrNotFound) {
 				yield(Record{}, err)
 				return
@@ -89,6 +95,8 @@ func (e *Engine) Read(ctx context.Context, runID, name string, opts *ReadOptions
 			switch {
 			case errors.Is(err, store.ErrNotFound) && time.Now().Before(runDeadline):
 				// Not started yet: wait for it.
+			case err != nil && o.Follow && transient(err) && ctx.Err() == nil:
+				// The store is away: a follower waits for it.
 			case err != nil:
 				if errors.Is(err, store.ErrNotFound) && !runDeadline.IsZero() {
 					err = fmt.Errorf("%w (waited %v for it)", err, o.WaitForRun)
@@ -120,15 +128,39 @@ func ReadStream(ctx context.Context, s store.Store, id int64, opts *ReadOptions)
 	}
 }
 
+// pause waits out a transient store error before a follower tries again,
+// backing off (up to a second); false: ctx ended (yielded).
+func pause(ctx context.Context, delay *time.Duration, yield func(Record, error) bool) bool {
+	*delay = min(max(2**delay, 50*time.Millisecond), time.Second)
+	select {
+	case <-ctx.Done():
+		yield(Record{}, ctx.Err())
+		return false
+	case <-time.After(*delay):
+		return true
+	}
+}
+
+// readStream reads stream id. A following read rides out transient store
+// errors (a database restarting) until its context ends: it reads again
+// from where it was, so nothing is yielded twice or skipped.
 func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yield func(Record, error) bool) {
-	from := o.From
-	if from < 0 {
-		info, err := s.GetStream(ctx, id)
-		if err != nil {
+	var delay time.Duration
+	retry := func(err error) bool {
+		if !o.Follow || !transient(err) || ctx.Err() != nil {
 			yield(Record{}, err)
+			return false
+		}
+		return pause(ctx, &delay, yield)
+	}
+	from := o.From
+	for from < 0 {
+		info, err := s.GetStream(ctx, id)
+		if err == nil {
+			from = info.NextOffset
+		} else if !retry(err) {
 			return
 		}
-		from = info.NextOffset
 	}
 	page := o.PageSize
 	if page <= 0 {
@@ -144,9 +176,12 @@ func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yi
 	for !stop {
 		res, err := s.Read(ctx, &store.ReadParams{StreamID: id, From: next, Limit: page})
 		if err != nil {
-			yield(Record{}, err)
-			return
+			if !retry(err) {
+				return
+			}
+			continue
 		}
+		delay = 0
 		for i := range res.Records {
 			r := &res.Records[i]
 			next = r.Offset + 1
@@ -175,8 +210,7 @@ func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yi
 		if res.Closed || !o.Follow {
 			return
 		}
-		if err := s.Wait(ctx, id, next); err != nil {
-			yield(Record{}, err)
+		if err := s.Wait(ctx, id, next); err != nil && !retry(err) {
 			return
 		}
 	}

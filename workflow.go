@@ -3,9 +3,11 @@ package weir
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
 )
 
@@ -185,6 +187,13 @@ func (h *Handle[Out]) Result(ctx context.Context) (Out, error) {
 func (e *Engine) runError(ctx context.Context, r *store.Run) error {
 	re := &RunError{RunID: r.ID, Message: r.Error}
 	evs, err := e.store.ListEvents(ctx, r.ID, 0)
+	for delay := 50 * time.Millisecond; err != nil && transient(err) && ctx.Err() == nil; delay = min(2*delay, time.Second) {
+		select { // the store is away: Result rides it out
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		evs, err = e.store.ListEvents(ctx, r.ID, 0)
+	}
 	if err == nil {
 		for i := len(evs) - 1; i >= 0; i-- {
 			if evs[i].Type != store.EventRunFailed {
@@ -225,11 +234,16 @@ func (e *Engine) wait(ctx context.Context, id string, exact bool) (*store.Run, e
 	for {
 		if look {
 			r, err := e.store.GetRun(ctx, id)
-			if err != nil {
-				return nil, err
-			}
-			if r.Status.Terminal() {
+			switch {
+			case err == nil && r.Status.Terminal():
 				return r, nil
+			case err != nil && !transient(err):
+				return nil, err
+			case err != nil:
+				// The store is away (a database restarting): a wait rides it
+				// out until its own context ends.
+				e.log.Debug("weir: wait for a run: store error; looking again", "run", id, "err", err)
+				delay = max(delay, 100*time.Millisecond)
 			}
 		}
 		look = true
@@ -256,6 +270,14 @@ func (e *Engine) wait(ctx context.Context, id string, exact bool) (*store.Run, e
 		// Runs executed elsewhere are polled, more slowly as time passes.
 		delay = min(delay*2, 250*time.Millisecond)
 	}
+}
+
+// transient reports whether a store error may pass if the same call is
+// made again later (a connection cut, a database restarting), so that a
+// wait or a following reader rides it out: not a refusal, not a closed
+// store or engine, not a context's end.
+func transient(err error) bool {
+	return api.Retryable(err) && !errors.Is(err, store.ErrClosedStore) && !errors.Is(err, ErrEngineClosed)
 }
 
 // launchedHere reports whether an execution of run id was launched here and

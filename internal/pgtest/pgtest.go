@@ -9,6 +9,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -92,5 +95,54 @@ func Do(f func(ctx context.Context) error) error {
 			return err
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// RestartEnv opts a test run in to restarting the PostgreSQL server the
+// tests use: "1" restarts the machine's only cluster with pg_ctlcluster
+// (as root); any other value is a shell command that restarts it. Tests
+// never restart a service of the machine without it; CI sets it.
+const RestartEnv = "WEIR_TEST_PG_RESTART"
+
+// RestartCommand returns the command that restarts the tests' PostgreSQL
+// server, or nil if the caller did not opt in (RestartEnv) or this machine
+// offers no way.
+func RestartCommand() []string {
+	c := os.Getenv(RestartEnv)
+	switch {
+	case c == "":
+		return nil
+	case c != "1":
+		return []string{"sh", "-c", c}
+	}
+	if _, err := exec.LookPath("pg_ctlcluster"); err != nil || os.Geteuid() != 0 {
+		return nil
+	}
+	vers, _ := filepath.Glob("/etc/postgresql/*/main")
+	if len(vers) != 1 {
+		return nil
+	}
+	v := filepath.Base(filepath.Dir(vers[0]))
+	if _, err := strconv.Atoi(v); err != nil {
+		return nil
+	}
+	return []string{"pg_ctlcluster", "--skip-systemctl-redirect", v, "main", "restart"}
+}
+
+// Restart restarts the tests' PostgreSQL server and returns once it
+// answers again; it skips the test unless the caller opted in
+// (RestartEnv).
+func Restart(t testing.TB) {
+	t.Helper()
+	cmd := RestartCommand()
+	if cmd == nil {
+		t.Skipf("restarts PostgreSQL: set %s=1 (pg_ctlcluster, as root) or to a command that does", RestartEnv)
+	}
+	out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("restart PostgreSQL: %v\n%s", err, out)
+	}
+	if err := Do(func(ctx context.Context) error { return Admin(t).Ping(ctx) }); err != nil {
+		t.Fatalf("PostgreSQL did not come back: %v", err)
 	}
 }

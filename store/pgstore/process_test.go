@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/stream"
@@ -391,25 +391,8 @@ func TestProcessesKilledWorkerRunsTakenOver(t *testing.T) {
 }
 
 // pgRestart returns the command that restarts the test's PostgreSQL, or
-// nil: WEIR_TEST_PG_RESTART, else pg_ctlcluster's restart of the only
-// cluster (as root).
-func pgRestart() []string {
-	if c := os.Getenv("WEIR_TEST_PG_RESTART"); c != "" {
-		return []string{"sh", "-c", c}
-	}
-	if _, err := exec.LookPath("pg_ctlcluster"); err != nil || os.Geteuid() != 0 {
-		return nil
-	}
-	vers, _ := filepath.Glob("/etc/postgresql/*/main")
-	if len(vers) != 1 {
-		return nil
-	}
-	v := filepath.Base(filepath.Dir(vers[0]))
-	if _, err := strconv.Atoi(v); err != nil {
-		return nil
-	}
-	return []string{"pg_ctlcluster", "--skip-systemctl-redirect", v, "main", "restart"}
-}
+// nil: only if the caller opted in (pgtest.RestartEnv).
+func pgRestart() []string { return pgtest.RestartCommand() }
 
 // PostgreSQL restarts while two worker processes run streaming steps: every
 // connection is cut. Once it is back the runs go on, and nothing is lost or
@@ -417,7 +400,7 @@ func pgRestart() []string {
 func TestProcessesPostgresRestart(t *testing.T) {
 	restart := pgRestart()
 	if restart == nil {
-		t.Skip("no way to restart PostgreSQL here: set WEIR_TEST_PG_RESTART to a command that does")
+		t.Skipf("restarts PostgreSQL: set %s=1 (pg_ctlcluster, as root) or to a command that does", pgtest.RestartEnv)
 	}
 	const (
 		runs   = 40
