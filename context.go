@@ -238,8 +238,9 @@ type stepEnv struct {
 	leave func(r exitReason, err error)
 	// acquire and release, if set, hold one of the run's step slots for
 	// each attempt (Config.StepConcurrency).
-	acquire func(env *stepEnv)
+	acquire func(env *stepEnv, op int64)
 	release func()
+	slot    <-chan struct{} // the first attempt's slot, asked for already
 	// deferOK: a completed attempt's outcome may wait for the run's next
 	// record (checkpoint.go). Only inline steps: the workflow goroutine
 	// makes that record.
@@ -287,7 +288,7 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 			env.wait(st.retryAt)
 		}
 		if env.acquire != nil {
-			env.acquire(env)
+			env.acquire(env, op)
 		}
 		attempt := st.lastAttempt + 1
 		if attempt > int64(policy.MaxAttempts) {

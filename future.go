@@ -123,7 +123,7 @@ type parallel struct {
 	waits   map[*future]time.Time
 	order   int64
 	wg      sync.WaitGroup
-	slots   chan struct{} // Config.StepConcurrency
+	slots   *slots // Config.StepConcurrency
 }
 
 // change wakes whoever waits on the state. Call with mu held.
@@ -180,6 +180,9 @@ func Go[T any](ctx Context, name string, fn func(StepContext) (T, error), opts .
 	p.mu.Lock()
 	p.running++
 	p.mu.Unlock()
+	// The step asks for its slot now, on the workflow goroutine: steps ask
+	// in op order, whichever goroutine runs first.
+	slot := p.slots.acquire(op)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -192,7 +195,7 @@ func Go[T any](ctx Context, name string, fn func(StepContext) (T, error), opts .
 			p.change()
 			p.mu.Unlock()
 		}()
-		env := &stepEnv{x: x, acquire: x.acquireSlot, release: x.releaseSlot}
+		env := &stepEnv{x: x, acquire: x.acquireSlot, release: x.releaseSlot, slot: slot}
 		env.leave = func(r exitReason, err error) {
 			f.f.exit, f.f.exitErr = r, err
 			switch r {
@@ -233,18 +236,83 @@ func Go[T any](ctx Context, name string, fn func(StepContext) (T, error), opts .
 	return f
 }
 
-// acquireSlot takes one of the run's step slots, or leaves if the run is
-// interrupted meanwhile.
-func (x *execution) acquireSlot(env *stepEnv) {
+// acquireSlot takes one of the run's step slots for the step at op, or
+// leaves if the run is interrupted meanwhile.
+func (x *execution) acquireSlot(env *stepEnv, op int64) {
+	ch := env.slot // asked for when the step began (Go)
+	if ch != nil {
+		env.slot = nil
+	} else {
+		ch = x.par.slots.acquire(op)
+	}
 	select {
-	case x.par.slots <- struct{}{}:
+	case <-ch:
 	case <-x.ctx.Done():
+		if !x.par.slots.forget(op, ch) {
+			x.par.slots.release() // granted meanwhile: give it back
+		}
 		r, _ := x.interrupted()
 		env.leave(r, context.Cause(x.ctx))
 	}
 }
 
-func (x *execution) releaseSlot() { <-x.par.slots }
+func (x *execution) releaseSlot() { x.par.slots.release() }
+
+// slots are a run's step slots (Config.StepConcurrency). A freed slot goes
+// to the waiting step with the lowest op, not to whichever goroutine the
+// scheduler wakes first: with more steps than slots, which of them run
+// first is the same on every run (a Select between them is not decided by
+// slot luck).
+type slots struct {
+	mu      sync.Mutex
+	free    int
+	waiting map[int64]chan struct{} // op -> closed when it gets a slot
+}
+
+func newSlots(n int) *slots { return &slots{free: n, waiting: map[int64]chan struct{}{}} }
+
+// acquire returns a channel closed once the step at op has a slot.
+func (s *slots) acquire(op int64) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := make(chan struct{})
+	if s.free > 0 && len(s.waiting) == 0 {
+		s.free--
+		close(ch)
+		return ch
+	}
+	s.waiting[op] = ch
+	return ch
+}
+
+// forget withdraws op's wait; false: it was granted a slot meanwhile.
+func (s *slots) forget(op int64, ch <-chan struct{}) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w, ok := s.waiting[op]; ok && w == ch {
+		delete(s.waiting, op)
+		return true
+	}
+	return false
+}
+
+// release frees a slot: the lowest op waiting gets it.
+func (s *slots) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.waiting) == 0 {
+		s.free++
+		return
+	}
+	lowest := int64(-1)
+	for op := range s.waiting {
+		if lowest < 0 || op < lowest {
+			lowest = op
+		}
+	}
+	close(s.waiting[lowest])
+	delete(s.waiting, lowest)
+}
 
 // NewTimer starts a durable timer as the run's next operation: its Future
 // resolves d from now, and its fire time is recorded, so a restart neither

@@ -245,7 +245,7 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 		x.finish(store.RunFailed, nil, fmt.Errorf("%w: %q is not registered on worker %s", ErrUnknownWorkflow, r.Workflow, e.cfg.WorkerID))
 		return
 	}
-	x.par.slots = make(chan struct{}, e.cfg.StepConcurrency)
+	x.par.slots = newSlots(e.cfg.StepConcurrency)
 	if wf.timeout > 0 {
 		x.deadline = r.CreatedAt.Add(wf.timeout)
 		if !time.Now().Before(x.deadline) {
@@ -503,7 +503,7 @@ func (e *Engine) Replay(ctx context.Context, runID string) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	x := &execution{e: e, run: r, epoch: r.LeaseEpoch, ctx: ctx, cancel: cancel, readOnly: true}
-	x.par.slots = make(chan struct{}, 1)
+	x.par.slots = newSlots(1)
 	x.load(events)
 	var (
 		returned bool
