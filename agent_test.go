@@ -765,3 +765,83 @@ func TestStepSlotsGoInOrder(t *testing.T) {
 		}
 	}
 }
+
+// Item 7: a sender ends a Hook.Each loop by closing the hook with its last
+// delivery (or alone); Engine.Hooks and Engine.Children list what a run
+// made, from outside it.
+func TestSenderClosesAHookAndEachEnds(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Store) {
+		e := newEngine(t, s, nil)
+		child := weir.Register(e, "kid", func(ctx weir.Context, n int) (int, error) { return n + 1, nil })
+		wf := weir.Register(e, "each", func(ctx weir.Context, token string) ([]int, error) {
+			c := weir.StartChild(ctx, child, 1, nil)
+			if _, err := c.Get(ctx); err != nil {
+				return nil, err
+			}
+			h, err := weir.NewHook[int](ctx, token)
+			if err != nil {
+				return nil, err
+			}
+			var got []int
+			for v, err := range h.Each(ctx) {
+				if err != nil {
+					return nil, err
+				}
+				got = append(got, v)
+			}
+			if _, err := h.Receive(ctx); !errors.Is(err, weir.ErrHookDisposed) {
+				return nil, fmt.Errorf("a take after the sender's close: %v", err)
+			}
+			return got, nil
+		})
+		if err := e.Start(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		for _, last := range []string{"with", "alone"} {
+			token := "each-" + last
+			h, err := wf.Start(testCtx(t), token, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			deliverWhenReady(t, e, token, `1`, nil)
+			deliverWhenReady(t, e, token, `2`, nil)
+			var res *weir.HookDelivery
+			if last == "with" {
+				res, err = e.DeliverHook(testCtx(t), token, []byte(`3`), &weir.DeliverOptions{Close: true, IdempotencyKey: "last"})
+			} else {
+				res, err = e.CloseHook(testCtx(t), token, &weir.DeliverOptions{IdempotencyKey: "last"})
+			}
+			if err != nil || !res.Closed {
+				t.Fatalf("closing delivery: %+v %v", res, err)
+			}
+			if again, err := e.CloseHook(testCtx(t), token, &weir.DeliverOptions{IdempotencyKey: "last"}); last == "alone" && (err != nil || !again.Duplicate) {
+				t.Fatalf("the close sent again: %+v %v", again, err)
+			}
+			if _, err := e.DeliverHook(testCtx(t), token, []byte(`4`), nil); !errors.Is(err, store.ErrGone) {
+				t.Fatalf("a delivery after the sender's close: %v, want ErrGone", err)
+			}
+			got, err := h.Result(testCtx(t))
+			want := []int{1, 2}
+			if last == "with" {
+				want = append(want, 3)
+			}
+			if err != nil || !slices.Equal(got, want) {
+				t.Fatalf("%s: result %v %v, want %v", last, got, err, want)
+			}
+			if err := e.Replay(testCtx(t), h.ID); err != nil {
+				t.Fatalf("replay: %v", err)
+			}
+			hooks, err := e.Hooks(testCtx(t), h.ID)
+			if err != nil || len(hooks) != 2 || hooks[1].Token != token || !hooks[1].Disposed || hooks[1].Received != int64(len(want)) {
+				t.Fatalf("Hooks: %+v %v", hooks, err)
+			}
+			kids, err := e.Children(testCtx(t), h.ID)
+			if err != nil || len(kids) != 1 || kids[0] != h.ID+"-1" {
+				t.Fatalf("Children: %v %v", kids, err)
+			}
+		}
+		if _, err := e.Hooks(testCtx(t), "nope"); !errors.Is(err, weir.ErrNotFound) {
+			t.Fatalf("Hooks of an unknown run: %v", err)
+		}
+	})
+}

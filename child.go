@@ -25,9 +25,29 @@ import (
 
 // ChildOptions are optional settings of a child run.
 type ChildOptions struct {
-	// ID is the child's run id. Defaults to "<parent id>-<op>", the same on
-	// every replay. A run of another workflow with that id fails the start.
+	// ID is the child's run id. Defaults to "<parent id>-<op>", op being
+	// the StartChild's position among the run's durable operations, the
+	// same on every replay (Child.ID holds it; Engine.Children lists a
+	// run's children from outside). A run of another workflow with that id
+	// fails the start.
 	ID string
+}
+
+// Children returns the ids of the child runs run runID started, in the
+// order it started them (from its log's child_started events). Returns
+// ErrNotFound for an unknown run.
+func (e *Engine) Children(ctx context.Context, runID string) ([]string, error) {
+	evs, err := e.Events(ctx, runID, 0)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, ev := range evs {
+		if ev.Type == store.EventChildStarted {
+			ids = append(ids, ev.Name)
+		}
+	}
+	return ids, nil
 }
 
 // Child is a child run: its id, and a Future of its output. Get returns the

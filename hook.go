@@ -116,7 +116,10 @@ func (h *Hook[T]) Receive(ctx Context) (T, error) {
 
 // Each yields the hook's payloads as they come, in order, until the hook
 // is closed (with its payloads all taken) or the loop stops; an error ends
-// it. It is Receive in a loop: for a hook that takes many payloads.
+// it. It is Receive in a loop: for a hook that takes many payloads. The
+// workflow ends it with break; the sender, by closing the hook with its
+// last delivery (DeliverOptions.Close, POST /v1/hooks/{token}?close=true,
+// weir runs signal --close).
 func (h *Hook[T]) Each(ctx Context) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
 		for {
@@ -239,9 +242,9 @@ func (x *execution) poll() bool {
 }
 
 // pollErr reads the run's log past what this execution has read, and
-// applies the hook events that are not its own doing (deliveries; and the
-// disposals, which are, but whose place among the deliveries only the log
-// knows). x.gained reports whether a delivery came.
+// applies the hook events that are not its own doing (deliveries, and
+// closes by their senders) and its own disposals, whose place among the
+// deliveries only the log knows. x.gained reports whether one came.
 func (x *execution) pollErr(ctx context.Context) error {
 	x.gained = false
 	evs, err := x.e.store.ListEvents(ctx, x.run.ID, x.polled)
@@ -259,7 +262,7 @@ func (x *execution) pollErr(ctx context.Context) error {
 				continue
 			}
 			x.loadHook(st, ev)
-			x.gained = x.gained || ev.Type == store.EventHookReceived
+			x.gained = true
 		}
 	}
 	return nil
@@ -271,6 +274,11 @@ type DeliverOptions struct {
 	// same key and payload, it is answered as the first time (Duplicate)
 	// and adds nothing; with another payload it is ErrKeyReused.
 	IdempotencyKey string
+	// Close closes the hook with this delivery (its last payload; the
+	// payload may be nil, to close alone): the run's takes get the
+	// payloads delivered so far, then ErrHookDisposed, so a Hook.Each loop
+	// ends; deliveries after it are refused (ErrGone).
+	Close bool
 }
 
 // DeliverHook delivers payload (JSON, at most 1 MiB) to the hook holding
@@ -282,13 +290,18 @@ func (e *Engine) DeliverHook(ctx context.Context, token string, payload json.Raw
 	if len(payload) > store.MaxHookPayload {
 		return nil, fmt.Errorf("deliver to hook %q: %w: a payload of %d bytes, the limit is %d", token, store.ErrTooLarge, len(payload), store.MaxHookPayload)
 	}
-	if !json.Valid(payload) {
+	closing := opts != nil && opts.Close
+	if !json.Valid(payload) && !(closing && len(payload) == 0) {
 		return nil, fmt.Errorf("deliver to hook %q: %w: the payload is not JSON", token, store.ErrInvalid)
 	}
-	p := &store.DeliverHookParams{Token: token, Payload: payload}
+	p := &store.DeliverHookParams{Token: token, Payload: payload, Close: closing}
 	if opts != nil && opts.IdempotencyKey != "" {
 		p.IdempotencyKey = opts.IdempotencyKey
-		p.RequestDigest = digestOf(payload)
+		d := digestOf(payload)
+		if closing {
+			d[0] ^= 1 // a closing delivery is another request than the same payload alone
+		}
+		p.RequestDigest = d
 	}
 	res, err := e.store.DeliverHook(ctx, p)
 	if err != nil {
@@ -300,6 +313,37 @@ func (e *Engine) DeliverHook(ctx context.Context, token string, payload json.Raw
 	e.nudge()
 	return res, nil
 }
+
+// CloseHook closes the hook holding token from outside its run: its
+// sender's "no more". The run's takes get the payloads delivered before
+// it, then ErrHookDisposed (a Hook.Each loop ends). It is DeliverHook with
+// Close and no payload.
+func (e *Engine) CloseHook(ctx context.Context, token string, opts *DeliverOptions) (*HookDelivery, error) {
+	o := DeliverOptions{Close: true}
+	if opts != nil {
+		o.IdempotencyKey = opts.IdempotencyKey
+	}
+	return e.DeliverHook(ctx, token, nil, &o)
+}
+
+// Hook returns the hook holding token. Returns ErrNotFound.
+func (e *Engine) Hook(ctx context.Context, token string) (*HookInfo, error) {
+	return e.store.GetHook(ctx, token)
+}
+
+// Hooks returns run runID's hooks, by op: their tokens, how many payloads
+// each received, and whether it is closed (a child run's hook is one).
+// Returns ErrNotFound for an unknown run.
+func (e *Engine) Hooks(ctx context.Context, runID string) ([]*HookInfo, error) {
+	if _, err := e.store.GetRun(ctx, runID); err != nil {
+		return nil, err
+	}
+	return e.store.ListHooks(ctx, runID)
+}
+
+// HookInfo describes a hook: its token, run and op, the payloads it
+// received, and whether it is closed.
+type HookInfo = store.HookInfo
 
 // hookDelivered wakes the run's execution here, if any, to read its log.
 func (e *Engine) hookDelivered(run string) {

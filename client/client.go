@@ -266,6 +266,9 @@ type DeliverOptions struct {
 	// IdempotencyKey makes the delivery idempotent: sent again with the
 	// same key and payload it is answered as the first time (Duplicate).
 	IdempotencyKey string
+	// Close closes the hook with the delivery (its last payload; a nil
+	// payload closes it alone).
+	Close bool
 }
 
 // HookDelivery is the reply to a delivery.
@@ -277,11 +280,15 @@ type HookDelivery = store.HookDelivery
 // store.ErrTooLarge.
 func (c *Client) DeliverHook(ctx context.Context, token string, payload json.RawMessage, opts *DeliverOptions) (*HookDelivery, error) {
 	h := http.Header{"Content-Type": {"application/json"}}
+	var q url.Values
 	if opts != nil && opts.IdempotencyKey != "" {
 		h.Set("Idempotency-Key", opts.IdempotencyKey)
 	}
+	if opts != nil && opts.Close {
+		q = url.Values{"close": {"true"}}
+	}
 	var out HookDelivery
-	if _, err := c.doJSON(ctx, http.MethodPost, "/v1/hooks/"+url.PathEscape(token), nil, h, payload, &out); err != nil {
+	if _, err := c.doJSON(ctx, http.MethodPost, "/v1/hooks/"+url.PathEscape(token), q, h, payload, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/weirhq/weir"
@@ -14,12 +15,21 @@ import (
 // handleDeliverHook serves POST /v1/hooks/{token}: the body (JSON) is a
 // payload for the hook holding token. With Idempotency-Key, a delivery
 // sent again is answered as the first (duplicate: true) and adds nothing.
+// With ?close=true the delivery closes the hook after its payload (an
+// empty body closes it alone): the run's takes get its payloads, then
+// learn it is closed.
 func (s *Server) handleDeliverHook(w http.ResponseWriter, r *http.Request) {
-	if err := checkQuery(r); err != nil {
+	q, err := parseQuery(r, "close")
+	if err != nil {
 		httpError(w, err)
 		return
 	}
-	if err := requireJSON(r); err != nil {
+	closing, err := parseBool(q, "close")
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := requireJSON(r); err != nil && !(closing && r.ContentLength == 0) {
 		httpError(w, err)
 		return
 	}
@@ -33,7 +43,7 @@ func (s *Server) handleDeliverHook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.e.DeliverHook(r.Context(), r.PathValue("token"), json.RawMessage(body),
-		&weir.DeliverOptions{IdempotencyKey: r.Header.Get("Idempotency-Key")})
+		&weir.DeliverOptions{IdempotencyKey: r.Header.Get("Idempotency-Key"), Close: closing})
 	if err != nil {
 		httpError(w, err)
 		return
@@ -63,4 +73,16 @@ func (s *Server) handleHooks(w http.ResponseWriter, r *http.Request) {
 			Disposed: h.Disposed || run.Status.Terminal(), CreatedAt: h.CreatedAt.UTC().Truncate(time.Millisecond)}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// parseBool reads an optional boolean query parameter: true or false (1 or
+// 0); absent is false.
+func parseBool(q url.Values, name string) (bool, error) {
+	switch q.Get(name) {
+	case "", "false", "0":
+		return false, nil
+	case "true", "1":
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: %s=%q: want true or false", api.ErrBadRequest, name, clip(q.Get(name)))
 }

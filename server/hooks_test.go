@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -94,5 +95,66 @@ func TestHookDeliveryOverHTTP(t *testing.T) {
 		}
 		// The run ended: its hook takes nothing more.
 		d.post("/v1/hooks/tok-1", []byte(`{"by":"late"}`), jsonHdr...).must(t, http.StatusGone).header(t, api.ErrorHeader, "gone")
+	})
+}
+
+// POST /v1/hooks/{token}?close=true closes the hook with its payload, or
+// alone with no body: a Hook.Each loop ends; bad values are 400.
+func TestHookCloseOverHTTP(t *testing.T) {
+	onEveryStoreWith(t, nil, func(t *testing.T, d *dsServer) {
+		wf := weir.Register(d.e, "each", func(ctx weir.Context, token string) (int, error) {
+			h, err := weir.NewHook[int](ctx, token)
+			if err != nil {
+				return 0, err
+			}
+			sum := 0
+			for v, err := range h.Each(ctx) {
+				if err != nil {
+					return 0, err
+				}
+				sum += v
+			}
+			return sum, nil
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := d.e.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		jsonHdr := []string{"Content-Type", "application/json"}
+		for i, last := range []string{`5`, ``} {
+			token := fmt.Sprintf("each-%d", i)
+			run, err := wf.Start(ctx, token, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the hook exists", func() bool {
+				_, err := d.st.GetHook(ctx, token)
+				return err == nil
+			})
+			d.post("/v1/hooks/"+token, []byte(`2`), jsonHdr...).must(t, http.StatusOK)
+			d.post("/v1/hooks/"+token+"?close=maybe", []byte(`3`), jsonHdr...).must(t, http.StatusBadRequest)
+			d.post("/v1/hooks/"+token+"?shut=true", []byte(`3`), jsonHdr...).must(t, http.StatusBadRequest)
+			if last == "" {
+				// Closing alone needs no body, nor its Content-Type.
+				d.post("/v1/hooks/"+token+"?close=true", nil).must(t, http.StatusOK)
+			} else {
+				var res store.HookDelivery
+				if err := json.Unmarshal(d.post("/v1/hooks/"+token+"?close=true", []byte(last), jsonHdr...).must(t, http.StatusOK).body, &res); err != nil {
+					t.Fatal(err)
+				}
+				if !res.Closed || res.Count != 2 {
+					t.Fatalf("closing delivery %+v", res)
+				}
+			}
+			d.post("/v1/hooks/"+token, []byte(`7`), jsonHdr...).must(t, http.StatusGone)
+			want := 2
+			if last != "" {
+				want = 7
+			}
+			if sum, err := run.Result(ctx); err != nil || sum != want {
+				t.Fatalf("result %d %v, want %d", sum, err, want)
+			}
+		}
 	})
 }

@@ -292,7 +292,7 @@ func (p *RecordParams) Check() error {
 		if err := CheckRunID(d.RunID); err != nil {
 			return fmt.Errorf("the record's delivery: %w", err)
 		}
-		if d.IdempotencyKey != "" || d.RunID == p.RunID {
+		if d.IdempotencyKey != "" || d.RunID == p.RunID || d.Close {
 			return fmt.Errorf("%w: a record's delivery is to another run's hook, without an idempotency key", ErrInvalid)
 		}
 	}

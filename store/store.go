@@ -352,6 +352,12 @@ type DeliverHookParams struct {
 	// nothing: a child run's end is delivered once, by whoever comes
 	// first.
 	OnlyFirst bool
+	// Close closes the hook with the delivery, in the same transaction: a
+	// hook_disposed event follows the payload's (or stands alone, with an
+	// empty Payload), deliveries after it are ErrGone, and the run's
+	// takes get its payloads, then ErrHookDisposed. The sender's "that was
+	// the last one".
+	Close bool
 	// IdempotencyKey, if set, makes the delivery idempotent per (token,
 	// key) for KeyTTL; RequestDigest tells the same request from another.
 	IdempotencyKey string
@@ -369,6 +375,9 @@ type HookDelivery struct {
 	// Duplicate reports a delivery sent again with its idempotency key: it
 	// added nothing.
 	Duplicate bool `json:"duplicate,omitempty"`
+	// Closed reports that the delivery closed the hook
+	// (DeliverHookParams.Close).
+	Closed bool `json:"closed,omitempty"`
 }
 
 // HookInfo describes a hook.

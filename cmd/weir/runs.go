@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -19,7 +20,8 @@ const runsUsage = `Usage:
   weir runs show RUN [--json]          a run, its event log and its streams
   weir runs start WORKFLOW [--input JSON] [--id ID | --idempotency-key KEY] [--wait]
   weir runs cancel RUN
-  weir runs signal TOKEN [--data JSON] [--key KEY]   deliver a payload to a run's hook
+  weir runs signal TOKEN [--data JSON] [--key KEY] [--close]
+                                                  deliver a payload to a run's hook (--close: its last)
 
 Every subcommand takes --url (default $WEIR_URL, else http://127.0.0.1:4437)
 and --token (default $WEIR_TOKEN).
@@ -360,6 +362,7 @@ func runsSignal(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cf.register(fs)
 	data := fs.String("data", "null", "the payload, JSON")
 	key := fs.String("key", "", "an idempotency key: the same delivery sent again adds nothing")
+	closing := fs.Bool("close", false, "close the hook with this payload (the last one); without --data, close it alone")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -374,7 +377,13 @@ func runsSignal(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	res, err := c.DeliverHook(ctx, pos[0], json.RawMessage(*data), &client.DeliverOptions{IdempotencyKey: *key})
+	payload := json.RawMessage(*data)
+	dataSet := false
+	fs.Visit(func(f *flag.Flag) { dataSet = dataSet || f.Name == "data" })
+	if *closing && !dataSet {
+		payload = nil
+	}
+	res, err := c.DeliverHook(ctx, pos[0], payload, &client.DeliverOptions{IdempotencyKey: *key, Close: *closing})
 	if err != nil {
 		return err
 	}
@@ -382,7 +391,14 @@ func runsSignal(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if res.Duplicate {
 		note = " (sent before: nothing added)"
 	}
-	fmt.Fprintf(stdout, "run %s: payload %d of hook %s, event %d%s\n", res.RunID, res.Count, pos[0], res.Seq, note)
+	switch {
+	case res.Closed && payload == nil:
+		fmt.Fprintf(stdout, "run %s: hook %s closed after %d payloads, event %d%s\n", res.RunID, pos[0], res.Count, res.Seq, note)
+	case res.Closed:
+		fmt.Fprintf(stdout, "run %s: payload %d of hook %s, its last (the hook is closed), event %d%s\n", res.RunID, res.Count, pos[0], res.Seq, note)
+	default:
+		fmt.Fprintf(stdout, "run %s: payload %d of hook %s, event %d%s\n", res.RunID, res.Count, pos[0], res.Seq, note)
+	}
 	return nil
 }
 

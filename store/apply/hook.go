@@ -163,11 +163,20 @@ func DeliverHook(tx HookTx, p *store.DeliverHookParams) (*store.HookDelivery, er
 
 	// Nothing can refuse the delivery from here on.
 	seq := run.LastEvent + 1
-	if err := tx.AddEvents(run, []store.Event{{Seq: seq, Type: store.EventHookReceived, Op: h.Op, Name: h.Token, Data: p.Payload, At: p.Now}}); err != nil {
+	var evs []store.Event
+	if len(p.Payload) > 0 || !p.Close {
+		evs = append(evs, store.Event{Seq: seq, Type: store.EventHookReceived, Op: h.Op, Name: h.Token, Data: p.Payload, At: p.Now})
+		h.Received++
+	}
+	if p.Close {
+		// The sender's last word: the hook is closed after its payload.
+		evs = append(evs, store.Event{Seq: seq + int64(len(evs)), Type: store.EventHookDisposed, Op: h.Op, Name: h.Token, At: p.Now})
+		h.Disposed = true
+	}
+	if err := tx.AddEvents(run, evs); err != nil {
 		return nil, err
 	}
-	run.LastEvent = seq
-	h.Received++
+	run.LastEvent = seq + int64(len(evs)) - 1
 	if err := tx.SaveHook(h, false); err != nil {
 		return nil, err
 	}
@@ -176,7 +185,7 @@ func DeliverHook(tx HookTx, p *store.DeliverHookParams) (*store.HookDelivery, er
 	if err := tx.SaveRun(run, &RunChange{Wake: run.Owner == "", Now: p.Now}); err != nil {
 		return nil, err
 	}
-	res := &store.HookDelivery{RunID: run.ID, Op: h.Op, Seq: seq, Count: h.Received}
+	res := &store.HookDelivery{RunID: run.ID, Op: h.Op, Seq: seq, Count: h.Received, Closed: p.Close}
 	if p.IdempotencyKey != "" {
 		b, _ := json.Marshal(res)
 		if err := tx.SaveHookKey(p.Token, p.IdempotencyKey, &Key{Digest: digest, Result: b, ExpiresAt: p.Now.Add(p.KeyTTL)}); err != nil {

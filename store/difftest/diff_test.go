@@ -347,6 +347,12 @@ func (g *gen) hookOp(now time.Time) *op {
 		if g.chance(3) {
 			p.RunID, p.OnlyFirst = run, g.chance(2)
 		}
+		if g.chance(5) {
+			p.Close = true
+			if g.chance(2) {
+				p.Payload = nil
+			}
+		}
 		return &op{desc: fmt.Sprintf("DeliverHook %+v", p), run: func(ctx context.Context, sd *side) string {
 			res, err := sd.s.DeliverHook(ctx, &p)
 			return fmt.Sprintf("%+v %s", res, sd.norm(err))

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -198,6 +199,53 @@ func testHooks(t *testing.T, h Harness) {
 		}
 		bad := &store.RecordParams{RunID: "c1", LeaseEpoch: 1, Deliver: &store.DeliverHookParams{RunID: "parent", Token: "t", IdempotencyKey: "k"}}
 		wantErr(t, s.Record(ctx(t), bad), store.ErrInvalid)
+	})
+
+	t.Run("ASenderClosesTheHook", func(t *testing.T) {
+		// A delivery may close the hook after its payload, or alone: a
+		// hook_disposed event follows, deliveries after it are gone, and a
+		// parked run is woken to take what came.
+		t.Parallel()
+		s := h.New(t)
+		epoch := startRun(t, s, "r1")
+		must(t, s.CreateHook(ctx(t), hook("r1", epoch, "a", 1)))
+		must(t, s.CreateHook(ctx(t), hook("r1", epoch, "b", 2)))
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: time.Now().Add(24 * time.Hour)}))
+		res, err := s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "a", Payload: []byte(`1`), Close: true})
+		must(t, err)
+		if !res.Closed || res.Count != 1 {
+			t.Fatalf("closing delivery %+v", res)
+		}
+		keyed := &store.DeliverHookParams{Token: "b", Close: true, IdempotencyKey: "k", RequestDigest: []byte("d")}
+		res, err = s.DeliverHook(ctx(t), keyed)
+		must(t, err)
+		if !res.Closed || res.Count != 0 {
+			t.Fatalf("a close alone %+v", res)
+		}
+		if again, err := s.DeliverHook(ctx(t), keyed); err != nil || !again.Duplicate {
+			t.Fatalf("the close sent again: %+v %v", again, err)
+		}
+		for _, tok := range []string{"a", "b"} {
+			_, err := s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: tok, Payload: []byte(`2`)})
+			wantErr(t, err, store.ErrGone)
+			info, err := s.GetHook(ctx(t), tok)
+			must(t, err)
+			if !info.Disposed {
+				t.Fatalf("hook %s not closed: %+v", tok, info)
+			}
+		}
+		evs, err := s.ListEvents(ctx(t), "r1", 0)
+		must(t, err)
+		var types []string
+		for _, e := range evs[len(evs)-3:] {
+			types = append(types, fmt.Sprintf("%s@%d", e.Type, e.Op))
+		}
+		if want := "hook_received@1 hook_disposed@1 hook_disposed@2"; strings.Join(types, " ") != want {
+			t.Fatalf("the log ends with %v, want %s", types, want)
+		}
+		if runs, _ := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl}); len(runs) != 1 {
+			t.Fatal("a sender's close did not wake the parked run")
+		}
 	})
 
 	t.Run("ACancelledRunIsNotLeftAsleep", func(t *testing.T) {
