@@ -38,6 +38,7 @@ func tortureCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	timeout := fs.Duration("trial-timeout", 90*time.Second, "fail a trial whose runs have not all ended by then")
 	soak := fs.Duration("soak", 0, "instead of trials: sustained writes and reads for this long")
 	quiet := fs.Bool("quiet", false, "no line per trial")
+	agents := fs.Bool("agents", true, "add the agent shapes: hooks with several takers and closed with payloads pending, cancels and run deadlines over steps deaf to their context, final attempts that time out, child runs whose worker dies after their end")
 	useHTTP := fs.Bool("http", true, "use HTTP through a proxy that cuts replies: start some runs (POST /v1/runs, with and without Idempotency-Key) and write streams (weir writers, Idempotency-Key and producer appends)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -52,7 +53,7 @@ func tortureCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		return nil
 	}
-	opts := torture.Options{Trials: *trials, Seed: *seed, Store: *dsn, Scale: *scale, KeepGoing: *keepGoing, TrialTimeout: *timeout, HTTP: *useHTTP}
+	opts := torture.Options{Trials: *trials, Seed: *seed, Store: *dsn, Scale: *scale, KeepGoing: *keepGoing, TrialTimeout: *timeout, HTTP: *useHTTP, Agents: *agents}
 	if !*quiet {
 		opts.Log = stdout
 	}

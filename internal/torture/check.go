@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/store"
@@ -25,9 +26,15 @@ func (v Violation) String() string {
 }
 
 type checker struct {
-	s     store.Store
+	s store.Store
+	// lost: a fault struck that can take a worker away mid-step, so a
+	// last attempt may end without an outcome ("worker lost").
+	lost  bool
 	out   []Violation
 	stats Stats
+	// bound is how long a run may take to end after its cancel or
+	// deadline, and a parent to hear of its child's end (Trial.endBound).
+	bound time.Duration
 	// base is a server.Server on s ("http://…/v1/stream/"): every stream is
 	// also read over HTTP. Empty: not.
 	base string
@@ -46,6 +53,11 @@ type Stats struct {
 	// The agent operations checked: steps run at once (in groups), hooks
 	// and their payloads, attempts timed out.
 	Parallel, Hooks, Payloads, TimedOut int
+	// The agent shapes (agent.go): hooks taken by several takers, hooks
+	// closed with payloads pending, steps failed for good by their
+	// timeout, runs cancelled and ended by their deadline over steps deaf
+	// to their context, child runs.
+	Takers, ClosedHooks, TimeoutFinal, Cancelled, Deadlines, Children int
 }
 
 func (s *Stats) add(o Stats) {
@@ -68,6 +80,12 @@ func (s *Stats) add(o Stats) {
 	s.Hooks += o.Hooks
 	s.Payloads += o.Payloads
 	s.TimedOut += o.TimedOut
+	s.Takers += o.Takers
+	s.ClosedHooks += o.ClosedHooks
+	s.TimeoutFinal += o.TimeoutFinal
+	s.Cancelled += o.Cancelled
+	s.Deadlines += o.Deadlines
+	s.Children += o.Children
 }
 
 func (c *checker) fail(inv, where, format string, args ...any) {
@@ -87,7 +105,7 @@ func Check(ctx context.Context, s store.Store, t *Trial) ([]Violation, Stats, er
 // check is Check; with base (a server's "http://…/v1/stream/"), every
 // stream is read over HTTP too.
 func check(ctx context.Context, s store.Store, t *Trial, base string) ([]Violation, Stats, error) {
-	c := &checker{s: s, base: base}
+	c := &checker{s: s, base: base, bound: t.endBound(), lost: t.workersLost > 0}
 	for i := range t.Runs {
 		if err := c.checkRun(ctx, &t.Runs[i]); err != nil {
 			return c.out, c.stats, err
@@ -127,13 +145,38 @@ func (e expectation) touch(streamName, writer string) {
 
 type opLog struct {
 	started   []int64
-	completed int64 // attempt; 0: none
+	startedAt time.Time // the last step_started's time
+	completed int64     // attempt; 0: none
 	final     bool
 	finalErr  string
 	fired     bool
 	failed    []int64
 	hooks     int      // hook_created events
 	payloads  [][]byte // hook_received events' data, in log order
+	disposed  int      // hook_disposed events
+	// afterDispose counts hook_received events after the hook_disposed.
+	afterDispose int
+	child        string    // child_started: the child's id
+	endAt        time.Time // a child's end: its hook_received's time
+}
+
+// endBound is how long the checker lets a run take to end after its
+// cancel or its deadline, and a parent to hear of its child's end: a few
+// lease periods, plus time for each planned fault (a stopped worker, a
+// restarting database).
+func (t *Trial) endBound() time.Duration {
+	return 8*time.Second + time.Duration(len(t.Faults))*4*time.Second
+}
+
+// ended returns a run's terminal event's time (zero: none).
+func ended(events []store.Event) time.Time {
+	for i := len(events) - 1; i >= 0; i-- {
+		switch events[i].Type {
+		case store.EventRunCompleted, store.EventRunFailed, store.EventRunCancelled:
+			return events[i].At
+		}
+	}
+	return time.Time{}
 }
 
 func stepWriterID(op int64) string { return "step/" + strconv.FormatInt(op, 10) }
@@ -165,6 +208,7 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 		case store.EventStepStarted:
 			c.stats.Attempts++
 			o.started = append(o.started, ev.Attempt)
+			o.startedAt = ev.At
 		case store.EventStepCompleted:
 			if o.completed != 0 || o.final {
 				c.fail("log", where, "op %d has a second outcome: completed at attempt %d", ev.Op, ev.Attempt)
@@ -183,14 +227,33 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 		case store.EventHookCreated:
 			o.hooks++
 		case store.EventHookReceived:
+			if o.disposed > 0 {
+				o.afterDispose++
+			}
 			o.payloads = append(o.payloads, ev.Data)
+			o.endAt = ev.At
+		case store.EventHookDisposed:
+			o.disposed++
+		case store.EventChildStarted:
+			o.child = ev.Name
 		}
 	}
+	endAt := ended(events)
 
 	// Walk the plan: what must the log and the streams hold?
 	exp := expectation{}
 	wfIdx := map[string]int{}
 	stopped := false
+	cancelled := false // the walk reached an ItemCancel
+	deadline := rs.Workflow == WorkflowDeadline
+	if deadline {
+		c.stats.Deadlines++
+		if endAt.IsZero() {
+			c.fail("deadline", where, "the run has no end")
+		} else if over := endAt.Sub(run.CreatedAt.Add(DeadlineMillis * time.Millisecond)); over > c.bound {
+			c.fail("deadline", where, "the run ended %v after its deadline, more than the %v allowed", over.Round(time.Millisecond), c.bound)
+		}
+	}
 	// A group's steps all run (its workflow waits for each): a failure in
 	// it stops the run once the group is over.
 	stopAfterGroup := false
@@ -206,7 +269,62 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 			}
 			continue
 		}
+		if deadline && it.Kind == ItemStep || it.Kind == ItemHang {
+			// The deadline may interrupt any step of a deadline run.
+			if o == nil || o.completed == 0 {
+				if o != nil && o.final && !strings.Contains(o.finalErr, weir.ErrRunTimeout.Error()) {
+					c.fail("deadline", where, "step %s (op %d) failed for good with %q, not the run's deadline", it.Name, it.Op, o.finalErr)
+				}
+				if o != nil {
+					exp.touch("s0", stepWriterID(it.Op))
+				}
+				stopped = true
+				continue
+			}
+		}
 		switch it.Kind {
+		case ItemHang:
+			c.fail("deadline", where, "step %s (op %d) completed: it hangs until the run's deadline", it.Name, it.Op)
+		case ItemCancel:
+			c.stats.Cancelled++
+			cancelled, stopped = true, true
+			w := stepWriterID(it.Op)
+			exp.touch("s0", w)
+			switch {
+			case o == nil || len(o.started) == 0:
+				// Cancelled before its start was durable: nothing to check.
+			case o.completed != 0:
+				c.fail("cancel", where, "step %s (op %d) completed: it hangs until its run is cancelled", it.Name, it.Op)
+			case !o.final || !strings.Contains(o.finalErr, weir.ErrCancelled.Error()):
+				c.fail("cancel", where, "step %s (op %d) ended with %q (final %v), want the run's cancel", it.Name, it.Op, o.finalErr, o.final)
+			case !endAt.IsZero() && endAt.Sub(o.startedAt) > c.bound:
+				c.fail("cancel", where, "the run ended %v after the cancelling attempt began, more than the %v allowed", endAt.Sub(o.startedAt).Round(time.Millisecond), c.bound)
+			}
+		case ItemChild:
+			c.stats.Children++
+			ch := it.Child
+			cw := "child " + ch.ID
+			switch {
+			case o == nil || o.child != ch.ID:
+				c.fail("child", where, "op %d: no child_started for %s (%+v)", it.Op, ch.ID, o)
+				stopped = true
+				continue
+			case len(o.payloads) != 1:
+				c.fail("child", where, "op %d: %d ends of child %s in the log, want 1", it.Op, len(o.payloads), ch.ID)
+			}
+			cev, err := c.s.ListEvents(ctx, ch.ID, 0)
+			if err != nil {
+				return fmt.Errorf("events of child %s: %w", ch.ID, err)
+			}
+			if cend := ended(cev); cend.IsZero() {
+				c.fail("child", cw, "the child run has no end, yet its parent heard of one")
+			} else if late := o.endAt.Sub(cend); len(o.payloads) > 0 && late > c.bound {
+				c.fail("child", cw, "its parent heard of its end %v after it, more than the %v allowed", late.Round(time.Millisecond), c.bound)
+			}
+			if err := c.checkRun(ctx, ch); err != nil {
+				return err
+			}
+			exp.add(HookStream, weir.WorkflowWriterID, []byte(fmt.Sprintf("child %s ok", ch.ID)))
 		case ItemWFWrite:
 			for j := range it.Count {
 				exp.add(it.Stream, weir.WorkflowWriterID, Chunk(rs.Seed, wfOp(idx), it.Stream, j, 0, it.MinLen, it.MaxLen))
@@ -217,9 +335,17 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 				c.fail("state", where, "sleep at op %d never fired", it.Op)
 			}
 		case ItemHook:
-			// Each payload is in the log once, taken once, in order.
+			// Each payload is in the log once, and taken once, in log
+			// order: the stream holds what the takers took, as they took
+			// it. A hook closed early has its payloads taken all the same.
 			token := HookToken(rs, it.Op)
 			c.stats.Hooks++
+			if len(it.Takers) > 0 {
+				c.stats.Takers++
+			}
+			if it.CloseEarly {
+				c.stats.ClosedHooks++
+			}
 			if o != nil {
 				c.stats.Payloads += len(o.payloads)
 			}
@@ -235,6 +361,9 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 						c.fail("hook", where, "hook %s: payload %d is %q, want %d", token, k, p, k)
 					}
 				}
+			}
+			if o != nil && it.CloseEarly && (o.disposed != 1 || o.afterDispose > 0) {
+				c.fail("hook", where, "hook %s: %d hook_disposed events (want 1), %d payloads after it (want 0)", token, o.disposed, o.afterDispose)
 			}
 			for k := range it.Payloads {
 				exp.add(HookStream, weir.WorkflowWriterID, []byte(fmt.Sprintf("%s %d", token, k)))
@@ -270,8 +399,16 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 					}
 				}
 			default: // failed for good
-				if !it.Final {
+				if !it.failsForGood() {
 					c.fail("state", where, "step %s (op %d) failed for good though its plan lets it succeed: %s", it.Name, it.Op, o.finalErr)
+				}
+				if !it.Final && it.failsForGood() {
+					// Its last allowed attempt hung past its timeout: the
+					// step's error is that timeout.
+					c.stats.TimeoutFinal++
+					if !strings.Contains(o.finalErr, "timed out") && !(c.lost && strings.Contains(o.finalErr, "worker lost")) {
+						c.fail("timeout", where, "step %s (op %d) failed for good with %q: want its last attempt's timeout", it.Name, it.Op, o.finalErr)
+					}
 				}
 				if !rs.ContinueOnFail {
 					if it.Group != 0 {
@@ -299,11 +436,17 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 		}
 	}
 	want := store.RunCompleted
-	if stopped || stopAfterGroup {
+	switch {
+	case cancelled:
+		want = store.RunCancelled
+	case stopped || stopAfterGroup || deadline:
 		want = store.RunFailed
 	}
 	if run.Status != want {
 		c.fail("state", where, "run is %s (%s), want %s", run.Status, run.Error, want)
+	}
+	if deadline && !strings.Contains(run.Error, weir.ErrRunTimeout.Error()) {
+		c.fail("deadline", where, "the run failed with %q, not its deadline", run.Error)
 	}
 
 	infos, err := c.s.ListStreams(ctx, rs.ID)
@@ -345,7 +488,7 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 func nondetWriters(rs *RunSpec) map[string]bool {
 	m := map[string]bool{}
 	for _, it := range rs.Items {
-		if it.Kind == ItemStep && (it.Nondet || it.Final) {
+		if it.Kind == ItemStep && (it.Nondet || it.Final) || it.Kind == ItemCancel || it.Kind == ItemHang {
 			m[stepWriterID(it.Op)] = true
 		}
 	}

@@ -55,10 +55,15 @@ const (
 	// After-th progress event, once an HTTP stream writer reports progress
 	// (mid-stream); another starts on the same store.
 	FaultStreamKill FaultKind = "stream-kill"
+	// FaultChildKill: a worker process kills itself (SIGKILL) right after
+	// the Record that ended a child run committed, before anything else it
+	// would do for that end (telling the parent). The first After worker
+	// processes of the trial each strike once; not scheduled on progress.
+	FaultChildKill FaultKind = "child-kill"
 )
 
 // AllFaults lists every fault kind, in report order.
-var AllFaults = []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultPGRestart, FaultServerKill, FaultProxyCut, FaultStreamCut, FaultStreamKill}
+var AllFaults = []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultPGRestart, FaultServerKill, FaultProxyCut, FaultStreamCut, FaultStreamKill, FaultChildKill}
 
 // Trial is everything one trial does, derived from its seed.
 type Trial struct {
@@ -80,6 +85,10 @@ type Trial struct {
 	// http is what the HTTP stream writers were acknowledged, for the
 	// checker (not part of the schedule).
 	http *httpRun
+	// workersLost is how many faults struck that can take a worker away
+	// mid-step (a kill, a stop, a freeze, a database restart): then an
+	// attempt may end without an outcome, for the checker.
+	workersLost int
 }
 
 // HasHTTP reports whether the trial talks HTTP to its worker processes:
@@ -128,7 +137,10 @@ type RunSpec struct {
 	ID    string
 	Seed  uint64
 	Start string // StartDirect, StartHTTPID or StartHTTPKey
-	Items []Item
+	// Workflow is the workflow the run executes: WorkflowName (empty),
+	// WorkflowDeadline or WorkflowChild.
+	Workflow string `json:",omitempty"`
+	Items    []Item
 	// ContinueOnFail: the workflow carries on after a step fails for good (the
 	// run completes); otherwise it returns the error (the run fails).
 	ContinueOnFail bool
@@ -141,8 +153,46 @@ const (
 	ItemSleep   = "sleep"
 	// ItemHook waits for Payloads payloads delivered to the hook HookToken
 	// (by every worker process, each payload k with the key "k<k>"), and
-	// writes each to the workflow stream HookStream as it takes it.
+	// writes each to the workflow stream HookStream as it takes it. Takers
+	// is the program that takes them (several takers at once, Select with
+	// a timer, Each); with CloseEarly a step first waits until every
+	// payload is in, then the hook is closed and its payloads taken after.
 	ItemHook = "hook"
+	// ItemCancel is a step that writes a chunk, asks for its own run to be
+	// cancelled, then hangs deaf to its context: the run must end
+	// cancelled within a bound all the same.
+	ItemCancel = "cancel"
+	// ItemHang is a step that writes a chunk and hangs deaf to its context
+	// (the last item of a WorkflowDeadline run): the run's deadline must
+	// end it within a bound.
+	ItemHang = "hang"
+	// ItemChild starts the child run Child (WorkflowChild, its id given),
+	// waits for its end and writes "child <id> <outcome>" to HookStream.
+	ItemChild = "child"
+)
+
+// The workflows a trial's runs execute.
+const (
+	// WorkflowDeadline is the trial workflow with a run deadline of
+	// DeadlineMillis (WithRunTimeout).
+	WorkflowDeadline = "torture-deadline"
+	// WorkflowChild is the trial workflow, for child runs.
+	WorkflowChild = "torture-child"
+	// DeadlineMillis is WorkflowDeadline's run timeout.
+	DeadlineMillis = 1500
+	// HangMillis is how long ItemCancel and ItemHang steps ignore their
+	// context: far past any bound the checker allows.
+	HangMillis = 40_000
+)
+
+// The taker kinds of an ItemHook's Takers program; each takes the number
+// of payloads it names (a select none if its timer wins).
+const (
+	TakeReceive = "receive" // Receive: 1
+	TakeAll2    = "all2"    // All(Next(), Next()): 2
+	TakePending = "pending" // f := Next(); Receive(); f.Get(): 2, Receive's first
+	TakeSelect  = "select"  // Select(Next(), NewTimer(SelectMillis)): 1 or 0
+	TakeEach    = "each"    // Each, broken after EachTakes: EachTakes
 )
 
 // HookStream is the stream the trial workflow writes hook payloads to.
@@ -189,8 +239,44 @@ type Item struct {
 	TimeoutMillis int `json:",omitempty"`
 	HangUpTo      int `json:",omitempty"`
 
-	// Hook: how many payloads.
-	Payloads int `json:",omitempty"`
+	// Hook: how many payloads, the takers and whether the hook is closed
+	// before they take.
+	Payloads     int      `json:",omitempty"`
+	Takers       []string `json:",omitempty"`
+	CloseEarly   bool     `json:",omitempty"`
+	SelectMillis int      `json:",omitempty"` // a select taker's timer
+	EachTakes    int      `json:",omitempty"`
+
+	// Child: the child run.
+	Child *RunSpec `json:",omitempty"`
+}
+
+// opSpan is how many durable operations item it takes: a step, sleep or
+// child one; a hook one, plus one for CloseEarly's step and two (a timer
+// and the choice) for each select taker; a workflow write none.
+func (it *Item) opSpan() int64 {
+	switch it.Kind {
+	case ItemWFWrite:
+		return 0
+	case ItemHook:
+		n := int64(1)
+		if it.CloseEarly {
+			n++
+		}
+		for _, k := range it.Takers {
+			if k == TakeSelect {
+				n += 2
+			}
+		}
+		return n
+	}
+	return 1
+}
+
+// failsForGood reports whether step it fails on every attempt: planned
+// (Final), or each allowed attempt hangs past its timeout.
+func (it *Item) failsForGood() bool {
+	return it.Final || it.HangUpTo > 0 && it.HangUpTo >= it.MaxAttempts
 }
 
 // failsAt reports whether attempt a of step it cannot succeed.
@@ -228,6 +314,11 @@ type GenOptions struct {
 	// HTTP starts some runs through the HTTP API (POST /v1/runs, with and
 	// without Idempotency-Key) behind a proxy that cuts replies.
 	HTTP bool
+	// Agents adds the agent shapes (agent.go): hooks with several takers
+	// and closed with payloads pending, cancels and run deadlines over
+	// steps deaf to their context, final attempts that time out after
+	// writing, child runs whose worker dies after their end.
+	Agents bool
 }
 
 // Generate derives trial seed's schedule. Run ids and stream paths start
@@ -267,8 +358,8 @@ func Generate(seed uint64, prefix string, o GenOptions) *Trial {
 		after := 0
 		for range n {
 			f := Fault{Kind: o.Faults[r.IntN(len(o.Faults))]}
-			if f.Kind == FaultProxyCut {
-				f.Kind = FaultKill
+			if f.Kind == FaultProxyCut || f.Kind == FaultChildKill {
+				f.Kind = FaultKill // not struck at progress events
 			}
 			after += 1 + r.IntN(8)
 			f.After = after
@@ -289,6 +380,9 @@ func Generate(seed uint64, prefix string, o GenOptions) *Trial {
 	streamFault := false
 	for _, f := range t.Faults {
 		streamFault = streamFault || f.Kind == FaultStreamCut || f.Kind == FaultStreamKill
+	}
+	if o.Agents {
+		addAgentShapes(t, seed, o)
 	}
 	if o.HTTP && (streamFault || r.IntN(2) == 0) {
 		for i := range 1 + r.IntN(2) {

@@ -44,6 +44,8 @@ type Options struct {
 	// HTTP starts some runs over HTTP through a proxy that cuts replies,
 	// from the worker processes' HTTP servers (which SIGKILLs hit too).
 	HTTP bool
+	// Agents adds the agent shapes (GenOptions.Agents).
+	Agents bool
 	// PGRestart restarts the PostgreSQL cluster; default runs
 	// `pg_ctlcluster --skip-systemctl-redirect 15 main restart`.
 	PGRestart func(ctx context.Context) error
@@ -79,9 +81,9 @@ type TrialFailure struct {
 // DefaultFaults are the fault kinds a store allows.
 func DefaultFaults(dsn string) []FaultKind {
 	if IsPostgres(dsn) {
-		return []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultPGRestart, FaultStreamCut, FaultStreamKill}
+		return []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultPGRestart, FaultStreamCut, FaultStreamKill, FaultChildKill}
 	}
-	return []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultStreamCut, FaultStreamKill}
+	return []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultStreamCut, FaultStreamKill, FaultChildKill}
 }
 
 // DefaultWorkerCommand re-executes this program with WorkerEnv=1.
@@ -147,7 +149,7 @@ func RunTrials(ctx context.Context, opts Options) (*Report, error) {
 		if pg {
 			prefix = fmt.Sprintf("t%x-%s", seed, nonce)
 		}
-		t := Generate(seed, prefix, GenOptions{Faults: opts.Faults, Postgres: pg, Scale: opts.Scale, HTTP: opts.HTTP})
+		t := Generate(seed, prefix, GenOptions{Faults: opts.Faults, Postgres: pg, Scale: opts.Scale, HTTP: opts.HTTP, Agents: opts.Agents})
 		dir := filepath.Join(tmp, fmt.Sprintf("trial-%d", seed))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return rep, err
@@ -169,7 +171,11 @@ func RunTrials(ctx context.Context, opts Options) (*Report, error) {
 			if k == FaultKill && t.HasHTTP() {
 				k = FaultServerKill
 			}
-			if k == FaultStreamCut {
+			switch k {
+			case FaultStreamCut:
+				continue
+			case FaultChildKill:
+				rep.Planned[k] += f.After // the first After workers strike once each
 				continue
 			}
 			rep.Planned[k]++
@@ -182,6 +188,11 @@ func RunTrials(ctx context.Context, opts Options) (*Report, error) {
 		}
 		var viols []Violation
 		viols = append(viols, tr.violations...)
+		for k, n := range tr.injected {
+			if k != FaultProxyCut && k != FaultStreamCut {
+				t.workersLost += n
+			}
+		}
 		if ctx.Err() == nil {
 			cv, st, err := checkTrial(ctx, dsn, t)
 			if err != nil {
@@ -438,7 +449,7 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 	progress, fi := 0, 0
 	var sched []Fault // the faults struck at progress events (not stream-cut: the proxy's)
 	for _, f := range t.Faults {
-		if f.Kind != FaultStreamCut {
+		if f.Kind != FaultStreamCut && f.Kind != FaultChildKill {
 			sched = append(sched, f)
 		}
 	}
@@ -544,6 +555,10 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 				p.done = true
 			case strings.HasPrefix(m.line, "Z "):
 				res.fenced++
+			case strings.HasPrefix(m.line, "X "):
+				// It kills itself (FaultChildKill).
+				p.killed = true
+				res.injected[FaultChildKill]++
 			case strings.HasPrefix(m.line, "V "):
 				res.violations = append(res.violations, Violation{"worker", fmt.Sprintf("worker %d", p.id), m.line[2:]})
 			case strings.HasPrefix(m.line, "A "):
@@ -622,6 +637,10 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  zombie attempts stopped (step code saw ErrFenced or a lost lease): %d\n", r.Fenced)
 	fmt.Fprintf(w, "  streams %d, records %d, committed chunks %d (%d bytes), aborts %d\n", st.Streams, st.Records, st.Committed, st.Bytes, st.Aborts)
 	fmt.Fprintf(w, "  steps run at once %d, hooks %d (payloads taken %d), attempts timed out %d\n", st.Parallel, st.Hooks, st.Payloads, st.TimedOut)
+	if st.Takers+st.ClosedHooks+st.TimeoutFinal+st.Cancelled+st.Deadlines+st.Children > 0 {
+		fmt.Fprintf(w, "  agent shapes: hooks with several takers %d, closed with payloads pending %d; steps failed by their last timeout %d; runs cancelled over a deaf step %d, ended by their deadline %d; child runs %d\n",
+			st.Takers, st.ClosedHooks, st.TimeoutFinal, st.Cancelled, st.Deadlines, st.Children)
+	}
 	if st.HTTPStreams > 0 {
 		fmt.Fprintf(w, "  HTTP streams %d: writers %d (weir %d, idempotency-key %d, producer %d), requests %d, acks checked %d\n",
 			st.HTTPStreams, st.HTTPWeir+st.HTTPIdem+st.HTTPProducer, st.HTTPWeir, st.HTTPIdem, st.HTTPProducer, r.HTTPRequests, st.HTTPAcks)

@@ -26,7 +26,7 @@ func TestTrialsSQLite(t *testing.T) {
 	}
 	n := 4
 	rep, err := RunTrials(context.Background(), Options{
-		Trials: n, Seed: 1, Store: "sqlite:" + t.TempDir(), Log: testLog{t}, TrialTimeout: 60 * time.Second, HTTP: true,
+		Trials: n, Seed: 1, Store: "sqlite:" + t.TempDir(), Log: testLog{t}, TrialTimeout: 60 * time.Second, HTTP: true, Agents: true,
 	})
 	if err != nil {
 		t.Fatal(err)

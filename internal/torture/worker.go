@@ -84,8 +84,9 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	var lastEngine atomic.Int32
 	gates := make([]*gatedStore, t.Engines)
 	engines := make([]*weir.Engine, t.Engines)
+	kill := newChildKiller(&t, filepath.Dir(*trialPath), out)
 	for i := range engines {
-		gates[i] = &gatedStore{Store: s}
+		gates[i] = &gatedStore{Store: s, afterRecord: kill}
 		e, err := weir.New(gates[i], &weir.Config{
 			WorkerID:     fmt.Sprintf("w%d-e%d-%d", *inc, i, os.Getpid()),
 			PollInterval: 20 * time.Millisecond,
@@ -106,9 +107,11 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 			lastEngine.Store(idx)
 			out.line("P %d "+format, append([]any{idx}, args...)...)
 		}
-		weir.Register(e, WorkflowName, func(ctx weir.Context, rs RunSpec) (int, error) {
-			return runWorkflow(ctx, &rs, report, out)
-		})
+		env := &wfEnv{e: e, s: s, report: report, out: out}
+		wf := func(ctx weir.Context, rs RunSpec) (int, error) { return runWorkflow(ctx, &rs, env) }
+		weir.Register(e, WorkflowName, wf)
+		weir.Register(e, WorkflowChild, wf)
+		weir.Register(e, WorkflowDeadline, wf, weir.WithRunTimeout(DeadlineMillis*time.Millisecond))
 		engines[i] = e
 	}
 
@@ -155,8 +158,12 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 			continue // the harness starts it over HTTP
 		}
 		in, _ := json.Marshal(rs)
+		wf := rs.Workflow
+		if wf == "" {
+			wf = WorkflowName
+		}
 		for {
-			_, _, err := engines[0].StartRun(ctx, WorkflowName, in, &weir.StartOptions{ID: rs.ID})
+			_, _, err := engines[0].StartRun(ctx, wf, in, &weir.StartOptions{ID: rs.ID})
 			if err == nil {
 				break
 			}
@@ -247,7 +254,9 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	for _, g := range gates {
 		g.thaw()
 	}
-	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// Abandoned attempts of steps deaf to their context (cancels, deadlines)
+	// still sleep: Close waits for them only a moment.
+	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	for _, e := range engines {
 		_ = e.Close(cctx)
@@ -256,8 +265,19 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
+// wfEnv is what the trial workflow reaches beyond its context: its
+// engine (a step asks it to cancel the step's own run), the store (a
+// step looks at a hook) and the worker's output.
+type wfEnv struct {
+	e      *weir.Engine
+	s      store.Store
+	report func(string, ...any)
+	out    *output
+}
+
 // runWorkflow is the trial workflow: its items in order.
-func runWorkflow(ctx weir.Context, rs *RunSpec, report func(string, ...any), out *output) (int, error) {
+func runWorkflow(ctx weir.Context, rs *RunSpec, env *wfEnv) (int, error) {
+	report, out := env.report, env.out
 	wfSeq := map[string]int{}
 	completed := 0
 	for idx := range rs.Items {
@@ -275,19 +295,25 @@ func runWorkflow(ctx weir.Context, rs *RunSpec, report func(string, ...any), out
 		case ItemSleep:
 			weir.Sleep(ctx, time.Duration(it.SleepMillis)*time.Millisecond)
 		case ItemHook:
-			h, err := weir.NewHook[int](ctx, HookToken(rs, it.Op))
+			if err := takePayloads(ctx, rs, it, env); err != nil {
+				return 0, err
+			}
+		case ItemCancel, ItemHang:
+			_, err := weir.Step(ctx, it.Name, func(sc weir.StepContext) (int, error) {
+				return hangStep(sc, rs, it, env)
+			}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: 10}))
 			if err != nil {
 				return 0, err
 			}
-			w := ctx.Stream(HookStream)
-			for range it.Payloads {
-				k, err := h.Receive(ctx)
-				if err != nil {
-					return 0, err
-				}
-				if _, err := fmt.Fprintf(w, "%s %d", HookToken(rs, it.Op), k); err != nil {
-					return 0, err
-				}
+		case ItemChild:
+			wf := weir.WorkflowOf[RunSpec, int](env.e, WorkflowChild)
+			c := weir.StartChild(ctx, wf, *it.Child, &weir.ChildOptions{ID: it.Child.ID})
+			outcome := "ok"
+			if _, err := c.Get(ctx); err != nil {
+				outcome = "failed"
+			}
+			if _, err := fmt.Fprintf(ctx.Stream(HookStream), "child %s %s", c.ID, outcome); err != nil {
+				return 0, err
 			}
 		case ItemStep:
 			if it.Group != 0 {
@@ -321,6 +347,162 @@ func runWorkflow(ctx weir.Context, rs *RunSpec, report func(string, ...any), out
 		}
 	}
 	return completed, nil
+}
+
+// takePayloads takes hook item it's payloads with its takers program and
+// writes each to HookStream as it is taken. With CloseEarly a step waits
+// until every payload is in the log, the hook is closed, and its payloads
+// are taken until the hook says it is disposed.
+func takePayloads(ctx weir.Context, rs *RunSpec, it *Item, env *wfEnv) error {
+	token := HookToken(rs, it.Op)
+	h, err := weir.NewHook[int](ctx, token)
+	if err != nil {
+		return err
+	}
+	w := ctx.Stream(HookStream)
+	took := func(k int) error {
+		_, err := fmt.Fprintf(w, "%s %d", token, k)
+		return err
+	}
+	if it.CloseEarly {
+		if _, err := weir.Step(ctx, "payloads-in", func(sc weir.StepContext) (int64, error) {
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				hi, err := env.s.GetHook(sc, token)
+				if err == nil && hi.Received >= int64(it.Payloads) {
+					return hi.Received, nil
+				}
+				if time.Now().After(deadline) {
+					return 0, fmt.Errorf("hook %s: the payloads did not come in 20s (%v)", token, err)
+				}
+				select {
+				case <-sc.Done():
+					return 0, context.Cause(sc)
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: 10})); err != nil {
+			return err
+		}
+		h.Close(ctx)
+		for {
+			k, err := h.Receive(ctx)
+			if errors.Is(err, weir.ErrHookDisposed) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := took(k); err != nil {
+				return err
+			}
+		}
+	}
+	taken := 0
+	for _, kind := range it.Takers {
+		left := it.Payloads - taken
+		switch {
+		case kind == TakeSelect:
+			// Its ops are taken whatever is left.
+			next := h.Next()
+			if weir.Select(ctx, next, weir.NewTimer(ctx, time.Duration(it.SelectMillis)*time.Millisecond)) == 0 {
+				k, err := next.Get(ctx)
+				if err != nil {
+					return err
+				}
+				if err := took(k); err != nil {
+					return err
+				}
+				taken++
+			}
+		case left <= 0:
+		case kind == TakeAll2 && left >= 2:
+			ks, err := weir.All(ctx, h.Next(), h.Next())
+			if err != nil {
+				return err
+			}
+			for _, k := range ks {
+				if err := took(k); err != nil {
+					return err
+				}
+			}
+			taken += 2
+		case kind == TakePending && left >= 2:
+			f := h.Next()
+			k1, err := h.Receive(ctx)
+			if err != nil {
+				return err
+			}
+			k2, err := f.Get(ctx)
+			if err != nil {
+				return err
+			}
+			if err := took(k1); err != nil {
+				return err
+			}
+			if err := took(k2); err != nil {
+				return err
+			}
+			taken += 2
+		case kind == TakeEach:
+			n := 0
+			for k, err := range h.Each(ctx) {
+				if err != nil {
+					return err
+				}
+				if err := took(k); err != nil {
+					return err
+				}
+				taken++
+				if n++; n >= min(it.EachTakes, left) {
+					break
+				}
+			}
+		default: // TakeReceive, or too few left for a pair
+			k, err := h.Receive(ctx)
+			if err != nil {
+				return err
+			}
+			if err := took(k); err != nil {
+				return err
+			}
+			taken++
+		}
+	}
+	for ; taken < it.Payloads; taken++ {
+		k, err := h.Receive(ctx)
+		if err != nil {
+			return err
+		}
+		if err := took(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hangStep is an ItemCancel or ItemHang step: it writes a chunk (its
+// attempt's start is then durable), for ItemCancel asks for its run's
+// cancel, then ignores its context for HangMillis.
+func hangStep(sc weir.StepContext, rs *RunSpec, it *Item, env *wfEnv) (int, error) {
+	w := sc.Stream("s0")
+	if _, err := w.Write(Chunk(rs.Seed, it.Op, "s0", 0, sc.Attempt(), 1, 64)); err != nil {
+		return 0, err
+	}
+	if err := w.Flush(); err != nil {
+		return 0, err
+	}
+	if it.Kind == ItemCancel {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(sc), 10*time.Second)
+		err := env.e.Cancel(ctx, sc.RunID())
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+	}
+	env.report("hang %s %d %d", rs.ID, it.Op, sc.Attempt())
+	time.Sleep(HangMillis * time.Millisecond)
+	return 0, fmt.Errorf("%w: %s attempt %d hung %dms and was not stopped", errPlanned, it.Name, sc.Attempt(), HangMillis)
 }
 
 // stepFunc is step it's function.
@@ -516,13 +698,52 @@ func produce(ctx context.Context, s store.Store, p *ProducerSpec, w, inc int, ou
 	}
 }
 
+// newChildKiller returns what a worker does after each Record: while the
+// trial's child-kills have not all struck (a file in dir marks each), it
+// kills itself right after the Record that ended a child run.
+func newChildKiller(t *Trial, dir string, out *output) func(p *store.RecordParams) {
+	strikes := 0
+	for _, f := range t.Faults {
+		if f.Kind == FaultChildKill {
+			strikes = f.After
+		}
+	}
+	if strikes == 0 {
+		return nil
+	}
+	children := map[string]bool{}
+	for _, rs := range t.Runs {
+		for _, it := range rs.Items {
+			if it.Kind == ItemChild {
+				children[it.Child.ID] = true
+			}
+		}
+	}
+	return func(p *store.RecordParams) {
+		if !p.Status.Terminal() || !children[p.RunID] {
+			return
+		}
+		struck, _ := filepath.Glob(filepath.Join(dir, "child-kill.*"))
+		if len(struck) >= strikes {
+			return
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("child-kill.%d", len(struck))), []byte(p.RunID), 0o644); err == nil {
+			out.line("X child-kill %s", p.RunID)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+	}
+}
+
 // gatedStore lets the harness freeze one engine: while frozen, every store
 // call the engine makes blocks (it ignores its context: a paused process
 // does not see time pass), while its workflow and step code runs on.
+// afterRecord, if set, runs after each Record that succeeded.
 type gatedStore struct {
 	store.Store
-	mu   sync.Mutex
-	gate chan struct{} // non-nil while frozen
+	mu          sync.Mutex
+	gate        chan struct{} // non-nil while frozen
+	afterRecord func(p *store.RecordParams)
 }
 
 func (g *gatedStore) freeze() {
@@ -568,7 +789,11 @@ func (g *gatedStore) ListEvents(ctx context.Context, id string, after int64) ([]
 
 func (g *gatedStore) Record(ctx context.Context, p *store.RecordParams) error {
 	g.pass()
-	return g.Store.Record(ctx, p)
+	err := g.Store.Record(ctx, p)
+	if err == nil && g.afterRecord != nil {
+		g.afterRecord(p)
+	}
+	return err
 }
 
 func (g *gatedStore) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*store.StreamInfo, error) {
