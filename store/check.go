@@ -182,6 +182,55 @@ func CheckHookToken(token string) error {
 	return nil
 }
 
+// CheckTopic checks a message topic or a run event's key: 1 to
+// MaxTopicLen bytes of text (CheckText), no / ? or # (it is a path segment
+// of the HTTP API).
+func CheckTopic(what, name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
+	}
+	if err := checkName(what, name, MaxTopicLen); err != nil {
+		return err
+	}
+	if strings.ContainsAny(name, "/?#") {
+		return fmt.Errorf("%w: %s %q has a / ? or #", ErrInvalid, what, name)
+	}
+	return nil
+}
+
+// Check validates a SendMessage call.
+func (p *SendMessageParams) Check() error {
+	if err := CheckRunID(p.RunID); err != nil {
+		return err
+	}
+	if err := CheckTopic("topic", p.Topic); err != nil {
+		return err
+	}
+	if len(p.Payload) > MaxMessagePayload {
+		return fmt.Errorf("%w: a message of %d bytes, the limit is %d", ErrTooLarge, len(p.Payload), MaxMessagePayload)
+	}
+	if p.KeyTTL < 0 {
+		return fmt.Errorf("%w: negative key TTL", ErrInvalid)
+	}
+	if len(p.RequestDigest) > 64 {
+		return fmt.Errorf("%w: request digest over 64 bytes", ErrInvalid)
+	}
+	return checkName("idempotency key", p.IdempotencyKey, MaxKeyLen)
+}
+
+// WithDefaults returns a copy of p with KeyTTL at DefaultKeyTTL if 0 and
+// Now from clock if zero.
+func (p *SendMessageParams) WithDefaults(clock func() time.Time) *SendMessageParams {
+	out := *p
+	if out.KeyTTL == 0 {
+		out.KeyTTL = DefaultKeyTTL
+	}
+	if out.Now.IsZero() {
+		out.Now = clock()
+	}
+	return &out
+}
+
 // Check validates a DeliverHook call.
 func (p *DeliverHookParams) Check() error {
 	if err := CheckHookToken(p.Token); err != nil {
@@ -309,6 +358,14 @@ func (p *RecordParams) Check() error {
 		}
 		if err := CheckText(fmt.Sprintf("event %d's error", i), e.Error); err != nil {
 			return err
+		}
+		if e.Type == EventSet {
+			if err := CheckTopic("run event key", e.Name); err != nil {
+				return fmt.Errorf("event %d: %w", i, err)
+			}
+			if len(e.Data) > MaxEventValue {
+				return fmt.Errorf("%w: a run event's value of %d bytes, the limit is %d", ErrTooLarge, len(e.Data), MaxEventValue)
+			}
 		}
 	}
 	return nil

@@ -85,6 +85,12 @@ const (
 	MaxKeyLen = 1 << 10
 	// MaxHookPayload is the largest hook payload: 1 MiB.
 	MaxHookPayload = 1 << 20
+	// MaxMessagePayload is the largest message to a run: 1 MiB.
+	MaxMessagePayload = 1 << 20
+	// MaxEventValue is the largest value of a run event: 1 MiB.
+	MaxEventValue = 1 << 20
+	// MaxTopicLen bounds a message topic and a run event's key.
+	MaxTopicLen = 255
 )
 
 // Store is weir's storage. Implementations are safe for concurrent use.
@@ -229,6 +235,22 @@ type Store interface {
 	// Returns ErrNotFound.
 	TouchStream(ctx context.Context, p *TouchStreamParams) error
 
+	// SendMessage sends a message to a run on a topic: a message_received
+	// event (Name: the topic, Data: the payload) in its log, kept there
+	// for the run to take whenever it asks, and a parked run made
+	// claimable at once, in one transaction, without the run's lease. With
+	// an idempotency key, a message sent again gets the first one's reply
+	// (Duplicate) and adds nothing. Returns ErrNotFound (no such run),
+	// ErrGone (the run ended), ErrKeyReused, ErrTooLarge, ErrInvalid.
+	SendMessage(ctx context.Context, p *SendMessageParams) (*MessageSent, error)
+	// GetRunEvent returns the value run runID's workflow last set for key
+	// (the event_set events a Record writes). Returns ErrNotFound for an
+	// unknown run, or a key it never set.
+	GetRunEvent(ctx context.Context, runID, key string) (*RunEvent, error)
+	// ListRunEvents returns the latest value of each key run runID set,
+	// by key; none for an unknown run.
+	ListRunEvents(ctx context.Context, runID string) ([]*RunEvent, error)
+
 	// WorldStore is the storage of weir's World (Vercel Workflow runs).
 	WorldStore
 
@@ -366,6 +388,38 @@ type DeliverHookParams struct {
 	Now            time.Time     // zero: the store's clock
 }
 
+// SendMessageParams is one message to a run.
+type SendMessageParams struct {
+	RunID   string
+	Topic   string // CheckTopic
+	Payload []byte // at most MaxMessagePayload bytes
+	// IdempotencyKey, if set, makes the message idempotent per (run, key)
+	// for KeyTTL; RequestDigest tells the same request from another.
+	IdempotencyKey string
+	RequestDigest  []byte
+	KeyTTL         time.Duration // 0: DefaultKeyTTL
+	Now            time.Time     // zero: the store's clock
+}
+
+// MessageSent is the reply to SendMessage.
+type MessageSent struct {
+	RunID string `json:"run_id"`
+	Topic string `json:"topic"`
+	Seq   int64  `json:"seq"` // the message_received event's seq in the run's log
+	// Duplicate reports a message sent again with its idempotency key: it
+	// added nothing.
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// RunEvent is the latest value a run set for a key (weir.SetEvent).
+type RunEvent struct {
+	RunID string
+	Key   string
+	Value []byte    // JSON
+	Seq   int64     // its event_set event's seq in the run's log
+	At    time.Time // when it was set
+}
+
 // HookDelivery is the reply to a delivery.
 type HookDelivery struct {
 	RunID string `json:"run_id"`
@@ -431,9 +485,25 @@ const (
 	// EventChildStarted records a child run started (Name: its id, Data:
 	// its workflow); its end comes as a hook_received at the same Op.
 	EventChildStarted EventType = "child_started"
-	EventRunCompleted EventType = "run_completed"
-	EventRunFailed    EventType = "run_failed"
-	EventRunCancelled EventType = "run_cancelled"
+	// EventMessageReceived is a message sent to the run (SendMessage):
+	// Name its topic, Data its payload; Op 0, for the run takes messages
+	// whenever it asks.
+	EventMessageReceived EventType = "message_received"
+	// EventMessageSent records a message the run's workflow sent (Op: its
+	// operation, Name: the run it went to, Data: {"topic", "seq"}), so
+	// that replay does not send it again.
+	EventMessageSent EventType = "message_sent"
+	// EventSet is a run event the workflow set (weir.SetEvent): Name its
+	// key, Data its value. A Record that writes one also makes it the
+	// key's latest value (GetRunEvent).
+	EventSet EventType = "event_set"
+	// EventMessagesTaken rides with the run's end: Data is how many
+	// messages of each topic the run took ({"topic": n}); the others of
+	// its log it left.
+	EventMessagesTaken EventType = "messages_taken"
+	EventRunCompleted  EventType = "run_completed"
+	EventRunFailed     EventType = "run_failed"
+	EventRunCancelled  EventType = "run_cancelled"
 )
 
 // Event is one entry of a run's log.

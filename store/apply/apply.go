@@ -139,6 +139,9 @@ type Tx interface {
 	// AddEvents appends evs to run's log: their Seq and At are set, and
 	// run.LastEvent is the last one's seq.
 	AddEvents(run *Run, evs []store.Event) error
+	// SaveRunEvent makes ev (an event_set event of run's log, Seq and At
+	// set) its key's latest value (store.Store.GetRunEvent).
+	SaveRunEvent(run *Run, ev *store.Event) error
 	// SaveRun applies c to run's row.
 	SaveRun(run *Run, c *RunChange) error
 }

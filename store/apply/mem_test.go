@@ -24,6 +24,7 @@ type memTx struct {
 	changes   map[string][]RunChange
 	events    map[string][]store.Event
 	log       map[int64][]stream.Record
+	values    map[[2]string]store.Event // (run, key) -> its run event
 
 	loads  Reads // what the current request loaded
 	saves  int   // saves made by the current request
@@ -173,6 +174,17 @@ func (m *memTx) AddEvents(run *Run, evs []store.Event) error {
 		}
 		m.events[run.ID] = append(m.events[run.ID], e)
 	}
+	return nil
+}
+
+func (m *memTx) SaveRunEvent(run *Run, ev *store.Event) error {
+	if err := m.save(); err != nil {
+		return err
+	}
+	if m.values == nil {
+		m.values = map[[2]string]store.Event{}
+	}
+	m.values[[2]string{run.ID, ev.Name}] = *ev
 	return nil
 }
 

@@ -63,6 +63,13 @@ func Record(tx Tx, p *store.RecordParams, now time.Time) error {
 		if err := tx.AddEvents(run, evs); err != nil {
 			return err
 		}
+		for i := range evs {
+			if evs[i].Type == store.EventSet {
+				if err := tx.SaveRunEvent(run, &evs[i]); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	if err := saveFinishes(tx, finishes); err != nil {
 		return err

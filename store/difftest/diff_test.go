@@ -208,7 +208,7 @@ func (g *gen) learn(o *op, out string) {
 
 func (g *gen) next() *op {
 	now := g.clk.Now()
-	switch g.n(32) {
+	switch g.n(34) {
 	case 0, 1:
 		p := store.CreateRunParams{ID: g.pick(runs), Workflow: g.pick(workflows), Input: []byte(g.pick(runs))}
 		if g.chance(4) {
@@ -318,9 +318,40 @@ func (g *gen) next() *op {
 		return g.worldOp()
 	case 29, 30:
 		return g.hookOp(now)
+	case 31, 32:
+		return g.messageOp(now)
 	default:
 		return g.look()
 	}
+}
+
+// messageOp is a message sent to a run (with or without a key), or a look
+// at a run's events.
+func (g *gen) messageOp(now time.Time) *op {
+	run := g.pick(runs)
+	if g.chance(2) {
+		p := store.SendMessageParams{RunID: run, Topic: g.pick([]string{"a", "b"}), Payload: []byte(g.pick([]string{"1", `"x"`})), Now: now}
+		if g.chance(2) {
+			p.IdempotencyKey, p.RequestDigest = g.pick([]string{"k1", "k2"}), []byte(g.pick([]string{"d1", "d2"}))
+		}
+		return &op{desc: fmt.Sprintf("SendMessage %+v", p), run: func(ctx context.Context, sd *side) string {
+			res, err := sd.s.SendMessage(ctx, &p)
+			return fmt.Sprintf("%+v %s", res, sd.norm(err))
+		}}
+	}
+	key := g.pick([]string{"status", "answer"})
+	return &op{desc: "GetRunEvent " + run + " " + key + " ListRunEvents", run: func(ctx context.Context, sd *side) string {
+		ev, err := sd.s.GetRunEvent(ctx, run, key)
+		var out string
+		if ev != nil {
+			out = fmt.Sprintf("%s=%s@%d", ev.Key, ev.Value, ev.Seq)
+		}
+		evs, lerr := sd.s.ListRunEvents(ctx, run)
+		for _, e := range evs {
+			out += fmt.Sprintf(" %s=%s@%d", e.Key, e.Value, e.Seq)
+		}
+		return out + " " + sd.norm(err) + " " + sd.norm(lerr)
+	}}
 }
 
 // hookOp is a hook's: created, disposed, delivered to (with or without a
@@ -380,8 +411,11 @@ func (g *gen) record() *op {
 	p := store.RecordParams{RunID: run, LeaseEpoch: g.epoch(run)}
 	w := g.pick(writers[:2])
 	for range g.n(3) {
-		ev := store.Event{Type: store.EventType(g.pick([]string{"step_started", "step_completed", "step_failed", "sleep_scheduled"})),
+		ev := store.Event{Type: store.EventType(g.pick([]string{"step_started", "step_completed", "step_failed", "sleep_scheduled", "event_set"})),
 			Op: int64(1 + g.n(3)), Name: g.pick([]string{"fetch", "write"}), Attempt: int64(g.n(3)), Data: []byte("d"), Error: g.pick([]string{"", "boom"})}
+		if ev.Type == store.EventSet {
+			ev.Name, ev.Data = g.pick([]string{"status", "answer"}), []byte(g.pick([]string{`1`, `"x"`}))
+		}
 		if g.chance(3) {
 			ev.At = g.clk.Now().Add(-time.Second)
 		}

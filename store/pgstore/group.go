@@ -36,6 +36,7 @@ type group struct {
 	producers map[prodKey]*gProducer
 	keys      map[prodKey]*gKey
 	hooks     map[string]*gHook // locked, by token (a Record's delivery)
+	runEvents []runEventRow     // run events set (event_set events)
 	anonDone  map[anonKey]bool  // a retried anonymous append's batch exists
 
 	inserted map[string]bool              // runs this group created
@@ -292,6 +293,19 @@ func (g *group) SaveProducer(st *apply.Stream, id string, ps stream.ProducerStat
 func (g *group) SaveKey(st *apply.Stream, key string, k *apply.Key) error {
 	g.keys[prodKey{st.ID, key}] = &gKey{k: k, dirty: true}
 	return nil
+}
+
+// SaveRunEvent queues a run event's latest value (the later of two in
+// one group wins: their seqs order them).
+func (g *group) SaveRunEvent(run *apply.Run, ev *store.Event) error {
+	g.runEvents = append(g.runEvents, runEventRow{run: run.ID, ev: ev})
+	return nil
+}
+
+// runEventRow is a run event a group saves.
+type runEventRow struct {
+	run string
+	ev  *store.Event
 }
 
 // AddEvents queues events.

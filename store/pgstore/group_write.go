@@ -24,6 +24,24 @@ func (g *group) writes() *pgx.Batch {
 	if len(g.events.run) > 0 {
 		b.Queue(q.insertEventsMany, g.events.args()...)
 	}
+	if len(g.runEvents) > 0 {
+		// One row per (run, key): the latest of the group's.
+		latest := map[[2]string]*store.Event{}
+		for _, r := range g.runEvents {
+			k := [2]string{r.run, r.ev.Name}
+			if e := latest[k]; e == nil || e.Seq < r.ev.Seq {
+				latest[k] = r.ev
+			}
+		}
+		var runs, keys []string
+		var values [][]byte
+		var seqs, ats []int64
+		for k, e := range latest {
+			runs, keys, values = append(runs, k[0]), append(keys, k[1]), append(values, e.Data)
+			seqs, ats = append(seqs, e.Seq), append(ats, sqlrow.Nanos(e.At))
+		}
+		b.Queue(q.putRunEvents, runs, keys, values, seqs, ats)
+	}
 	var fences fenceRows
 	for k, f := range g.fences {
 		if f.dirty {

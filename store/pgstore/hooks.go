@@ -233,3 +233,121 @@ func (s *Store) ListHooks(ctx context.Context, runID string) ([]*store.HookInfo,
 }
 
 var errNoHook = errors.New("no such hook")
+
+// Messages (apply.SendMessage) use the hooks' transaction: the run locked
+// FOR NO KEY UPDATE, its key read, its log appended to.
+
+var _ apply.MessageTx = (*hookTx)(nil)
+
+func (t *hookTx) MessageKey(run, key string) (*apply.Key, error) {
+	k := &apply.Key{}
+	var expires int64
+	err := t.x.c.QueryRow(t.ctx, `SELECT digest, result, expires_at FROM `+t.s.q.schema+`.message_keys
+		WHERE run_id = $1 AND key = $2`, run, key).Scan(&k.Digest, &k.Result, &expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	k.ExpiresAt = sqlrow.Time(expires)
+	return k, nil
+}
+
+func (t *hookTx) SaveMessageKey(run, key string, k *apply.Key) error {
+	_, err := t.x.c.Exec(t.ctx, `INSERT INTO `+t.s.q.schema+`.message_keys (run_id, key, digest, result, expires_at)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id, key) DO UPDATE SET digest = $3, result = $4, expires_at = $5`,
+		run, key, k.Digest, k.Result, sqlrow.Nanos(k.ExpiresAt))
+	return err
+}
+
+// SendMessage sends a message to a run (apply.SendMessage). A retry after
+// a commit whose reply was lost is safe only with an idempotency key.
+func (s *Store) SendMessage(ctx context.Context, p *store.SendMessageParams) (*store.MessageSent, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("send message: %w", err)
+	}
+	p = p.WithDefaults(s.cfg.Now)
+	var res *store.MessageSent
+	err := s.hookWrite(ctx, p.IdempotencyKey != "", func(t *hookTx) error {
+		var err error
+		res, err = apply.SendMessage(t, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("send message: %w", err)
+	}
+	return res, nil
+}
+
+// errNoRunEvent marks a key a run never set.
+var errNoRunEvent = errors.New("no run event")
+
+// GetRunEvent returns the latest value run runID set for key.
+func (s *Store) GetRunEvent(ctx context.Context, runID, key string) (*store.RunEvent, error) {
+	if err := store.CheckRunID(runID); err != nil {
+		return nil, fmt.Errorf("get run event: %w", err)
+	}
+	if err := store.CheckTopic("run event key", key); err != nil {
+		return nil, fmt.Errorf("get run event: %w", err)
+	}
+	var ev *store.RunEvent
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		var err error
+		ev, err = scanRunEvent(s.pool.QueryRow(ctx, `SELECT run_id, key, value, seq, at FROM `+s.q.schema+`.run_events
+			WHERE run_id = $1 AND key = $2`, runID, key))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errNoRunEvent
+		}
+		return err
+	})
+	if errors.Is(err, errNoRunEvent) {
+		if _, err := s.GetRun(ctx, runID); err != nil {
+			return nil, fmt.Errorf("get run event %q: %w", key, err)
+		}
+		return nil, fmt.Errorf("run %s has no event %q: %w", runID, key, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get run event: %w", err)
+	}
+	return ev, nil
+}
+
+// ListRunEvents returns run runID's events' latest values, by key.
+func (s *Store) ListRunEvents(ctx context.Context, runID string) ([]*store.RunEvent, error) {
+	if err := store.CheckRunID(runID); err != nil {
+		return nil, fmt.Errorf("list run events: %w", err)
+	}
+	var out []*store.RunEvent
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		out = out[:0]
+		rows, err := s.pool.Query(ctx, `SELECT run_id, key, value, seq, at FROM `+s.q.schema+`.run_events
+			WHERE run_id = $1 ORDER BY key`, runID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			ev, err := scanRunEvent(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, ev)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list run events: %w", err)
+	}
+	return out, nil
+}
+
+func scanRunEvent(row pgx.Row) (*store.RunEvent, error) {
+	ev := &store.RunEvent{}
+	var at int64
+	if err := row.Scan(&ev.RunID, &ev.Key, &ev.Value, &ev.Seq, &at); err != nil {
+		return nil, err
+	}
+	ev.At = sqlrow.Time(at)
+	return ev, nil
+}

@@ -66,7 +66,7 @@ func (s *Store) PurgeRuns(ctx context.Context, p *store.PurgeRunsParams) (int, e
 			streams, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 			return err
 		})
-		for _, q := range append(append([]string{s.q.purgeFences, s.q.purgeEvents, s.q.purgeHookKeys, s.q.purgeHooks}, s.q.purgeWorld...), s.q.purgeRuns) {
+		for _, q := range append(append([]string{s.q.purgeFences, s.q.purgeEvents, s.q.purgeHookKeys, s.q.purgeHooks, s.q.purgeMessageKeys, s.q.purgeRunEvents}, s.q.purgeWorld...), s.q.purgeRuns) {
 			b.Queue(q, runs)
 		}
 		b.Queue("COMMIT")

@@ -22,7 +22,7 @@ type queries struct {
 	readAnonTokens, replayWriters, insertRuns, runsByID, claimIn, insertStreams string
 	streamsByPath, insertEventsMany, putFences, insertBatchesMany, setStreams   string
 	putWriters, putProducers, putKeys, purgeKeys, updateRuns                    string
-	lockHooks, setHook                                                          string
+	lockHooks, setHook, putRunEvents                                            string
 
 	// Durable Streams (ds.go).
 	createStream, lockStream, attemptWriters, copyBatches, specialBatches string
@@ -32,7 +32,7 @@ type queries struct {
 	// Retention (purge.go).
 	purgeLock, purgeBatches, purgeWriters, purgeProducers, purgeStreamKeys string
 	purgeStreams, purgeFences, purgeEvents, purgeRuns                      string
-	purgeHooks, purgeHookKeys                                              string
+	purgeHooks, purgeHookKeys, purgeMessageKeys, purgeRunEvents            string
 
 	worldQueries
 	queueQueries
@@ -126,6 +126,12 @@ func newQueries(schema string) *queries {
 	set(&q.purgeEvents, `DELETE FROM $S.events WHERE run_id = ANY($1)`)
 	set(&q.purgeHookKeys, `DELETE FROM $S.hook_keys WHERE token IN (SELECT token FROM $S.hooks WHERE run_id = ANY($1))`)
 	set(&q.purgeHooks, `DELETE FROM $S.hooks WHERE run_id = ANY($1)`)
+	set(&q.purgeMessageKeys, `DELETE FROM $S.message_keys WHERE run_id = ANY($1)`)
+	set(&q.purgeRunEvents, `DELETE FROM $S.run_events WHERE run_id = ANY($1)`)
+	set(&q.putRunEvents, `INSERT INTO $S.run_events (run_id, key, value, seq, at)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[])
+		ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, seq = excluded.seq, at = excluded.at
+			WHERE $S.run_events.seq < excluded.seq`)
 	set(&q.purgeRuns, `DELETE FROM $S.runs WHERE id = ANY($1)`)
 
 	set(&q.purgeKeys, `DELETE FROM $S.idempotency_keys WHERE ctid = ANY (ARRAY(

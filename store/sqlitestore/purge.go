@@ -70,6 +70,7 @@ func (tx *wtx) purgeRun(run string) error {
 	}
 	for _, q := range []string{`DELETE FROM fences WHERE run_id = ?`, `DELETE FROM events WHERE run_id = ?`,
 		`DELETE FROM hook_keys WHERE token IN (SELECT token FROM hooks WHERE run_id = ?)`, `DELETE FROM hooks WHERE run_id = ?`,
+		`DELETE FROM message_keys WHERE run_id = ?`, `DELETE FROM run_events WHERE run_id = ?`,
 		`DELETE FROM world_events WHERE run_id = ?`, `DELETE FROM world_steps WHERE run_id = ?`,
 		`DELETE FROM world_hooks WHERE run_id = ?`, `DELETE FROM world_waits WHERE run_id = ?`,
 		`DELETE FROM world_streams WHERE run_id = ?`, `DELETE FROM world_queue WHERE run_id = ?`,

@@ -298,6 +298,28 @@ CREATE TABLE hook_keys (
 	`
 ALTER TABLE runs ADD COLUMN parent_id TEXT NOT NULL DEFAULT '';
 `,
+	// 8: messages to a run (store.Store.SendMessage): what sends with an
+	// idempotency key left; and run events (weir.SetEvent): each key's
+	// latest value, set by the Record that writes its event_set event.
+	`
+CREATE TABLE message_keys (
+	run_id     TEXT    NOT NULL,
+	key        TEXT    NOT NULL,
+	digest     BLOB    NOT NULL,
+	result     BLOB    NOT NULL,
+	expires_at INTEGER NOT NULL,
+	PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+
+CREATE TABLE run_events (
+	run_id TEXT    NOT NULL,
+	key    TEXT    NOT NULL,
+	value  BLOB    NOT NULL,
+	seq    INTEGER NOT NULL,
+	at     INTEGER NOT NULL,
+	PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+`,
 }
 
 // fixups run in a migration's transaction after its SQL, for what SQL

@@ -92,8 +92,9 @@ func TestDataBytesBackfill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Back to version 4: what migrations 5 to 7 made is undone.
-	for _, q := range []string{`ALTER TABLE runs DROP COLUMN parent_id`, `DROP TABLE hooks`, `DROP TABLE hook_keys`, `DROP INDEX streams_standalone`,
+	// Back to version 4: what migrations 5 to 8 made is undone.
+	for _, q := range []string{`ALTER TABLE runs DROP COLUMN parent_id`, `DROP TABLE hooks`, `DROP TABLE hook_keys`,
+		`DROP TABLE message_keys`, `DROP TABLE run_events`, `DROP INDEX streams_standalone`,
 		`ALTER TABLE streams DROP COLUMN data_bytes`, `PRAGMA user_version = 4`} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)

@@ -32,6 +32,8 @@ type wstmts struct {
 	insertEvent                      *sql.Stmt
 	hook, putHook, dropHookKeys      *sql.Stmt
 	hookKey, putHookKey              *sql.Stmt
+	messageKey, putMessageKey        *sql.Stmt
+	putRunEvent                      *sql.Stmt
 	writerStreams, openRunStreams    *sql.Stmt
 	// Durable Streams
 	createStream, setMeta, setForks    *sql.Stmt
@@ -117,6 +119,9 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 		p(&w.dropHookKeys, `DELETE FROM hook_keys WHERE token = ?`),
 		p(&w.hookKey, `SELECT digest, result, expires_at FROM hook_keys WHERE token = ? AND key = ?`),
 		p(&w.putHookKey, `INSERT OR REPLACE INTO hook_keys (token, key, digest, result, expires_at) VALUES (?, ?, ?, ?, ?)`),
+		p(&w.messageKey, `SELECT digest, result, expires_at FROM message_keys WHERE run_id = ? AND key = ?`),
+		p(&w.putMessageKey, `INSERT OR REPLACE INTO message_keys (run_id, key, digest, result, expires_at) VALUES (?, ?, ?, ?, ?)`),
+		p(&w.putRunEvent, `INSERT OR REPLACE INTO run_events (run_id, key, value, seq, at) VALUES (?, ?, ?, ?, ?)`),
 		p(&w.insertEvent, `INSERT INTO events (run_id, seq, type, op, name, attempt, data, error, final, at, wake_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		p(&w.writerStreams, `SELECT w.stream_id FROM writers w JOIN streams s ON s.id = w.stream_id
@@ -172,6 +177,7 @@ type rstmts struct {
 	stream, streamByPath      *sql.Stmt
 	standalone                *sql.Stmt
 	hookInfo, runHooks        *sql.Stmt
+	runEvent, runEvents       *sql.Stmt
 	runStreams, head, batches *sql.Stmt
 	window                    *sql.Stmt
 	runExists                 *sql.Stmt
@@ -199,6 +205,8 @@ func prepareRead(ctx context.Context, db *sql.DB) (*rstmts, error) {
 		p(&r.runStreams, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE run_id = ? ORDER BY name`),
 		p(&r.hookInfo, `SELECT `+sqlrow.HookCols+` FROM hooks WHERE token = ?`),
 		p(&r.runHooks, `SELECT `+sqlrow.HookCols+` FROM hooks WHERE run_id = ? ORDER BY op, token`),
+		p(&r.runEvent, `SELECT run_id, key, value, seq, at FROM run_events WHERE run_id = ? AND key = ?`),
+		p(&r.runEvents, `SELECT run_id, key, value, seq, at FROM run_events WHERE run_id = ? ORDER BY key`),
 		p(&r.standalone, `SELECT `+sqlrow.StreamCols+` FROM streams
 			WHERE run_id IS NULL AND deleted = 0 AND path >= ? ORDER BY path LIMIT ?`),
 		p(&r.head, `SELECT next_offset, closed FROM streams WHERE id = ?`),

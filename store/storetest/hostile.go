@@ -172,6 +172,12 @@ func testClosedStore(t *testing.T, h Harness) {
 	wantErr(t, err, store.ErrClosedStore)
 	_, _, err = s.CreateRun(ctx(t), &store.CreateRunParams{ID: "r", Workflow: "wf"})
 	wantErr(t, err, store.ErrClosedStore)
+	_, err = s.SendMessage(ctx(t), &store.SendMessageParams{RunID: "r", Topic: "t", Payload: []byte(`1`)})
+	wantErr(t, err, store.ErrClosedStore)
+	_, err = s.GetRunEvent(ctx(t), "r", "k")
+	wantErr(t, err, store.ErrClosedStore)
+	_, err = s.ListRunEvents(ctx(t), "r")
+	wantErr(t, err, store.ErrClosedStore)
 	must(t, s.Close()) // twice is harmless
 }
 

@@ -62,6 +62,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("World", func(t *testing.T) { t.Parallel(); testWorld(t, h) })
 	t.Run("Quota", func(t *testing.T) { t.Parallel(); testQuota(t, h) })
 	t.Run("Hooks", func(t *testing.T) { t.Parallel(); testHooks(t, h) })
+	t.Run("Messages", func(t *testing.T) { t.Parallel(); testMessages(t, h) })
 	t.Run("Parent", func(t *testing.T) { t.Parallel(); testParent(t, h) })
 	t.Run("Hostile", func(t *testing.T) { testHostile(t, h) })
 	t.Run("ClosedStore", func(t *testing.T) { testClosedStore(t, h) })

@@ -1,0 +1,129 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/sqlrow"
+)
+
+// Messages and run events: the rules are package apply's (SendMessage,
+// and Record's event_set events); wtx loads and saves for them.
+
+var _ apply.MessageTx = (*wtx)(nil)
+
+// MessageKey loads what a message with key to run left, nil if nothing.
+func (tx *wtx) MessageKey(run, key string) (*apply.Key, error) {
+	k := &apply.Key{}
+	var expires int64
+	err := tx.w.messageKey.QueryRowContext(bg, run, key).Scan(&k.Digest, &k.Result, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load message key: %w", translate(err))
+	}
+	k.ExpiresAt = sqlrow.Time(expires)
+	return k, nil
+}
+
+// SaveMessageKey stores what a message with key left.
+func (tx *wtx) SaveMessageKey(run, key string, k *apply.Key) error {
+	tx.changed = true
+	if _, err := tx.w.putMessageKey.ExecContext(bg, run, key, k.Digest, k.Result, sqlrow.Nanos(k.ExpiresAt)); err != nil {
+		return fmt.Errorf("save message key: %w", translate(err))
+	}
+	return nil
+}
+
+// SaveRunEvent makes ev its key's latest value.
+func (tx *wtx) SaveRunEvent(run *apply.Run, ev *store.Event) error {
+	tx.changed = true
+	if _, err := tx.w.putRunEvent.ExecContext(bg, run.ID, ev.Name, ev.Data, ev.Seq, sqlrow.Nanos(ev.At)); err != nil {
+		return fmt.Errorf("save run event: %w", translate(err))
+	}
+	return nil
+}
+
+// SendMessage sends a message to a run (apply.SendMessage).
+func (s *Store) SendMessage(ctx context.Context, p *store.SendMessageParams) (*store.MessageSent, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("send message: %w", err)
+	}
+	p = p.WithDefaults(s.cfg.Now)
+	var res *store.MessageSent
+	err := s.write(ctx, func(tx *wtx) error {
+		var err error
+		res, err = apply.SendMessage(tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("send message: %w", err)
+	}
+	return res, nil
+}
+
+// GetRunEvent returns the latest value run runID set for key.
+func (s *Store) GetRunEvent(ctx context.Context, runID, key string) (*store.RunEvent, error) {
+	if err := store.CheckRunID(runID); err != nil {
+		return nil, fmt.Errorf("get run event: %w", err)
+	}
+	if err := store.CheckTopic("run event key", key); err != nil {
+		return nil, fmt.Errorf("get run event: %w", err)
+	}
+	if s.isClosed() {
+		return nil, store.ErrClosedStore
+	}
+	ev, err := scanRunEvent(s.r.runEvent.QueryRowContext(ctx, runID, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		if _, err := s.GetRun(ctx, runID); err != nil {
+			return nil, fmt.Errorf("get run event %q: %w", key, err)
+		}
+		return nil, fmt.Errorf("run %s has no event %q: %w", runID, key, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get run event: %w", s.readErr(err))
+	}
+	return ev, nil
+}
+
+// ListRunEvents returns run runID's events' latest values, by key.
+func (s *Store) ListRunEvents(ctx context.Context, runID string) ([]*store.RunEvent, error) {
+	if err := store.CheckRunID(runID); err != nil {
+		return nil, fmt.Errorf("list run events: %w", err)
+	}
+	if s.isClosed() {
+		return nil, store.ErrClosedStore
+	}
+	rows, err := s.r.runEvents.QueryContext(ctx, runID)
+	if err != nil {
+		return nil, fmt.Errorf("list run events: %w", s.readErr(err))
+	}
+	defer rows.Close()
+	var out []*store.RunEvent
+	for rows.Next() {
+		ev, err := scanRunEvent(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list run events: %w", s.readErr(err))
+		}
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list run events: %w", s.readErr(err))
+	}
+	return out, nil
+}
+
+func scanRunEvent(row interface{ Scan(...any) error }) (*store.RunEvent, error) {
+	ev := &store.RunEvent{}
+	var at int64
+	if err := row.Scan(&ev.RunID, &ev.Key, &ev.Value, &ev.Seq, &at); err != nil {
+		return nil, err
+	}
+	ev.At = sqlrow.Time(at)
+	return ev, nil
+}

@@ -1,0 +1,146 @@
+package storetest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/store"
+)
+
+// testMessages checks messages to a run (SendMessage) and run events (a
+// Record's event_set events, GetRunEvent, ListRunEvents).
+func testMessages(t *testing.T, h Harness) {
+	t.Run("SendKeepsMessagesInTheLog", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		epoch := startRun(t, s, "r1")
+		send := func(p store.SendMessageParams) (*store.MessageSent, error) {
+			return s.SendMessage(ctx(t), &p)
+		}
+		first, err := send(store.SendMessageParams{RunID: "r1", Topic: "chat", Payload: []byte(`"hi"`), IdempotencyKey: "k", RequestDigest: []byte("d")})
+		must(t, err)
+		again, err := send(store.SendMessageParams{RunID: "r1", Topic: "chat", Payload: []byte(`"hi"`), IdempotencyKey: "k", RequestDigest: []byte("d")})
+		must(t, err)
+		if first.Duplicate || !again.Duplicate || again.Seq != first.Seq || first.Topic != "chat" || first.RunID != "r1" {
+			t.Fatalf("sent %+v, then again %+v", first, again)
+		}
+		_, err = send(store.SendMessageParams{RunID: "r1", Topic: "chat", Payload: []byte(`"other"`), IdempotencyKey: "k", RequestDigest: []byte("other")})
+		wantErr(t, err, store.ErrKeyReused)
+		second, err := send(store.SendMessageParams{RunID: "r1", Topic: "other", Payload: []byte(`2`)})
+		must(t, err)
+		evs, err := s.ListEvents(ctx(t), "r1", 0)
+		must(t, err)
+		var got []string
+		for _, e := range evs {
+			if e.Type == store.EventMessageReceived {
+				got = append(got, fmt.Sprintf("%d %s %s op%d", e.Seq, e.Name, e.Data, e.Op))
+			}
+		}
+		if want := []string{fmt.Sprintf("%d chat \"hi\" op0", first.Seq), fmt.Sprintf("%d other 2 op0", second.Seq)}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("message events %q, want %q", got, want)
+		}
+		// A parked run is claimable at once.
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: time.Now().Add(24 * time.Hour)}))
+		_, err = send(store.SendMessageParams{RunID: "r1", Topic: "chat", Payload: []byte(`3`)})
+		must(t, err)
+		runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl})
+		must(t, err)
+		if len(runs) != 1 {
+			t.Fatal("a message did not wake the parked run")
+		}
+		// The run ends: it takes no more, but a message sent again with
+		// its key still gets its first reply.
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: runs[0].LeaseEpoch, Status: store.RunCompleted}))
+		_, err = send(store.SendMessageParams{RunID: "r1", Topic: "chat", Payload: []byte(`4`)})
+		wantErr(t, err, store.ErrGone)
+		again, err = send(store.SendMessageParams{RunID: "r1", Topic: "chat", Payload: []byte(`"hi"`), IdempotencyKey: "k", RequestDigest: []byte("d")})
+		if err != nil || !again.Duplicate {
+			t.Fatalf("sent again after the end: %+v %v", again, err)
+		}
+	})
+
+	t.Run("SendBadInput", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		startRun(t, s, "r1")
+		for _, tc := range []struct {
+			p    store.SendMessageParams
+			want error
+		}{
+			{store.SendMessageParams{RunID: "nope", Topic: "t", Payload: []byte(`1`)}, store.ErrNotFound},
+			{store.SendMessageParams{RunID: "r1", Topic: "", Payload: []byte(`1`)}, store.ErrInvalid},
+			{store.SendMessageParams{RunID: "r1", Topic: "a/b", Payload: []byte(`1`)}, store.ErrInvalid},
+			{store.SendMessageParams{RunID: "r1", Topic: "t\xff", Payload: []byte(`1`)}, store.ErrInvalid},
+			{store.SendMessageParams{RunID: "r1", Topic: string(make([]byte, store.MaxTopicLen+1)), Payload: []byte(`1`)}, store.ErrInvalid},
+			{store.SendMessageParams{RunID: "r1", Topic: "t", Payload: make([]byte, store.MaxMessagePayload+1)}, store.ErrTooLarge},
+			{store.SendMessageParams{RunID: "", Topic: "t", Payload: []byte(`1`)}, store.ErrInvalid},
+		} {
+			_, err := s.SendMessage(ctx(t), &tc.p)
+			wantErr(t, err, tc.want)
+		}
+		evs, err := s.ListEvents(ctx(t), "r1", 0)
+		must(t, err)
+		for _, e := range evs {
+			if e.Type == store.EventMessageReceived {
+				t.Fatalf("a refused message was recorded: %+v", e)
+			}
+		}
+	})
+
+	t.Run("RunEventsKeepTheLatestValue", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		epoch := startRun(t, s, "r1")
+		_, err := s.GetRunEvent(ctx(t), "r1", "status")
+		wantErr(t, err, store.ErrNotFound)
+		_, err = s.GetRunEvent(ctx(t), "nope", "status")
+		wantErr(t, err, store.ErrNotFound)
+		_, err = s.GetRunEvent(ctx(t), "r1", "a/b")
+		wantErr(t, err, store.ErrInvalid)
+		set := func(evs ...store.Event) {
+			t.Helper()
+			must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Events: evs}))
+		}
+		set(store.Event{Type: store.EventSet, Op: 1, Name: "status", Data: []byte(`"started"`)},
+			store.Event{Type: store.EventSet, Op: 2, Name: "status", Data: []byte(`"half"`)},
+			store.Event{Type: store.EventSet, Op: 3, Name: "answer", Data: []byte(`42`)})
+		ev, err := s.GetRunEvent(ctx(t), "r1", "status")
+		must(t, err)
+		if string(ev.Value) != `"half"` || ev.Key != "status" || ev.RunID != "r1" || ev.Seq == 0 || ev.At.IsZero() {
+			t.Fatalf("status %+v, want the later value of its record", ev)
+		}
+		set(store.Event{Type: store.EventSet, Op: 4, Name: "status", Data: []byte(`"done"`)})
+		ev2, err := s.GetRunEvent(ctx(t), "r1", "status")
+		must(t, err)
+		if string(ev2.Value) != `"done"` || ev2.Seq <= ev.Seq {
+			t.Fatalf("status %+v after a later record", ev2)
+		}
+		list, err := s.ListRunEvents(ctx(t), "r1")
+		must(t, err)
+		if len(list) != 2 || list[0].Key != "answer" || list[1].Key != "status" || string(list[1].Value) != `"done"` {
+			t.Fatalf("run events %+v", list)
+		}
+		// A refused Record sets nothing.
+		err = s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch + 1, Events: []store.Event{{Type: store.EventSet, Op: 5, Name: "status", Data: []byte(`"zombie"`)}}})
+		wantErr(t, err, store.ErrLeaseLost)
+		if ev, _ := s.GetRunEvent(ctx(t), "r1", "status"); string(ev.Value) != `"done"` {
+			t.Fatalf("a refused Record set %s", ev.Value)
+		}
+		err = s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Events: []store.Event{{Type: store.EventSet, Op: 5, Name: "", Data: []byte(`1`)}}})
+		wantErr(t, err, store.ErrInvalid)
+		// Purged with the run; its id may come back with none.
+		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Status: store.RunCompleted}))
+		_, err = s.SendMessage(ctx(t), &store.SendMessageParams{RunID: "r1", Topic: "t", Payload: []byte(`1`), IdempotencyKey: "k"})
+		wantErr(t, err, store.ErrGone)
+		n, err := s.PurgeRuns(ctx(t), &store.PurgeRunsParams{Before: time.Now().Add(time.Hour)})
+		must(t, err)
+		if n != 1 {
+			t.Fatalf("purged %d runs", n)
+		}
+		startRun(t, s, "r1")
+		if list, err := s.ListRunEvents(ctx(t), "r1"); err != nil || len(list) != 0 {
+			t.Fatalf("a purged run's events came back: %+v %v", list, err)
+		}
+	})
+}
