@@ -166,10 +166,11 @@ type Engine struct {
 	workflows map[string]*registered
 	started   bool
 	closed    bool
-	running   map[string]*execution // run id -> its execution here
-	launched  map[string]int        // run id -> its executions launched here and not returned
-	inflight  int                   // runs launched and not yet ended
-	done      map[string]*ending    // run id -> its waiters here, told when this engine ends it
+	running   map[string]*execution  // run id -> its execution here
+	launched  map[string]int         // run id -> its executions launched here and not returned
+	inflight  int                    // runs launched and not yet ended
+	done      map[string]*ending     // run id -> its waiters here, told when this engine ends it
+	events    map[string]*eventWaits // run id -> its GetEvent waiters here
 
 	runCtx context.Context // what runs execute in, once started
 

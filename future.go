@@ -42,7 +42,8 @@ type future struct {
 	st     *opState  // timers: the recorded state
 	wakeAt time.Time // timers: when it fires
 
-	hook *opState // hooks and child runs: the operation's state (a hook's box; a child's end)
+	hook *opState   // hooks and child runs: the operation's state (a hook's token; a child's end)
+	box  *inbox.Box // hooks and messages: the box a take takes from
 	// take decodes what a hook's Future took (a payload, its index), or a
 	// child's end (index 0); nil: the Future failed before it began (err
 	// is set).
@@ -84,18 +85,18 @@ func (x *execution) took(f *future) {
 	switch f.kind {
 	case opSleep:
 		x.fireTimer(f)
-	case opHook:
+	case opHook, opMessage:
 		if f.resolved() {
 			return
 		}
-		payload, i, s := f.hook.box.Take()
+		payload, i, s := f.box.Take()
 		switch s {
 		case inbox.Taken:
 			f.take(payload, i)
 		case inbox.Closed:
 			f.err = fmt.Errorf("%w: %q", ErrHookDisposed, f.hook.token)
 		default:
-			panic("weir: a hook's Future taken with nothing to take") // await said it was ready
+			panic("weir: a Future taken with nothing to take") // await said it was ready
 		}
 		x.resolve(f)
 	case opChild:
@@ -388,7 +389,7 @@ func Select(ctx Context, fs ...Awaitable) int {
 	}
 	x.ops[op] = &opState{kind: opSelect, chosen: i}
 	x.record(&store.RecordParams{Events: evs})
-	if f.kind == opHook {
+	if f.kind == opHook || f.kind == opMessage {
 		x.took(f) // chosen: it takes its payload now
 	}
 	return i
@@ -434,13 +435,13 @@ func All[T any](ctx Context, fs ...*Future[T]) ([]T, error) {
 // leaves if the run is interrupted or a goroutine it waits on stopped for
 // a reason the run must leave for.
 func (x *execution) await(fs []*future, any bool) int {
-	var demand map[*opState]int // untaken hook Futures per hook
+	var demand map[*inbox.Box]int // untaken Futures per box (a hook, a topic)
 	for _, f := range fs {
-		if f.kind == opHook && !f.resolved() {
+		if f.box != nil && !f.resolved() {
 			if demand == nil {
-				demand = map[*opState]int{}
+				demand = map[*inbox.Box]int{}
 			}
-			demand[f.hook]++
+			demand[f.box]++
 		}
 	}
 	for {
@@ -456,12 +457,12 @@ func (x *execution) await(fs []*future, any bool) int {
 				x.resolve(f)
 			}
 			ready := f.resolved()
-			if !ready && f.kind == opHook {
+			if !ready && f.box != nil {
 				k := 1
 				if !any {
-					k = demand[f.hook]
+					k = demand[f.box]
 				}
-				if ready = f.hook.box.Ready(k); ready && f.order == 0 {
+				if ready = f.box.Ready(k); ready && f.order == 0 {
 					x.par.mu.Lock()
 					x.par.order++
 					f.order = x.par.order // when it was first seen ready, for Select
@@ -470,7 +471,7 @@ func (x *execution) await(fs []*future, any bool) int {
 			}
 			if !ready {
 				pending++
-				hooks = hooks || f.kind == opHook || f.kind == opChild
+				hooks = hooks || f.box != nil || f.kind == opChild
 				if f.kind == opChild {
 					children = append(children, f.child)
 				}
@@ -556,7 +557,7 @@ func (x *execution) park(t time.Time, look bool) {
 		t = x.deadline
 	}
 	p := &store.RecordParams{Release: true, WakeAt: t}
-	if x.hooks > 0 {
+	if x.hooks > 0 || x.receives {
 		// A delivery after this execution's last look wakes the run at
 		// once (the store compares the log with what it saw).
 		if look {

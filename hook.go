@@ -157,7 +157,7 @@ func (h *Hook[T]) ReceiveWithin(ctx Context, d time.Duration) (v T, ok bool, err
 // Future never taken (a Select that chose another case) leaves its
 // payload for the next take.
 func (h *Hook[T]) Next() *Future[T] {
-	f := &Future[T]{f: future{op: h.op, kind: opHook, done: make(chan struct{}), hook: h.st}}
+	f := &Future[T]{f: future{op: h.op, kind: opHook, done: make(chan struct{}), hook: h.st, box: &h.st.box}}
 	f.f.take = func(payload []byte, index int) {
 		if err := json.Unmarshal(payload, &f.val); err != nil {
 			f.f.err = NonRetryable(fmt.Errorf("hook %q: decode payload %d: %w", h.st.token, index+1, err))
@@ -228,7 +228,7 @@ func (x *execution) loadHook(st *opState, ev *store.Event) {
 // (deliveries to its hooks) and reports whether it gained one. A failed
 // read is logged and reports nothing: the next look tries again.
 func (x *execution) poll() bool {
-	if x.hooks == 0 {
+	if x.hooks == 0 && !x.receives {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 10*time.Second)
@@ -254,6 +254,11 @@ func (x *execution) pollErr(ctx context.Context) error {
 	for i := range evs {
 		ev := &evs[i]
 		x.polled = max(x.polled, ev.Seq)
+		if ev.Type == store.EventMessageReceived {
+			x.topic(ev.Name).Deliver(ev.Data)
+			x.gained = true
+			continue
+		}
 		if ev.Type != store.EventHookReceived && ev.Type != store.EventHookDisposed {
 			continue // this execution's own
 		}

@@ -43,6 +43,10 @@ const (
 	opSelect opKind = "select"
 	opHook   opKind = "hook"
 	opChild  opKind = "child"
+	opSend   opKind = "send"  // Send: a message to a run
+	opEvent  opKind = "event" // SetEvent
+	// opMessage is a message Future's kind (Recv): it takes no op.
+	opMessage opKind = "message"
 )
 
 // opState is what the event log says of one durable operation.
@@ -76,6 +80,10 @@ func (s *opState) describe() string {
 		return fmt.Sprintf("hook %q", s.token)
 	case opChild:
 		return fmt.Sprintf("child run %s", s.child)
+	case opSend:
+		return fmt.Sprintf("a message to run %s", s.child)
+	case opEvent:
+		return fmt.Sprintf("run event %q", s.name)
 	}
 	return fmt.Sprintf("step %q", s.name)
 }
@@ -101,12 +109,14 @@ type execution struct {
 	readOnly bool        // Replay: run nothing, write nothing
 	ended    atomic.Bool // the workflow goroutine has exited
 
-	par        parallel  // step goroutines (Go)
-	deadline   time.Time // the run's deadline (WithRunTimeout); zero: none
-	polled     int64     // the last event seq this execution has read
-	gained     bool      // the last read of the log brought a delivery
-	hooks      int       // hooks of the run (child runs too): deliveries may come
-	childCheck time.Time // when this execution last looked at its children's rows
+	par        parallel              // step goroutines (Go)
+	deadline   time.Time             // the run's deadline (WithRunTimeout); zero: none
+	polled     int64                 // the last event seq this execution has read
+	gained     bool                  // the last read of the log brought a delivery
+	hooks      int                   // hooks of the run (child runs too): deliveries may come
+	topics     map[string]*inbox.Box // messages to the run, by topic, in log order
+	receives   bool                  // the workflow takes messages (Recv): they may come
+	childCheck time.Time             // when this execution last looked at its children's rows
 
 	rec      recorder // the records that wait (checkpoint.go)
 	freeSlot func()   // gives the run's slot back (once); nil: none (Replay)
@@ -121,6 +131,10 @@ func (x *execution) load(events []store.Event) {
 		ev := &events[i]
 		x.events++
 		x.polled = max(x.polled, ev.Seq)
+		if ev.Type == store.EventMessageReceived {
+			x.topic(ev.Name).Deliver(ev.Data)
+			continue
+		}
 		if ev.Op == 0 {
 			continue
 		}
@@ -153,6 +167,10 @@ func (x *execution) load(events []store.Event) {
 			st.kind, st.chosen = opSelect, selected(ev.Data)
 		case store.EventChildStarted:
 			st.kind, st.child = opChild, ev.Name
+		case store.EventMessageSent:
+			st.kind, st.child, st.errMsg, st.output = opSend, ev.Name, ev.Error, ev.Data
+		case store.EventSet:
+			st.kind, st.name = opEvent, ev.Name
 		default:
 			x.loadHook(st, ev)
 		}
@@ -358,6 +376,11 @@ func (x *execution) finish(status store.RunStatus, out []byte, runErr error) {
 	case store.RunCancelled:
 		p.Error = ErrCancelled.Error()
 		p.Events = []store.Event{{Type: store.EventRunCancelled, Error: p.Error}}
+	}
+	if taken := x.messagesTaken(); taken != nil {
+		// Before the end: how many of each topic's messages the run took;
+		// the others its log holds it left.
+		p.Events = append([]store.Event{{Type: store.EventMessagesTaken, Data: taken}}, p.Events...)
 	}
 	if x.run.Parent != "" {
 		// A child's end reaches its parent in the same transaction, so no

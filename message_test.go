@@ -1,0 +1,274 @@
+package weir_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/store"
+)
+
+// sendMsg sends msg to run on topic.
+func sendMsg(t *testing.T, e *weir.Engine, run, topic, msg string, opts *weir.SendOptions) *weir.MessageSent {
+	t.Helper()
+	res, err := e.Send(testCtx(t), run, topic, json.RawMessage(msg), opts)
+	if err != nil {
+		t.Fatalf("send %s to %s on %q: %v", msg, run, topic, err)
+	}
+	return res
+}
+
+// Messages to a run: one sent before the run asks is kept for it, one sent
+// while it waits (parked) wakes it, one sent twice with its key is taken
+// once, one on a topic it never takes is left and reported at its end, and
+// a message to an ended run is refused; replay takes the same.
+func TestMessagesEarlyLateTwiceLeft(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Store) {
+		cfg := fastConfig()
+		cfg.ParkAfter = 20 * time.Millisecond
+		e := newEngine(t, s, cfg)
+		early := make(chan struct{})
+		var executions atomic.Int32
+		wf := weir.Register(e, "inbox", func(ctx weir.Context, _ int) ([]string, error) {
+			executions.Add(1)
+			if _, err := weir.Step(ctx, "busy", func(sc weir.StepContext) (int, error) {
+				select {
+				case <-early:
+				case <-sc.Done():
+					return 0, context.Cause(sc)
+				}
+				return 0, nil
+			}); err != nil {
+				return nil, err
+			}
+			var got []string
+			for range 2 {
+				m, err := weir.Recv[string](ctx, "chat")
+				if err != nil {
+					return nil, err
+				}
+				got = append(got, m)
+			}
+			// The duplicate added nothing: no third message comes.
+			if m, ok, err := weir.RecvWithin[string](ctx, "chat", 100*time.Millisecond); err != nil || ok {
+				return nil, errors.New("a third message: " + m)
+			}
+			return got, nil
+		})
+		if err := e.Start(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		h, err := wf.Start(testCtx(t), 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := &weir.SendOptions{IdempotencyKey: "click-1"}
+		first := sendMsg(t, e, h.ID, "chat", `"early"`, key)
+		again := sendMsg(t, e, h.ID, "chat", `"early"`, key)
+		if first.Duplicate || !again.Duplicate || again.Seq != first.Seq {
+			t.Fatalf("sent twice: %+v then %+v", first, again)
+		}
+		if _, err := e.Send(testCtx(t), h.ID, "chat", json.RawMessage(`"other"`), key); !errors.Is(err, weir.ErrKeyReused) {
+			t.Fatalf("a key reused with another message: %v", err)
+		}
+		sendMsg(t, e, h.ID, "elsewhere", `1`, nil)
+		close(early)
+		waitParked(t, s, h.ID)
+		sendMsg(t, e, h.ID, "chat", `"late"`, nil)
+		got, err := h.Result(testCtx(t))
+		if err != nil || !slices.Equal(got, []string{"early", "late"}) {
+			t.Fatalf("result %q %v", got, err)
+		}
+		if executions.Load() < 2 {
+			t.Fatal("the run never parked while it waited for a message")
+		}
+		if _, err := e.Send(testCtx(t), h.ID, "chat", json.RawMessage(`"too late"`), nil); !errors.Is(err, store.ErrGone) {
+			t.Fatalf("a message to an ended run: %v, want ErrGone", err)
+		}
+		if _, err := e.Send(testCtx(t), "nope", "chat", json.RawMessage(`1`), nil); !errors.Is(err, weir.ErrNotFound) {
+			t.Fatalf("a message to an unknown run: %v", err)
+		}
+		ms, err := e.Messages(testCtx(t), h.ID)
+		want := []weir.TopicMessages{{Topic: "chat", Received: 2, Taken: 2, Left: 0}, {Topic: "elsewhere", Received: 1, Taken: 0, Left: 1}}
+		if err != nil || !slices.Equal(ms, want) {
+			t.Fatalf("Messages: %+v %v, want %+v", ms, err, want)
+		}
+		if err := e.Replay(testCtx(t), h.ID); err != nil {
+			t.Fatalf("replay: %v", err)
+		}
+	})
+}
+
+// A workflow sends to another run: exactly once, though its worker is
+// lost between the send and its next step and another engine replays it.
+func TestSendFromAWorkflowOnce(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Store) {
+		var lost atomic.Bool
+		held := make(chan struct{}, 4)
+		register := func(e *weir.Engine) (*weir.Workflow[int, []int], *weir.Workflow[string, int]) {
+			recv := weir.Register(e, "receiver", func(ctx weir.Context, _ int) ([]int, error) {
+				var got []int
+				for range 2 {
+					v, err := weir.Recv[int](ctx, "n")
+					if err != nil {
+						return nil, err
+					}
+					got = append(got, v)
+				}
+				return got, nil
+			})
+			send := weir.Register(e, "sender", func(ctx weir.Context, to string) (int, error) {
+				if err := weir.Send(ctx, to, "n", 1); err != nil {
+					return 0, err
+				}
+				if err := weir.Send(ctx, "no-such-run", "n", 1); !errors.Is(err, weir.ErrNotFound) {
+					return 0, errors.New("a send to an unknown run did not fail as not found")
+				}
+				if _, err := weir.Step(ctx, "hold", func(sc weir.StepContext) (int, error) {
+					held <- struct{}{}
+					if !lost.Load() {
+						<-sc.Done()
+						return 0, context.Cause(sc)
+					}
+					return 0, nil
+				}); err != nil {
+					return 0, err
+				}
+				return 0, weir.Send(ctx, to, "n", 2)
+			})
+			return recv, send
+		}
+		a := newEngine(t, s, nil)
+		rwf, send := register(a)
+		if err := a.Start(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		r, err := rwf.Start(testCtx(t), 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh, err := send.Start(testCtx(t), r.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recv(t, held, "the sender's step")
+		lost.Store(true)
+		if err := a.Close(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		b := newEngine(t, s, nil)
+		recvB, sendB := register(b)
+		if err := b.Start(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sendB.Handle(sh.ID).Result(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := recvB.Handle(r.ID).Result(testCtx(t))
+		if err != nil || !slices.Equal(got, []int{1, 2}) {
+			t.Fatalf("the receiver got %v %v, want [1 2], each once", got, err)
+		}
+		if n := len(hookEvents(t, s, r.ID, store.EventMessageReceived)); n != 2 {
+			t.Fatalf("%d messages in the receiver's log, want 2", n)
+		}
+		if err := b.Replay(testCtx(t), sh.ID); err != nil {
+			t.Fatalf("replay of the sender: %v", err)
+		}
+	})
+}
+
+// Run events: a client reads the latest value and waits for the next
+// while the run sets them; a restart (another engine takes the run over)
+// does not set one again; once the run ended, waiting for more ends.
+func TestRunEventsWhileRunningAndAfterARestart(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Store) {
+		var lost atomic.Bool
+		held := make(chan struct{}, 4)
+		register := func(e *weir.Engine) *weir.Workflow[int, int] {
+			return weir.Register(e, "progress", func(ctx weir.Context, _ int) (int, error) {
+				if err := weir.SetEvent(ctx, "status", "started"); err != nil {
+					return 0, err
+				}
+				if _, err := weir.Step(ctx, "hold", func(sc weir.StepContext) (int, error) {
+					held <- struct{}{}
+					if !lost.Load() {
+						<-sc.Done()
+						return 0, context.Cause(sc)
+					}
+					return 0, nil
+				}); err != nil {
+					return 0, err
+				}
+				if err := weir.SetEvent(ctx, "status", map[string]int{"done": 3}); err != nil {
+					return 0, err
+				}
+				if err := weir.SetEvent(ctx, "bad/key", 1); !errors.Is(err, store.ErrInvalid) {
+					return 0, errors.New("a bad key was not refused")
+				}
+				return 3, nil
+			})
+		}
+		a := newEngine(t, s, nil)
+		wf := register(a)
+		if err := a.Start(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		h, err := wf.Start(testCtx(t), 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := a.GetEvent(testCtx(t), h.ID, "status", &weir.GetEventOptions{Wait: true})
+		if err != nil || string(ev.Value) != `"started"` {
+			t.Fatalf("the first value: %+v %v", ev, err)
+		}
+		recv(t, held, "the step")
+		if _, err := a.GetEvent(testCtx(t), h.ID, "nope", nil); !errors.Is(err, weir.ErrNotFound) {
+			t.Fatalf("a key never set: %v", err)
+		}
+		next := make(chan *weir.RunEvent, 1)
+		go func() {
+			ev, err := a.GetEvent(testCtx(t), h.ID, "status", &weir.GetEventOptions{Wait: true, After: ev.Seq})
+			if err != nil {
+				t.Errorf("waiting for the next value: %v", err)
+			}
+			next <- ev
+		}()
+		lost.Store(true)
+		if err := a.Close(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		b := newEngine(t, s, nil)
+		wf = register(b)
+		if err := b.Start(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if got := recv(t, next, "the next value"); got == nil || string(got.Value) != `{"done":3}` {
+			t.Fatalf("the next value %+v", got)
+		}
+		if _, err := wf.Handle(h.ID).Result(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(hookEvents(t, s, h.ID, store.EventSet)); n != 2 {
+			t.Fatalf("%d event_set events, want 2: a restart set one again", n)
+		}
+		last, err := b.GetEvent(testCtx(t), h.ID, "status", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.GetEvent(testCtx(t), h.ID, "status", &weir.GetEventOptions{Wait: true, After: last.Seq}); !errors.Is(err, weir.ErrNotFound) {
+			t.Fatalf("waiting past the last value of an ended run: %v, want ErrNotFound", err)
+		}
+		evs, err := b.RunEvents(testCtx(t), h.ID)
+		if err != nil || len(evs) != 1 || evs[0].Key != "status" {
+			t.Fatalf("RunEvents %+v %v", evs, err)
+		}
+		if err := b.Replay(testCtx(t), h.ID); err != nil {
+			t.Fatalf("replay: %v", err)
+		}
+	})
+}
