@@ -258,15 +258,10 @@ func (e *Engine) Send(ctx context.Context, runID, topic string, payload json.Raw
 	return res, nil
 }
 
-// TopicMessages is what a run's log says of one topic's messages.
-type TopicMessages struct {
-	Topic    string `json:"topic"`
-	Received int    `json:"received"` // messages sent to it
-	// Taken and Left are known once the run ended: how many it took, and
-	// how many it left untaken; -1 before.
-	Taken int `json:"taken"`
-	Left  int `json:"left"`
-}
+// TopicMessages is what a run's log says of one topic's messages: how
+// many came (Received), and, once the run ended, how many it took and
+// left untaken (Taken, Left; -1 before).
+type TopicMessages = api.TopicMessages
 
 // Messages returns what run runID's log says of the messages sent to it,
 // by topic: how many came, and, once the run ended, how many it took and

@@ -125,3 +125,36 @@ type Hook struct {
 type HookList struct {
 	Hooks []Hook `json:"hooks"`
 }
+
+// MessageSent is the reply of POST /v1/runs/{id}/messages/{topic}.
+type MessageSent struct {
+	RunID     string `json:"run_id"`
+	Topic     string `json:"topic"`
+	Seq       int64  `json:"seq"` // the message's event in the run's log
+	Duplicate bool   `json:"duplicate,omitempty"`
+}
+
+// RunEvent is a run event's latest value, in GET /v1/runs/{id}/events/{key}
+// and GET /v1/runs/{id}/state.
+type RunEvent struct {
+	Key   string          `json:"key"`
+	Value json.RawMessage `json:"value"`
+	Seq   int64           `json:"seq"` // the event that set it, in the run's log
+	At    time.Time       `json:"at"`
+}
+
+// TopicMessages is what a run's log says of one topic's messages: how many
+// came, and, once the run ended, how many it took and left (-1 before).
+type TopicMessages struct {
+	Topic    string `json:"topic"`
+	Received int    `json:"received"`
+	Taken    int    `json:"taken"`
+	Left     int    `json:"left"`
+}
+
+// RunState is the reply of GET /v1/runs/{id}/state: the run events it
+// published (latest value by key) and the messages sent to it, by topic.
+type RunState struct {
+	Events   []RunEvent      `json:"events"`
+	Messages []TopicMessages `json:"messages"`
+}

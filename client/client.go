@@ -332,6 +332,69 @@ func (c *Client) StandaloneStreams(ctx context.Context, opts *StandaloneOptions)
 	return &out, nil
 }
 
+// SendOptions are optional settings of SendMessage.
+type SendOptions struct {
+	// IdempotencyKey makes the message idempotent: sent again with the
+	// same key, topic and payload it is answered as the first time
+	// (Duplicate) and adds nothing.
+	IdempotencyKey string
+}
+
+// SendMessage sends payload (JSON, at most 1 MiB) to run id on topic
+// (POST /v1/runs/{id}/messages/{topic}): it is kept in the run's log until
+// the run takes it (weir.Recv). Errors match weir.ErrNotFound (no such
+// run), store.ErrGone (the run ended), store.ErrKeyReused,
+// store.ErrTooLarge, store.ErrInvalid.
+func (c *Client) SendMessage(ctx context.Context, id, topic string, payload json.RawMessage, opts *SendOptions) (*api.MessageSent, error) {
+	h := http.Header{"Content-Type": {"application/json"}}
+	if opts != nil && opts.IdempotencyKey != "" {
+		h.Set("Idempotency-Key", opts.IdempotencyKey)
+	}
+	var out api.MessageSent
+	if _, err := c.doJSON(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/messages/"+url.PathEscape(topic), nil, h, payload, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// EventOptions are optional settings of GetEvent.
+type EventOptions struct {
+	// Wait, if positive, waits up to this long (the server allows 60s)
+	// for a value newer than After; none came: GetEvent returns nil, nil.
+	Wait  time.Duration
+	After int64
+}
+
+// GetEvent returns run event key's latest value in run id (GET
+// /v1/runs/{id}/events/{key}), or with Wait the next one after After
+// (nil if none came in time). Errors match weir.ErrNotFound: no such run,
+// a key never set, or a run that ended without a newer value.
+func (c *Client) GetEvent(ctx context.Context, id, key string, opts *EventOptions) (*api.RunEvent, error) {
+	var q url.Values
+	if opts != nil && opts.Wait > 0 {
+		q = url.Values{"wait": {opts.Wait.String()}, "after": {strconv.FormatInt(opts.After, 10)}}
+	}
+	var out api.RunEvent
+	status, err := c.doJSON(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/events/"+url.PathEscape(key), q, nil, nil, &out)
+	if err != nil {
+		return nil, err
+	}
+	if status == http.StatusNoContent {
+		return nil, nil
+	}
+	return &out, nil
+}
+
+// State returns the run events run id published (latest values) and the
+// messages sent to it, by topic (GET /v1/runs/{id}/state).
+func (c *Client) State(ctx context.Context, id string) (*api.RunState, error) {
+	var out api.RunState
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/state", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Workflows returns the names of the workflows the server can start.
 func (c *Client) Workflows(ctx context.Context) ([]string, error) {
 	var out api.WorkflowList
@@ -385,6 +448,9 @@ func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, 
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		return resp.StatusCode, errorFrom(resp)
+	}
+	if resp.StatusCode == http.StatusNoContent {
+		return resp.StatusCode, nil
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes))
 	if err != nil {

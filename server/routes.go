@@ -15,6 +15,9 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/streams", s.handleListStandalone)
 	s.mux.HandleFunc("POST /v1/hooks/{token}", s.handleDeliverHook)
 	s.mux.HandleFunc("GET /v1/runs/{id}/hooks", s.handleHooks)
+	s.mux.HandleFunc("POST /v1/runs/{id}/messages/{topic}", s.handleSendMessage)
+	s.mux.HandleFunc("GET /v1/runs/{id}/events/{key}", s.handleRunEvent)
+	s.mux.HandleFunc("GET /v1/runs/{id}/state", s.handleRunState)
 	s.worldRoutes() // world.go
 
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)

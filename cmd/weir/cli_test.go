@@ -544,3 +544,48 @@ func TestRunsSignal(t *testing.T) {
 		t.Fatalf("runs signal --data {bad: exit %d %q", code, errOut)
 	}
 }
+
+// weir runs send delivers messages to a run (the demo's chat), once with
+// its key; weir runs event reads the run's status and waits for the next;
+// runs show lists the topic and the run event.
+func TestRunsSendAndEvent(t *testing.T) {
+	url := startServer(t)
+	t.Setenv("WEIR_URL", url)
+	id := strings.TrimSpace(mustWeir(t, "runs", "start", "demo.chat"))
+	if out := mustWeir(t, "runs", "event", id, "status", "--wait", "10s"); !strings.Contains(out, `"waiting"`) {
+		t.Fatalf("runs event: %q", out)
+	}
+	out := mustWeir(t, "runs", "send", id, "user", "--data", `{"text":"hello"}`, "--key", "m1")
+	if !strings.Contains(out, "run "+id+": message on \"user\"") {
+		t.Fatalf("runs send: %q", out)
+	}
+	if again := mustWeir(t, "runs", "send", id, "user", "--data", `{"text":"hello"}`, "--key", "m1"); !strings.Contains(again, "nothing added") {
+		t.Fatalf("runs send again: %q", again)
+	}
+	if code, _, errOut := runWeir(t, "runs", "send", id, "user", "--data", `{"text":"other"}`, "--key", "m1"); code != 1 || !strings.Contains(errOut, "422") {
+		t.Fatalf("a key reused: exit %d %q", code, errOut)
+	}
+	mustWeir(t, "runs", "send", id, "user", "--data", `{"text":"bye"}`)
+	mustWeir(t, "runs", "start", "demo.tokens", "--wait", "--input", `{"text":"x"}`) // any run's end: the chat's follows
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ev := mustWeir(t, "runs", "event", id, "status", "--json")
+		if strings.Contains(ev, `"done"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the chat never said done: %q", ev)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	show := mustWeir(t, "runs", "show", id)
+	if !strings.Contains(show, "messages (1 topics):") || !strings.Contains(show, "2 received") || !strings.Contains(show, "run events (1):") {
+		t.Fatalf("runs show:\n%s", show)
+	}
+	if code, _, errOut := runWeir(t, "runs", "send", id, "user", "--data", "{bad"); code != 2 || !strings.Contains(errOut, "not JSON") {
+		t.Fatalf("runs send --data {bad: exit %d %q", code, errOut)
+	}
+	if code, _, errOut := runWeir(t, "runs", "send", "nope", "user"); code != 1 || !strings.Contains(errOut, "404") {
+		t.Fatalf("runs send to an unknown run: exit %d %q", code, errOut)
+	}
+}

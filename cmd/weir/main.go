@@ -19,6 +19,7 @@ Usage:
   weir server [--addr A] [--store sqlite:PATH] [--token T]
                                    serve the runs API and every stream over HTTP
   weir runs ls|show|start|cancel   the runs of a server
+  weir runs signal|send|event      deliver to a run's hook, send it a message, read its run events
   weir stream tail|cat RUN NAME    read a run's stream from a server
   weir bench [WORKLOAD…] [--store S] [--url U] [--json]
                                    measure weir against same-run baselines

@@ -22,6 +22,10 @@ const runsUsage = `Usage:
   weir runs cancel RUN
   weir runs signal TOKEN [--data JSON] [--key KEY] [--close]
                                                   deliver a payload to a run's hook (--close: its last)
+  weir runs send RUN TOPIC [--data JSON] [--key KEY]
+                                                  send a message to a run (weir.Recv takes it)
+  weir runs event RUN KEY [--wait D] [--after SEQ]
+                                                  a run event's latest value (weir.SetEvent), or wait for one
 
 Every subcommand takes --url (default $WEIR_URL, else http://127.0.0.1:4437)
 and --token (default $WEIR_TOKEN).
@@ -29,7 +33,7 @@ and --token (default $WEIR_TOKEN).
 
 func runsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errUsage(fmt.Errorf("runs: want a subcommand: ls, show, start, cancel or signal\n\n%s", runsUsage))
+		return errUsage(fmt.Errorf("runs: want a subcommand: ls, show, start, cancel, signal, send or event\n\n%s", runsUsage))
 	}
 	switch args[0] {
 	case "ls", "list":
@@ -42,6 +46,10 @@ func runsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runsCancel(ctx, args[1:], stdout, stderr)
 	case "signal":
 		return runsSignal(ctx, args[1:], stdout, stderr)
+	case "send":
+		return runsSend(ctx, args[1:], stdout, stderr)
+	case "event":
+		return runsEvent(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, runsUsage)
 		return nil
@@ -137,13 +145,18 @@ func runsShow(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	state, err := c.State(ctx, id)
+	if err != nil {
+		return err
+	}
 	if *asJSON {
 		return printJSON(stdout, struct {
 			Run     *client.Run         `json:"run"`
 			Events  []client.Event      `json:"events"`
 			Streams []client.StreamInfo `json:"streams"`
 			Hooks   []api.Hook          `json:"hooks"`
-		}{run, events, streams, hooks})
+			State   *api.RunState       `json:"state"`
+		}{run, events, streams, hooks, state})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "run\t%s\n", run.ID)
@@ -193,19 +206,45 @@ func runsShow(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(hooks) == 0 {
-		return nil
-	}
-	fmt.Fprintf(stdout, "\nhooks (%d):\n", len(hooks))
-	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	for _, h := range hooks {
-		state := "waiting: weir runs signal " + h.Token + " --data JSON"
-		if h.Disposed {
-			state = "disposed"
+	if len(hooks) > 0 {
+		fmt.Fprintf(stdout, "\nhooks (%d):\n", len(hooks))
+		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		for _, h := range hooks {
+			state := "waiting: weir runs signal " + h.Token + " --data JSON"
+			if h.Disposed {
+				state = "disposed"
+			}
+			fmt.Fprintf(tw, "  %s\top %d\t%d received\t%s\n", h.Token, h.Op, h.Received, state)
 		}
-		fmt.Fprintf(tw, "  %s\top %d\t%d received\t%s\n", h.Token, h.Op, h.Received, state)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	return tw.Flush()
+	if len(state.Messages) > 0 {
+		fmt.Fprintf(stdout, "\nmessages (%d topics):\n", len(state.Messages))
+		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		for _, m := range state.Messages {
+			taken := "the run takes them with weir.Recv"
+			if m.Taken >= 0 {
+				taken = fmt.Sprintf("%d taken, %d left untaken", m.Taken, m.Left)
+			}
+			fmt.Fprintf(tw, "  %s\t%d received\t%s\n", m.Topic, m.Received, taken)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(state.Events) > 0 {
+		fmt.Fprintf(stdout, "\nrun events (%d):\n", len(state.Events))
+		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		for _, ev := range state.Events {
+			fmt.Fprintf(tw, "  %s\t%s\tset at event %d, %s\n", ev.Key, oneLine(ev.Value), ev.Seq, ev.At.Local().Format("15:04:05.000"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // worldShow shows a World run: its World event log and its streams.
@@ -429,4 +468,68 @@ func firstLine(s string) string {
 		return s[:i] + " …"
 	}
 	return s
+}
+
+func runsSend(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("runs send", "Usage: weir runs send RUN TOPIC [flags]\n\nSends a message (JSON) to a run on a topic: it is kept in the run's log until the run takes it (weir.Recv).\n", stderr)
+	var cf clientFlags
+	cf.register(fs)
+	data := fs.String("data", "null", "the message, JSON")
+	key := fs.String("key", "", "an idempotency key: the same message sent again adds nothing")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return errUsage(fmt.Errorf("runs send: want a run id and a topic"))
+	}
+	if !json.Valid([]byte(*data)) {
+		return errUsage(fmt.Errorf("runs send: --data %q is not JSON", *data))
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	res, err := c.SendMessage(ctx, pos[0], pos[1], json.RawMessage(*data), &client.SendOptions{IdempotencyKey: *key})
+	if err != nil {
+		return err
+	}
+	note := ""
+	if res.Duplicate {
+		note = " (sent before: nothing added)"
+	}
+	fmt.Fprintf(stdout, "run %s: message on %q, event %d%s\n", res.RunID, res.Topic, res.Seq, note)
+	return nil
+}
+
+func runsEvent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("runs event", "Usage: weir runs event RUN KEY [flags]\n\nPrints the latest value a run set for KEY (weir.SetEvent), or waits for one.\n", stderr)
+	var cf clientFlags
+	cf.register(fs)
+	wait := fs.Duration("wait", 0, "wait up to this long (at most 60s) for a value newer than --after")
+	after := fs.Int64("after", 0, "with --wait: the event seq of the value you have")
+	asJSON := fs.Bool("json", false, "print the value with its seq and time as JSON")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return errUsage(fmt.Errorf("runs event: want a run id and a key"))
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ev, err := c.GetEvent(ctx, pos[0], pos[1], &client.EventOptions{Wait: *wait, After: *after})
+	if err != nil {
+		return err
+	}
+	if ev == nil {
+		return fmt.Errorf("runs event: run %s set no newer %q within %v", pos[0], pos[1], *wait)
+	}
+	if *asJSON {
+		return printJSON(stdout, ev)
+	}
+	fmt.Fprintf(stdout, "%s\n", ev.Value)
+	return nil
 }

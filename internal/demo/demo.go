@@ -60,10 +60,76 @@ func Tokenize(text string) []string {
 
 // Register registers the demo workflows on e.
 //
-// It registers ApprovalWorkflow too.
+// It registers ApprovalWorkflow and ChatWorkflow too.
 func Register(e *weir.Engine) *weir.Workflow[TokensInput, TokensOutput] {
 	weir.Register(e, ApprovalWorkflow, approve)
+	weir.Register(e, ChatWorkflow, chat)
 	return weir.Register(e, TokensWorkflow, tokens)
+}
+
+// ChatWorkflow is a conversation with a run: it takes the messages sent to
+// it on ChatTopic (POST /v1/runs/{id}/messages/user, weir runs send RUN
+// user --data '{"text":"hi"}'), answers each on the stream ChatStream
+// token by token from a step, and publishes its state as the run event
+// "status" (weir runs event RUN status). {"text":"bye"}, MaxChatTurns
+// turns or a minute without a message ends it.
+const ChatWorkflow = "demo.chat"
+
+// ChatTopic is the topic demo.chat takes its messages from, and ChatStream
+// the stream of its answers.
+const (
+	ChatTopic  = "user"
+	ChatStream = "reply"
+)
+
+// MaxChatTurns bounds a demo.chat run.
+const MaxChatTurns = 20
+
+// ChatMessage is a message to demo.chat.
+type ChatMessage struct {
+	Text string `json:"text"`
+}
+
+// ChatStatus is demo.chat's run event "status".
+type ChatStatus struct {
+	State string `json:"state"` // "waiting", "answering" or "done"
+	Turns int    `json:"turns"`
+}
+
+func chat(ctx weir.Context, _ json.RawMessage) (int, error) {
+	turns := 0
+	for turns < MaxChatTurns {
+		if err := weir.SetEvent(ctx, "status", ChatStatus{State: "waiting", Turns: turns}); err != nil {
+			return turns, err
+		}
+		m, ok, err := weir.RecvWithin[ChatMessage](ctx, ChatTopic, time.Minute)
+		if err != nil || !ok || strings.TrimSpace(m.Text) == "bye" {
+			break
+		}
+		turns++
+		if err := weir.SetEvent(ctx, "status", ChatStatus{State: "answering", Turns: turns}); err != nil {
+			return turns, err
+		}
+		text := m.Text
+		if len(text) > MaxText {
+			text = text[:MaxText]
+		}
+		if _, err := weir.Step(ctx, "answer", func(sc weir.StepContext) (int, error) {
+			w := sc.Stream(ChatStream)
+			toks := Tokenize("you said: " + text)
+			for _, tok := range toks {
+				if _, err := w.WriteString(tok); err != nil {
+					return 0, err
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			_, err := w.WriteString("\n")
+			return len(toks), err
+		}); err != nil {
+			return turns, err
+		}
+	}
+	return turns, weir.SetEvent(ctx, "status", ChatStatus{State: "done", Turns: turns})
 }
 
 // ApprovalWorkflow waits for a payload delivered to a hook (POST

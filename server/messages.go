@@ -1,0 +1,138 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/api"
+	"github.com/weirhq/weir/store"
+)
+
+// maxEventWait bounds GET /v1/runs/{id}/events/{key}?wait=.
+const maxEventWait = 60 * time.Second
+
+// handleSendMessage serves POST /v1/runs/{id}/messages/{topic}: the body
+// (JSON) is a message to the run on topic, kept in its log until the run
+// takes it (weir.Recv). With Idempotency-Key, a message sent again is
+// answered as the first (duplicate: true) and adds nothing.
+func (s *Server) handleSendMessage(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := requireJSON(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	if len(r.Header.Values("Idempotency-Key")) > 1 {
+		httpError(w, fmt.Errorf("%w: more than one Idempotency-Key header", api.ErrBadRequest))
+		return
+	}
+	id, topic := r.PathValue("id"), r.PathValue("topic")
+	if err := store.CheckRunID(id); err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := store.CheckTopic("topic", topic); err != nil {
+		httpError(w, err)
+		return
+	}
+	body, err := readBody(w, r, min(s.cfg.MaxBodyBytes, store.MaxMessagePayload))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	res, err := s.e.Send(r.Context(), id, topic, json.RawMessage(body), &weir.SendOptions{IdempotencyKey: r.Header.Get("Idempotency-Key")})
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.MessageSent{RunID: res.RunID, Topic: res.Topic, Seq: res.Seq, Duplicate: res.Duplicate})
+}
+
+// handleRunEvent serves GET /v1/runs/{id}/events/{key}: the run event's
+// latest value. With ?wait=D (at most 60s) it waits that long for a value
+// newer than ?after=SEQ (0: any): 204 if none came; 404 if the run ended
+// without one.
+func (s *Server) handleRunEvent(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r, "wait", "after")
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	opts := &weir.GetEventOptions{}
+	var wait time.Duration
+	if v, ok := q["wait"]; ok {
+		if wait, err = time.ParseDuration(v[0]); err != nil || wait < 0 || wait > maxEventWait {
+			httpError(w, fmt.Errorf("%w: wait=%q: want a duration from 0s to %v", api.ErrBadRequest, clip(v[0]), maxEventWait))
+			return
+		}
+		opts.Wait = true
+	}
+	if v, ok := q["after"]; ok {
+		if opts.After, err = strconv.ParseInt(v[0], 10, 64); err != nil || opts.After < 0 {
+			httpError(w, fmt.Errorf("%w: after=%q: want an event seq (a whole number, 0 or more)", api.ErrBadRequest, clip(v[0])))
+			return
+		}
+		if !opts.Wait {
+			httpError(w, fmt.Errorf("%w: after= goes with wait=", api.ErrBadRequest))
+			return
+		}
+	}
+	id, key := r.PathValue("id"), r.PathValue("key")
+	if err := store.CheckTopic("run event key", key); err != nil {
+		httpError(w, err)
+		return
+	}
+	ctx := r.Context()
+	if opts.Wait {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
+	ev, err := s.e.GetEvent(ctx, id, key, opts)
+	if opts.Wait && errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
+		w.WriteHeader(http.StatusNoContent) // nothing newer within the wait
+		return
+	}
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, runEventJSON(ev))
+}
+
+func runEventJSON(ev *weir.RunEvent) api.RunEvent {
+	return api.RunEvent{Key: ev.Key, Value: json.RawMessage(ev.Value), Seq: ev.Seq, At: ev.At.UTC().Truncate(time.Millisecond)}
+}
+
+// handleRunState serves GET /v1/runs/{id}/state: the run events the run
+// published (their latest values) and the messages sent to it, by topic.
+func (s *Server) handleRunState(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	evs, err := s.e.RunEvents(r.Context(), id)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	ms, err := s.e.Messages(r.Context(), id)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	out := api.RunState{Events: make([]api.RunEvent, len(evs)), Messages: ms}
+	for i, ev := range evs {
+		out.Events[i] = runEventJSON(ev)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
