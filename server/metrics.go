@@ -261,7 +261,7 @@ func (h *histogram) observe(v float64) {
 type runCounters struct {
 	started, completed, failed, cancelled atomic.Uint64
 	events                                sync.Map // store.EventType -> *atomic.Uint64
-	hookRefused                           atomic.Uint64
+	hookRefused, messageRefused           atomic.Uint64
 }
 
 // event counts n events of type t.
@@ -281,8 +281,23 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	bw := bufio.NewWriter(w)
 	s.metrics.write(bw)
+	s.writeEngineMetrics(bw)
 	s.writeWorldMetrics(bw)
 	_ = bw.Flush()
+}
+
+// writeEngineMetrics writes the engine's own counters (weir.EngineStats).
+func (s *Server) writeEngineMetrics(w io.Writer) {
+	st := s.e.Stats()
+	family := func(name, typ, help string) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+	}
+	family("weir_engine_runs_executing", "gauge", "Runs this process's engine executes now.")
+	fmt.Fprintf(w, "weir_engine_runs_executing %d\n", st.Running)
+	family("weir_engine_attempts_lingering", "gauge", "Step attempts the engine abandoned (timed out, or their run cancelled, past its deadline or lost) whose function has not returned: a step that ignores its context holds a goroutine until it does.")
+	fmt.Fprintf(w, "weir_engine_attempts_lingering %d\n", st.LingeringAttempts)
+	family("weir_engine_attempts_abandoned_total", "counter", "Step attempts the engine abandoned without waiting for their function.")
+	fmt.Fprintf(w, "weir_engine_attempts_abandoned_total %d\n", st.AbandonedAttempts)
 }
 
 func (m *metrics) write(w io.Writer) {
@@ -312,6 +327,8 @@ func (m *metrics) write(w io.Writer) {
 		}
 		family("weir_hook_deliveries_refused_total", "counter", "Hook deliveries refused (unknown token, disposed hook, ended run, key reused, too large).")
 		fmt.Fprintf(w, "weir_hook_deliveries_refused_total %d\n", m.runs.hookRefused.Load())
+		family("weir_messages_refused_total", "counter", "Messages to runs refused (unknown run, ended run, key reused, too large, a bad topic).")
+		fmt.Fprintf(w, "weir_messages_refused_total %d\n", m.runs.messageRefused.Load())
 	}
 
 	family("weir_http_requests_total", "counter", "HTTP requests served, by route class and status code.")

@@ -84,3 +84,14 @@ func (s *instrumentedStore) DeliverHook(ctx context.Context, p *store.DeliverHoo
 	}
 	return res, err
 }
+
+func (s *instrumentedStore) SendMessage(ctx context.Context, p *store.SendMessageParams) (*store.MessageSent, error) {
+	res, err := s.Store.SendMessage(ctx, p)
+	switch {
+	case err != nil:
+		s.runs.messageRefused.Add(1)
+	case !res.Duplicate:
+		s.runs.event(store.EventMessageReceived, 1)
+	}
+	return res, err
+}
