@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/pgstore"
 )
 
 // sendMsg sends msg to run on topic.
@@ -271,4 +275,92 @@ func TestRunEventsWhileRunningAndAfterARestart(t *testing.T) {
 			t.Fatalf("replay: %v", err)
 		}
 	})
+}
+
+// Messages from another process: a worker process executes the run; this
+// process sends to it, before the run asks (it sleeps first), twice with a
+// key, and after it asks; on SQLite through the worker's HTTP API (one
+// process holds the file), on PostgreSQL through this process's own
+// engine on the same database. Once the run ended, a message is refused.
+func TestMessagesFromAnotherProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			var env []string
+			var open func() store.Store
+			if kind == "sqlite" {
+				db := t.TempDir() + "/weir.db"
+				env = []string{envWorkerDB + "=" + db, envWorkerHTTP + "=1"}
+				open = func() store.Store { s, _ := inspect(t, db); return s }
+			} else {
+				schema := pgtest.NewSchema(t)
+				env = []string{envWorkerPG + "=" + schema}
+				open = func() store.Store {
+					s, err := pgstore.Open(context.Background(), pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { s.Close() })
+					return s
+				}
+			}
+			w := startWorkerEnv(t, "inbox:3", env...)
+			var send func(topic, msg, key string) (*weir.MessageSent, error)
+			if kind == "sqlite" {
+				var addr string
+				w.waitFor(t, "the worker's HTTP address", func(l string) bool {
+					addr, _ = strings.CutPrefix(l, "http ")
+					return addr != l
+				})
+				c, err := client.New("http://"+addr, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				send = func(topic, msg, key string) (*weir.MessageSent, error) {
+					res, err := c.SendMessage(testCtx(t), "run-under-test", topic, json.RawMessage(msg), &client.SendOptions{IdempotencyKey: key})
+					if err != nil {
+						return nil, err
+					}
+					return &weir.MessageSent{RunID: res.RunID, Topic: res.Topic, Seq: res.Seq, Duplicate: res.Duplicate}, nil
+				}
+			} else {
+				e := newEngine(t, open(), &weir.Config{NoWorker: true, Logger: testLogger()})
+				send = func(topic, msg, key string) (*weir.MessageSent, error) {
+					return e.Send(testCtx(t), "run-under-test", topic, json.RawMessage(msg), &weir.SendOptions{IdempotencyKey: key})
+				}
+			}
+			w.waitFor(t, "the run to sleep", func(l string) bool { return l == "sleeping before it receives" })
+			first, err := send("n", `1`, "k1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := send("n", `1`, "k1")
+			if err != nil || !again.Duplicate || again.Seq != first.Seq {
+				t.Fatalf("sent twice: %+v, then %+v %v", first, again, err)
+			}
+			if _, err := send("n", `5`, "k1"); !errors.Is(err, weir.ErrKeyReused) {
+				t.Fatalf("a key reused: %v", err)
+			}
+			if _, err := send("n", `10`, ""); err != nil {
+				t.Fatal(err)
+			}
+			w.waitFor(t, "the second message taken", func(l string) bool { return l == "received 2" })
+			if _, err := send("n", `100`, ""); err != nil {
+				t.Fatal(err)
+			}
+			w.waitFor(t, "the run to end", func(l string) bool { return l == "done" })
+			_ = w.cmd.Wait()
+			s := open()
+			r, err := s.GetRun(testCtx(t), "run-under-test")
+			if err != nil || r.Status != store.RunCompleted || string(r.Output) != "111" {
+				t.Fatalf("run %+v %v, want completed with 111: each message once", r, err)
+			}
+			e := newEngine(t, s, &weir.Config{NoWorker: true, Logger: testLogger()})
+			if _, err := e.Send(testCtx(t), "run-under-test", "n", json.RawMessage(`1`), nil); !errors.Is(err, store.ErrGone) {
+				t.Fatalf("a message to the ended run: %v, want ErrGone", err)
+			}
+		})
+	}
 }

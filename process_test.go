@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"reflect"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/server"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/store/sqlitestore"
@@ -34,6 +37,9 @@ const (
 	// envWorkerDieAfterChild makes the worker kill itself right after the
 	// Record that ended a child run returns.
 	envWorkerDieAfterChild = "WEIR_TEST_WORKER_DIE_AFTER_CHILD"
+	// envWorkerHTTP makes the worker serve the HTTP API on a loopback port
+	// it prints ("http ADDR").
+	envWorkerHTTP = "WEIR_TEST_WORKER_HTTP"
 	// envWorkerBlock makes the worker's "pending" workflow block after its
 	// step, and its step outcomes wait an hour to be written.
 	envWorkerBlock = "WEIR_TEST_WORKER_BLOCK"
@@ -183,6 +189,22 @@ func workerWorkflows(e *weir.Engine, progress io.Writer) {
 		}
 		return n, nil
 	})
+	// inbox: sleeps (durably), so that messages sent meanwhile come before
+	// it asks, then takes n messages on topic "n" and returns their sum.
+	weir.Register(e, "inbox", func(ctx weir.Context, n int) (int, error) {
+		fmt.Fprintln(progress, "sleeping before it receives")
+		weir.Sleep(ctx, 300*time.Millisecond)
+		sum := 0
+		for i := range n {
+			v, err := weir.Recv[int](ctx, "n")
+			if err != nil {
+				return 0, err
+			}
+			fmt.Fprintf(progress, "received %d\n", i+1)
+			sum += v
+		}
+		return sum, nil
+	})
 	weir.Register(e, "sleeper", func(ctx weir.Context, d time.Duration) (string, error) {
 		before, err := weir.Step(ctx, "before", func(sc weir.StepContext) (string, error) {
 			return time.Now().Format(time.RFC3339Nano), nil
@@ -231,6 +253,16 @@ func TestWorkerProcess(t *testing.T) {
 	workerWorkflows(e, os.Stdout)
 	if err := e.Start(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if os.Getenv(envWorkerHTTP) != "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: server.New(e, &server.Config{Logger: slog.New(slog.DiscardHandler)})}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		fmt.Printf("http %s\n", ln.Addr())
 	}
 	if spec := os.Getenv(envWorkerRun); spec != "" {
 		name, input, _ := strings.Cut(spec, ":")
