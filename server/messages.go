@@ -98,14 +98,27 @@ func (s *Server) handleRunEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	ev, err := s.e.GetEvent(ctx, id, key, opts)
 	if opts.Wait && errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
-		w.WriteHeader(http.StatusNoContent) // nothing newer within the wait
-		return
+		// The wait is over (a wait of 0s was over at once): one last look
+		// decides, with the request's own context.
+		ev, err = s.e.GetEvent(r.Context(), id, key, nil)
+		switch {
+		case err == nil && ev.Seq > opts.After:
+		case err == nil || errors.Is(err, store.ErrNotFound) && s.running(r.Context(), id):
+			w.WriteHeader(http.StatusNoContent) // nothing newer within the wait
+			return
+		}
 	}
 	if err != nil {
 		httpError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, runEventJSON(ev))
+}
+
+// running reports whether run id exists and has not ended.
+func (s *Server) running(ctx context.Context, id string) bool {
+	r, err := s.e.GetRun(ctx, id)
+	return err == nil && !r.Status.Terminal()
 }
 
 func runEventJSON(ev *weir.RunEvent) api.RunEvent {

@@ -124,6 +124,9 @@ func TestMessagesAndRunEventsOverHTTP(t *testing.T) {
 		d.runsCall("GET", path+"/events/nope").must(t, http.StatusNotFound).header(t, api.ErrorHeader, "not_found")
 		d.runsCall("GET", "/v1/runs/nope/events/status").must(t, http.StatusNotFound)
 		d.runsCall("GET", path+"/events/status?wait=100ms&after="+strconv.FormatInt(ev.Seq, 10)).must(t, http.StatusNoContent)
+		d.runsCall("GET", path+"/events/status?wait=0s&after="+strconv.FormatInt(ev.Seq, 10)).must(t, http.StatusNoContent)
+		d.runsCall("GET", path+"/events/status?wait=0s").must(t, http.StatusOK) // a wait of 0 looks once
+		d.runsCall("GET", path+"/events/nope?wait=0s").must(t, http.StatusNoContent)
 		answered := make(chan *dsReply, 1)
 		go func() {
 			answered <- d.runsCall("GET", path+"/events/status?wait=30s&after="+strconv.FormatInt(ev.Seq, 10))

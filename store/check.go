@@ -183,8 +183,8 @@ func CheckHookToken(token string) error {
 }
 
 // CheckTopic checks a message topic or a run event's key: 1 to
-// MaxTopicLen bytes of text (CheckText), no / ? or # (it is a path segment
-// of the HTTP API).
+// MaxTopicLen bytes of text (CheckText), no / ? or #, not . or .. (it is a
+// path segment of the HTTP API).
 func CheckTopic(what, name string) error {
 	if name == "" {
 		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
@@ -192,8 +192,8 @@ func CheckTopic(what, name string) error {
 	if err := checkName(what, name, MaxTopicLen); err != nil {
 		return err
 	}
-	if strings.ContainsAny(name, "/?#") {
-		return fmt.Errorf("%w: %s %q has a / ? or #", ErrInvalid, what, name)
+	if strings.ContainsAny(name, "/?#") || name == "." || name == ".." {
+		return fmt.Errorf("%w: %s %q: no / ? or #, and not . or ..", ErrInvalid, what, name)
 	}
 	return nil
 }

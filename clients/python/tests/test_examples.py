@@ -43,9 +43,27 @@ class ExampleTests(ServerCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         lines = out.stdout.splitlines()
         self.assertEqual(len(lines), 3, out.stdout)
-        self.assertRegex(lines[0], r"^HookDelivery\(run_id='run_\w+', op=1, seq=\d+, count=1, duplicate=False\)$")
+        self.assertRegex(lines[0], r"^HookDelivery\(run_id='run_\w+', op=1, seq=\d+, count=1, duplicate=False, closed=False\)$")
         self.assertEqual(lines[1], "sent again: True True")
         self.assertRegex(lines[2], r"^\{'token': 'order-\w{8}', 'approved': True, 'payload': \{'by': 'ann', 'ok': True\}\}$")
+
+    def test_the_readme_messages_example(self) -> None:
+        """The README's messages example, as it is: a demo.chat run sent three
+        messages, followed through its run event ``status`` until done."""
+        readme = (CLIENT / "README.md").read_text(encoding="utf-8")
+        section = readme[readme.index("### Messages and run events"):]
+        code = section[section.index("```python\n") + len("```python\n"):]
+        code = code[: code.index("```")]
+        env = dict(os.environ, WEIR_URL=self.server.url, WEIR_TOKEN=self.server.token, PYTHONPATH=str(CLIENT))
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=90)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.splitlines()
+        self.assertEqual(len(lines), 8, out.stdout)
+        for line in lines[:3]:
+            self.assertRegex(line, r"^MessageSent\(run_id='run_\w+', topic='user', seq=\d+, duplicate=False\)$")
+        self.assertEqual(lines[3:7], ["{'state': 'done', 'turns': 2}", "2", "you said: hello there",
+                                      "you said: how are you?"])
+        self.assertEqual(lines[7], "(TopicMessages(topic='user', received=3, taken=3, left=0),)")
 
 
 class ReadmeTests(unittest.TestCase):

@@ -2,7 +2,8 @@
 streams are exactly-once.
 
 Standard library only. Write a stream exactly once, read it back, start and
-watch runs, deliver payloads to their hooks::
+watch runs, deliver payloads to their hooks, send them messages and read the
+events they publish::
 
     import weir
 
@@ -18,7 +19,7 @@ See ``clients/python/README.md`` and weir's ``docs/protocol.md``.
 """
 
 from ._version import __version__
-from .client import MAX_HOOK_PAYLOAD_BYTES, Client
+from .client import MAX_EVENT_WAIT, MAX_HOOK_PAYLOAD_BYTES, MAX_MESSAGE_BYTES, Client
 from .errors import *  # noqa: F403: one class per wire code
 from .errors import CODES, error_from_reply
 from .errors import __all__ as _errors
@@ -31,11 +32,15 @@ from .types import (
     Event,
     Hook,
     HookDelivery,
+    MessageSent,
     Record,
     Run,
+    RunEvent,
     RunPage,
+    RunState,
     RunStream,
     StreamHead,
+    TopicMessages,
     format_offset,
     parse_offset,
 )
@@ -57,11 +62,17 @@ __all__ = [
     "RunStream",
     "HookDelivery",
     "Hook",
+    "MessageSent",
+    "RunEvent",
+    "RunState",
+    "TopicMessages",
     "START",
     "NOW",
     "MAX_CHUNK_BYTES",
     "MAX_REQUEST_CHUNKS",
     "MAX_HOOK_PAYLOAD_BYTES",
+    "MAX_MESSAGE_BYTES",
+    "MAX_EVENT_WAIT",
     "CODES",
     "format_offset",
     "parse_offset",

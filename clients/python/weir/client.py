@@ -1,6 +1,7 @@
 """The client of one weir server: streams (create, append, read, write exactly
-once), the runs API (start, get, list, events, cancel, streams) and hooks
-(deliver a payload to a run's hook, list a run's hooks)."""
+once), the runs API (start, get, list, events, cancel, streams), hooks
+(deliver a payload to a run's hook, close it, list a run's hooks), messages
+to a run and the run events it publishes."""
 
 from __future__ import annotations
 
@@ -22,18 +23,25 @@ from .types import (
     Hook,
     HookDelivery,
     LiveMode,
+    MessageSent,
     Run,
+    RunEvent,
     RunPage,
+    RunState,
     RunStream,
     StreamHead,
     View,
 )
 from .writer import Writer
 
-__all__ = ["Client", "MAX_HOOK_PAYLOAD_BYTES"]
+__all__ = ["Client", "MAX_HOOK_PAYLOAD_BYTES", "MAX_MESSAGE_BYTES", "MAX_EVENT_WAIT"]
 
 #: The largest hook payload the server takes, in bytes of JSON (1 MiB).
 MAX_HOOK_PAYLOAD_BYTES = 1 << 20
+#: The largest message to a run the server takes, in bytes of JSON (1 MiB).
+MAX_MESSAGE_BYTES = 1 << 20
+#: The longest wait :meth:`Client.get_event` may ask the server for, in seconds.
+MAX_EVENT_WAIT = 60.0
 
 _u32 = struct.Struct(">I")
 
@@ -41,7 +49,28 @@ _u32 = struct.Struct(">I")
 def _seg(s: str, what: str) -> str:
     if not s:
         raise ValueError(f"{what}: empty")
+    if s in (".", ".."):
+        # quote() leaves dots be, and the server's router would take a bare
+        # "." or ".." segment for a directory (a redirect), not a name.
+        return s.replace(".", "%2E")
     return urllib.parse.quote(s, safe="")
+
+
+def _json_body(value: Any, what: str) -> bytes:
+    """``value`` as compact JSON with its objects' keys sorted: the same value
+    always makes the same body, which is what the server compares a request
+    sent again with its idempotency key by."""
+    try:
+        body = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{what}: {e}") from None
+    return body.encode("utf-8")
+
+
+def _go_duration(seconds: float) -> str:
+    """Seconds as a Go duration (``2.5s``, ``0.2s``, ``60s``), to the nanosecond."""
+    s = f"{seconds:.9f}".rstrip("0").rstrip(".")
+    return (s or "0") + "s"
 
 
 class Client:
@@ -421,10 +450,18 @@ class Client:
 
     # Hooks.
 
-    def deliver_hook(self, token: str, payload: Any, *, idempotency_key: str | None = None) -> HookDelivery:
+    def deliver_hook(
+        self, token: str, payload: Any, *, idempotency_key: str | None = None, close: bool = False
+    ) -> HookDelivery:
         """Delivers ``payload`` (any JSON value) to the hook holding ``token``
         (``POST /v1/hooks/{token}``): the run waiting on it goes on. Returns
         once the delivery is in the run's log.
+
+        With ``close`` it is the hook's last payload (``?close=true``): the
+        delivery closes the hook after it (:attr:`HookDelivery.closed`), the
+        run takes the payloads it was sent, then learns the hook is closed,
+        and later deliveries are :class:`GoneError`. :meth:`close_hook`
+        closes a hook without a payload.
 
         The payload is sent as compact JSON with its objects' keys sorted, so
         the same value always makes the same body (a dict built in another
@@ -449,9 +486,10 @@ class Client:
 
         Raises:
             NotFoundError: no hook holds the token (not created yet, or never).
-            GoneError: the hook takes no more payloads: disposed of, or its
-                run ended.
-            KeyReusedError: the key was used for a delivery of another payload.
+            GoneError: the hook takes no more payloads: disposed of, closed, or
+                its run ended.
+            KeyReusedError: the key was used for a delivery of another payload
+                (or the same payload with another ``close``).
             TooLargeError: a payload over 1 MiB of JSON (raised before sending:
                 ``status`` is 0) or over the server's body limit.
             BadRequestError: a token the server refuses (``/``, ``?`` or ``#``
@@ -462,11 +500,7 @@ class Client:
         path = "/v1/hooks/" + _seg(token, "hook token")
         if idempotency_key is not None and not idempotency_key:
             raise ValueError("deliver_hook: an empty idempotency key (None for none)")
-        try:
-            body = json.dumps(payload, separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"deliver_hook({token!r}): the payload is not JSON: {e}") from None
-        data = body.encode("utf-8")
+        data = _json_body(payload, f"deliver_hook({token!r}): the payload is not JSON")
         if len(data) > MAX_HOOK_PAYLOAD_BYTES:
             raise TooLargeError(
                 f"a hook payload of {len(data)} bytes: the limit is {MAX_HOOK_PAYLOAD_BYTES} (not sent)",
@@ -474,9 +508,42 @@ class Client:
                 path=path,
             )
         h = {"Content-Type": "application/json"}
+        return self._post_hook(path, h, data, idempotency_key, close)
+
+    def close_hook(self, token: str, *, idempotency_key: str | None = None) -> HookDelivery:
+        """Closes the hook holding ``token`` without a payload (``POST
+        /v1/hooks/{token}?close=true`` with an empty body): the run takes the
+        payloads delivered before, then learns the hook is closed; deliveries
+        to it are :class:`GoneError` from then on. The reply's
+        :attr:`HookDelivery.closed` is true, its ``count`` the payloads the
+        hook had received.
+
+        **Retries** as :meth:`deliver_hook`'s: with an ``idempotency_key`` a
+        close sent again is answered with the first reply (``duplicate``) and
+        the client retries it itself; without one it is sent once (sent again
+        after its reply was lost it would be :class:`GoneError`).
+
+        Raises:
+            NotFoundError: no hook holds the token (not created yet, or never).
+            GoneError: the hook was already closed or disposed of, or its run
+                ended.
+            KeyReusedError: the key was used for a delivery of a payload.
+            BadRequestError: a token the server refuses.
+            ValueError: an empty token or key.
+        """
+        path = "/v1/hooks/" + _seg(token, "hook token")
+        if idempotency_key is not None and not idempotency_key:
+            raise ValueError("close_hook: an empty idempotency key (None for none)")
+        return self._post_hook(path, {}, None, idempotency_key, True)
+
+    def _post_hook(
+        self, path: str, h: dict[str, str], data: bytes | None, idempotency_key: str | None, close: bool
+    ) -> HookDelivery:
         if idempotency_key is not None:
             h["Idempotency-Key"] = idempotency_key
-        resp = self._t.request("POST", path, headers=h, body=data, idempotent=idempotency_key is not None)
+        q = {"close": "true"} if close else None
+        # An empty body (data None) goes with Content-Length: 0.
+        resp = self._t.request("POST", path, query=q, headers=h, body=data, idempotent=idempotency_key is not None)
         assert isinstance(resp, Response)
         try:
             d = resp.json()
@@ -498,3 +565,119 @@ class Client:
         """
         _, d = self._json("GET", f"/v1/runs/{_seg(run_id, 'run id')}/hooks", idempotent=True)
         return [Hook.from_json(x) for x in d.get("hooks") or []]
+
+    # Messages and run events.
+
+    def send_message(
+        self, run_id: str, topic: str, message: Any, *, idempotency_key: str | None = None
+    ) -> MessageSent:
+        """Sends ``message`` (any JSON value) to a run on ``topic`` (``POST
+        /v1/runs/{id}/messages/{topic}``). Returns once it is in the run's
+        log, where it is kept until the run takes it (``weir.Recv`` in the
+        workflow), whatever the run is doing when it comes.
+
+        The message is sent as compact JSON with its objects' keys sorted, as
+        :meth:`deliver_hook`'s payloads, so the same value always makes the
+        same body: that is what the server compares a re-sent message by.
+
+        **Retries.** With an ``idempotency_key`` (the id of what is sent: a
+        chat message's id, a webhook's delivery id) a message sent again is
+        answered with the first one's reply (:attr:`MessageSent.duplicate`,
+        the same ``seq``) and adds nothing, so the client retries it itself
+        on a connection failure or a retryable reply, for up to ``retry_for``.
+        **Without a key it is sent once**: a message whose reply was lost may
+        have landed, and sending it again could deliver it twice, so a lost
+        reply raises :class:`WeirConnectionError`.
+
+        Raises:
+            NotFoundError: no such run.
+            GoneError: the run ended: it takes no more messages.
+            KeyReusedError: the key was used for a message of another topic or
+                value.
+            TooLargeError: a message over 1 MiB of JSON (raised before sending:
+                ``status`` is 0) or over the server's body limit.
+            InvalidError: a topic the server refuses (``/``, ``?`` or ``#`` in
+                it, over 255 bytes); a :class:`BadRequestError`.
+            ValueError, TypeError: an empty run id, topic or key, or a message
+                :func:`json.dumps` cannot encode (NaN, a set, mixed key types).
+        """
+        path = f"/v1/runs/{_seg(run_id, 'run id')}/messages/{_seg(topic, 'topic')}"
+        if idempotency_key is not None and not idempotency_key:
+            raise ValueError("send_message: an empty idempotency key (None for none)")
+        data = _json_body(message, f"send_message({run_id!r}, {topic!r}): the message is not JSON")
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise TooLargeError(
+                f"a message of {len(data)} bytes: the limit is {MAX_MESSAGE_BYTES} (not sent)",
+                method="POST",
+                path=path,
+            )
+        h = {"Content-Type": "application/json"}
+        if idempotency_key is not None:
+            h["Idempotency-Key"] = idempotency_key
+        resp = self._t.request("POST", path, headers=h, body=data, idempotent=idempotency_key is not None)
+        assert isinstance(resp, Response)
+        try:
+            d = resp.json()
+            if not isinstance(d, dict) or "seq" not in d:
+                raise ValueError("no seq")
+            return MessageSent.from_json(d)
+        except (ValueError, TypeError) as e:
+            raise ProtocolError(f"POST {path}: the reply is not a sent message's JSON: {e}") from None
+
+    def get_event(
+        self, run_id: str, key: str, *, wait: float | None = None, after: int = 0
+    ) -> RunEvent | None:
+        """The latest value the run published under ``key`` (``weir.SetEvent``;
+        ``GET /v1/runs/{id}/events/{key}``).
+
+        With ``wait`` (seconds, 0 to 60) it waits up to that long for a value
+        newer than ``after`` (a :attr:`RunEvent.seq`; 0, the default: any
+        value) and returns None if none came in time. Following a key is a
+        loop: ``ev = get_event(run, key, wait=30, after=ev.seq if ev else 0)``.
+        A waited request's reply is awaited for ``wait`` more than the
+        client's ``timeout``; like every read it is retried on a connection
+        failure or a retryable reply (and then waits anew).
+
+        Raises:
+            NotFoundError: no such run; or the key was never set (without
+                ``wait``), or the run ended without a newer value (with it).
+            ValueError: an empty run id or key, a ``wait`` out of range, an
+                ``after`` below 0 or without ``wait``.
+        """
+        path = f"/v1/runs/{_seg(run_id, 'run id')}/events/{_seg(key, 'run event key')}"
+        if after < 0:
+            raise ValueError(f"get_event: after={after}: an event seq, 0 or more")
+        q: dict[str, str | int | None] | None = None
+        timeout = None
+        if wait is not None:
+            if not 0 <= wait <= MAX_EVENT_WAIT:  # NaN too
+                raise ValueError(f"get_event: wait={wait!r}: from 0 to {MAX_EVENT_WAIT:g} seconds")
+            q = {"wait": _go_duration(wait), "after": after or None}
+            timeout = self._t.timeout + wait
+        elif after:
+            raise ValueError("get_event: after goes with wait (a value newer than after, waited for)")
+        resp = self._t.request("GET", path, query=q, idempotent=True, timeout=timeout)
+        assert isinstance(resp, Response)
+        if resp.status == 204 and wait is not None:
+            return None  # nothing newer within the wait
+        try:
+            d = resp.json()
+            if not isinstance(d, dict) or "seq" not in d:
+                raise ValueError("no seq")
+            return RunEvent.from_json(d)
+        except (ValueError, TypeError) as e:
+            raise ProtocolError(f"GET {path}: the reply is not a run event's JSON: {e}") from None
+
+    def run_state(self, run_id: str) -> RunState:
+        """A run's events and messages (``GET /v1/runs/{id}/state``): the run
+        events it published (each key's latest value) and, by topic, the
+        messages sent to it: how many came and, once it ended, how many it
+        took and left (-1 while it goes on).
+
+        Raises:
+            NotFoundError: no such run.
+        """
+        _, d = self._json("GET", f"/v1/runs/{_seg(run_id, 'run id')}/state", idempotent=True)
+        if not isinstance(d, dict):
+            raise ProtocolError(f"GET /v1/runs/{run_id}/state: the reply is not a run state's JSON object")
+        return RunState.from_json(d)

@@ -207,8 +207,9 @@ class ConflictError(WeirError):
 
 class GoneError(WeirError):
     """410 ``gone``: a delivery to a hook that takes no more payloads (the
-    workflow disposed of it, or its run ended), or a stream that was deleted
-    while forks still reference it."""
+    workflow disposed of it, its sender closed it, or its run ended), a
+    message to a run that ended, or a stream that was deleted while forks
+    still reference it."""
 
     code_name = "gone"
 
@@ -305,9 +306,9 @@ class UnknownWriterError(WeirError):
 
 
 class NotFoundError(WeirError):
-    """404 ``not_found``: no such run or stream (or it expired), or no hook
+    """404 ``not_found``: no such run or stream (or it expired), no hook
     holds the token delivered to (a run's hook exists only once the run has
-    created it)."""
+    created it), or a run event its run never set."""
 
     code_name = "not_found"
 
@@ -419,9 +420,10 @@ class StreamSeqError(WeirError):
 
 class TooLargeError(WeirError):
     """413 ``too_large``: a chunk over 4 MiB, a body over the server's limit
-    (16 MiB by default), a request over 10,000 chunks, or a hook payload over
-    1 MiB. The writer raises it before sending for a chunk it knows is too
-    large, :meth:`weir.Client.deliver_hook` for a payload."""
+    (16 MiB by default), a request over 10,000 chunks, a hook payload or a
+    message to a run over 1 MiB. The writer raises it before sending
+    for a chunk it knows is too large, :meth:`weir.Client.deliver_hook` for a
+    payload, :meth:`weir.Client.send_message` for a message."""
 
     code_name = "too_large"
 

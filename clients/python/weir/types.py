@@ -1,4 +1,5 @@
-"""The values weir's client hands out: acks, records, runs, events, offsets."""
+"""The values weir's client hands out: acks, records, runs, events, hooks,
+messages, run events, offsets."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ __all__ = [
     "RunStream",
     "HookDelivery",
     "Hook",
+    "MessageSent",
+    "RunEvent",
+    "TopicMessages",
+    "RunState",
 ]
 
 #: The offset of a stream's start, in requests.
@@ -311,6 +316,8 @@ class HookDelivery:
         count: the payloads the hook has received, this one included.
         duplicate: a delivery sent again with its idempotency key: answered
             with the first delivery's reply, and nothing was added.
+        closed: the delivery closed the hook (``close=True``, or
+            :meth:`weir.Client.close_hook`): it takes no more payloads.
     """
 
     run_id: str
@@ -318,6 +325,7 @@ class HookDelivery:
     seq: int
     count: int
     duplicate: bool = False
+    closed: bool = False
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> HookDelivery:
@@ -328,6 +336,7 @@ class HookDelivery:
             seq=int(d.get("seq", 0)),
             count=int(d.get("count", 0)),
             duplicate=bool(d.get("duplicate", False)),
+            closed=bool(d.get("closed", False)),
         )
 
 
@@ -339,8 +348,8 @@ class Hook:
         token: the name deliveries use (``Client.deliver_hook(token, ...)``).
         op: the hook's operation in the run.
         received: the payloads delivered to it so far.
-        disposed: it takes no more payloads: the workflow closed it, or the
-            run ended (a delivery to it is :class:`~weir.GoneError`).
+        disposed: it takes no more payloads: the workflow or its sender
+            closed it, or the run ended (a delivery to it is :class:`~weir.GoneError`).
         created_at: when the run created it (to the millisecond).
     """
 
@@ -359,6 +368,112 @@ class Hook:
             received=int(d.get("received", 0)),
             disposed=bool(d.get("disposed", False)),
             created_at=_time(d.get("created_at")),
+        )
+
+
+@dataclass(frozen=True)
+class MessageSent:
+    """The reply to a message sent to a run (``POST /v1/runs/{id}/messages/{topic}``).
+
+    Attributes:
+        run_id: the run it was sent to.
+        topic: its topic.
+        seq: its ``message_received`` event's seq in the run's log (the same
+            on a duplicate: the first message's).
+        duplicate: a message sent again with its idempotency key: answered
+            with the first one's reply, and nothing was added.
+    """
+
+    run_id: str
+    topic: str
+    seq: int
+    duplicate: bool = False
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> MessageSent:
+        """Builds a message's reply from the server's JSON object."""
+        return cls(
+            run_id=str(d.get("run_id", "")),
+            topic=str(d.get("topic", "")),
+            seq=int(d.get("seq", 0)),
+            duplicate=bool(d.get("duplicate", False)),
+        )
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """A run event's latest value: what the workflow published under a key
+    (``weir.SetEvent``; ``GET /v1/runs/{id}/events/{key}``).
+
+    Attributes:
+        key: the event's key.
+        value: its latest value (JSON).
+        seq: the ``event_set`` event that set it, in the run's log: pass it as
+            ``after`` to wait for the next value.
+        at: when it was set (to the millisecond).
+    """
+
+    key: str
+    value: Any
+    seq: int
+    at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RunEvent:
+        """Builds a run event from the runs API's JSON object."""
+        return cls(
+            key=str(d.get("key", "")),
+            value=d.get("value"),
+            seq=int(d.get("seq", 0)),
+            at=_time(d.get("at")),
+        )
+
+
+@dataclass(frozen=True)
+class TopicMessages:
+    """What a run's log says of the messages of one topic.
+
+    Attributes:
+        topic: the topic.
+        received: the messages sent to the run on it.
+        taken, left: once the run ended, how many it took and how many it
+            left untaken; -1 while it goes on.
+    """
+
+    topic: str
+    received: int
+    taken: int
+    left: int
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TopicMessages:
+        """Builds a topic's counts from the runs API's JSON object."""
+        return cls(
+            topic=str(d.get("topic", "")),
+            received=int(d.get("received", 0)),
+            taken=int(d.get("taken", -1)),
+            left=int(d.get("left", -1)),
+        )
+
+
+@dataclass(frozen=True)
+class RunState:
+    """A run's events and messages (``GET /v1/runs/{id}/state``).
+
+    Attributes:
+        events: the run events it published, each key's latest value.
+        messages: the messages sent to it, by topic.
+    """
+
+    events: tuple[RunEvent, ...]
+    messages: tuple[TopicMessages, ...]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RunState:
+        """Builds a run's state from the runs API's JSON object."""
+        return cls(
+            events=tuple(RunEvent.from_json(e) for e in d.get("events") or []),
+            messages=tuple(TopicMessages.from_json(m) for m in d.get("messages") or []),
         )
 
 
