@@ -50,8 +50,8 @@ func (x *execution) topic(name string) *inbox.Box {
 }
 
 // messagesTaken is the messages_taken event's data: how many messages of
-// each topic the run took, for every topic its log has messages of; nil
-// if none.
+// each topic the run took, for every topic whose messages it read; nil if
+// none (a run that ended without one took none).
 func (x *execution) messagesTaken() []byte {
 	if len(x.topics) == 0 {
 		return nil
@@ -279,6 +279,7 @@ func messagesOf(evs []store.Event) []TopicMessages {
 	received := map[string]int{}
 	var names []string
 	var taken map[string]int
+	ended := false
 	for _, ev := range evs {
 		switch ev.Type {
 		case store.EventMessageReceived:
@@ -288,12 +289,16 @@ func messagesOf(evs []store.Event) []TopicMessages {
 			received[ev.Name]++
 		case store.EventMessagesTaken:
 			_ = json.Unmarshal(ev.Data, &taken)
+		case store.EventRunCompleted, store.EventRunFailed, store.EventRunCancelled:
+			ended = true
 		}
 	}
 	out := make([]TopicMessages, 0, len(names))
 	for _, n := range names {
 		t := TopicMessages{Topic: n, Received: received[n], Taken: -1, Left: -1}
-		if taken != nil {
+		if ended {
+			// A run that ended without messages_taken read none of its
+			// messages (they came after it last looked): it took none.
 			t.Taken = taken[n]
 			t.Left = t.Received - t.Taken
 		}

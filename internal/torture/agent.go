@@ -89,6 +89,30 @@ func addAgentShapes(t *Trial, seed uint64, o GenOptions) {
 	if children > 0 && slices.Contains(o.Faults, FaultChildKill) && r.IntN(2) == 0 {
 		t.Faults = append(t.Faults, Fault{Kind: FaultChildKill, After: 1 + r.IntN(min(children, 2))})
 	}
+	addMessageShapes(t, seed)
+}
+
+// addMessageShapes adds messages to runs, from a random source of their
+// own (the shapes above keep their seeds): a run takes a topic's messages
+// with several takers, some sent before it asks, some after, and leaves
+// the extra ones. Only runs started here: their senders know their ids.
+func addMessageShapes(t *Trial, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 0x3e55a9e5))
+	for i := range t.Runs {
+		rs := &t.Runs[i]
+		if rs.Start != StartDirect || rs.Workflow == WorkflowDeadline || r.IntN(3) != 0 {
+			continue
+		}
+		for k := range 1 + r.IntN(2) {
+			it := Item{Kind: ItemRecv, Topic: fmt.Sprintf("t%d", k), Payloads: 1 + r.IntN(5), Extra: r.IntN(3), SelectMillis: r.IntN(60)}
+			kinds := []string{TakeReceive, TakeAll2, TakePending, TakeSelect}
+			for range r.IntN(4) {
+				it.Takers = append(it.Takers, kinds[r.IntN(len(kinds))])
+			}
+			insertItem(r, rs, it)
+		}
+		assignOps(rs)
+	}
 }
 
 // shapeHook gives hook it a takers program, or makes it close early.

@@ -3,6 +3,7 @@ package torture
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -58,6 +59,8 @@ type Stats struct {
 	// timeout, runs cancelled and ended by their deadline over steps deaf
 	// to their context, child runs.
 	Takers, ClosedHooks, TimeoutFinal, Cancelled, Deadlines, Children int
+	// Messages to runs: in the logs, taken, and left at the runs' ends.
+	Messages, MessagesTaken, MessagesLeft int
 }
 
 func (s *Stats) add(o Stats) {
@@ -86,6 +89,9 @@ func (s *Stats) add(o Stats) {
 	s.Cancelled += o.Cancelled
 	s.Deadlines += o.Deadlines
 	s.Children += o.Children
+	s.Messages += o.Messages
+	s.MessagesTaken += o.MessagesTaken
+	s.MessagesLeft += o.MessagesLeft
 }
 
 func (c *checker) fail(inv, where, format string, args ...any) {
@@ -192,9 +198,19 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 		return fmt.Errorf("events of %s: %w", rs.ID, err)
 	}
 	ops := map[int64]*opLog{}
+	msgs := map[string][][]byte{} // topic -> its messages, in log order
+	var taken map[string]int      // the run's end: messages taken by topic
 	for i, ev := range events {
 		if ev.Seq != int64(i+1) {
 			c.fail("log", where, "event %d has seq %d: the log is not dense", i, ev.Seq)
+		}
+		switch ev.Type {
+		case store.EventMessageReceived:
+			msgs[ev.Name] = append(msgs[ev.Name], ev.Data)
+		case store.EventMessagesTaken:
+			if err := json.Unmarshal(ev.Data, &taken); err != nil {
+				c.fail("message", where, "messages_taken %q: %v", ev.Data, err)
+			}
 		}
 		if ev.Op == 0 {
 			continue
@@ -325,6 +341,19 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 				return err
 			}
 			exp.add(HookStream, weir.WorkflowWriterID, []byte(fmt.Sprintf("child %s ok", ch.ID)))
+		case ItemRecv:
+			// The run took the first Payloads messages of its topic, each
+			// once, in log order, and left the others.
+			got := len(msgs[it.Topic])
+			if got < it.Payloads {
+				c.fail("message", where, "topic %s: %d messages in the log, but the run took %d", it.Topic, got, it.Payloads)
+			}
+			if run.Status.Terminal() && taken[it.Topic] != it.Payloads {
+				c.fail("message", where, "topic %s: the run's end says it took %d messages, want %d (taken %v)", it.Topic, taken[it.Topic], it.Payloads, taken)
+			}
+			for k := range it.Payloads {
+				exp.add(HookStream, weir.WorkflowWriterID, []byte(fmt.Sprintf("%s %d", it.Topic, k)))
+			}
 		case ItemWFWrite:
 			for j := range it.Count {
 				exp.add(it.Stream, weir.WorkflowWriterID, Chunk(rs.Seed, wfOp(idx), it.Stream, j, 0, it.MinLen, it.MaxLen))
@@ -433,6 +462,30 @@ func (c *checker) checkRun(ctx context.Context, rs *RunSpec) error {
 	for _, o := range ops {
 		if o.completed != 0 || o.final {
 			c.stats.Steps++
+		}
+	}
+	// Every message acknowledged is in the log once, in the order it was
+	// sent (k after k-1); once the run ended, each is taken or left.
+	for _, it := range rs.Items {
+		if it.Kind != ItemRecv {
+			continue
+		}
+		ms := msgs[it.Topic]
+		if len(ms) > it.Payloads+it.Extra {
+			c.fail("message", where, "topic %s: %d messages in the log, %d were sent", it.Topic, len(ms), it.Payloads+it.Extra)
+		}
+		for k, m := range ms {
+			if string(m) != strconv.Itoa(k) {
+				c.fail("message", where, "topic %s: message %d is %q, want %d: each once, in order", it.Topic, k, m, k)
+				break
+			}
+		}
+		c.stats.Messages += len(ms)
+		if run.Status.Terminal() && len(ms) > 0 {
+			// No messages_taken: the run read none of them (they came
+			// after its last look), and took none.
+			c.stats.MessagesTaken += taken[it.Topic]
+			c.stats.MessagesLeft += len(ms) - taken[it.Topic]
 		}
 	}
 	want := store.RunCompleted

@@ -169,6 +169,12 @@ const (
 	// ItemChild starts the child run Child (WorkflowChild, its id given),
 	// waits for its end and writes "child <id> <outcome>" to HookStream.
 	ItemChild = "child"
+	// ItemRecv takes Payloads messages sent to the run on Topic (by every
+	// worker process, message k with the key "<topic>/m<k>", after k-1 is
+	// in the log; Extra more follow, which the run leaves), with its
+	// Takers program (TakeReceive, TakeAll2, TakePending, TakeSelect), and
+	// writes "<topic> <k>" to HookStream as it takes each.
+	ItemRecv = "recv"
 )
 
 // The workflows a trial's runs execute.
@@ -249,6 +255,10 @@ type Item struct {
 
 	// Child: the child run.
 	Child *RunSpec `json:",omitempty"`
+
+	// Recv: the topic, and the messages sent past Payloads (left).
+	Topic string `json:",omitempty"`
+	Extra int    `json:",omitempty"`
 }
 
 // opSpan is how many durable operations item it takes: a step, sleep or
@@ -263,6 +273,14 @@ func (it *Item) opSpan() int64 {
 		if it.CloseEarly {
 			n++
 		}
+		for _, k := range it.Takers {
+			if k == TakeSelect {
+				n += 2
+			}
+		}
+		return n
+	case ItemRecv:
+		n := int64(0) // a Recv takes no op; a select a timer and its choice
 		for _, k := range it.Takers {
 			if k == TakeSelect {
 				n += 2

@@ -641,6 +641,9 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "  agent shapes: hooks with several takers %d, closed with payloads pending %d; steps failed by their last timeout %d; runs cancelled over a deaf step %d, ended by their deadline %d; child runs %d\n",
 			st.Takers, st.ClosedHooks, st.TimeoutFinal, st.Cancelled, st.Deadlines, st.Children)
 	}
+	if st.Messages > 0 {
+		fmt.Fprintf(w, "  messages to runs %d: taken %d, left at the runs' ends %d\n", st.Messages, st.MessagesTaken, st.MessagesLeft)
+	}
 	if st.HTTPStreams > 0 {
 		fmt.Fprintf(w, "  HTTP streams %d: writers %d (weir %d, idempotency-key %d, producer %d), requests %d, acks checked %d\n",
 			st.HTTPStreams, st.HTTPWeir+st.HTTPIdem+st.HTTPProducer, st.HTTPWeir, st.HTTPIdem, st.HTTPProducer, r.HTTPRequests, st.HTTPAcks)

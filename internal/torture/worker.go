@@ -298,6 +298,10 @@ func runWorkflow(ctx weir.Context, rs *RunSpec, env *wfEnv) (int, error) {
 			if err := takePayloads(ctx, rs, it, env); err != nil {
 				return 0, err
 			}
+		case ItemRecv:
+			if err := takeMessages(ctx, it); err != nil {
+				return 0, err
+			}
 		case ItemCancel, ItemHang:
 			_, err := weir.Step(ctx, it.Name, func(sc weir.StepContext) (int, error) {
 				return hangStep(sc, rs, it, env)
@@ -481,6 +485,75 @@ func takePayloads(ctx weir.Context, rs *RunSpec, it *Item, env *wfEnv) error {
 	return nil
 }
 
+// takeMessages takes ItemRecv it's messages with its takers program and
+// writes "<topic> <k>" to HookStream as it takes each; then it takes the
+// rest with Recv, and leaves the extra ones.
+func takeMessages(ctx weir.Context, it *Item) error {
+	w := ctx.Stream(HookStream)
+	took := func(k int) error {
+		_, err := fmt.Fprintf(w, "%s %d", it.Topic, k)
+		return err
+	}
+	taken := 0
+	for _, kind := range it.Takers {
+		left := it.Payloads - taken
+		switch {
+		case kind == TakeSelect:
+			// Its ops are taken whatever is left.
+			next := weir.NextMessage[int](ctx, it.Topic)
+			if weir.Select(ctx, next, weir.NewTimer(ctx, time.Duration(it.SelectMillis)*time.Millisecond)) == 0 {
+				k, err := next.Get(ctx)
+				if err != nil {
+					return err
+				}
+				if err := took(k); err != nil {
+					return err
+				}
+				taken++
+			}
+		case left <= 0:
+		case kind == TakeAll2 && left >= 2:
+			ks, err := weir.All(ctx, weir.NextMessage[int](ctx, it.Topic), weir.NextMessage[int](ctx, it.Topic))
+			if err != nil {
+				return err
+			}
+			for _, k := range ks {
+				if err := took(k); err != nil {
+					return err
+				}
+			}
+			taken += 2
+		case kind == TakePending && left >= 2:
+			f := weir.NextMessage[int](ctx, it.Topic)
+			k1, err := weir.Recv[int](ctx, it.Topic)
+			if err != nil {
+				return err
+			}
+			k2, err := f.Get(ctx)
+			if err != nil {
+				return err
+			}
+			if err := took(k1); err != nil {
+				return err
+			}
+			if err := took(k2); err != nil {
+				return err
+			}
+			taken += 2
+		}
+	}
+	for ; taken < it.Payloads; taken++ {
+		k, err := weir.Recv[int](ctx, it.Topic)
+		if err != nil {
+			return err
+		}
+		if err := took(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // hangStep is an ItemCancel or ItemHang step: it writes a chunk (its
 // attempt's start is then durable), for ItemCancel asks for its run's
 // cancel, then ignores its context for HangMillis.
@@ -533,6 +606,11 @@ func deliver(ctx context.Context, s store.Store, t *Trial, out *output) {
 	for i := range t.Runs {
 		rs := &t.Runs[i]
 		for j := range rs.Items {
+			if it := &rs.Items[j]; it.Kind == ItemRecv {
+				go sendMessages(ctx, s, rs, it, out)
+			}
+		}
+		for j := range rs.Items {
 			it := &rs.Items[j]
 			if it.Kind != ItemHook {
 				continue
@@ -560,6 +638,36 @@ func deliver(ctx context.Context, s store.Store, t *Trial, out *output) {
 					}
 				}
 			}()
+		}
+	}
+}
+
+// sendMessages sends ItemRecv it's messages to its run: message k after
+// message k-1 is in the log, with the key "m<k>" (every worker process
+// sends them all; the keys make them one), Payloads the run takes and
+// Extra it leaves. It ends when they are in, or the run ended, or ctx.
+func sendMessages(ctx context.Context, s store.Store, rs *RunSpec, it *Item, out *output) {
+	pace := rand.New(rand.NewPCG(rs.Seed, uint64(len(it.Topic))))
+	for k := 0; k < it.Payloads+it.Extra; {
+		p := []byte(strconv.Itoa(k))
+		// A run's keys are the run's, not a topic's: the key names both.
+		_, err := s.SendMessage(ctx, &store.SendMessageParams{RunID: rs.ID, Topic: it.Topic, Payload: p,
+			IdempotencyKey: fmt.Sprintf("%s/m%d", it.Topic, k), RequestDigest: p})
+		switch {
+		case err == nil:
+			k++
+			sleepCtx(ctx, time.Duration(pace.IntN(30))*time.Millisecond) // some before the run asks, some after
+		case errors.Is(err, store.ErrGone):
+			return // the run ended
+		case errors.Is(err, store.ErrKeyReused), errors.Is(err, store.ErrInvalid):
+			out.line("V message %s %s %d: %v", rs.ID, it.Topic, k, err)
+			return
+		default: // the run not created yet, or a restarting database
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
 	}
 }
