@@ -193,7 +193,7 @@ func CheckTopic(what, name string) error {
 		return err
 	}
 	if strings.ContainsAny(name, "/?#") || name == "." || name == ".." {
-		return fmt.Errorf("%w: %s %q: no / ? or #, and not . or ..", ErrInvalid, what, name)
+		return fmt.Errorf("%w: %s %q: it must not be . or .. nor hold a / ? or #", ErrInvalid, what, name)
 	}
 	return nil
 }
