@@ -140,6 +140,8 @@ type RunSpec struct {
 	// Workflow is the workflow the run executes: WorkflowName (empty),
 	// WorkflowDeadline or WorkflowChild.
 	Workflow string `json:",omitempty"`
+	// Prefix is its trial's (Trial.Prefix), for its hooks' tokens.
+	Prefix string `json:",omitempty"`
 	Items    []Item
 	// ContinueOnFail: the workflow carries on after a step fails for good (the
 	// run completes); otherwise it returns the error (the run fails).
@@ -204,10 +206,15 @@ const (
 // HookStream is the stream the trial workflow writes hook payloads to.
 const HookStream = "hooks"
 
-// HookToken is the token of run rs's hook at op: from its seed, which
-// (unlike its id, for runs started with an Idempotency-Key) the workflow,
-// the deliverers and the checker all know.
-func HookToken(rs *RunSpec, op int64) string { return fmt.Sprintf("h%016x-%d", rs.Seed, op) }
+// HookToken is the token of run rs's hook at op: from its seed and its
+// trial's prefix, which (unlike its id, for runs started with an
+// Idempotency-Key) the workflow, the deliverers and the checker all know.
+// The prefix keeps a trial off the tokens of an earlier one with the same
+// seed on the same database (a deliverer would find that one's hook gone,
+// and stop).
+func HookToken(rs *RunSpec, op int64) string {
+	return fmt.Sprintf("h%016x-%s-%d", rs.Seed, rs.Prefix, op)
+}
 
 // Item is one thing a workflow does.
 type Item struct {
@@ -410,6 +417,14 @@ func Generate(seed uint64, prefix string, o GenOptions) *Trial {
 		for i := range t.Faults {
 			if k := t.Faults[i].Kind; k == FaultStreamCut || k == FaultStreamKill {
 				t.Faults[i] = Fault{Kind: FaultKill, After: t.Faults[i].After}
+			}
+		}
+	}
+	for i := range t.Runs {
+		t.Runs[i].Prefix = t.Prefix
+		for j := range t.Runs[i].Items {
+			if c := t.Runs[i].Items[j].Child; c != nil {
+				c.Prefix = t.Prefix
 			}
 		}
 	}
