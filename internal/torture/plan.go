@@ -142,7 +142,7 @@ type RunSpec struct {
 	Workflow string `json:",omitempty"`
 	// Prefix is its trial's (Trial.Prefix), for its hooks' tokens.
 	Prefix string `json:",omitempty"`
-	Items    []Item
+	Items  []Item
 	// ContinueOnFail: the workflow carries on after a step fails for good (the
 	// run completes); otherwise it returns the error (the run fails).
 	ContinueOnFail bool
