@@ -845,3 +845,89 @@ func TestSenderClosesAHookAndEachEnds(t *testing.T) {
 		}
 	})
 }
+
+// childFirstStore holds a Record that starts a child (child_started) until
+// the child has ended: the child's end is then in its parent's log before
+// its start.
+type childFirstStore struct{ store.Store }
+
+func (c *childFirstStore) Record(ctx context.Context, p *store.RecordParams) error {
+	for _, ev := range p.Events {
+		if ev.Type != store.EventChildStarted {
+			continue
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if r, err := c.GetRun(ctx, ev.Name); err == nil && r.Status.Terminal() {
+				break
+			}
+			if time.Now().After(deadline) {
+				return errors.New("the child did not end within 10s")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return c.Store.Record(ctx, p)
+}
+
+// A child that ends before its parent recorded its start: the end is in
+// the parent's log before child_started, and a replay of the parent (its
+// worker lost, another engine takes over) still takes it.
+func TestChildEndBeforeItsStartInTheLog(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Store) {
+		var lost atomic.Bool
+		held := make(chan struct{}, 4)
+		register := func(e *weir.Engine) *weir.Workflow[int, int] {
+			kid := weir.Register(e, "quick", func(ctx weir.Context, n int) (int, error) { return n * 2, nil })
+			return weir.Register(e, "parent", func(ctx weir.Context, n int) (int, error) {
+				v, err := weir.StartChild(ctx, kid, n, nil).Get(ctx)
+				if err != nil {
+					return 0, err
+				}
+				if _, err := weir.Step(ctx, "hold", func(sc weir.StepContext) (int, error) {
+					held <- struct{}{}
+					if !lost.Load() {
+						<-sc.Done()
+						return 0, context.Cause(sc)
+					}
+					return 0, nil
+				}); err != nil {
+					return 0, err
+				}
+				return v, nil
+			})
+		}
+		a := newEngine(t, &childFirstStore{Store: s}, nil)
+		wf := register(a)
+		if err := a.Start(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		h, err := wf.Start(testCtx(t), 21, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recv(t, held, "the parent's step after its child")
+		lost.Store(true)
+		if err := a.Close(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		var received, started int64
+		for _, ev := range hookEvents(t, s, h.ID, store.EventHookReceived) {
+			received = ev.Seq
+		}
+		for _, ev := range hookEvents(t, s, h.ID, store.EventChildStarted) {
+			started = ev.Seq
+		}
+		if received == 0 || received > started {
+			t.Fatalf("the child's end (event %d) is not before its start (event %d): the test did not make the order it tests", received, started)
+		}
+		b := newEngine(t, s, nil)
+		wf = register(b)
+		if err := b.Start(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := wf.Handle(h.ID).Result(testCtx(t)); err != nil || v != 42 {
+			t.Fatalf("the parent's result after a replay: %d %v, want 42", v, err)
+		}
+	})
+}

@@ -206,10 +206,14 @@ func (x *execution) loadHook(st *opState, ev *store.Event) {
 		if st.kind == "" {
 			st.kind = opHook
 		}
+		if st.end == nil {
+			// A child's end, if the op is a child's: its first word (a
+			// second is the same end). It may come before child_started
+			// in the log (the child ended before its parent recorded its
+			// start), so it is kept whatever the op is yet.
+			st.end = ev.Data
+		}
 		if st.kind == opChild {
-			if st.end == nil {
-				st.end = ev.Data // its first word; a second is the same end
-			}
 			return
 		}
 		if st.box.IsClosed() {

@@ -67,7 +67,7 @@ type opState struct {
 	token       string    // hook: its token
 	box         inbox.Box // hook: its payloads, in log order, and its close
 	child       string    // child: the child run's id
-	end         []byte    // child: its end, as delivered to the parent
+	end         []byte    // child: its end, as delivered to the parent (a hook's first payload, whatever the op)
 }
 
 func (s *opState) describe() string {
