@@ -405,24 +405,7 @@ func TestChildEndReachesItsParentWhenItsWorkerDies(t *testing.T) {
 	}
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
-			var env []string
-			var open func() store.Store
-			if kind == "sqlite" {
-				db := t.TempDir() + "/weir.db"
-				env = []string{envWorkerDB + "=" + db}
-				open = func() store.Store { s, _ := inspect(t, db); return s }
-			} else {
-				schema := pgtest.NewSchema(t)
-				env = []string{envWorkerPG + "=" + schema}
-				open = func() store.Store {
-					s, err := pgstore.Open(context.Background(), pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4})
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { s.Close() })
-					return s
-				}
-			}
+			env, open := processStore(t, kind)
 			w := startWorkerEnv(t, "parentchild:21", append(env, envWorkerDieAfterChild+"=1")...)
 			w.waitFor(t, "the child's end", func(l string) bool { return l == "child ended; dying" })
 			_ = w.cmd.Wait()

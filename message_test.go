@@ -12,9 +12,7 @@ import (
 
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/client"
-	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/store"
-	"github.com/weirhq/weir/store/pgstore"
 )
 
 // sendMsg sends msg to run on topic.
@@ -288,23 +286,9 @@ func TestMessagesFromAnotherProcess(t *testing.T) {
 	}
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
-			var env []string
-			var open func() store.Store
+			env, open := processStore(t, kind)
 			if kind == "sqlite" {
-				db := t.TempDir() + "/weir.db"
-				env = []string{envWorkerDB + "=" + db, envWorkerHTTP + "=1"}
-				open = func() store.Store { s, _ := inspect(t, db); return s }
-			} else {
-				schema := pgtest.NewSchema(t)
-				env = []string{envWorkerPG + "=" + schema}
-				open = func() store.Store {
-					s, err := pgstore.Open(context.Background(), pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4})
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { s.Close() })
-					return s
-				}
+				env = append(env, envWorkerHTTP+"=1")
 			}
 			w := startWorkerEnv(t, "inbox:3", env...)
 			var send func(topic, msg, key string) (*weir.MessageSent, error)

@@ -284,6 +284,26 @@ type worker struct {
 	lines chan string
 }
 
+// processStore is a store for worker processes of kind "sqlite" (a fresh
+// file) or "postgres" (a fresh schema): the worker's environment naming
+// it, and how this process opens it (on SQLite, once the worker is gone).
+func processStore(t *testing.T, kind string) (env []string, open func() store.Store) {
+	t.Helper()
+	if kind == "sqlite" {
+		db := t.TempDir() + "/weir.db"
+		return []string{envWorkerDB + "=" + db}, func() store.Store { s, _ := inspect(t, db); return s }
+	}
+	schema := pgtest.NewSchema(t)
+	return []string{envWorkerPG + "=" + schema}, func() store.Store {
+		s, err := pgstore.Open(context.Background(), pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+}
+
 // dieAfterChildStore kills its process right after a Record that ended a
 // child run (any run but the one under test) returns.
 type dieAfterChildStore struct{ store.Store }

@@ -402,87 +402,17 @@ func takePayloads(ctx weir.Context, rs *RunSpec, it *Item, env *wfEnv) error {
 			}
 		}
 	}
-	taken := 0
-	for _, kind := range it.Takers {
-		left := it.Payloads - taken
-		switch {
-		case kind == TakeSelect:
-			// Its ops are taken whatever is left.
-			next := h.Next()
-			if weir.Select(ctx, next, weir.NewTimer(ctx, time.Duration(it.SelectMillis)*time.Millisecond)) == 0 {
-				k, err := next.Get(ctx)
-				if err != nil {
-					return err
-				}
-				if err := took(k); err != nil {
-					return err
-				}
-				taken++
-			}
-		case left <= 0:
-		case kind == TakeAll2 && left >= 2:
-			ks, err := weir.All(ctx, h.Next(), h.Next())
+	return takeWith(ctx, it, h.Next, func(yield func(int) bool) error {
+		for k, err := range h.Each(ctx) {
 			if err != nil {
 				return err
 			}
-			for _, k := range ks {
-				if err := took(k); err != nil {
-					return err
-				}
+			if !yield(k) {
+				return nil
 			}
-			taken += 2
-		case kind == TakePending && left >= 2:
-			f := h.Next()
-			k1, err := h.Receive(ctx)
-			if err != nil {
-				return err
-			}
-			k2, err := f.Get(ctx)
-			if err != nil {
-				return err
-			}
-			if err := took(k1); err != nil {
-				return err
-			}
-			if err := took(k2); err != nil {
-				return err
-			}
-			taken += 2
-		case kind == TakeEach:
-			n := 0
-			for k, err := range h.Each(ctx) {
-				if err != nil {
-					return err
-				}
-				if err := took(k); err != nil {
-					return err
-				}
-				taken++
-				if n++; n >= min(it.EachTakes, left) {
-					break
-				}
-			}
-		default: // TakeReceive, or too few left for a pair
-			k, err := h.Receive(ctx)
-			if err != nil {
-				return err
-			}
-			if err := took(k); err != nil {
-				return err
-			}
-			taken++
 		}
-	}
-	for ; taken < it.Payloads; taken++ {
-		k, err := h.Receive(ctx)
-		if err != nil {
-			return err
-		}
-		if err := took(k); err != nil {
-			return err
-		}
-	}
-	return nil
+		return nil
+	}, took)
 }
 
 // takeMessages takes ItemRecv it's messages with its takers program and
@@ -494,60 +424,79 @@ func takeMessages(ctx weir.Context, it *Item) error {
 		_, err := fmt.Fprintf(w, "%s %d", it.Topic, k)
 		return err
 	}
+	next := func() *weir.Future[int] { return weir.NextMessage[int](ctx, it.Topic) }
+	return takeWith(ctx, it, next, nil, took)
+}
+
+// takeWith takes it.Payloads values with it's takers program over an
+// inbox: next makes a Future of its next value, each (nil: none) ranges
+// over them until its yield says stop; took records each value taken, in
+// take order. The rest are taken one by one.
+func takeWith(ctx weir.Context, it *Item, next func() *weir.Future[int], each func(yield func(int) bool) error, took func(int) error) error {
 	taken := 0
+	get := func(f *weir.Future[int]) error {
+		k, err := f.Get(ctx)
+		if err != nil {
+			return err
+		}
+		taken++
+		return took(k)
+	}
 	for _, kind := range it.Takers {
 		left := it.Payloads - taken
 		switch {
 		case kind == TakeSelect:
 			// Its ops are taken whatever is left.
-			next := weir.NextMessage[int](ctx, it.Topic)
-			if weir.Select(ctx, next, weir.NewTimer(ctx, time.Duration(it.SelectMillis)*time.Millisecond)) == 0 {
-				k, err := next.Get(ctx)
-				if err != nil {
+			f := next()
+			if weir.Select(ctx, f, weir.NewTimer(ctx, time.Duration(it.SelectMillis)*time.Millisecond)) == 0 {
+				if err := get(f); err != nil {
 					return err
 				}
-				if err := took(k); err != nil {
-					return err
-				}
-				taken++
 			}
 		case left <= 0:
 		case kind == TakeAll2 && left >= 2:
-			ks, err := weir.All(ctx, weir.NextMessage[int](ctx, it.Topic), weir.NextMessage[int](ctx, it.Topic))
-			if err != nil {
+			a, b := next(), next()
+			weir.Await(ctx, a, b)
+			if err := get(a); err != nil {
 				return err
 			}
-			for _, k := range ks {
-				if err := took(k); err != nil {
-					return err
-				}
+			if err := get(b); err != nil {
+				return err
 			}
-			taken += 2
 		case kind == TakePending && left >= 2:
-			f := weir.NextMessage[int](ctx, it.Topic)
-			k1, err := weir.Recv[int](ctx, it.Topic)
-			if err != nil {
+			// A Future made before a take, and got after it: the take gets
+			// the first value, the Future the second.
+			f := next()
+			if err := get(next()); err != nil {
 				return err
 			}
-			k2, err := f.Get(ctx)
-			if err != nil {
+			if err := get(f); err != nil {
 				return err
 			}
-			if err := took(k1); err != nil {
+		case kind == TakeEach && each != nil:
+			n, want := 0, min(it.EachTakes, left)
+			var ferr error
+			if err := each(func(k int) bool {
+				taken++
+				if ferr = took(k); ferr != nil {
+					return false
+				}
+				n++
+				return n < want
+			}); err != nil {
 				return err
 			}
-			if err := took(k2); err != nil {
+			if ferr != nil {
+				return ferr
+			}
+		default: // TakeReceive, TakeEach without Each, or too few left for a pair
+			if err := get(next()); err != nil {
 				return err
 			}
-			taken += 2
 		}
 	}
-	for ; taken < it.Payloads; taken++ {
-		k, err := weir.Recv[int](ctx, it.Topic)
-		if err != nil {
-			return err
-		}
-		if err := took(k); err != nil {
+	for taken < it.Payloads {
+		if err := get(next()); err != nil {
 			return err
 		}
 	}
