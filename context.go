@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weirhq/weir/store"
@@ -307,23 +309,13 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 		start := newStepStart(x, op, name, attempt)
 		st.lastAttempt, st.open, st.retryAt = attempt, true, time.Time{}
 
-		out, err := runAttempt(x, start, &cfg, fn)
+		out, err := runAttempt(x, start, st, &cfg, env.deferOK, fn)
 		if env.release != nil {
 			env.release()
 		}
 		if r, ok := x.interrupted(); ok {
-			if r == exitCancelled || r == exitRunTimeout {
-				// Its output is aborted, and the attempt, which may run on
-				// (abandoned), fenced off the run's other streams too.
-				p := start.fold(&store.RecordParams{
-					Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: attempt, Error: context.Cause(x.ctx).Error(), Final: true}},
-					Finish: &store.Finish{Writer: stepWriter(op), Attempt: attempt},
-				})
-				p.Fence = &store.Fence{Writer: stepWriter(op), Attempt: attempt + 1}
-				env.record(p)
-				st.open, st.failedFinal = false, true
-			} else {
-				start.fold(nil)
+			if err := x.endInterrupted(r, start, st); err != nil {
+				env.fail(err)
 			}
 			env.leave(r, context.Cause(x.ctx))
 		}
@@ -398,7 +390,12 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 // lost, stopping), whether fn returns or not: fn is then told through its
 // context and abandoned, a zombie its fence stops (Engine.abandoned
 // reports it while it lingers).
-func runAttempt[T any](x *execution, start *stepStart, cfg *stepConfig, fn func(StepContext) (T, error)) (out T, err error) {
+//
+// An inline step's attempt without a timeout runs fn on the workflow
+// goroutine itself (a goroutine hand-off costs a short step a sixth of its
+// time): if the run is interrupted while fn does not return, execute
+// detaches it (execution.detach) and ends the run without it.
+func runAttempt[T any](x *execution, start *stepStart, st *opState, cfg *stepConfig, inline bool, fn func(StepContext) (T, error)) (out T, err error) {
 	ctx, cancel := context.WithCancelCause(x.ctx)
 	sc := &stepContext{Context: ctx, x: x, op: start.op, attempt: start.attempt, writers: map[string]*Writer{}, cancel: cancel, start: start}
 	call := func() (out T, err error) {
@@ -420,6 +417,25 @@ func runAttempt[T any](x *execution, start *stepStart, cfg *stepConfig, fn func(
 				err = ferr
 			}
 		}
+		return out, err
+	}
+	if inline && cfg.timeout <= 0 && cfg.heartbeat <= 0 {
+		a := &inlineAttempt{start: start, st: st, returned: make(chan struct{})}
+		x.inlineRun.Store(a)
+		if x.ctx.Err() == nil {
+			out, err = call()
+		} else {
+			err = context.Cause(x.ctx)
+		}
+		if !a.state.CompareAndSwap(0, 1) {
+			// Detached: the run ended without this attempt. Touch nothing
+			// of it until its execution is done with it, then leave.
+			close(a.returned)
+			<-x.finished
+			runtime.Goexit()
+		}
+		x.inlineRun.Store(nil)
+		cancel(nil)
 		return out, err
 	}
 	if cfg.heartbeat > 0 {
@@ -471,6 +487,68 @@ func runAttempt[T any](x *execution, start *stepStart, cfg *stepConfig, fn func(
 		x.e.abandoned(x, start, why, returned)
 		return out, why
 	}
+}
+
+// inlineAttempt is the attempt of an inline step whose function runs on
+// the workflow goroutine. Whoever moves state from 0 owns the attempt's
+// end: 1, the workflow goroutine (fn returned); 2, execute (detach).
+type inlineAttempt struct {
+	state    atomic.Int32
+	start    *stepStart
+	st       *opState
+	returned chan struct{} // closed when a detached attempt's fn returns
+}
+
+// endInterrupted records the end of attempt start of step st, which the
+// run's interruption r stopped: for a cancel or a deadline its output is
+// aborted and the attempt, which may run on, fenced off every stream of
+// the run, with its final failure; for a stop or a lost lease nothing (the
+// next owner fences it).
+func (x *execution) endInterrupted(r exitReason, start *stepStart, st *opState) error {
+	if r != exitCancelled && r != exitRunTimeout {
+		start.fold(nil)
+		return nil
+	}
+	op, attempt := start.op, start.attempt
+	p := start.fold(&store.RecordParams{
+		Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: start.name, Attempt: attempt, Error: context.Cause(x.ctx).Error(), Final: true}},
+		Finish: &store.Finish{Writer: stepWriter(op), Attempt: attempt},
+	})
+	p.Fence = &store.Fence{Writer: stepWriter(op), Attempt: attempt + 1}
+	if err := x.recordErr(p); err != nil {
+		return err
+	}
+	st.open, st.failedFinal = false, true
+	return nil
+}
+
+// detach ends the inline attempt running on the workflow goroutine, if
+// there is one and its function has not returned, for the interrupted run
+// (execute): it records the attempt's end, counts it abandoned, and sets
+// the run's exit, and the run goes on to its end while the function
+// lingers. It reports whether it did; if not, the workflow goroutine
+// leaves by itself.
+func (x *execution) detach() bool {
+	a := x.inlineRun.Load()
+	if a == nil || !a.state.CompareAndSwap(0, 2) {
+		return false
+	}
+	r, _ := x.interrupted()
+	why := context.Cause(x.ctx)
+	x.e.attempts.Add(1) // Close waits for the function, as for any attempt's
+	go func() {
+		<-a.returned
+		x.e.attempts.Done()
+	}()
+	x.e.abandoned(x, a.start, why, a.returned)
+	if err := x.endInterrupted(r, a.start, a.st); err != nil {
+		x.e.log.Warn("weir: record the end of an abandoned step attempt", "run", x.run.ID, "step", a.start.name, "err", err)
+		if errors.Is(err, store.ErrLeaseLost) {
+			r = exitLost
+		}
+	}
+	x.exit, x.exitErr = r, why
+	return true
 }
 
 // lingerReport is how long an abandoned attempt's function may take to

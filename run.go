@@ -121,6 +121,12 @@ type execution struct {
 	rec      recorder // the records that wait (checkpoint.go)
 	freeSlot func()   // gives the run's slot back (once); nil: none (Replay)
 
+	// inlineRun is the attempt of an inline step whose function runs on
+	// the workflow goroutine now, if any; finished is closed when execute
+	// is done with the run (a detached workflow goroutine waits for it).
+	inlineRun atomic.Pointer[inlineAttempt]
+	finished  chan struct{}
+
 	exit    exitReason
 	exitErr error
 }
@@ -222,7 +228,8 @@ func (x *execution) record(p *store.RecordParams) {
 func stepWriter(op int64) string { return "step/" + strconv.FormatInt(op, 10) }
 
 func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r *store.Run, fresh bool, free func()) {
-	x := &execution{e: e, run: r, epoch: r.LeaseEpoch, ctx: ctx, cancel: cancel, freeSlot: free}
+	x := &execution{e: e, run: r, epoch: r.LeaseEpoch, ctx: ctx, cancel: cancel, freeSlot: free, finished: make(chan struct{})}
+	defer close(x.finished) // last: a detached workflow goroutine waits for it
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -299,7 +306,17 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 		out, runErr = wf.fn(&wfContext{Context: ctx, x: x}, r.Input)
 		returned = true
 	}()
-	<-done
+	select {
+	case <-done:
+	case <-x.ctx.Done():
+		// Interrupted (cancelled, past its deadline, stopping, lost): the
+		// workflow goroutine leaves at its next operation, unless it is
+		// inside an inline step's function that does not return: then the
+		// run goes on to its end without it (detach).
+		if !x.detach() {
+			<-done
+		}
+	}
 	if !returned {
 		// The workflow goroutine left: its steps' goroutines stop too, as
 		// at a crash. A function that returned waits for the steps it
