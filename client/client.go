@@ -346,6 +346,9 @@ type SendOptions struct {
 // run), store.ErrGone (the run ended), store.ErrKeyReused,
 // store.ErrTooLarge, store.ErrInvalid.
 func (c *Client) SendMessage(ctx context.Context, id, topic string, payload json.RawMessage, opts *SendOptions) (*api.MessageSent, error) {
+	if err := store.CheckTopic("topic", topic); err != nil {
+		return nil, fmt.Errorf("client: send message: %w", err)
+	}
 	h := http.Header{"Content-Type": {"application/json"}}
 	if opts != nil && opts.IdempotencyKey != "" {
 		h.Set("Idempotency-Key", opts.IdempotencyKey)
@@ -370,6 +373,9 @@ type EventOptions struct {
 // (nil if none came in time). Errors match weir.ErrNotFound: no such run,
 // a key never set, or a run that ended without a newer value.
 func (c *Client) GetEvent(ctx context.Context, id, key string, opts *EventOptions) (*api.RunEvent, error) {
+	if err := store.CheckTopic("run event key", key); err != nil {
+		return nil, fmt.Errorf("client: get event: %w", err)
+	}
 	var q url.Values
 	if opts != nil && opts.Wait > 0 {
 		q = url.Values{"wait": {opts.Wait.String()}, "after": {strconv.FormatInt(opts.After, 10)}}

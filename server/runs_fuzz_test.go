@@ -7,6 +7,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -97,6 +99,112 @@ func FuzzStartRun(f *testing.F) {
 			}
 		default:
 			t.Fatalf("status %d for %q: %s", w.Code, body, w.Body.String())
+		}
+	})
+}
+
+// FuzzSendMessage feeds POST /v1/runs/{id}/messages/{topic} arbitrary
+// topics (escaped into the path), bodies and keys, and GET
+// /v1/runs/{id}/events/{key} arbitrary keys and queries: a message is
+// either stored as sent (its topic and payload the last event of the run's
+// log) or refused with a 4xx and a one-line reason, storing nothing; a
+// read is never a 5xx.
+func FuzzSendMessage(f *testing.F) {
+	for _, seed := range []struct{ topic, body, key, query string }{
+		{"user", `{"text":"hi"}`, "", ""},
+		{"user", `1`, "k", "wait=0s"},
+		{"a/b", `1`, "", "wait=1ms&after=1"},
+		{"..", `1`, "", "after=3"},
+		{"", `1`, "", "wait=forever"},
+		{"t\xff", `"x"`, "", "x=1"},
+		{"user", `{"text":`, "", ""},
+		{"user", ``, "k", "wait=-1s"},
+		{strings.Repeat("t", 256), `1`, "", ""},
+		{"user", `[1,2,3]`, "k\x00", ""},
+	} {
+		f.Add(seed.topic, []byte(seed.body), seed.key, seed.query)
+	}
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, filepath.Join(f.TempDir(), "weir.db"), &sqlitestore.Config{Synchronous: "OFF"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { st.Close() })
+	e, err := weir.New(st, &weir.Config{NoWorker: true, Logger: discardLogger()})
+	if err != nil {
+		f.Fatal(err)
+	}
+	weir.Register(e, "echo", func(_ weir.Context, in json.RawMessage) (json.RawMessage, error) { return in, nil })
+	run, _, err := e.StartRun(ctx, "echo", nil, &weir.StartOptions{ID: "fuzzed"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	srv := New(e, &Config{MaxBodyBytes: 1 << 16, Logger: discardLogger()})
+	oneLine := func(t *testing.T, code int, b string) {
+		if !strings.HasSuffix(b, "\n") || strings.Count(b, "\n") != 1 {
+			t.Fatalf("%d with a reply that is not one line: %q", code, b)
+		}
+	}
+
+	f.Fuzz(func(t *testing.T, topic string, body []byte, key, query string) {
+		before, err := st.ListEvents(ctx, run.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequest("POST", "/v1/runs/"+run.ID+"/messages/"+url.PathEscape(topic), bytes.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		if key != "" && !strings.ContainsAny(key, "\r\n\x00") {
+			r.Header.Set("Idempotency-Key", key)
+		}
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, r)
+		after, err := st.ListEvents(ctx, run.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case w.Code == http.StatusTemporaryRedirect && path.Clean(r.URL.Path) != r.URL.Path:
+			// The router's redirect of a path with dot segments: no handler ran.
+			if len(after) != len(before) {
+				t.Fatal("a redirected request stored something")
+			}
+		case w.Code == http.StatusOK:
+			var sent api.MessageSent
+			if err := json.Unmarshal(w.Body.Bytes(), &sent); err != nil || sent.RunID != run.ID {
+				t.Fatalf("reply %q: %v", w.Body.String(), err)
+			}
+			if !sent.Duplicate {
+				last := after[len(after)-1]
+				if last.Type != "message_received" || last.Name != sent.Topic || last.Seq != sent.Seq || !json.Valid(last.Data) {
+					t.Fatalf("the message stored is %+v, the reply %+v", last, sent)
+				}
+			}
+		case w.Code >= 400 && w.Code < 500:
+			oneLine(t, w.Code, w.Body.String())
+			if len(after) != len(before) {
+				t.Fatalf("%d, yet the run's log grew from %d to %d events", w.Code, len(before), len(after))
+			}
+		default:
+			t.Fatalf("status %d for topic %q body %q: %s", w.Code, topic, body, w.Body.String())
+		}
+
+		u := "/v1/runs/" + run.ID + "/events/" + url.PathEscape(topic)
+		if query != "" && !strings.ContainsAny(query, "#\x00") {
+			u += "?" + query
+		}
+		r = httptest.NewRequestWithContext(ctx, "GET", "/", nil)
+		if pu, err := url.Parse(u); err == nil {
+			r.URL = pu
+		}
+		w = httptest.NewRecorder()
+		srv.ServeHTTP(w, r)
+		switch {
+		case w.Code == http.StatusOK || w.Code == http.StatusNoContent:
+		case w.Code == http.StatusTemporaryRedirect && path.Clean(r.URL.Path) != r.URL.Path:
+		case w.Code >= 400 && w.Code < 500:
+			oneLine(t, w.Code, w.Body.String())
+		default:
+			t.Fatalf("status %d for GET %q: %s", w.Code, u, w.Body.String())
 		}
 	})
 }
