@@ -165,12 +165,23 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request, path string)
 	defer release()
 	ctx := r.Context()
 	now := s.now()
-	info, err := s.lookup(ctx, path, now)
+	q, err := parseReadQuery(r.URL.RawQuery)
 	if err != nil {
 		s.streamError(w, err)
 		return
 	}
-	q, err := parseReadQuery(r.URL.RawQuery)
+	info, err := s.lookup(ctx, path, now)
+	if errors.Is(err, store.ErrNotFound) && q.live != "" {
+		info, err = s.awaitRunStream(ctx, path, err)
+		if info == nil && err == nil {
+			// Not written yet: the reader polls again from the start.
+			w.Header().Set("Stream-Next-Offset", formatOffset(0))
+			w.Header().Set("Stream-Up-To-Date", "true")
+			w.Header().Set("Stream-Cursor", nextCursor(q.cursor, time.Now()))
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
 	if err != nil {
 		s.streamError(w, err)
 		return
@@ -198,6 +209,49 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request, path string)
 		s.serveSSE(w, r, info, q, rd)
 	default:
 		s.catchUp(w, r, info, q, rd)
+	}
+}
+
+// awaitRunStream waits for a run's stream that a live reader asked for
+// before the run wrote it (a page starts a run and follows its stream at
+// once): while the run goes on, up to Config.LongPollTimeout, polling as
+// Engine.Read does. It returns the stream once it exists; nil, nil when the
+// wait timed out (or the server drains); notFound when path is no run's
+// stream, the run is unknown, or it ended without writing the stream.
+func (s *Server) awaitRunStream(ctx context.Context, path string, notFound error) (*store.StreamInfo, error) {
+	run, _, ok := strings.Cut(strings.TrimPrefix(path, runsPrefix), "/")
+	if !strings.HasPrefix(path, runsPrefix) || !ok {
+		return nil, notFound
+	}
+	deadline := time.Now().Add(s.cfg.LongPollTimeout)
+	delay := 2 * time.Millisecond
+	for {
+		rs, err := s.store.GetRun(ctx, run)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil, notFound
+		case err != nil:
+			return nil, err
+		}
+		info, err := s.lookup(ctx, path, s.now())
+		if !errors.Is(err, store.ErrNotFound) {
+			return info, err
+		}
+		if rs.Status.Terminal() {
+			return nil, fmt.Errorf("%w: run %s ended without writing this stream", store.ErrNotFound, clip(run))
+		}
+		wait := min(delay, time.Until(deadline))
+		if wait <= 0 || s.draining() {
+			return nil, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.drained.Done():
+			return nil, nil
+		case <-time.After(wait):
+		}
+		delay = min(2*delay, 100*time.Millisecond)
 	}
 }
 

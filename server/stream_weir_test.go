@@ -347,3 +347,55 @@ func TestRunStreamsAreReadOnlyDurableStreams(t *testing.T) {
 	}
 	d.call("GET", "runs/"+h.ID+"/nope", nil).must(t, 404)
 }
+
+// A page starts a run and follows its stream at once, before the run wrote
+// it: a live read waits for the stream (long-poll answers 204 from the
+// start when it does not come in time, and the reader polls again), an SSE
+// read gets the words once they come; once the run ended without writing
+// it, or for a run that does not exist, the stream is not found. A plain
+// catch-up read does not wait.
+func TestLiveReadWaitsForARunsStream(t *testing.T) {
+	onEveryStoreWith(t, &Config{LongPollTimeout: 200 * time.Millisecond}, func(t *testing.T, d *dsServer) {
+		gate := make(chan struct{})
+		open := sync.OnceFunc(func() { close(gate) })
+		defer open()
+		wf := weir.Register(d.e, "later", func(ctx weir.Context, _ int) (int, error) {
+			<-gate
+			return weir.Step(ctx, "say", func(sc weir.StepContext) (int, error) {
+				_, err := sc.Stream("words").WriteString("now")
+				return 1, err
+			})
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := d.e.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		run, err := wf.Start(ctx, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := "runs/" + run.ID + "/words"
+		d.call("GET", path+"?offset=-1&format=ndjson", nil).must(t, http.StatusNotFound)
+		d.call("GET", path+"?offset=-1&live=long-poll&format=ndjson", nil).must(t, http.StatusNoContent).
+			header(t, "Stream-Next-Offset", formatOffset(0)).header(t, "Stream-Up-To-Date", "true")
+		d.call("GET", "runs/nosuchrun/words?offset=-1&live=long-poll", nil).must(t, http.StatusNotFound)
+
+		got := make(chan *dsReply, 1)
+		go func() { got <- d.call("GET", path+"?offset=-1&live=sse&format=ndjson", nil) }()
+		open()
+		if _, err := d.e.Wait(ctx, run.ID); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			r.must(t, http.StatusOK)
+			if !strings.Contains(r.String(), `"kind":"data"`) || !strings.Contains(r.String(), `"kind":"close"`) {
+				t.Fatalf("SSE read: %s", r)
+			}
+		case <-ctx.Done():
+			t.Fatal("the SSE read never ended")
+		}
+		d.call("GET", "runs/"+run.ID+"/other?offset=-1&live=sse", nil).must(t, http.StatusNotFound)
+	})
+}
