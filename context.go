@@ -29,7 +29,7 @@ type Context interface {
 	// Stream returns the run's stream name for writes from workflow code.
 	// Each write is appended and committed before Write returns; on replay it
 	// is recognised, not appended again.
-	Stream(name string) *Writer
+	Stream(name string, opts ...StreamOption) *Writer
 	execution() *execution
 }
 
@@ -40,8 +40,8 @@ type wfContext struct {
 
 func (c *wfContext) RunID() string         { return c.x.run.ID }
 func (c *wfContext) execution() *execution { return c.x }
-func (c *wfContext) Stream(name string) *Writer {
-	return newWorkflowWriter(c.x, name)
+func (c *wfContext) Stream(name string, opts ...StreamOption) *Writer {
+	return newWorkflowWriter(c.x, name, streamOptionsOf(opts))
 }
 
 // StepContext is what a step function gets: a context.Context cancelled when
@@ -59,8 +59,9 @@ type StepContext interface {
 	Attempt() int64
 	// Stream returns the step's writer on the run's stream name. Its writes
 	// are batched; identical chunks written again by a retry are adopted, not
-	// appended, and the step's outcome commits or aborts them.
-	Stream(name string) *Writer
+	// appended, and the step's outcome commits or aborts them. Options apply
+	// to the stream when this call creates it (ContentType).
+	Stream(name string, opts ...StreamOption) *Writer
 	// Heartbeat tells the engine the attempt is alive: with
 	// WithHeartbeatTimeout, an attempt that goes longer without one fails.
 	// Without it, Heartbeat does nothing. Safe from any goroutine.
@@ -93,13 +94,24 @@ func (s *stepContext) Attempt() int64 { return s.attempt }
 func (s *stepContext) StepID() string {
 	return s.x.run.ID + "/step/" + strconv.FormatInt(s.op, 10)
 }
-func (s *stepContext) Stream(name string) *Writer {
+func (s *stepContext) Stream(name string, opts ...StreamOption) *Writer {
+	o := streamOptionsOf(opts)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w := s.writers[name]; w != nil {
+		// Checked against the stream once opened, else the first call's ask.
+		have := w.opts
+		s.x.streamsMu.Lock()
+		if ref, ok := s.x.streams[name]; ok {
+			have = ref.opts
+		}
+		s.x.streamsMu.Unlock()
+		if err := have.check(name, o.contentType); err != nil {
+			return failedWriter(name, err)
+		}
 		return w
 	}
-	w := newStepWriter(s, name)
+	w := newStepWriter(s, name, o)
 	if s.closed {
 		w.closeNow() // asked for after fn returned (by a goroutine fn left)
 	}

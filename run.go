@@ -103,8 +103,8 @@ type execution struct {
 	events int   // events in the log when the execution began
 
 	streamsMu sync.Mutex
-	streams   map[string]int64 // stream name -> id, opened by this execution
-	wfSeq     map[string]int64 // workflow writer: next seq per stream
+	streams   map[string]streamRef // by name: the streams this execution opened
+	wfSeq     map[string]int64     // workflow writer: next seq per stream
 
 	readOnly bool        // Replay: run nothing, write nothing
 	ended    atomic.Bool // the workflow goroutine has exited

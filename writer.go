@@ -2,6 +2,7 @@ package weir
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -33,6 +34,7 @@ const slabSize = 256 << 10
 type Writer struct {
 	x       *execution
 	name    string
+	opts    streamOptions
 	writer  string
 	attempt int64
 	cfg     WriterConfig
@@ -59,9 +61,9 @@ type Writer struct {
 	streamID int64
 }
 
-func newStepWriter(sc *stepContext, name string) *Writer {
+func newStepWriter(sc *stepContext, name string, o streamOptions) *Writer {
 	w := &Writer{
-		x: sc.x, name: name, writer: stepWriter(sc.op), attempt: sc.attempt,
+		x: sc.x, name: name, opts: o, writer: stepWriter(sc.op), attempt: sc.attempt,
 		cfg: sc.x.e.cfg.Writer, ctx: sc.Context, onFence: sc.cancel, start: sc.start,
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
@@ -69,8 +71,15 @@ func newStepWriter(sc *stepContext, name string) *Writer {
 	return w
 }
 
-func newWorkflowWriter(x *execution, name string) *Writer {
-	return &Writer{x: x, name: name, writer: WorkflowWriterID, ctx: x.ctx}
+func newWorkflowWriter(x *execution, name string, o streamOptions) *Writer {
+	return &Writer{x: x, name: name, opts: o, writer: WorkflowWriterID, ctx: x.ctx}
+}
+
+// failedWriter is a Writer whose every call returns err.
+func failedWriter(name string, err error) *Writer {
+	w := &Writer{name: name, err: err}
+	w.acked = sync.NewCond(&w.mu)
+	return w
 }
 
 // Name returns the stream's name.
@@ -79,8 +88,14 @@ func (w *Writer) Name() string { return w.name }
 // Write writes p as one chunk. p may be reused once Write returns. It never
 // returns a short count without an error.
 func (w *Writer) Write(p []byte) (int, error) {
+	if w.x == nil {
+		return 0, w.err // failedWriter
+	}
 	if len(p) > store.MaxChunkSize {
 		return 0, fmt.Errorf("weir: write to %q: %w: chunk of %d bytes, the limit is %d", w.name, ErrTooLarge, len(p), store.MaxChunkSize)
+	}
+	if w.opts.json && !json.Valid(p) {
+		return 0, fmt.Errorf("weir: write to %q: %w: a chunk of an application/json stream is one JSON value", w.name, ErrContentType)
 	}
 	if w.writer == WorkflowWriterID {
 		return w.writeWorkflow(p)
@@ -139,8 +154,8 @@ func (w *Writer) poke() {
 
 // Flush waits until every chunk written so far is acknowledged.
 func (w *Writer) Flush() error {
-	if w.writer == WorkflowWriterID {
-		return nil
+	if w.writer == WorkflowWriterID || w.x == nil {
+		return w.err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -164,8 +179,8 @@ func (w *Writer) closeNow() {
 // Close flushes and stops the writer; the engine calls it when the step's
 // function returns. Writes after it fail.
 func (w *Writer) Close() error {
-	if w.writer == WorkflowWriterID {
-		return nil
+	if w.writer == WorkflowWriterID || w.x == nil {
+		return w.err
 	}
 	w.mu.Lock()
 	w.closing = true
@@ -285,7 +300,7 @@ func (w *Writer) open() error {
 		return nil
 	}
 	if w.start == nil {
-		id, err := w.x.streamID(w.ctx, w.name)
+		id, err := w.x.streamID(w.ctx, w.name, w.opts.contentType)
 		if err != nil {
 			return err
 		}
@@ -301,7 +316,7 @@ func (w *Writer) open() error {
 	)
 	go func() {
 		defer close(done)
-		id, idErr = w.x.streamID(w.ctx, w.name)
+		id, idErr = w.x.streamID(w.ctx, w.name, w.opts.contentType)
 	}()
 	startErr := w.start.ensure()
 	<-done
@@ -315,22 +330,35 @@ func (w *Writer) open() error {
 	return nil
 }
 
-// streamID opens (creating) the run's stream name and caches its id.
-func (x *execution) streamID(ctx context.Context, name string) (int64, error) {
+// streamID opens (creating) the run's stream name and caches its id. A
+// content type asked for (not "") must be the stream's: the first open that
+// creates the stream sets it.
+func (x *execution) streamID(ctx context.Context, name, contentType string) (int64, error) {
 	x.streamsMu.Lock()
 	defer x.streamsMu.Unlock()
-	if id, ok := x.streams[name]; ok {
-		return id, nil
+	ref, ok := x.streams[name]
+	if !ok {
+		info, err := x.e.store.OpenStream(ctx, &store.OpenStreamParams{RunID: x.run.ID, Name: name, Create: true, ContentType: contentType})
+		if err != nil {
+			return 0, fmt.Errorf("open stream %q: %w", name, err)
+		}
+		if x.streams == nil {
+			x.streams = make(map[string]streamRef)
+		}
+		ref = streamRef{id: info.ID, opts: streamOptions{contentType: info.ContentType}}
+
+		x.streams[name] = ref
 	}
-	info, err := x.e.store.OpenStream(ctx, &store.OpenStreamParams{RunID: x.run.ID, Name: name, Create: true})
-	if err != nil {
-		return 0, fmt.Errorf("open stream %q: %w", name, err)
+	if err := ref.opts.check(name, contentType); err != nil {
+		return 0, err
 	}
-	if x.streams == nil {
-		x.streams = make(map[string]int64)
-	}
-	x.streams[name] = info.ID
-	return info.ID, nil
+	return ref.id, nil
+}
+
+// streamRef is a run stream this execution opened.
+type streamRef struct {
+	id   int64
+	opts streamOptions
 }
 
 // writeWorkflow appends one chunk from workflow code, committed at append.
