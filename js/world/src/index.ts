@@ -7,7 +7,7 @@ import { createStreams } from './streams';
 
 export { resolveConfig, type Config, type View } from './config';
 export { sign, verifySignature } from './queue';
-export { StreamWriter, type Ack, type StreamWriterOptions } from './writer';
+export { StreamWriter, type Ack, type StreamWriterOptions } from '@weirhq/client';
 
 /**
  * createWorld returns a Vercel Workflow World (workflow@4.8.x, World spec 3)
