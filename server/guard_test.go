@@ -69,6 +69,14 @@ func TestPreflightsAnswerOnlyAllowedOrigins(t *testing.T) {
 	if !strings.Contains(strings.ToLower(r.header.Get("Access-Control-Allow-Headers")), "if-none-match") {
 		t.Fatalf("allow headers %q", r.header.Get("Access-Control-Allow-Headers"))
 	}
+	// An allowed page reads a stream error's code and a busy server's
+	// Retry-After, as it reads the runs API's.
+	r = s.do("GET", "/v1/stream/nope?offset=-1", "", "Origin", "https://app.example")
+	for _, h := range []string{"Weir-Error", "Retry-After", "Weir-Data-Encoding", "Stream-Next-Offset"} {
+		if r.status != http.StatusNotFound || !strings.Contains(r.header.Get("Access-Control-Expose-Headers"), h) {
+			t.Fatalf("a stream reply does not expose %s: %d %v", h, r.status, r.header)
+		}
+	}
 	// With no origins configured, only the server's own pages.
 	def := newTestServer(t, nil)
 	r = def.do("GET", "/v1/stream/s", "", "Origin", "https://app.example")

@@ -41,7 +41,7 @@ const (
 	corsExposeHeaders = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-SSE-Data-Encoding, " +
 		"Stream-TTL, Stream-Expires-At, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, " +
 		"ETag, Location, Content-Type, Weir-Attempt, Weir-Expected-Seq, Weir-Result, Weir-Data-Encoding, " +
-		"Weir-Aborted-At, Weir-Idempotent-Replay"
+		"Weir-Aborted-At, Weir-Idempotent-Replay, Weir-Error, Retry-After"
 )
 
 // dsState is the streams handler's state in a Server.
