@@ -119,10 +119,10 @@ func TestTurnThroughTheAppsRoute(t *testing.T) {
 				text.WriteString(c.Delta + "|")
 			}
 		}
-		want := "Sure!| I| will| check| Paris's| weather| and| local| time| at| once.|In| Paris| it| is| 7°C| and| windy,| and| 14:05| local| time.| Anything| else?|"
+		want := "Sure!| I| will| check| Paris's| weather| and| local| time| at| once.|You| asked:| \"What| is| the| weather| in| Paris?\".| In| Paris| it| is| 7°C| and| windy,| and| 14:05| local| time.| Anything| else?|"
 		wantAborts := 1
 		if same {
-			want = "Let| me| look| up| the| weather| and| the| time| in| Paris.|In| Paris| it| is| 7°C| and| windy,| and| 14:05| local| time.| Anything| else?|"
+			want = "Let| me| look| up| the| weather| and| the| time| in| Paris.|You| asked:| \"What| is| the| weather| in| Paris?\".| In| Paris| it| is| 7°C| and| windy,| and| 14:05| local| time.| Anything| else?|"
 			wantAborts = 0
 		}
 		if text.String() != want || aborts != wantAborts {

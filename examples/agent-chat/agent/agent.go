@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/uistream"
@@ -173,7 +174,7 @@ func turn(ctx weir.Context, c *Config, in Turn) (Answer, error) {
 	}
 
 	// The model's second call: the answer.
-	answer := fmt.Sprintf("In %s it is %s, and %s. Anything else?", city, results[0], results[1])
+	answer := fmt.Sprintf("You asked: %q. In %s it is %s, and %s. Anything else?", clip(question, 200), city, results[0], results[1])
 	if _, err := weir.Step(ctx, "model: answer", func(sc weir.StepContext) (int, error) {
 		ui := uistream.Resume(open(sc), st)
 		if err := ui.StartStep(); err != nil {
@@ -251,6 +252,17 @@ func cityOf(q string) string {
 		}
 	}
 	return city
+}
+
+// clip shortens s to n bytes at most, on a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 func weatherIn(city string) string {
