@@ -116,12 +116,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// A new request, not the browser's: its cookies, credentials and
 	// Origin stay here; the Backend sees a reader on loopback.
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://localhost/v1/stream/"+path+"?"+q.Encode(), nil)
+	u := &url.URL{Scheme: "http", Host: "localhost", Path: "/v1/stream/" + path,
+		RawPath: "/v1/stream/" + escapePath(path), RawQuery: q.Encode()}
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, u.String(), nil)
 	if err != nil {
 		refuse(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	out.URL.RawPath = "/v1/stream/" + escapePath(path)
 	for _, k := range []string{"Accept", "If-None-Match"} {
 		if v := r.Header.Get(k); v != "" {
 			out.Header.Set(k, v)
