@@ -96,15 +96,31 @@ async function ask(page, question, { fail, after = 3, same = false }) {
 // committedText reads the turn's stream in the committed view, through the
 // app's route, and joins its text deltas: what the page must end with.
 async function committedText(url, stream) {
+  return (await committed(url, stream)).text;
+}
+
+async function committed(url, stream) {
   const res = await fetch(new URL(stream.stream + "?offset=-1&view=committed", url));
   assert.equal(res.status, 200);
   let text = "";
+  let chunks = 0;
   for (const line of (await res.text()).split("\n")) {
     if (!line) continue;
     const r = JSON.parse(line);
-    if (r.kind === "data" && r.data.type === "text-delta") text += r.data.delta;
+    if (r.kind !== "data") continue;
+    chunks++;
+    if (r.data.type === "text-delta") text += r.data.delta;
   }
-  return text;
+  return { text, chunks };
+}
+
+// The page's second reader, useFollow, ends closed with the committed
+// chunks visible and the rewinds it applied.
+async function recordsPanel(page, url, stream, rewinds) {
+  const panel = page.locator("#records[data-state='closed']");
+  await panel.waitFor({ timeout: 20_000 });
+  assert.equal(Number(await panel.getAttribute("data-chunks")), (await committed(url, stream)).chunks);
+  assert.equal(Number(await panel.getAttribute("data-rewinds")), rewinds);
 }
 
 test("a divergent retry: tokens live, the failed attempt's gone once the rewind arrives, the committed answer at the end", { timeout: 120_000 }, async (t) => {
@@ -134,6 +150,7 @@ test("a divergent retry: tokens live, the failed attempt's gone once the rewind 
   const final = states[states.length - 1].text;
   assert.equal(final, await committedText(url, stream));
   assert.match(final, /^Sure! I will check Paris's weather and local time at once\.You asked: "What is the weather in Paris\?"\. In Paris it is/);
+  await recordsPanel(page, url, stream, 1);
   // Both tools, run in parallel by the agent, show their results.
   assert.equal(await page.locator(".msg.assistant .tool[data-state='output-available']").count(), 2);
   assert.deepEqual(errors, []);
@@ -147,6 +164,7 @@ test("an identical retry: adopted, no rewind, no flicker", { timeout: 120_000 },
   // taken back or changed.
   for (let i = 1; i < states.length; i++) assert.ok(states[i].text.startsWith(states[i - 1].text), `flicker: ${JSON.stringify(states.slice(i - 1, i + 1))}`);
   assert.equal(states[states.length - 1].text, await committedText(url, stream));
+  await recordsPanel(page, url, stream, 0);
   assert.deepEqual(errors, []);
 });
 

@@ -6,7 +6,7 @@ import { StrictMode, useState, type FormEvent } from 'react';
 import { createRoot } from 'react-dom/client';
 import type { UIMessage } from 'ai';
 import { WeirChat, type StartRequest, type StartedTurn } from '@weirhq/client/ai';
-import { useWeirChat } from '@weirhq/client/react';
+import { useFollow, useWeirChat } from '@weirhq/client/react';
 import type { FollowEvent } from '@weirhq/client';
 
 /** What the page tells the agent besides the conversation. */
@@ -78,7 +78,10 @@ function Part({ part }: { part: UIMessage['parts'][number] }) {
 }
 
 function App() {
-  const { messages, status, error, rewinds, sendMessage, stop } = useWeirChat({ chat });
+  const { messages, status, error, rewinds, sendMessage, stop, stream } = useWeirChat({ chat });
+  // The turn's records as a second reader sees them (useFollow): how many
+  // chunks are visible, how many rewinds it applied.
+  const records = useFollow(stream?.stream, { waitForStreamMs: 30_000 });
   const [input, setInput] = useState('What is the weather in Lisbon?');
   const [fail, setFail] = useState(failure);
   const busy = status === 'submitted' || status === 'streaming';
@@ -106,6 +109,11 @@ function App() {
         {rewinds > 0 ? ` · ${rewinds} rewind${rewinds > 1 ? 's' : ''}: a retried step's voided tokens were dropped` : ''}
         {error ? ` · ${error.message}` : ''}
       </p>
+      {stream ? (
+        <p id="records" data-state={records.state} data-chunks={records.chunks.length} data-rewinds={records.rewinds}>
+          stream: {records.state}, {records.chunks.length} visible chunks, {records.rewinds} rewinds
+        </p>
+      ) : null}
       <form onSubmit={submit}>
         <input id="input" value={input} onChange={(e) => setInput(e.target.value)} placeholder="Ask about a city's weather" />
         <button id="send" type="submit" disabled={busy}>
