@@ -7,6 +7,7 @@ import { createStreams } from './streams';
 
 export { resolveConfig, type Config, type View } from './config';
 export { sign, verifySignature } from './queue';
+export { decodeFrame, worldStreamName, worldStreamRoute, type WorldStreamChoice, type WorldStreamRouteOptions } from './route';
 export { StreamWriter, type Ack, type StreamWriterOptions } from '@weirhq/client';
 
 /**

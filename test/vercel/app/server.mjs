@@ -14,6 +14,7 @@ import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { getHookByToken, getRun, resumeHook, start } from 'workflow/api';
 import { getWorld } from 'workflow/runtime';
+import { worldStreamRoute } from '@weirhq/world';
 
 // Node 20 lacks Promise.withResolvers, which the runtime's hooks use.
 if (!Promise.withResolvers) {
@@ -92,7 +93,101 @@ const app = new Hono()
     await getRun(c.req.param('runId')).cancel();
     return c.json({ ok: true });
   })
-  .get('/runs/:runId/readable', (c) => new Response(getRun(c.req.param('runId')).getReadable()));
+  .get('/runs/:runId/readable', (c) => new Response(getRun(c.req.param('runId')).getReadable()))
+  // The chat of test/chat.test.mjs: a DurableAgent turn (workflows/agent.ts)
+  // read in a browser through worldStreamRoute, with weir's rewinds applied.
+  .post('/chat', async (c) => {
+    const { prompt, fail = false, same = false, ownStart = false } = await c.req.json();
+    if (typeof prompt !== 'string' || !prompt) return c.text('a prompt, please', 400);
+    const run = await start(workflowOf('workflows/agent.ts', 'chat'), [{ prompt, fail: fail === true, same: same === true, ownStart: ownStart === true }]);
+    const onWeir = process.env.WORKFLOW_TARGET_WORLD === '@weirhq/world';
+    return c.json({ runId: run.runId, stream: `/chat/${run.runId}/${onWeir ? 'stream' : 'readable'}` });
+  })
+  .get('/chat/:runId/stream', (c) => chatStream(c.req.raw))
+  .get('/chat/:runId/readable', (c) => readableAsRecords(c.req.param('runId')))
+  .get('/chat', () => new Response(CHAT_PAGE, { headers: { 'content-type': 'text/html; charset=utf-8', 'content-security-policy': "default-src 'self'" } }))
+  .get('/chat/app.js', async () => new Response(await chatBundle(), { headers: { 'content-type': 'text/javascript; charset=utf-8' } }));
+
+// Who may read which run is the app's to decide; this test app lets anyone
+// read any run of its own (the route forwards no cookie and no path of the
+// browser's, only the run it picks).
+const chatStream = worldStreamRoute({ stream: (req) => ({ runId: decodeURIComponent(new URL(req.url).pathname.split('/')[2] ?? '') }) });
+
+// world-local and world-postgres keep no records to apply: for the
+// comparison in test/chat.test.mjs, run.getReadable()'s chunks are served
+// as weir's ndjson would carry them if every chunk were final (an anonymous
+// data record each, then a close), so the same page shows what a reader of
+// getReadable() sees.
+function readableAsRecords(runId) {
+  const enc = new TextEncoder();
+  const off = (i) => '0000000000000000_' + String(i).padStart(16, '0');
+  let n = 0;
+  const line = (rec) => enc.encode(JSON.stringify({ offset: n, next_offset: off(n + 1), ...rec }) + '\n');
+  const body = getRun(runId)
+    .getReadable()
+    .pipeThrough(
+      new TransformStream({
+        transform(chunk, c) {
+          c.enqueue(line({ kind: 'data', writer: '', attempt: 0, seq: n, data: chunk }));
+          n++;
+        },
+        flush(c) {
+          c.enqueue(line({ kind: 'close' }));
+        },
+      }),
+    );
+  return new Response(body, { headers: { 'content-type': 'application/x-ndjson', 'weir-data-encoding': 'json', 'cache-control': 'no-store' } });
+}
+
+const CHAT_PAGE = `<!doctype html>
+<html lang="en">
+<head><meta charset="utf-8"><title>weir: a DurableAgent chat</title></head>
+<body>
+<main>
+<div id="messages"></div>
+<p id="status" data-status="ready">ready</p>
+<form id="form">
+<input id="input" value="Say hello">
+<button id="send" type="submit">Send</button>
+<label><input id="fail" type="checkbox"> the model fails after 3 tokens</label>
+<label><input id="same" type="checkbox"> its retry says the same</label>
+<label><input id="own-start" type="checkbox"> a start chunk of the workflow's own</label>
+</form>
+</main>
+<script type="module" src="/chat/app.js"></script>
+</body>
+</html>
+`;
+
+// The page's script, bundled from chat-page/main.ts on first use: nothing
+// built is committed. The page folds with the app's own ai (6.x, what
+// DurableAgent writes), not the copy @weirhq/client's folder has for its
+// own tests.
+let bundle;
+function chatBundle() {
+  bundle ??= (async () => {
+    const { build } = await import('esbuild');
+    const fromApp = {
+      name: 'ai-of-the-app',
+      setup(b) {
+        b.onResolve({ filter: /^ai$/ }, (args) => (args.pluginData === 'app' ? undefined : b.resolve('ai', { kind: args.kind, resolveDir: appDir, pluginData: 'app' })));
+      },
+    };
+    const res = await build({
+      entryPoints: [path.join(appDir, 'chat-page/main.ts')],
+      bundle: true,
+      format: 'esm',
+      target: 'es2022',
+      platform: 'browser',
+      write: false,
+      logLevel: 'warning',
+      plugins: [fromApp],
+      define: { 'process.env.NODE_ENV': '"production"' },
+    });
+    return res.outputFiles[0].text;
+  })();
+  return bundle;
+}
 
 serve({ fetch: app.fetch, port: Number(process.env.PORT) || 0, hostname: '127.0.0.1' }, async (info) => {
   process.env.PORT = String(info.port);
