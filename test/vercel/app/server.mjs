@@ -106,6 +106,19 @@ const app = new Hono()
   .get('/chat/:runId/stream', (c) => chatStream(c.req.raw))
   .get('/chat/:runId/readable', (c) => readableAsRecords(c.req.param('runId')))
   .get('/chat', () => new Response(CHAT_PAGE, { headers: { 'content-type': 'text/html; charset=utf-8', 'content-security-policy': "default-src 'self'" } }))
+  // bench/render-bench.mjs's page: follow, served as its ES modules.
+  .post('/bench/render', async (c) => {
+    const { steps, tokens, paceMs } = await c.req.json();
+    const run = await start(workflowOf('workflows/render.ts', 'render'), [steps, tokens, paceMs]);
+    return c.json({ runId: run.runId });
+  })
+  .get('/bench/render', () => new Response(RENDER_PAGE, { headers: { 'content-type': 'text/html; charset=utf-8' } }))
+  .get('/bench/client/:file', (c) => {
+    const file = c.req.param('file');
+    const dist = path.join(appDir, 'node_modules/@weirhq/client/dist/esm');
+    if (!/^[a-z]+\.js$/.test(file) || !fs.existsSync(path.join(dist, file))) return c.text('no such file', 404);
+    return new Response(fs.readFileSync(path.join(dist, file)), { headers: { 'content-type': 'text/javascript' } });
+  })
   .get('/chat/app.js', async () => new Response(await chatBundle(), { headers: { 'content-type': 'text/javascript; charset=utf-8' } }));
 
 // Who may read which run is the app's to decide; this test app lets anyone
@@ -138,6 +151,40 @@ function readableAsRecords(runId) {
     );
   return new Response(body, { headers: { 'content-type': 'application/x-ndjson', 'weir-data-encoding': 'json', 'cache-control': 'no-store' } });
 }
+
+// The page of bench/render-bench.mjs: follows a stream with @weirhq/client's
+// follow (each view given), renders each value's text as a text node (and
+// removes voided ones), and records now − written for each chunk it shows,
+// in the DOM and at the next frame.
+const RENDER_PAGE = `<!doctype html><meta charset="utf-8"><title>render bench</title><pre id="out"></pre>
+<script type="module">
+import { follow } from "/bench/client/index.js";
+const now = () => performance.timeOrigin + performance.now();
+window.lat = {};
+window.done = {};
+window.start = (key, url, view) => {
+  const lat = (window.lat[key] = { dom: [], frame: [] });
+  const el = document.getElementById("out");
+  const nodes = new Map();
+  const f = follow({ url, view, waitForStreamMs: 60000, onEvent(ev) {
+    if (ev.type === "append") {
+      const ts = [];
+      for (const c of ev.chunks) {
+        const n = document.createTextNode(c.data.text);
+        el.appendChild(n);
+        nodes.set(c.offset, n);
+        ts.push(c.data.t);
+      }
+      const t = now();
+      for (const w of ts) lat.dom.push(t - w);
+      requestAnimationFrame(() => { const t2 = now(); for (const w of ts) lat.frame.push(t2 - w); });
+    } else if (ev.type === "rewind") {
+      for (const c of ev.removed) { nodes.get(c.offset)?.remove(); nodes.delete(c.offset); }
+    }
+  } });
+  f.done.then(() => { window.done[key] = true; }, (e) => { window.done[key] = "error: " + e.message; });
+};
+</script>`;
 
 const CHAT_PAGE = `<!doctype html>
 <html lang="en">
