@@ -425,7 +425,13 @@ func takeMessages(ctx weir.Context, it *Item) error {
 		return err
 	}
 	next := func() *weir.Future[int] { return weir.NextMessage[int](ctx, it.Topic) }
-	return takeWith(ctx, it, next, nil, took)
+	// A select with nothing left to take waits on a topic no one sends
+	// to: on the item's own topic it would take one of the extra messages
+	// whenever one came within the select's time, which the plan never
+	// counts (a select's two ops are made whatever is left, so that the
+	// ops after it keep their positions).
+	idle := func() *weir.Future[int] { return weir.NextMessage[int](ctx, it.Topic+".idle") }
+	return takeWithIdle(ctx, it, next, idle, nil, took)
 }
 
 // takeWith takes it.Payloads values with it's takers program over an
@@ -433,6 +439,12 @@ func takeMessages(ctx weir.Context, it *Item) error {
 // over them until its yield says stop; took records each value taken, in
 // take order. The rest are taken one by one.
 func takeWith(ctx weir.Context, it *Item, next func() *weir.Future[int], each func(yield func(int) bool) error, took func(int) error) error {
+	return takeWithIdle(ctx, it, next, next, each, took)
+}
+
+// takeWithIdle is takeWith whose selects made when nothing is left to take
+// wait on idle's Future instead of next's.
+func takeWithIdle(ctx weir.Context, it *Item, next, idle func() *weir.Future[int], each func(yield func(int) bool) error, took func(int) error) error {
 	taken := 0
 	get := func(f *weir.Future[int]) error {
 		k, err := f.Get(ctx)
@@ -448,6 +460,9 @@ func takeWith(ctx weir.Context, it *Item, next func() *weir.Future[int], each fu
 		case kind == TakeSelect:
 			// Its ops are taken whatever is left.
 			f := next()
+			if left <= 0 {
+				f = idle()
+			}
 			if weir.Select(ctx, f, weir.NewTimer(ctx, time.Duration(it.SelectMillis)*time.Millisecond)) == 0 {
 				if err := get(f); err != nil {
 					return err
