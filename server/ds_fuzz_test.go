@@ -194,7 +194,7 @@ func FuzzJSONValues(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		vals, err := jsonValues(b)
+		vals, err := jsonValues(b, 1<<30)
 		if err != nil {
 			badRequest(t, err)
 			return
@@ -345,7 +345,7 @@ func FuzzJSONValuesScanned(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want, werr := jsonValuesDecoded(b)
-		got, gerr := jsonValues(b)
+		got, gerr := jsonValues(b, 1<<30)
 		if (werr == nil) != (gerr == nil) {
 			t.Fatalf("%q: decoded %v, scanned %v", b, werr, gerr)
 		}

@@ -191,15 +191,12 @@ func bodyChunks(contentType string, wh *writeHeaders, body []byte) ([][]byte, er
 		if wh.framed {
 			return nil, fmt.Errorf("%w: Weir-Framing is for byte streams; a JSON stream's chunks are the array's elements", api.ErrBadRequest)
 		}
-		vals, err := jsonValues(body)
+		vals, err := jsonValues(body, store.MaxAppendChunks)
 		if err != nil {
 			return nil, err
 		}
 		if len(vals) == 0 {
 			return nil, fmt.Errorf("%w: an empty JSON array appends nothing", api.ErrBadRequest)
-		}
-		if len(vals) > store.MaxAppendChunks {
-			return nil, fmt.Errorf("%w: %d values in one append, the limit is %d", store.ErrTooLarge, len(vals), store.MaxAppendChunks)
 		}
 		return vals, nil
 	}

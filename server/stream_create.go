@@ -72,7 +72,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, path strin
 	}
 	if len(body) > 0 {
 		if isJSONType(p.ContentType) {
-			if p.Chunks, err = jsonValues(body); err != nil {
+			if p.Chunks, err = jsonValues(body, store.MaxAppendChunks); err != nil {
 				s.streamError(w, err)
 				return
 			}
