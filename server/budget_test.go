@@ -143,7 +143,7 @@ func TestUploadBytesInFlightAreCapped(t *testing.T) {
 	// One upload of 800 KiB holds its bytes while it trickles in...
 	dialRaw(t, s, "POST /v1/stream/u HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 819200\r\n\r\nabc")
 	deadline := time.Now().Add(10 * time.Second)
-	for s.srv.uploads.Load() == 0 {
+	for s.srv.uploads.inUse() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("waited 10s for the first upload to begin")
 		}

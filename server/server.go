@@ -10,11 +10,11 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/weirhq/weir"
@@ -153,7 +153,7 @@ type Server struct {
 		failed int
 		last   time.Time
 	}
-	uploads  atomic.Int64 // body bytes being received (MaxUploadBytes)
+	uploads  *uploadBudget // body bytes held (MaxUploadBytes): upload.go
 	metrics  *metrics     // see metrics.go
 	ds       dsState      // the streams handler's own state (stream.go)
 	worldIDs world.ULIDs  // message ids the World API mints
@@ -178,7 +178,7 @@ func New(e *weir.Engine, cfg *Config) *Server {
 	}
 	c = c.WithDefaults()
 	s := &Server{e: e, store: e.Store(), cfg: c, log: c.Logger, mux: http.NewServeMux(), metrics: newMetrics(),
-		readers: make(chan struct{}, c.MaxReaders), paths: newPathCache(c.StreamCacheSize), now: time.Now}
+		readers: make(chan struct{}, c.MaxReaders), uploads: newUploadBudget(c.MaxUploadBytes), paths: newPathCache(c.StreamCacheSize), now: time.Now}
 	s.drained, s.drainCancel = context.WithCancel(context.Background())
 	s.metrics.useStore(s.store)
 	s.routes()
@@ -189,15 +189,17 @@ func New(e *weir.Engine, cfg *Config) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w, r, done := s.instrument(w, r) // metrics.go
 	defer done()
-	// auth.go: the body's budget and pace. A refusal below leaves the
-	// body unread and the connection closed, at once.
-	release, err := s.guardBody(w, r)
-	if err != nil {
-		w.Header().Set("Retry-After", "1")
-		refuse(w, r, err)
+	// upload.go: the body's pace, and its share of the upload budget,
+	// charged when a handler reads it. A refusal below leaves the body
+	// unread and the connection closed, at once.
+	defer s.guardBody(w, r)()
+	// A read takes no body: one that declares a body would hold its
+	// connection with nothing to read it, so that the server cannot see
+	// the client hang up.
+	if safeMethod(r.Method) && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		refuse(w, r, fmt.Errorf("%w: a %s takes no body", api.ErrBadRequest, r.Method))
 		return
 	}
-	defer release()
 	// guard.go: the Host, CORS preflights, the Origin of a change.
 	if err := s.checkHost(r); err != nil {
 		refuse(w, r, err)
