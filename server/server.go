@@ -154,9 +154,9 @@ type Server struct {
 		last   time.Time
 	}
 	uploads  *uploadBudget // body bytes held (MaxUploadBytes): upload.go
-	metrics  *metrics     // see metrics.go
-	ds       dsState      // the streams handler's own state (stream.go)
-	worldIDs world.ULIDs  // message ids the World API mints
+	metrics  *metrics      // see metrics.go
+	ds       dsState       // the streams handler's own state (stream.go)
+	worldIDs world.ULIDs   // message ids the World API mints
 
 	// paths is the appends' path → stream cache (stream_cache.go); nil:
 	// none (StreamCacheSize < 0).

@@ -247,9 +247,6 @@ func uploadOf(r *http.Request) *upload {
 	return nil
 }
 
-// errBudget ends the read of a body the budget cannot take more of.
-var errBudget = errors.New("upload budget")
-
 // readBody reads r's body up to limit bytes: 413 beyond it, 503 when the
 // upload budget cannot take it (above). A body that says its length is
 // read into one buffer of exactly that size, allocated once, unless it is
