@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -512,7 +513,36 @@ func (h *harness) checkResume(full []stream.Record) {
 		if !slices.EqualFunc(got, full[i:], sameRecord) {
 			h.fatalf("committed view resumed at %d:\n %v\nwant the suffix\n %v", from, got, full[i:])
 		}
+		// With its data bounded, the filter lets data go and releases
+		// records without it: read again from the log, the view is the
+		// same.
+		for _, hold := range []int{1, 5, 40} {
+			if got := committedViewHeld(h.tb, h.m.log, from, hold); !slices.EqualFunc(got, full[i:], sameRecord) {
+				h.fatalf("committed view resumed at %d, holding %d bytes:\n %v\nwant the suffix\n %v", from, hold, got, full[i:])
+			}
+		}
 	}
+}
+
+// committedViewHeld is committedView with Hold: records released without
+// their data are read again from the log.
+func committedViewHeld(tb testing.TB, log []stream.Record, from int64, hold int) []stream.Record {
+	var out []stream.Record
+	f := stream.NewCommitted(from)
+	f.Hold(hold)
+	for i := from; i < int64(len(log)); i++ {
+		f.Push(&log[i], func(r *stream.Record) {
+			if r.Kind == stream.KindData && r.Data == nil {
+				if !reflect.DeepEqual(*r, stream.Record{Offset: r.Offset, Kind: stream.KindData}) {
+					tb.Fatalf("a record released without its data tells more than its offset: %v", r)
+				}
+				out = append(out, log[r.Offset])
+				return
+			}
+			out = append(out, *r)
+		})
+	}
+	return out
 }
 
 func committedView(log []stream.Record, from int64) []stream.Record {

@@ -35,6 +35,10 @@ func ParseView(s string) (View, bool) {
 type queued struct {
 	rec   Record
 	state uint8 // 0 pending, 1 committed, 2 void
+	// n > 0: a run of n records whose data the filter let go (Hold):
+	// offsets rec.Offset.., and, for a writer's, seqs rec.Seq.., of
+	// rec.Writer; rec.Data is nil.
+	n int64
 }
 
 // Committed computes the committed view incrementally from the live view.
@@ -45,15 +49,31 @@ type queued struct {
 // It is correct from any such offset because a record's fate is decided by
 // records after it: commits and aborts only ever follow the data they settle.
 // The zero value is ready to use at offset 0; use NewCommitted otherwise.
+//
+// What it holds is the records from the last stable offset on. With Hold,
+// it keeps their data up to that many bytes; past it, it lets the data of
+// the records it holds go and keeps their places only: a run of one
+// writer's consecutive records is one entry, whatever its length. It then
+// releases those records without their data: a data record with nil Data
+// and nothing but its offset, for the reader to read again
+// (store.CommittedReader does).
 type Committed struct {
 	q       []queued
 	base    int              // absolute index of q[0]
 	pending map[string][]int // writer -> absolute indexes of its pending data
 	next    int64
+
+	hold  int  // 0: keep all data
+	held  int  // data bytes held in q
+	light bool // q's data was let go: new records join it without theirs
 }
 
 // NewCommitted returns a filter whose reader resumes at offset from.
 func NewCommitted(from int64) *Committed { return &Committed{next: from} }
+
+// Hold bounds the data the filter keeps of the records it holds (0: no
+// bound). See Committed.
+func (c *Committed) Hold(bytes int) { c.hold = bytes }
 
 // NextOffset is where a committed reader resumes: the last stable offset
 // (the first record still waiting for its writer's commit), or the offset
@@ -69,13 +89,16 @@ func (c *Committed) NextOffset() int64 {
 func (c *Committed) Pending() int {
 	n := 0
 	for _, l := range c.pending {
-		n += len(l)
+		for _, i := range l {
+			n += int(max(c.q[i-c.base].n, 1))
+		}
 	}
 	return n
 }
 
 // Push takes the next record of the live view and calls emit for every record
-// of the committed view it releases. Records emitted alias r's Data.
+// of the committed view it releases. Records emitted alias r's Data, or
+// have none (Hold).
 func (c *Committed) Push(r *Record, emit func(*Record)) {
 	c.next = r.Offset + 1
 	switch r.Kind {
@@ -85,18 +108,28 @@ func (c *Committed) Push(r *Record, emit func(*Record)) {
 				emit(r)
 				return
 			}
-			c.q = append(c.q, queued{rec: *r, state: 1})
+			c.queue(r, 1)
 			return
 		}
 		if c.pending == nil {
 			c.pending = make(map[string][]int)
 		}
-		c.pending[r.Writer] = append(c.pending[r.Writer], c.base+len(c.q))
-		c.q = append(c.q, queued{rec: *r})
+		if !c.queue(r, 0) {
+			c.pending[r.Writer] = append(c.pending[r.Writer], c.base+len(c.q)-1)
+		}
 		return
 	case KindCommit:
 		for _, i := range c.pending[r.Writer] {
 			e := &c.q[i-c.base]
+			if e.n > 0 {
+				// The run's seqs below the count commit, the rest are void.
+				if k := min(e.n, max(r.Count()-e.rec.Seq, 0)); k > 0 {
+					e.n, e.state = k, 1
+				} else {
+					e.state = 2
+				}
+				continue
+			}
 			if e.rec.Seq < r.Count() {
 				e.state = 1
 			} else {
@@ -109,6 +142,16 @@ func (c *Committed) Push(r *Record, emit func(*Record)) {
 		keep := l[:0]
 		for _, i := range l {
 			e := &c.q[i-c.base]
+			if e.n > 0 {
+				// The run's seqs from the abort's on are void.
+				if k := min(e.n, max(r.FromSeq()-e.rec.Seq, 0)); k > 0 {
+					e.n = k
+					keep = append(keep, i)
+				} else {
+					e.state = 2
+				}
+				continue
+			}
 			if e.rec.Seq >= r.FromSeq() {
 				e.state = 2
 			} else {
@@ -137,19 +180,74 @@ func (c *Committed) Push(r *Record, emit func(*Record)) {
 	c.drain(emit)
 }
 
+// queue holds data record r, in state; true if it joined the run it
+// follows (light: one writer's consecutive records, or committed records
+// of consecutive offsets), else it is a new entry.
+func (c *Committed) queue(r *Record, state uint8) bool {
+	if !c.light && c.hold > 0 && c.held+len(r.Data) > c.hold {
+		c.letGo()
+	}
+	if !c.light {
+		c.q = append(c.q, queued{rec: *r, state: state})
+		c.held += len(r.Data)
+		return false
+	}
+	if n := len(c.q); n > 0 {
+		last := &c.q[n-1]
+		if last.n > 0 && last.state == state && last.rec.Offset+last.n == r.Offset &&
+			(state == 1 || last.rec.Writer == r.Writer && last.rec.Seq+last.n == r.Seq) {
+			last.n++
+			return true
+		}
+	}
+	e := queued{rec: *r, state: state, n: 1}
+	e.rec.Data, e.rec.Digest = nil, Digest{}
+	c.q = append(c.q, e)
+	return false
+}
+
+// letGo lets the data of every record held go: they are released without
+// it, to be read again.
+func (c *Committed) letGo() {
+	for i := range c.q {
+		e := &c.q[i]
+		if e.n == 0 && e.rec.Kind == KindData {
+			e.rec.Data, e.rec.Digest, e.n = nil, Digest{}, 1
+		}
+	}
+	c.light, c.held = true, 0
+}
+
 func (c *Committed) drain(emit func(*Record)) {
 	i := 0
 	for ; i < len(c.q) && c.q[i].state != 0; i++ {
-		if c.q[i].state == 1 {
-			emit(&c.q[i].rec)
+		e := &c.q[i]
+		if e.state != 1 {
+			continue
+		}
+		if e.n == 0 {
+			c.held -= len(e.rec.Data)
+			emit(&e.rec)
+			continue
+		}
+		// Released without data: only the offset is told, the reader
+		// reads the record again.
+		for k := range e.n {
+			emit(&Record{Offset: e.rec.Offset + k, Kind: KindData})
 		}
 	}
 	if i == 0 {
 		return
 	}
+	for k := range i {
+		if e := c.q[k]; e.state == 2 && e.n == 0 {
+			c.held -= len(e.rec.Data)
+		}
+	}
 	c.base += i
 	if i == len(c.q) {
 		c.q = c.q[:0]
+		c.light, c.held = false, 0
 		return
 	}
 	// Re-slice instead of moving the rest forward: with many writers waiting,
