@@ -166,14 +166,13 @@ func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yi
 	if page <= 0 {
 		page = 1000
 	}
-	var filter *stream.Committed
 	if o.View == stream.CommittedView {
-		filter = stream.NewCommitted(from)
+		readCommitted(ctx, s, id, from, page, o, yield, retry, func() { delay = 0 })
+		return
 	}
 	var voids stream.Voids
 	next := from
-	stop := false
-	for !stop {
+	for {
 		res, err := s.Read(ctx, &store.ReadParams{StreamID: id, From: next, Limit: page})
 		if err != nil {
 			if !retry(err) {
@@ -185,22 +184,11 @@ func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yi
 		for i := range res.Records {
 			r := &res.Records[i]
 			next = r.Offset + 1
-			if filter != nil {
-				filter.Push(r, func(c *stream.Record) {
-					if !stop && !yield(Record{Record: *c, NextOffset: c.Offset + 1}, nil) {
-						stop = true
-					}
-				})
-			} else {
-				out := Record{Record: *r, NextOffset: next}
-				if o.ApplyAborts {
-					out.Voided = voids.Push(r)
-				}
-				if !yield(out, nil) {
-					return
-				}
+			out := Record{Record: *r, NextOffset: next}
+			if o.ApplyAborts {
+				out.Voided = voids.Push(r)
 			}
-			if stop {
+			if !yield(out, nil) {
 				return
 			}
 		}
@@ -211,6 +199,38 @@ func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yi
 			return
 		}
 		if err := s.Wait(ctx, id, next); err != nil && !retry(err) {
+			return
+		}
+	}
+}
+
+// readCommitted reads the committed view of stream id from offset from,
+// holding about a page of data whatever the stream holds
+// (store.CommittedReader).
+func readCommitted(ctx context.Context, s store.Store, id, from int64, page int, o *ReadOptions,
+	yield func(Record, error) bool, retry func(error) bool, ok func()) {
+	cr := store.NewCommittedReader(s, id, from, 0)
+	for {
+		recs, err := cr.Next(ctx, page, 0)
+		if err != nil {
+			if !retry(err) {
+				return
+			}
+			continue
+		}
+		ok()
+		for _, r := range recs {
+			if !yield(Record{Record: r, NextOffset: r.Offset + 1}, nil) {
+				return
+			}
+		}
+		if len(recs) > 0 || !cr.CaughtUp() {
+			continue
+		}
+		if _, closed := cr.Head(); closed || !o.Follow {
+			return
+		}
+		if err := s.Wait(ctx, id, cr.Pos()); err != nil && !retry(err) {
 			return
 		}
 	}

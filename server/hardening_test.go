@@ -2,15 +2,25 @@ package server
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/pgstore"
+	"github.com/weirhq/weir/store/sqlitestore"
+	"github.com/weirhq/weir/world"
 )
 
 // Hardening, round two (issue 21): each case of the issue, as found from
@@ -67,18 +77,6 @@ func TestAJSONBodyIsCountedBeforeItIsSplit(t *testing.T) {
 		t.Errorf("the stream holds %q after the refusals", r.body)
 	}
 	s.do("HEAD", "/v1/stream/k", "").want(t, http.StatusNotFound)
-}
-
-// waitFor polls cond until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", within, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // The upload budget is charged when a handler reads a body, after the
@@ -147,13 +145,13 @@ func TestASlowUploadHoldsWhatItSent(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 	go trickle(conn, bytes.Repeat([]byte("t"), size), 64, 20*time.Millisecond, stop) // 3.2 KiB/s
-	waitFor(t, 5*time.Second, "the trickled upload to be charged", func() bool { return s.srv.uploads.inUse() >= size })
+	eventually(t, "the trickled upload to be charged", func() bool { return s.srv.uploads.inUse() >= size })
 	// Meanwhile another 800 KiB does not fit: refused at once, unread.
 	c2 := dialRaw(t, s, fmt.Sprintf("POST /v1/stream/u HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n", size))
 	if status, took := readStatus(t, c2, 5*time.Second); status != http.StatusServiceUnavailable || took > 2*time.Second {
 		t.Fatalf("an upload past the budget: %d after %v", status, took)
 	}
-	waitFor(t, 5*time.Second, "the slow upload to give back what it did not send", func() bool { return s.srv.uploads.inUse() < 64<<10 })
+	eventually(t, "the slow upload to give back what it did not send", func() bool { return s.srv.uploads.inUse() < 64<<10 })
 	s.do("POST", "/v1/stream/u", strings.Repeat("x", size), "Content-Type", "application/octet-stream").want(t, http.StatusNoContent)
 }
 
@@ -182,5 +180,223 @@ func TestASlowBodyIsStoredWhole(t *testing.T) {
 	}
 	if n := s.srv.uploads.inUse(); n != 0 {
 		t.Fatalf("%d bytes of the budget still held", n)
+	}
+}
+
+// Committed readers hold about a page of the data of records that wait for
+// their writers, whatever those wrote: a reader that read past a writer
+// still open keeps their places, not their data, and reads them again once
+// they commit. (Before, a writer that appended 64 MiB under an open attempt
+// and never committed cost each plain reader of the stream 90 MB; a
+// long-poll or SSE reader waiting for the commit held it all along.)
+func TestCommittedReadersHoldAPageOfOthersUncommittedData(t *testing.T) {
+	const (
+		readers = 4
+		total   = 8 << 20 // under the open attempt
+		chunk   = 64 << 10
+	)
+	onEachStoreInTurn(t, &Config{LongPollTimeout: 30 * time.Second}, func(t *testing.T, d *dsServer) {
+		page := d.srv.cfg.ReadPageBytes
+		d.create("s", "text/plain")
+		run := d.newWorldRun(t)
+		d.ev(run, world.StepCreated, "step_a", map[string]any{"stepName": "a"}).must(t, http.StatusOK)
+		d.ev(run, world.StepStarted, "step_a", nil).must(t, http.StatusOK)
+		data := func(i int) string { return strings.Repeat(string(rune('a'+i%26)), chunk) }
+		// A first chunk committed at once, then the open writer's 8 MiB
+		// with another's committed chunk between.
+		d.call("POST", "s", []byte("first"), "Content-Type", "text/plain").must(t, http.StatusNoContent)
+		d.wcall("POST", "runs/"+run+"/streams/strm_c", appendFrame(nil, []byte("first")),
+			"Content-Type", "application/octet-stream", "Weir-Framing", "u32be").must(t, http.StatusOK)
+		for i, seq := 0, int64(0); i < total/chunk; i += 16 {
+			var frames []string
+			for k := range 16 {
+				frames = append(frames, data(i+k))
+			}
+			d.weirAppendT(t, "s", "w", 1, seq, frames...)
+			d.wwrite(run, "strm_c", "step_a", 1, seq, frames...).must(t, http.StatusOK)
+			seq += 16
+			if i == 0 {
+				d.call("POST", "s", []byte("between"), "Content-Type", "text/plain").must(t, http.StatusNoContent)
+			}
+		}
+		before := liveHeap()
+		var wg sync.WaitGroup
+		got := make([]string, readers)
+		for i := range readers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Long-poll from offset 0: "first" at once; then from
+				// there, waiting behind the open writer until it commits.
+				r := d.call("GET", "s?offset="+formatOffset(0)+"&live=long-poll", nil)
+				if r.status != http.StatusOK {
+					t.Errorf("first long-poll: %d %q", r.status, r.body)
+					return
+				}
+				got[i] = r.String()
+				next := r.h.Get("Stream-Next-Offset")
+				r = d.call("GET", "s?offset="+next+"&live=long-poll", nil)
+				if r.status != http.StatusOK {
+					t.Errorf("second long-poll: %d", r.status)
+					return
+				}
+				if len(r.body) > page+chunk {
+					t.Errorf("a page of %d bytes, the page is %d", len(r.body), page)
+				}
+				got[i] += r.String()
+			}()
+		}
+		eventually(t, "the readers waiting behind the open writer", func() bool {
+			return d.srv.metrics.gauge(readerLongPoll).Load() == readers
+		})
+		// Plain committed reads of the World stream, meanwhile: empty but
+		// for "first", each holding a page at most while it reads.
+		for range 4 {
+			if fs, _ := d.wread("strm_c", "view=committed"); len(fs) != 1 {
+				t.Fatalf("the World's committed view: %d chunks before the commit", len(fs))
+			}
+		}
+		held := liveHeap() - before
+		t.Logf("%d readers waiting behind %d MiB uncommitted: %d KiB held, %d KiB a reader", readers, total>>20, held>>10, held/readers>>10)
+		if most := int64(readers * (page + 256<<10)); held > most {
+			t.Errorf("%d readers behind an open writer hold %d KiB, want at most %d KiB", readers, held>>10, most>>10)
+		}
+		d.finish("s", "w", 1, "Weir-Commit").must(t, http.StatusNoContent)
+		wg.Wait()
+		// Once committed, the view is all of it, in order, page by page.
+		var want strings.Builder
+		want.WriteString("first")
+		for i := range total / chunk {
+			want.WriteString(data(i))
+			if i == 15 {
+				want.WriteString("between")
+			}
+		}
+		for i := range readers {
+			if !strings.HasPrefix(want.String(), got[i]) || len(got[i]) < len("first")+chunk {
+				t.Fatalf("reader %d got %d bytes, not the view's first %d", i, len(got[i]), len(got[i]))
+			}
+		}
+		if r := d.call("GET", "s?offset=-1", nil).must(t, http.StatusOK); r.String() != want.String()[:len(r.body)] || len(r.body) == 0 {
+			t.Fatalf("a catch-up read after the commit: %d bytes", len(r.body))
+		}
+		var all strings.Builder
+		for next := "-1"; ; {
+			r := d.call("GET", "s?offset="+next, nil).must(t, http.StatusOK)
+			all.Write(r.body)
+			next = r.h.Get("Stream-Next-Offset")
+			if r.h.Get("Stream-Up-To-Date") == "true" {
+				break
+			}
+		}
+		if all.String() != want.String() {
+			t.Fatalf("the committed view read page by page: %d bytes, want %d", all.Len(), want.Len())
+		}
+		d.ev(run, world.StepCompleted, "step_a", map[string]any{"result": 1}).must(t, http.StatusOK)
+		if fs, _ := d.wread("strm_c", "view=committed"); len(fs) != 1+total/chunk {
+			t.Fatalf("the World's committed view after the step: %d chunks", len(fs))
+		}
+	})
+}
+
+func (d *dsServer) weirAppendT(t *testing.T, path, writer string, attempt, seq int64, chunks ...string) {
+	t.Helper()
+	if _, r := d.weirAppend(path, writer, attempt, seq, chunks...); r.status != http.StatusOK {
+		t.Fatalf("append: %d %q", r.status, r.body)
+	}
+}
+
+// onEachStoreInTurn is onEveryStoreWith one store after the other: for
+// tests that measure the heap.
+func onEachStoreInTurn(t *testing.T, cfg *Config, f func(t *testing.T, d *dsServer)) {
+	t.Run("sqlite", func(t *testing.T) {
+		st, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "weir.db"), &sqlitestore.Config{Synchronous: "OFF"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(t, newDSServerOn(t, cfg, st))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		st, err := pgstore.Open(context.Background(), pgtest.URL(), &pgstore.Config{Schema: pgtest.NewSchema(t), MaxConns: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(t, newDSServerOn(t, cfg, st))
+	})
+}
+
+// readCounter counts a store's Read calls.
+type readCounter struct {
+	store.Store
+	reads atomic.Int64
+}
+
+func (c *readCounter) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResult, error) {
+	c.reads.Add(1)
+	return c.Store.Read(ctx, p)
+}
+
+// The World's getStreamInfo and getStreamChunks are stream reads like the
+// others: they take a slot of MaxReaders (503 beyond it), a page of chunks
+// holds about a page of data, and a count goes on from where the last one
+// of the view ended instead of walking the whole view each time. (Before,
+// /info and /chunks ignored --max-readers, and each /info walked the view.)
+func TestWorldInfoAndChunksAreReads(t *testing.T) {
+	st, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "weir.db"), &sqlitestore.Config{Synchronous: "OFF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &readCounter{Store: st}
+	d := newDSServerOn(t, &Config{MaxReaders: 1, SSEMaxDuration: 30 * time.Second}, rc)
+	run := d.newWorldRun(t)
+	const n = 3000
+	for i := 0; i < n; i += 500 {
+		var cs []string
+		for k := range 500 {
+			cs = append(cs, strconv.Itoa(i+k))
+		}
+		d.wwrite(run, "strm_i", "", 0, 0, cs...).must(t, http.StatusOK)
+	}
+	tail := n - 1
+	for _, view := range []string{"live", "committed"} {
+		info := decode[map[string]any](t, d.wcall("GET", "streams/strm_i/info?view="+view, nil).must(t, http.StatusOK))
+		if info["tailIndex"] != float64(tail) {
+			t.Fatalf("%s: info %v", view, info)
+		}
+		before := rc.reads.Load()
+		d.wwrite(run, "strm_i", "", 0, 0, "one more").must(t, http.StatusOK)
+		tail++
+		info = decode[map[string]any](t, d.wcall("GET", "streams/strm_i/info?view="+view, nil).must(t, http.StatusOK))
+		if info["tailIndex"] != float64(tail) {
+			t.Fatalf("%s: info %v after one more", view, info)
+		}
+		if reads := rc.reads.Load() - before; reads > 2 {
+			t.Errorf("%s: a second getStreamInfo read the store %d times, want at most 2 (from the last count on)", view, reads)
+		}
+		if fs, _ := d.wread("strm_i", "view="+view+"&index=-2"); len(fs) != 2 || fs[1] != "one more" {
+			t.Fatalf("%s: the last two chunks: %q", view, fs)
+		}
+	}
+	// A page of chunks holds about a page of data.
+	big := strings.Repeat("b", 100<<10)
+	d.wwrite(run, "strm_b", "", 0, 0, big, big, big, big, big).must(t, http.StatusOK)
+	page := decode[struct {
+		Data    []json.RawMessage `json:"data"`
+		HasMore bool              `json:"hasMore"`
+	}](t, d.wcall("GET", "streams/strm_b/chunks?limit=1000", nil).must(t, http.StatusOK))
+	if most := d.srv.cfg.ReadPageBytes/(100<<10) + 1; len(page.Data) > most || !page.HasMore {
+		t.Fatalf("a page of %d chunks of 100 KiB (has more: %v), want at most %d", len(page.Data), page.HasMore, most)
+	}
+	// One reader holds the only slot: the others are told to come back.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", d.ts.URL+"/v1/world/streams/strm_i?index=-1&follow=true", nil)
+	resp, err := d.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	for _, path := range []string{"streams/strm_i/info", "streams/strm_i/chunks", "streams/strm_i"} {
+		d.wcall("GET", path, nil).must(t, http.StatusServiceUnavailable).header(t, "Retry-After", "1")
 	}
 }

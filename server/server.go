@@ -157,6 +157,7 @@ type Server struct {
 	metrics  *metrics      // see metrics.go
 	ds       dsState       // the streams handler's own state (stream.go)
 	worldIDs world.ULIDs   // message ids the World API mints
+	marks    chunkMarks    // how far World readers walked each view (world_streams.go)
 
 	// paths is the appends' path → stream cache (stream_cache.go); nil:
 	// none (StreamCacheSize < 0).

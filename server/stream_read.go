@@ -44,16 +44,15 @@ import (
 var streamWriteTimeout = 30 * time.Second
 
 // dsReader reads pages of one view of a stream from an offset on. It keeps
-// the committed filter's state between pages, so a live reader's pages join
+// the committed view's state between pages, so a live reader's pages join
 // up exactly.
 type dsReader struct {
 	st          store.Store
 	id          int64
 	ndjson      bool
-	stopAtAbort bool // raw live view in a live mode: an abort ends the read
-	pos         int64
-	filter      *stream.Committed // committed view
-	ready       []stream.Record   // released by the filter, not yet sent
+	stopAtAbort bool                   // raw live view in a live mode: an abort ends the read
+	pos         int64                  // the next offset of the live view to read
+	committed   *store.CommittedReader // the committed view; nil: live
 }
 
 // dsPage is one page of a read.
@@ -67,10 +66,18 @@ type dsPage struct {
 	abort    *stream.Record
 }
 
-func newReader(st store.Store, id int64, q *readQuery, from int64) *dsReader {
+// maxPageRecords bounds the records of a page: a record costs a reader
+// about 100 bytes beside its data, so a page of 256 KiB of one-byte
+// records would hold 27 MB.
+const maxPageRecords = store.DefaultReadLimit
+
+// newReader returns a reader of q's view of stream id from offset from,
+// that holds about hold bytes of data (the committed view's records
+// waiting for their writers: store.CommittedReader).
+func newReader(st store.Store, id int64, q *readQuery, from int64, hold int) *dsReader {
 	rd := &dsReader{st: st, id: id, ndjson: q.ndjson, pos: from}
 	if q.view == stream.CommittedView {
-		rd.filter = stream.NewCommitted(from)
+		rd.committed = store.NewCommittedReader(st, id, from, hold)
 	} else {
 		rd.stopAtAbort = !q.ndjson && q.live != ""
 	}
@@ -79,33 +86,26 @@ func newReader(st store.Store, id int64, q *readQuery, from int64) *dsReader {
 
 // read returns the next page, of about maxBytes of data at most.
 func (rd *dsReader) read(ctx context.Context, maxBytes int) (*dsPage, error) {
+	if rd.committed != nil {
+		return rd.readCommitted(ctx, maxBytes)
+	}
 	pg := &dsPage{}
 	take := func(r *stream.Record) bool {
 		if !rd.ndjson && r.Kind != stream.KindData {
 			return true // raw readers get data only
 		}
-		if len(pg.recs) > 0 && pg.bytes+len(r.Data) > maxBytes {
+		if len(pg.recs) >= maxPageRecords || len(pg.recs) > 0 && pg.bytes+len(r.Data) > maxBytes {
 			return false
 		}
 		pg.recs = append(pg.recs, *r)
 		pg.bytes += len(r.Data)
 		return true
 	}
-	drain := func() bool {
-		for len(rd.ready) > 0 {
-			if !take(&rd.ready[0]) {
-				return false
-			}
-			rd.ready = rd.ready[1:]
-		}
-		return true
-	}
-	full := !drain()
-	closed := false
+	full, closed := false, false
 	for !full {
 		// Past the first read, only what is left of the page: a page read
 		// whole, to learn that its first record does not fit, would be held
-		// (in ready) beside the page while the reply is written.
+		// beside the page while the reply is written.
 		mb := maxBytes
 		if len(pg.recs) > 0 {
 			mb = max(maxBytes-pg.bytes, 1)
@@ -117,14 +117,6 @@ func (rd *dsReader) read(ctx context.Context, maxBytes int) (*dsPage, error) {
 		pg.head, closed = res.NextOffset, res.Closed
 		for i := range res.Records {
 			r := &res.Records[i]
-			if rd.filter != nil {
-				rd.pos = r.Offset + 1
-				rd.filter.Push(r, func(c *stream.Record) { rd.ready = append(rd.ready, *c) })
-				if full = !drain(); full {
-					break
-				}
-				continue
-			}
 			if r.Kind == stream.KindAbort && rd.stopAtAbort {
 				full = true
 				if len(pg.recs) == 0 {
@@ -140,18 +132,32 @@ func (rd *dsReader) read(ctx context.Context, maxBytes int) (*dsPage, error) {
 			rd.pos = r.Offset + 1
 		}
 		if !full && rd.pos >= res.NextOffset {
-			pg.upToDate = len(rd.ready) == 0
+			pg.upToDate = true
 			break
 		}
 	}
 	pg.next = rd.pos
-	if rd.filter != nil {
-		pg.next = rd.filter.NextOffset()
-		if len(rd.ready) > 0 {
-			pg.next = rd.ready[0].Offset
+	pg.closed = pg.upToDate && closed && rd.pos >= pg.head
+	return pg, nil
+}
+
+// readCommitted returns the committed view's next page.
+func (rd *dsReader) readCommitted(ctx context.Context, maxBytes int) (*dsPage, error) {
+	recs, err := rd.committed.Next(ctx, maxPageRecords, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	pg := &dsPage{}
+	for _, r := range recs {
+		if rd.ndjson || r.Kind == stream.KindData { // raw readers get data only
+			pg.recs = append(pg.recs, r)
+			pg.bytes += len(r.Data)
 		}
 	}
-	pg.closed = pg.upToDate && closed && rd.pos >= pg.head
+	head, closed := rd.committed.Head()
+	pg.head, pg.next, pg.upToDate = head, rd.committed.NextOffset(), rd.committed.CaughtUp()
+	pg.closed = pg.upToDate && closed && rd.committed.Pos() >= head
+	rd.pos = rd.committed.Pos()
 	return pg, nil
 }
 
@@ -201,7 +207,7 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request, path string)
 		s.streamError(w, fmt.Errorf("%w: offset %s is past the stream's end %s", api.ErrBadRequest, formatOffset(from), formatOffset(info.NextOffset)))
 		return
 	}
-	rd := newReader(s.store, info.ID, q, from)
+	rd := newReader(s.store, info.ID, q, from, s.cfg.ReadPageBytes)
 	switch q.live {
 	case "long-poll":
 		s.longPoll(w, r, info, q, rd)

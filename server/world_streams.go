@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"strings"
 	"time"
 
@@ -187,29 +188,39 @@ func (s *Server) handleWorldStreamNames(w http.ResponseWriter, r *http.Request) 
 // chunkIter walks one view of a stream chunk by chunk: index is the next
 // chunk's index in the view, off the next offset to read.
 type chunkIter struct {
-	st     store.Store
-	id     int64
-	filter *stream.Committed // nil: the live view
-	off    int64
-	index  int64
-	ready  []stream.Record // chunks the committed view released, not yet taken
-	closed bool            // the view reached the close record
-	head   int64           // the stream's next offset at the last read
-	// maxBytes bounds the data of one read (store.ReadParams.MaxBytes); 0:
-	// the store's default.
+	st        store.Store
+	id        int64
+	committed *store.CommittedReader // nil: the live view
+	off       int64
+	index     int64
+	closed    bool  // the view reached the close record
+	head      int64 // the stream's next offset at the last read
+	// maxBytes bounds the data of one read (store.ReadParams.MaxBytes),
+	// and what the committed view holds of the records waiting for their
+	// writers; 0: the store's default.
 	maxBytes int
+	marks    *chunkMarks // the server's; nil: none
 }
 
-func newChunkIter(st store.Store, id int64, view stream.View, off, index int64) *chunkIter {
-	it := &chunkIter{st: st, id: id, off: off, index: index}
+// chunkIter is an iterator of a view of stream id from offset off, chunk
+// index, reading pages of Config.ReadPageBytes, with the server's marks.
+func (s *Server) chunkIter(id int64, view stream.View, off, index int64) *chunkIter {
+	it := newChunkIter(s.store, id, view, off, index, s.cfg.ReadPageBytes)
+	it.marks = &s.marks
+	return it
+}
+
+func newChunkIter(st store.Store, id int64, view stream.View, off, index int64, maxBytes int) *chunkIter {
+	it := &chunkIter{st: st, id: id, off: off, index: index, maxBytes: maxBytes}
 	if view == stream.CommittedView {
-		it.filter = stream.NewCommitted(off)
+		it.committed = store.NewCommittedReader(st, id, off, maxBytes)
 	}
 	return it
 }
 
 // next returns the view's next chunks, up to limit, from one read of the
-// store; none when the iterator is at the end of what the stream holds.
+// store (the committed view: up to a page); none when the iterator is at
+// the end of what the stream holds.
 func (it *chunkIter) next(ctx context.Context, limit int) ([]stream.Record, error) {
 	var out []stream.Record
 	take := func(r *stream.Record) {
@@ -221,51 +232,53 @@ func (it *chunkIter) next(ctx context.Context, limit int) ([]stream.Record, erro
 			it.closed = true
 		}
 	}
-	for len(it.ready) > 0 && len(out) < limit {
-		take(&it.ready[0])
-		it.ready = it.ready[1:]
+	if it.closed {
+		return nil, nil
 	}
-	if len(out) >= limit || it.closed {
+	if it.committed != nil {
+		recs, err := it.committed.Next(ctx, min(limit, store.DefaultReadLimit), it.maxBytes)
+		if err != nil {
+			return nil, err
+		}
+		for i := range recs {
+			take(&recs[i])
+		}
+		it.off = it.committed.Pos()
+		it.head, _ = it.committed.Head()
 		return out, nil
 	}
-	res, err := it.st.Read(ctx, &store.ReadParams{StreamID: it.id, From: it.off, Limit: min(limit, 1000), MaxBytes: it.maxBytes})
+	res, err := it.st.Read(ctx, &store.ReadParams{StreamID: it.id, From: it.off, Limit: min(limit, store.DefaultReadLimit), MaxBytes: it.maxBytes})
 	if err != nil {
 		return nil, err
 	}
 	it.head = res.NextOffset
 	for i := range res.Records {
-		r := &res.Records[i]
-		it.off = r.Offset + 1
-		if it.filter == nil {
-			take(r)
-			continue
-		}
-		it.filter.Push(r, func(c *stream.Record) { it.ready = append(it.ready, *c) })
-	}
-	for len(it.ready) > 0 && len(out) < limit {
-		take(&it.ready[0])
-		it.ready = it.ready[1:]
+		it.off = res.Records[i].Offset + 1
+		take(&res.Records[i])
 	}
 	return out, nil
 }
 
 // caughtUp reports that nothing more is in the view now.
-func (it *chunkIter) caughtUp() bool { return len(it.ready) == 0 && it.off >= it.head }
+func (it *chunkIter) caughtUp() bool {
+	if it.committed != nil {
+		return it.committed.CaughtUp()
+	}
+	return it.off >= it.head
+}
 
 // resume is where a later iterator picks up: the offset of the first chunk
 // not yet taken, and its index.
 func (it *chunkIter) resume() (off, index int64) {
-	if len(it.ready) > 0 {
-		return it.ready[0].Offset, it.index
-	}
-	if it.filter != nil {
-		return it.filter.NextOffset(), it.index
+	if it.committed != nil {
+		return it.committed.NextOffset(), it.index
 	}
 	return it.off, it.index
 }
 
 // seek skips to chunk index n of the view (a negative n counts from the
-// tail), or to the end if the view has fewer.
+// tail), or to the end if the view has fewer: from the furthest mark of
+// the view at or before n (chunkMarks), else from the start.
 func (it *chunkIter) seek(ctx context.Context, n int64) error {
 	if n < 0 {
 		tail, _, err := it.count(ctx)
@@ -273,7 +286,9 @@ func (it *chunkIter) seek(ctx context.Context, n int64) error {
 			return err
 		}
 		n = max(0, tail+n)
-		*it = *newChunkIter(it.st, it.id, viewOf(it), 0, 0)
+	}
+	if m, ok := it.marks.get(it.id, viewOf(it)); ok && m.index <= n && m.index > it.index {
+		*it = *it.at(m.off, m.index)
 	}
 	for it.index < n {
 		cs, err := it.next(ctx, int(min(n-it.index, 1000)))
@@ -287,26 +302,92 @@ func (it *chunkIter) seek(ctx context.Context, n int64) error {
 	return nil
 }
 
+// at is a new iterator of the same view from offset off, chunk index.
+func (it *chunkIter) at(off, index int64) *chunkIter {
+	c := newChunkIter(it.st, it.id, viewOf(it), off, index, it.maxBytes)
+	c.marks = it.marks
+	return c
+}
+
 func viewOf(it *chunkIter) stream.View {
-	if it.filter != nil {
+	if it.committed != nil {
 		return stream.CommittedView
 	}
 	return stream.Live
 }
 
-// count walks the whole view: how many chunks it holds now, and whether it
-// is done (closed).
+// count walks the view on from its furthest mark: how many chunks it holds
+// now, and whether it is done (closed). The mark moves to where it ended.
 func (it *chunkIter) count(ctx context.Context) (int64, bool, error) {
-	c := newChunkIter(it.st, it.id, viewOf(it), 0, 0)
+	c := it.at(0, 0)
+	if m, ok := it.marks.get(it.id, viewOf(it)); ok {
+		c = it.at(m.off, m.index)
+	}
 	for {
 		cs, err := c.next(ctx, 1000)
 		if err != nil {
 			return 0, false, err
 		}
 		if c.closed || len(cs) == 0 && c.caughtUp() {
+			if !c.closed {
+				off, index := c.resume()
+				it.marks.put(it.id, viewOf(it), chunkMark{off: off, index: index})
+			}
 			return c.index, c.closed, nil
 		}
 	}
+}
+
+// chunkMarks remembers, per stream and view, how far a walk of the view
+// got (a resume point: its offset and chunk index), so that a World
+// reader's count (getStreamInfo) or seek (readFromStream from an index)
+// walks only what came since, not the whole view each time. Records are
+// never rewritten and stream ids never reused, so a mark stays true. A
+// nil *chunkMarks remembers nothing.
+type chunkMarks struct {
+	mu sync.Mutex
+	m  map[markKey]chunkMark
+}
+
+type markKey struct {
+	id   int64
+	view stream.View
+}
+
+type chunkMark struct{ off, index int64 }
+
+// maxMarks bounds the marks kept; beyond, an arbitrary one goes.
+const maxMarks = 4096
+
+func (m *chunkMarks) get(id int64, v stream.View) (chunkMark, bool) {
+	if m == nil {
+		return chunkMark{}, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k, ok := m.m[markKey{id, v}]
+	return k, ok
+}
+
+func (m *chunkMarks) put(id int64, v stream.View, mark chunkMark) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m == nil {
+		m.m = make(map[markKey]chunkMark)
+	}
+	if old, ok := m.m[markKey{id, v}]; ok && old.index >= mark.index {
+		return
+	}
+	if len(m.m) >= maxMarks {
+		for k := range m.m {
+			delete(m.m, k)
+			break
+		}
+	}
+	m.m[markKey{id, v}] = mark
 }
 
 // worldStream returns the stream a World name names, and the view asked
@@ -378,7 +459,7 @@ func (s *Server) handleWorldRead(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	it := newChunkIter(s.store, info.ID, view, 0, 0)
+	it := s.chunkIter(info.ID, view, 0, 0)
 	if err := it.seek(ctx, index); err != nil {
 		httpError(w, err)
 		return
@@ -393,7 +474,6 @@ func (s *Server) handleWorldRead(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	// A reader holds a page (Config.ReadPageBytes) of chunks, written from
 	// the chunks themselves as the socket takes them.
-	it.maxBytes = s.cfg.ReadPageBytes
 	var frame [4]byte
 	for {
 		cs, err := it.next(ctx, 256)
@@ -440,6 +520,12 @@ func (s *Server) handleWorldRead(w http.ResponseWriter, r *http.Request) {
 // handleWorldInfo serves GET /v1/world/streams/{name}/info?view=:
 // getStreamInfo, {tailIndex, done}.
 func (s *Server) handleWorldInfo(w http.ResponseWriter, r *http.Request) {
+	release, err := s.reader()
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	defer release()
 	q, err := parseQuery(r, "view")
 	if err != nil {
 		httpError(w, err)
@@ -455,7 +541,7 @@ func (s *Server) handleWorldInfo(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	n, done, err := newChunkIter(s.store, info.ID, view, 0, 0).count(r.Context())
+	n, done, err := s.chunkIter(info.ID, view, 0, 0).count(r.Context())
 	if err != nil {
 		httpError(w, err)
 		return
@@ -471,7 +557,16 @@ type chunkCursor struct {
 
 // handleWorldChunks serves GET /v1/world/streams/{name}/chunks?view=&limit=&cursor=:
 // getStreamChunks, {data: [{index, data}], cursor, hasMore, done}.
+//
+// A page holds at most limit chunks and about Config.ReadPageBytes of their
+// data (one larger chunk alone): the rest is the next page's.
 func (s *Server) handleWorldChunks(w http.ResponseWriter, r *http.Request) {
+	release, err := s.reader()
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	defer release()
 	q, err := parseQuery(r, "view", "limit", "cursor")
 	if err != nil {
 		httpError(w, err)
@@ -511,8 +606,13 @@ func (s *Server) handleWorldChunks(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	it := newChunkIter(s.store, info.ID, view, cur.Offset, cur.Index)
-	for len(out.Data) < limit && !it.closed {
+	it := s.chunkIter(info.ID, view, cur.Offset, cur.Index)
+	bytes := 0
+	for len(out.Data) < limit && !it.closed && bytes < s.cfg.ReadPageBytes {
+		it.maxBytes = max(s.cfg.ReadPageBytes-bytes, 1)
+		if len(out.Data) == 0 {
+			it.maxBytes = s.cfg.ReadPageBytes
+		}
 		cs, err := it.next(r.Context(), limit-len(out.Data))
 		if err != nil {
 			httpError(w, err)
@@ -520,6 +620,7 @@ func (s *Server) handleWorldChunks(w http.ResponseWriter, r *http.Request) {
 		}
 		for i, c := range cs {
 			out.Data = append(out.Data, chunkJSON{Index: it.index - int64(len(cs)-i), Data: taggedBinary(c.Data)})
+			bytes += len(c.Data)
 		}
 		if len(cs) == 0 && it.caughtUp() {
 			break
@@ -528,7 +629,7 @@ func (s *Server) handleWorldChunks(w http.ResponseWriter, r *http.Request) {
 	// Peek: is there more, or the close, right after this page?
 	off, index := it.resume()
 	if !it.closed {
-		peek := newChunkIter(s.store, info.ID, view, off, index)
+		peek := s.chunkIter(info.ID, view, off, index)
 		for {
 			cs, err := peek.next(r.Context(), 1)
 			if err != nil {

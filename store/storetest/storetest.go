@@ -224,6 +224,29 @@ func committed(log []stream.Record) []string {
 	return out
 }
 
+// committedRead reads the committed view of stream id with a
+// store.CommittedReader holding hold bytes, in pages of limit records.
+func committedRead(t *testing.T, s store.Store, id int64, hold, limit int) []string {
+	t.Helper()
+	out := []string{}
+	cr := store.NewCommittedReader(s, id, 0, hold)
+	for {
+		recs, err := cr.Next(ctx(t), limit, 1)
+		must(t, err)
+		if limit > 0 && len(recs) > limit {
+			t.Fatalf("a page of %d records for a limit of %d", len(recs), limit)
+		}
+		for _, r := range recs {
+			if r.Kind == stream.KindData {
+				out = append(out, string(r.Data))
+			}
+		}
+		if len(recs) == 0 && cr.CaughtUp() {
+			return out
+		}
+	}
+}
+
 // liveApplied returns the data of log with every voided record removed: the
 // live view as a reader that applies aborts sees it.
 func liveApplied(log []stream.Record) []string {

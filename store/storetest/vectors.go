@@ -176,6 +176,13 @@ func runVector(t *testing.T, sp *store.Store, id int64, c *vectorCase, reopen fu
 	if got := committed(log); !slices.Equal(got, want) {
 		t.Fatalf("committed view = %q, want %q", got, want)
 	}
+	// The same view through a CommittedReader that holds 1 byte of the
+	// data of records waiting for their writers: it reads them again.
+	for _, limit := range []int{1, 2, 0} {
+		if got := committedRead(t, s, id, 1, limit); !slices.Equal(got, want) {
+			t.Fatalf("committed view through a CommittedReader holding 1 byte, pages of %d = %q, want %q", limit, got, want)
+		}
+	}
 	// Reading from every offset gives the log's tail.
 	for from := int64(0); from < int64(len(log)); from++ {
 		res, err := s.Read(ctx(t), &store.ReadParams{StreamID: id, From: from})
