@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/weirhq/weir/api"
