@@ -46,6 +46,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -69,6 +70,11 @@ type Config struct {
 	Owner string
 	// Concurrency bounds deliveries in flight. Defaults to 100.
 	Concurrency int
+	// MaxPerTarget bounds the deliveries in flight to one target (an
+	// app's base URL), so that a target that hangs holds this many of
+	// Concurrency and no more: the others' deliveries go on. Defaults to
+	// 32, or Concurrency if smaller.
+	MaxPerTarget int
 	// LeaseTTL is how long a delivery's lease lasts without renewal; the
 	// deliverer renews it every LeaseTTL/3 while the app works. A
 	// deliverer that dies leaves its messages to another after at most
@@ -87,7 +93,8 @@ type Config struct {
 	// deliveries in a row. Defaults to 0: MaxAge alone.
 	MaxFailures int
 	// Client sends the deliveries. Defaults to a client that follows no
-	// redirects (a 3xx is a failure).
+	// redirects (a 3xx is a failure) and gives up on a connection that
+	// does not open in 10 s (a TLS handshake, in 10 s more).
 	Client *http.Client
 	// PollInterval is the longest the deliverer sleeps without looking at
 	// the queue (wakes from enqueues make it look sooner). Defaults to 1s.
@@ -119,6 +126,9 @@ func (c *Config) WithDefaults() *Config {
 	if out.Concurrency == 0 {
 		out.Concurrency = 100
 	}
+	if out.MaxPerTarget == 0 {
+		out.MaxPerTarget = min(32, out.Concurrency)
+	}
 	if out.LeaseTTL == 0 {
 		out.LeaseTTL = 30 * time.Second
 	}
@@ -132,7 +142,11 @@ func (c *Config) WithDefaults() *Config {
 		out.MaxAge = 24 * time.Hour
 	}
 	if out.Client == nil {
-		out.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		tr.TLSHandshakeTimeout = 10 * time.Second
+		tr.MaxIdleConnsPerHost = out.MaxPerTarget
+		out.Client = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	if out.PollInterval == 0 {
 		out.PollInterval = time.Second
@@ -153,8 +167,9 @@ type Deliverer struct {
 	wg   sync.WaitGroup
 	done chan struct{} // a delivery ended: a slot is free
 
-	mu   sync.Mutex
-	busy map[string]time.Time // run -> when its workflow delivery in flight began
+	mu      sync.Mutex
+	busy    map[string]time.Time // run -> when its workflow delivery in flight began
+	targets map[string]int       // target -> its deliveries in flight
 }
 
 // New returns a Deliverer.
@@ -165,15 +180,16 @@ func New(cfg *Config) (*Deliverer, error) {
 		return nil, fmt.Errorf("%w: no Store", ErrConfig)
 	case len(c.Secret) < 16:
 		return nil, fmt.Errorf("%w: a Secret of at least 16 bytes is required", ErrConfig)
-	case c.Concurrency < 1 || c.LeaseTTL < 3*time.Millisecond || c.Timeout <= 0 || c.MaxAge <= 0 || c.MaxFailures < 0:
-		return nil, fmt.Errorf("%w: Concurrency >= 1, LeaseTTL, Timeout and MaxAge > 0, MaxFailures >= 0", ErrConfig)
+	case c.Concurrency < 1 || c.MaxPerTarget < 1 || c.LeaseTTL < 3*time.Millisecond || c.Timeout <= 0 || c.MaxAge <= 0 || c.MaxFailures < 0:
+		return nil, fmt.Errorf("%w: Concurrency and MaxPerTarget >= 1, LeaseTTL, Timeout and MaxAge > 0, MaxFailures >= 0", ErrConfig)
 	}
 	for _, b := range c.Backoff {
 		if b <= 0 {
 			return nil, fmt.Errorf("%w: a Backoff of %v", ErrConfig, b)
 		}
 	}
-	return &Deliverer{cfg: c, sem: make(chan struct{}, c.Concurrency), done: make(chan struct{}, 1), busy: map[string]time.Time{}}, nil
+	return &Deliverer{cfg: c, sem: make(chan struct{}, c.Concurrency), done: make(chan struct{}, 1), busy: map[string]time.Time{},
+		targets: map[string]int{}}, nil
 }
 
 // Run delivers until ctx ends, then waits for the deliveries in flight:
@@ -223,9 +239,15 @@ func (d *Deliverer) claim(ctx context.Context) (int, error) {
 	for run := range d.busy {
 		skip = append(skip, run)
 	}
+	var full []string
+	for t, n := range d.targets {
+		if n >= d.cfg.MaxPerTarget {
+			full = append(full, t)
+		}
+	}
 	d.mu.Unlock()
 	ms, err := d.cfg.Store.ClaimMessages(ctx, &store.ClaimMessagesParams{Owner: d.cfg.Owner, Limit: free, Lease: d.cfg.LeaseTTL,
-		SkipRuns: skip, Now: d.cfg.Now()})
+		SkipRuns: skip, SkipTargets: full, Now: d.cfg.Now()})
 	if err != nil {
 		return 0, err
 	}
@@ -237,9 +259,10 @@ func (d *Deliverer) claim(ctx context.Context) (int, error) {
 			start = append(start, m)
 			continue
 		}
-		// A second workflow message of a run this claim took one of: back
-		// to the queue, due when it was; claims skip it while the first is
-		// delivered, which may make it redundant.
+		// A second workflow message of a run this claim took one of, or
+		// one more for a target that has MaxPerTarget in flight: back to
+		// the queue, due when it was; claims skip it while those are
+		// delivered (the first may make it redundant).
 		d.settle(&store.SettleParams{ID: m.ID, Lease: m.Lease, DeliverAt: m.DeliverAt}, "", time.Now())
 	}
 	for _, m := range start {
@@ -260,23 +283,33 @@ func (d *Deliverer) claim(ctx context.Context) (int, error) {
 	return len(ms), nil
 }
 
-// begin marks the run of a workflow message busy; false if it is already.
+// begin takes a slot of m's target and marks the run of a workflow
+// message busy; false if the target has no slot or the run is busy.
 func (d *Deliverer) begin(m *store.Message) bool {
-	if m.Kind != "workflow" || m.RunID == "" {
-		return true
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.busy[m.RunID]; ok {
+	if d.targets[m.Target] >= d.cfg.MaxPerTarget {
 		return false
 	}
-	d.busy[m.RunID] = d.cfg.Now()
+	if m.Kind == "workflow" && m.RunID != "" {
+		if _, ok := d.busy[m.RunID]; ok {
+			return false
+		}
+		d.busy[m.RunID] = d.cfg.Now()
+	}
+	d.targets[m.Target]++
 	return true
 }
 
-// end frees the run of a workflow message; after a replay that succeeded,
-// the run's workflow messages queued before it began are dropped.
+// end frees m's slot of its target and the run of a workflow message;
+// after a replay that succeeded, the run's workflow messages queued before
+// it began are dropped.
 func (d *Deliverer) end(m *store.Message, ok bool) {
+	d.mu.Lock()
+	if d.targets[m.Target]--; d.targets[m.Target] <= 0 {
+		delete(d.targets, m.Target)
+	}
+	d.mu.Unlock()
 	if m.Kind != "workflow" || m.RunID == "" {
 		return
 	}
@@ -465,6 +498,34 @@ func mac(secret []byte, t, queue, id string, attempt int64, body []byte) string 
 	fmt.Fprintf(h, "%s.%s.%s.%d.", t, queue, id, attempt)
 	h.Write(body)
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TargetSignatureField names a queue request's target signature (POST
+// /v1/world/queue's JSON field).
+const TargetSignatureField = "targetSignature"
+
+// SignTarget returns the signature of a delivery target (an app's base
+// URL): "v1=<hex HMAC-SHA256(secret, "target." + target)>". An app that
+// queues a message signs the URL weir is to deliver it to with the World
+// secret it shares with weir, so that weir POSTs only to apps that hold
+// the secret (or to origins its operator allows): a holder of weir's
+// token alone cannot make it send signed requests anywhere.
+func SignTarget(secret []byte, target string) string {
+	h := hmac.New(sha256.New, secret)
+	h.Write([]byte("target."))
+	h.Write([]byte(target))
+	return "v1=" + hex.EncodeToString(h.Sum(nil))
+}
+
+// VerifyTarget checks a target's signature (SignTarget).
+func VerifyTarget(secret []byte, target, sig string) error {
+	if sig == "" {
+		return fmt.Errorf("%w: the target is not signed", ErrSignature)
+	}
+	if !hmac.Equal([]byte(sig), []byte(SignTarget(secret, target))) {
+		return fmt.Errorf("%w: the target's signature does not match (is the app's WEIR_WORLD_SECRET weir's?)", ErrSignature)
+	}
+	return nil
 }
 
 // ErrSignature is a delivery whose signature is missing, malformed, wrong

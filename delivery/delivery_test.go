@@ -502,3 +502,81 @@ func TestTwoDeliverersShareThePostgresQueue(t *testing.T) {
 		t.Logf("every delivery went to deliverer a (%v): NOTIFY woke a first each time", byOwner)
 	}
 }
+
+// A target that hangs holds MaxPerTarget deliveries and no more: the other
+// targets' messages are delivered meanwhile. (Before, a hung target's
+// messages took every slot, and every other target waited up to Timeout,
+// 15 minutes by default.)
+func TestAHungTargetDoesNotStallTheOthers(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st store.Store) {
+		release := make(chan struct{})
+		var hung sync.WaitGroup
+		var inHung, most int
+		var mu sync.Mutex
+		stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hung.Add(1)
+			defer hung.Done()
+			mu.Lock()
+			inHung++
+			most = max(most, inHung)
+			mu.Unlock()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			mu.Lock()
+			inHung--
+			mu.Unlock()
+		}))
+		t.Cleanup(func() { close(release); hung.Wait(); stuck.Close() })
+		ok := newApp(t, nil)
+		start(t, st, delivery.Config{Concurrency: 8, MaxPerTarget: 3, PollInterval: 20 * time.Millisecond})
+		for i := range 20 {
+			_, _, err := st.Enqueue(t.Context(), &store.EnqueueParams{ID: fmt.Sprintf("msg_hung%02d", i), QueueName: "__wkf_step_st",
+				Payload: json.RawMessage(`{}`), Target: stuck.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 10 {
+			_, _, err := st.Enqueue(t.Context(), &store.EnqueueParams{ID: fmt.Sprintf("msg_ok%02d", i), QueueName: "__wkf_step_st",
+				Payload: json.RawMessage(`{}`), Target: ok.srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 10 {
+			if d := ok.next(t); d.sigErr != nil {
+				t.Fatal(d.sigErr)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if most > 3 {
+			t.Fatalf("%d deliveries to the hung target at once, MaxPerTarget is 3", most)
+		}
+	})
+}
+
+// A target's signature binds the URL to the secret.
+func TestSignTarget(t *testing.T) {
+	sig := delivery.SignTarget(secret, "http://127.0.0.1:3000")
+	if err := delivery.VerifyTarget(secret, "http://127.0.0.1:3000", sig); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ target, sig string }{
+		{"http://127.0.0.1:3001", sig},
+		{"http://127.0.0.1:3000", ""},
+		{"http://127.0.0.1:3000", delivery.SignTarget([]byte("another-secret-of-16b"), "http://127.0.0.1:3000")},
+	} {
+		if err := delivery.VerifyTarget(secret, c.target, c.sig); !errors.Is(err, delivery.ErrSignature) {
+			t.Errorf("%s with %q: %v, want ErrSignature", c.target, c.sig, err)
+		}
+	}
+	// The vector the World package's test checks too.
+	if got := delivery.SignTarget([]byte("0123456789abcdef"), "http://127.0.0.1:3000"); got != targetVector {
+		t.Fatalf("SignTarget = %s", got)
+	}
+}
+
+const targetVector = "v1=d4a6fffd1918c06232021e033f499d94121ff1e5e607a88080f962b6cff40f3d"

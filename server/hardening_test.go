@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/delivery"
 	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/pgstore"
@@ -399,4 +400,51 @@ func TestWorldInfoAndChunksAreReads(t *testing.T) {
 	for _, path := range []string{"streams/strm_i/info", "streams/strm_i/chunks", "streams/strm_i"} {
 		d.wcall("GET", path, nil).must(t, http.StatusServiceUnavailable).header(t, "Retry-After", "1")
 	}
+}
+
+// weir delivers World messages only to targets signed with the World
+// secret, or to origins its operator allows: a holder of the token alone
+// cannot make it POST anywhere. Queue names and message ids that no HTTP
+// client can send as a header are refused, not stored to fail every
+// delivery. (Before, any target URL was taken, and GET /v1/world/queue
+// listed the connection errors: a port scanner.)
+func TestWorldTargetsAreSignedOrAllowed(t *testing.T) {
+	enqueue := func(target, sig string) string {
+		b, _ := json.Marshal(map[string]any{"queueName": "__wkf_step_s", "payload": map[string]any{}, "target": target, "targetSignature": sig})
+		return string(b)
+	}
+	onEveryStoreWith(t, &Config{WorldDelivery: true, WorldSecret: testWorldSecret, WorldTargets: []string{"http://allowed.internal:8080"}},
+		func(t *testing.T, d *dsServer) {
+			for _, c := range []struct {
+				body   string
+				status int
+				code   string
+			}{
+				{enqueue("http://127.0.0.1:6379", ""), http.StatusForbidden, "forbidden"},
+				{enqueue("http://169.254.169.254", "v1=00"), http.StatusForbidden, "forbidden"},
+				{enqueue("http://127.0.0.1:3000", delivery.SignTarget(testWorldSecret, "http://127.0.0.1:3001")), http.StatusForbidden, "forbidden"},
+				{enqueue("http://127.0.0.1:3000", delivery.SignTarget([]byte("another-secret-entirely"), "http://127.0.0.1:3000")), http.StatusForbidden, "forbidden"},
+				{`{"queueName":"__wkf_step_s\r\nX-Evil: 1","payload":{},"target":"http://allowed.internal:8080"}`, http.StatusBadRequest, "invalid"},
+				{`{"queueName":"__wkf_step_s","payload":{},"target":"http://allowed.internal:8080","messageId":"msg_\u0000\n"}`, http.StatusBadRequest, "invalid"},
+				{enqueue("http://127.0.0.1:3000", delivery.SignTarget(testWorldSecret, "http://127.0.0.1:3000")), http.StatusOK, ""},
+				{enqueue("http://allowed.internal:8080/app", ""), http.StatusOK, ""},
+				{enqueue("HTTP://Allowed.Internal:8080", ""), http.StatusOK, ""},
+			} {
+				r := d.wcall("POST", "queue", []byte(c.body)).must(t, c.status)
+				if c.code != "" {
+					r.header(t, "Weir-Error", c.code)
+				}
+			}
+			ms := decode[struct {
+				Messages []messageJSON `json:"messages"`
+			}](t, d.wcall("GET", "queue?state=pending", nil).must(t, http.StatusOK))
+			if len(ms.Messages) != 3 {
+				t.Fatalf("%d messages queued, want the 3 allowed", len(ms.Messages))
+			}
+		})
+	// Without a secret, only the operator's origins.
+	d := newDSServer(t, &Config{WorldDelivery: true, WorldTargets: []string{"*"}})
+	d.wcall("POST", "queue", []byte(enqueue("http://anywhere.example", ""))).must(t, http.StatusOK)
+	d = newDSServer(t, &Config{WorldDelivery: true})
+	d.wcall("POST", "queue", []byte(enqueue("http://127.0.0.1:3000", "v1=x"))).must(t, http.StatusForbidden)
 }

@@ -96,6 +96,19 @@ type Config struct {
 	// sends. Defaults to false; `weir server` sets it when it has a
 	// World secret.
 	WorldDelivery bool
+	// WorldSecret is the secret the World's apps share with weir (weir
+	// server's --world-secret): a queued message's target must carry its
+	// signature (delivery.SignTarget, which @weirhq/world sends), unless
+	// its origin is one of WorldTargets. Defaults to none: every target
+	// must be one of WorldTargets.
+	WorldSecret []byte
+	// WorldTargets are the origins (scheme://host[:port]) World messages
+	// may be delivered to without a target signature; "*" is any.
+	// Defaults to none: weir POSTs only to apps that proved they hold the
+	// World secret, so that a holder of the token alone cannot make it
+	// send signed requests to any address it can reach (a port scanner,
+	// with the errors GET /v1/world/queue lists).
+	WorldTargets []string
 }
 
 // WithDefaults returns a copy of c with defaults applied.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/api"
+	"github.com/weirhq/weir/delivery"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/world"
 )
@@ -377,14 +378,14 @@ func (s *Server) cancelWorldRun(r *http.Request, id string) (*world.Run, int, er
 	if err != nil {
 		return nil, 0, err
 	}
-	if before.Status.Terminal() && before.Status != world.Cancelled {
-		return before, http.StatusOK, nil
+	if before.Status.Terminal() {
+		return before, http.StatusOK, nil // a cancel of a cancelled run included: nothing is added
 	}
 	res, err := s.store.WorldEvent(ctx, &store.WorldEventParams{Request: world.Request{RunID: id, Type: world.RunCancelled}})
 	if err != nil {
 		return nil, 0, err
 	}
-	if before.Target != "" && before.Status != world.Cancelled {
+	if before.Target != "" {
 		payload, _ := json.Marshal(map[string]string{"runId": id})
 		_, _, err := s.store.Enqueue(ctx, &store.EnqueueParams{ID: s.worldIDs.New("msg"),
 			QueueName: "__wkf_workflow_" + before.WorkflowName, Payload: payload, Target: before.Target,
@@ -515,7 +516,8 @@ type enqueueRequest struct {
 	QueueName      string          `json:"queueName"`
 	Payload        json.RawMessage `json:"payload"`
 	Target         string          `json:"target"`
-	MessageID      string          `json:"messageId,omitempty"` // a retry sends the id the first try minted
+	TargetSig      string          `json:"targetSignature,omitempty"` // delivery.SignTarget of Target
+	MessageID      string          `json:"messageId,omitempty"`       // a retry sends the id the first try minted
 	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
 	DelaySeconds   float64         `json:"delaySeconds,omitempty"`
 	DeploymentID   string          `json:"deploymentId,omitempty"`
@@ -565,9 +567,20 @@ func (s *Server) handleWorldEnqueue(w http.ResponseWriter, r *http.Request) {
 		httpError(w, fmt.Errorf("%w: messageId %q: want msg_<ULID>", api.ErrBadRequest, clip(id)))
 		return
 	}
-	m, _, err := s.store.Enqueue(r.Context(), &store.EnqueueParams{ID: id, QueueName: req.QueueName, Payload: req.Payload,
+	p := &store.EnqueueParams{ID: id, QueueName: req.QueueName, Payload: req.Payload,
 		Target: req.Target, IdempotencyKey: req.IdempotencyKey, DeploymentID: req.DeploymentID,
-		RunID: payloadRun(req.Payload), Delay: delay})
+		RunID: payloadRun(req.Payload), Delay: delay}
+	// The request's shape first (400), then whether weir may deliver
+	// there (403).
+	if err := p.Check(); err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := s.allowTarget(req.Target, req.TargetSig); err != nil {
+		httpError(w, err)
+		return
+	}
+	m, _, err := s.store.Enqueue(r.Context(), p)
 	if err != nil {
 		httpError(w, err)
 		return
@@ -601,6 +614,29 @@ func checkTarget(t string) error {
 		return fmt.Errorf("%w: target %q: want an http(s) base URL without credentials, query or fragment", api.ErrBadRequest, clip(t))
 	}
 	return nil
+}
+
+// allowTarget refuses a target weir may not deliver to: one not signed
+// with the World secret (delivery.SignTarget), unless its origin is one of
+// Config.WorldTargets.
+func (s *Server) allowTarget(target, sig string) error {
+	if len(s.cfg.WorldSecret) > 0 && delivery.VerifyTarget(s.cfg.WorldSecret, target, sig) == nil {
+		return nil
+	}
+	if u, err := parseURL(target); err == nil {
+		origin := strings.ToLower(u.Scheme + "://" + u.Host)
+		for _, o := range s.cfg.WorldTargets {
+			if o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
+				return nil
+			}
+		}
+	}
+	why := "it is not signed"
+	if sig != "" {
+		why = "its signature does not match weir's World secret"
+	}
+	return fmt.Errorf("%w: target %q: %s, and its origin is not one of --world-target: weir delivers only to apps that hold the World secret (@weirhq/world signs its target with WEIR_WORLD_SECRET) or to the origins its operator allows",
+		api.ErrForbidden, clip(target), why)
 }
 
 // messageJSON is a queue message as the API lists it.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/delivery"
 	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/store/sqlitestore"
@@ -432,15 +433,18 @@ func TestWorldFailedStepAndDeferredClose(t *testing.T) {
 	})
 }
 
+var testWorldSecret = []byte("0123456789abcdef-world")
+
 func TestWorldQueueAndCancel(t *testing.T) {
 	t.Run("no delivery", func(t *testing.T) {
 		d := newDSServer(t, nil)
 		d.wcall("POST", "queue", []byte(`{"queueName":"__wkf_workflow_w","payload":{},"target":"http://127.0.0.1:1"}`)).
 			must(t, http.StatusServiceUnavailable).header(t, "Weir-Error", "no_delivery")
 	})
-	onEveryStoreWith(t, &Config{WorldDelivery: true}, func(t *testing.T, d *dsServer) {
+	onEveryStoreWith(t, &Config{WorldDelivery: true, WorldSecret: testWorldSecret}, func(t *testing.T, d *dsServer) {
 		run := d.newWorldRun(t)
-		body := `{"queueName":"__wkf_workflow_workflow//wf.ts//wf","payload":{"runId":"` + run + `"},"target":"http://127.0.0.1:3999","idempotencyKey":"k"}`
+		body := `{"queueName":"__wkf_workflow_workflow//wf.ts//wf","payload":{"runId":"` + run + `"},"target":"http://127.0.0.1:3999","idempotencyKey":"k",` +
+			`"targetSignature":"` + delivery.SignTarget(testWorldSecret, "http://127.0.0.1:3999") + `"}`
 		m1 := decode[map[string]string](t, d.wcall("POST", "queue", []byte(body)).must(t, http.StatusOK))
 		m2 := decode[map[string]string](t, d.wcall("POST", "queue", []byte(body)).must(t, http.StatusOK))
 		if !strings.HasPrefix(m1["messageId"], "msg_") || m1["messageId"] != m2["messageId"] {
@@ -477,6 +481,20 @@ func TestWorldQueueAndCancel(t *testing.T) {
 		if len(ms.Messages) != 2 || ms.Messages[1].Target != "http://127.0.0.1:3999" {
 			t.Fatalf("after cancel, pending %+v", ms)
 		}
-		d.wcall("POST", "runs/"+run+"/cancel", nil).must(t, http.StatusAccepted) // idempotent
+		// Idempotent: 200, and no second run_cancelled in the log.
+		d.wcall("POST", "runs/"+run+"/cancel", nil).must(t, http.StatusOK)
+		d.ev(run, world.RunCancelled, "", nil).must(t, http.StatusOK)
+		evs := decode[struct {
+			Data []world.Event `json:"data"`
+		}](t, d.wcall("GET", "runs/"+run+"/events?limit=1000", nil).must(t, http.StatusOK))
+		n := 0
+		for _, e := range evs.Data {
+			if e.EventType == world.RunCancelled {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%d run_cancelled events after three cancels, want 1", n)
+		}
 	})
 }

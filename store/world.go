@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/weirhq/weir/world"
@@ -209,6 +210,14 @@ func (p *EnqueueParams) Check() error {
 	if err := CheckID("message id", p.ID); err != nil {
 		return err
 	}
+	// Both go out as headers of every delivery (x-vqs-queue-name,
+	// x-vqs-message-id): one that no HTTP client can send would fail
+	// each delivery until it is dead-lettered.
+	for what, s := range map[string]string{"queue name": p.QueueName, "message id": p.ID} {
+		if i := strings.IndexFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }); i >= 0 {
+			return fmt.Errorf("%w: %s %.60q has a control character at byte %d: it is sent as a header", ErrInvalid, what, s, i)
+		}
+	}
 	if len(p.Payload) == 0 || len(p.Payload) > MaxPayload || !json.Valid(p.Payload) {
 		return fmt.Errorf("%w: a payload of JSON, at most %d bytes", ErrInvalid, MaxPayload)
 	}
@@ -236,7 +245,10 @@ type ClaimMessagesParams struct {
 	// step messages are): the deliverer has a workflow delivery of each in
 	// flight, and a second would replay the run for nothing.
 	SkipRuns []string
-	Now      time.Time // zero: the store's clock
+	// SkipTargets are targets whose messages are not claimed: the
+	// deliverer has as many deliveries to each in flight as it allows.
+	SkipTargets []string
+	Now         time.Time // zero: the store's clock
 }
 
 // Check validates p.

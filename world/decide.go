@@ -179,10 +179,10 @@ func (d *decider) decide() error {
 	if run.Status.Terminal() {
 		switch r.Type {
 		case RunCancelled:
-			if run.Status == Cancelled { // idempotent
-				d.out.Events = append(d.out.Events, d.event(RunCancelled, nil))
+			if run.Status == Cancelled {
+				// Idempotent, and nothing is added: a run that ended
+				// takes no event without bound.
 				d.out.Returns.Run = true
-				d.out.Run = copyRun(run)
 				return nil
 			}
 			return fmt.Errorf("%w: cannot transition run from terminal state %q", ErrConflict, run.Status)
@@ -192,6 +192,11 @@ func (d *decider) decide() error {
 			return fmt.Errorf("%w: cannot transition run from terminal state %q", ErrConflict, run.Status)
 		case StepCreated, HookCreated, WaitCreated:
 			return fmt.Errorf("%w: cannot create new entities on run in terminal state %q", ErrConflict, run.Status)
+		case StepStarted, StepRetrying:
+			// No attempt begins, and none is retried, once the run ended:
+			// a step in flight may still end (step_completed, step_failed).
+			return fmt.Errorf("%w: cannot %s a step of a run in terminal state %q", ErrRunExpired,
+				map[EventType]string{StepStarted: "start", StepRetrying: "retry"}[r.Type], run.Status)
 		}
 	}
 	switch r.Type {
@@ -378,9 +383,8 @@ func (d *decider) stepEvent(run *Run) error {
 	if step.Status.Terminal() {
 		return fmt.Errorf("%w: cannot modify step in terminal state %q", ErrConflict, step.Status)
 	}
-	// On a terminal run, only a running step may still end (world-local
-	// does not look at the run for step_completed and step_retrying).
-	if run.Status.Terminal() && step.Status != Running && d.req.Type != StepCompleted && d.req.Type != StepRetrying {
+	// On a terminal run, only a running step may still end.
+	if run.Status.Terminal() && step.Status != Running {
 		return fmt.Errorf("%w: cannot modify non-running step on run in terminal state %q", ErrRunExpired, run.Status)
 	}
 	next := copyStep(step)

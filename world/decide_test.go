@@ -180,9 +180,31 @@ func TestRunFailedAndCancelled(t *testing.T) {
 	m2 := newMem()
 	must(t, m2, Request{RunID: "wrun_b", Type: RunCreated, Data: runData}, t0)
 	must(t, m2, Request{RunID: "wrun_b", Type: RunCancelled}, t0)
-	// Cancelling a cancelled run is idempotent: an event, the run.
-	if out := must(t, m2, Request{RunID: "wrun_b", Type: RunCancelled}, t0); len(out.Events) != 1 || out.Run.Status != Cancelled {
+	// Cancelling a cancelled run is idempotent: the run as it is, and no
+	// event (an ended run takes none without bound).
+	if out := must(t, m2, Request{RunID: "wrun_b", Type: RunCancelled}, t0); len(out.Events) != 0 || out.Run != nil || !out.Returns.Run {
 		t.Fatalf("second cancel %+v", out)
+	}
+}
+
+// A run that ended starts and retries no step; a step in flight may still
+// end. (Before, ended runs took step_started and step_retrying without
+// bound.)
+func TestAnEndedRunStartsNoStep(t *testing.T) {
+	for _, end := range []EventType{RunCompleted, RunFailed, RunCancelled} {
+		m := newMem()
+		id := must(t, m, Request{RunID: "wrun_e", Type: RunCreated, Data: runData}, t0).Run.RunID
+		must(t, m, Request{RunID: id, Type: RunStarted}, t0)
+		for _, s := range []string{"step_a", "step_b", "step_c"} {
+			must(t, m, Request{RunID: id, Type: StepCreated, CorrelationID: s, Data: data(map[string]any{"stepName": "s"})}, t0)
+			must(t, m, Request{RunID: id, Type: StepStarted, CorrelationID: s}, t0)
+		}
+		must(t, m, Request{RunID: id, Type: end, Data: data(map[string]any{"output": 1, "error": map[string]any{"message": "x"}})}, t0)
+		for _, typ := range []EventType{StepStarted, StepRetrying} {
+			wantErr(t, m, Request{RunID: id, Type: typ, CorrelationID: "step_a", Data: data(map[string]any{"error": map[string]any{"message": "x"}})}, t0, ErrRunExpired)
+		}
+		must(t, m, Request{RunID: id, Type: StepCompleted, CorrelationID: "step_b", Data: data(map[string]any{"result": 1})}, t0)
+		must(t, m, Request{RunID: id, Type: StepFailed, CorrelationID: "step_c", Data: data(map[string]any{"error": map[string]any{"message": "x"}})}, t0)
 	}
 }
 

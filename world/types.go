@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Spec is the World spec version weir serves: 3, @workflow/world 4.5.0's
@@ -219,6 +220,14 @@ func StreamName(name string) error {
 		if c <= ' ' || c == '/' || c == 0x7f {
 			return fmt.Errorf("%w: stream name %.40q: no spaces, controls or slashes", ErrInvalid, name)
 		}
+	}
+	// A dot segment cannot be read back (an HTTP path cleans it away),
+	// and PostgreSQL refuses text that is not UTF-8 where SQLite kept it.
+	if name == "." || name == ".." {
+		return fmt.Errorf("%w: stream name %q: not a dot segment", ErrInvalid, name)
+	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("%w: stream name %.40q is not valid UTF-8", ErrInvalid, name)
 	}
 	return nil
 }

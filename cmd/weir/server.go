@@ -56,10 +56,13 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	maxStreamBytes := fs.Int64("max-stream-bytes", 1<<30, "data bytes clients may write to one stream; new data past it gets 413 (0: no limit)")
 	var corsOrigins listFlag
 	fs.Var(&corsOrigins, "cors-origin", "a web origin (https://app.example) besides the server's own whose pages may use the API and read replies; repeat, or * for any (default: none)")
+	var worldTargets listFlag
+	fs.Var(&worldTargets, "world-target", "an origin (http://app.internal:3000) World messages may be delivered to without their target signed with the World secret; repeat, or * for any (default: none: @weirhq/world signs its target)")
 	var wcfg delivery.Config
 	fs.DurationVar(&wcfg.LeaseTTL, "world-lease", 30*time.Second, "a World delivery's lease, renewed while the app works: a server killed mid-delivery leaves the message to another after this long")
 	fs.DurationVar(&wcfg.Timeout, "world-timeout", 15*time.Minute, "the longest one World delivery (a step) may take")
 	fs.IntVar(&wcfg.Concurrency, "world-concurrency", 100, "World deliveries in flight at once")
+	fs.IntVar(&wcfg.MaxPerTarget, "world-target-concurrency", 32, "World deliveries in flight to one app at once (a hung app holds this many, no more)")
 	fs.DurationVar(&wcfg.MaxAge, "world-max-age", 24*time.Hour, "dead-letter a World message that has failed for this long")
 	fs.IntVar(&wcfg.MaxFailures, "world-max-failures", 0, "dead-letter a World message after this many failed deliveries in a row (0: --world-max-age alone)")
 	err := fs.Parse(args)
@@ -83,6 +86,11 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *worldSecret == "" {
 		*worldSecret = os.Getenv("WEIR_WORLD_SECRET")
+	}
+	for _, o := range worldTargets {
+		if u, err := url.Parse(o); o != "*" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/")) {
+			return errUsage(fmt.Errorf("server: --world-target %q: want scheme://host[:port], or *", o))
+		}
 	}
 	for _, o := range corsOrigins {
 		if u, err := url.Parse(o); o != "*" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/")) {
@@ -155,6 +163,8 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		LongPollTimeout:      *longPoll,
 		Logger:               log,
 		WorldDelivery:        *worldSecret != "",
+		WorldSecret:          []byte(*worldSecret),
+		WorldTargets:         worldTargets,
 	})
 	var deliverer *delivery.Deliverer
 	if *worldSecret != "" {

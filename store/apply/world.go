@@ -2,6 +2,7 @@ package apply
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/weirhq/weir/store"
@@ -56,6 +57,15 @@ func WorldEvent(tx WorldTx, p *store.WorldEventParams, ids world.IDs) (*store.Wo
 	runID := req.RunID
 	if out.Run != nil {
 		runID = out.Run.RunID
+	}
+	if out.NewRun {
+		// World runs and Go runs share their ids: a World run cannot be
+		// created under a Go run's.
+		if _, err := tx.Run(runID); err == nil {
+			return nil, fmt.Errorf("%w: run %q exists and is not a World run", world.ErrConflict, runID)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
 	}
 	writer := world.StepWriter(out.StepID)
 	var fence int64

@@ -17,13 +17,17 @@ import (
 // else must be equal.
 
 var (
-	worldRuns  = []string{"wrun_a", "wrun_b"}
+	// r1 is a Go run's id (diff_test.go's runs): a World event naming it
+	// is refused alike (issue 21: it answered 500).
+	worldRuns  = []string{"wrun_a", "wrun_b", "r1"}
 	worldSteps = []string{"step_1", "step_2"}
 	worldHooks = []string{"hook_1", "hook_2"}
 	worldToks  = []string{"tok_1", "tok_2"}
 	worldWaits = []string{"wait_1"}
-	worldNames = []string{"strm_1", "strm_2"}
-	worldMsgs  = []string{"msg_1", "msg_2", "msg_3"}
+	// The last two are refused alike: a dot segment, and a name that is
+	// not UTF-8 (SQLite took both; PostgreSQL refused the second).
+	worldNames = []string{"strm_1", "strm_2", "strm_1", "strm_2", "..", "strm_\xff"}
+	worldMsgs  = []string{"msg_1", "msg_2", "msg_3", "msg_\r\nx"}
 	worldTypes = []world.EventType{world.RunCreated, world.RunStarted, world.RunCompleted, world.RunFailed,
 		world.RunCancelled, world.StepCreated, world.StepStarted, world.StepStarted, world.StepCompleted,
 		world.StepFailed, world.StepRetrying, world.HookCreated, world.HookReceived, world.HookDisposed,
@@ -150,7 +154,7 @@ func showWorldRun(r *world.Run) string {
 func (g *gen) queueOp(now time.Time) *op {
 	switch g.n(4) {
 	case 0:
-		p := store.EnqueueParams{ID: g.pick(worldMsgs), QueueName: "__wkf_workflow_" + g.pick(workflows),
+		p := store.EnqueueParams{ID: g.pick(worldMsgs), QueueName: "__wkf_workflow_" + g.pick(workflows) + g.pick([]string{"", "", "", "\n"}),
 			Payload: json.RawMessage(`{"runId":"wrun_a"}`), Target: "http://app", RunID: g.pick(worldRuns),
 			Delay: time.Duration(g.n(3)) * time.Second, Now: now}
 		if g.chance(2) {

@@ -38,6 +38,7 @@ func (q *queueQueries) set(set func(*string, string)) {
 	set(&q.claimMessages, `UPDATE $S.world_queue SET lease = $1, lease_owner = $2, lease_until = $3, attempt = attempt + 1
 		WHERE seq IN (SELECT seq FROM $S.world_queue WHERE state = 'pending' AND deliver_at <= $4 AND lease_until <= $4
 			AND NOT (kind = 'workflow' AND run_id = ANY ($6::text[]))
+			AND NOT (target = ANY ($7::text[]))
 			ORDER BY deliver_at, seq LIMIT $5 FOR UPDATE SKIP LOCKED)
 		RETURNING `+cols)
 	const where = ` WHERE id = $1 AND lease = $2 AND state = 'pending'`
@@ -139,7 +140,7 @@ func (s *Store) ClaimMessages(ctx context.Context, p *store.ClaimMessagesParams)
 		t.committing = true
 		var err error
 		out, err = queryRows(ctx, s, s.q.claimMessages, []any{s.ids.New("lse"), p.Owner, sqlrow.Nanos(now.Add(p.Lease)),
-			sqlrow.Nanos(now), p.Limit, append([]string{}, p.SkipRuns...)})
+			sqlrow.Nanos(now), p.Limit, append([]string{}, p.SkipRuns...), append([]string{}, p.SkipTargets...)})
 		return err
 	})
 	if err != nil {

@@ -638,6 +638,7 @@ func (s *Store) ClaimMessages(ctx context.Context, p *store.ClaimMessagesParams)
 		st, err := tx.stmt(`UPDATE world_queue SET lease = ?1, lease_owner = ?2, lease_until = ?3, attempt = attempt + 1
 			WHERE seq IN (SELECT seq FROM world_queue WHERE state = 'pending' AND deliver_at <= ?4 AND lease_until <= ?4
 				AND NOT (kind = 'workflow' AND run_id IN (SELECT value FROM json_each(?6)))
+				AND target NOT IN (SELECT value FROM json_each(?7))
 				ORDER BY deliver_at, seq LIMIT ?5)
 			RETURNING ` + sqlrow.MessageCols)
 		if err != nil {
@@ -645,7 +646,9 @@ func (s *Store) ClaimMessages(ctx context.Context, p *store.ClaimMessagesParams)
 		}
 		tx.changed = true
 		skip, _ := json.Marshal(append([]string{}, p.SkipRuns...))
-		rows, err := st.QueryContext(bg, lease, p.Owner, sqlrow.Nanos(now.Add(p.Lease)), sqlrow.Nanos(now), p.Limit, string(skip))
+		skipTargets, _ := json.Marshal(append([]string{}, p.SkipTargets...))
+		rows, err := st.QueryContext(bg, lease, p.Owner, sqlrow.Nanos(now.Add(p.Lease)), sqlrow.Nanos(now), p.Limit, string(skip),
+			string(skipTargets))
 		if err != nil {
 			return translate(err)
 		}

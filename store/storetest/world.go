@@ -27,6 +27,7 @@ func testWorld(t *testing.T, h Harness) {
 	t.Run("Lists", func(t *testing.T) { t.Parallel(); testWorldLists(t, h) })
 	t.Run("Queue", func(t *testing.T) { t.Parallel(); testWorldQueue(t, h) })
 	t.Run("QueueRuns", func(t *testing.T) { t.Parallel(); testWorldQueueRuns(t, h) })
+	t.Run("QueueSkipsTargets", func(t *testing.T) { t.Parallel(); testWorldQueueTargets(t, h) })
 	t.Run("Purge", func(t *testing.T) { t.Parallel(); testWorldPurge(t, h) })
 	t.Run("Reopen", func(t *testing.T) { t.Parallel(); testWorldReopen(t, h) })
 }
@@ -729,5 +730,33 @@ func testWorldQueueRuns(t *testing.T, h Harness) {
 	}
 	if !slices.Equal(ids, []string{"msg_s1", "msg_f2", "msg_f3", "msg_f4"}) {
 		t.Fatalf("pending %v", ids)
+	}
+}
+
+// A claim leaves the messages of targets it is told to skip (those the
+// deliverer has as many deliveries to in flight as it allows).
+func testWorldQueueTargets(t *testing.T, h Harness) {
+	s := h.New(t)
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
+	for i, target := range []string{"http://hung", "http://ok", "http://hung", "http://other", "http://ok"} {
+		_, _, err := s.Enqueue(ctx(t), &store.EnqueueParams{ID: fmt.Sprintf("msg_%d", i), QueueName: "__wkf_step_st",
+			Payload: json.RawMessage(`{}`), Target: target, Now: t0})
+		must(t, err)
+	}
+	ms, err := s.ClaimMessages(ctx(t), &store.ClaimMessagesParams{Owner: "o", Limit: 10, Lease: time.Minute,
+		SkipTargets: []string{"http://hung", "http://other"}, Now: t0})
+	must(t, err)
+	var ids []string
+	for _, m := range ms {
+		ids = append(ids, m.ID+"@"+m.Target)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"msg_1@http://ok", "msg_4@http://ok"}) {
+		t.Fatalf("claimed %v, want the messages of http://ok alone", ids)
+	}
+	ms, err = s.ClaimMessages(ctx(t), &store.ClaimMessagesParams{Owner: "o", Limit: 10, Lease: time.Minute, Now: t0})
+	must(t, err)
+	if len(ms) != 3 {
+		t.Fatalf("claimed %d once nothing is skipped, want the other 3", len(ms))
 	}
 }

@@ -52,6 +52,17 @@ export function sign(secret: string, t: string, queueName: string, messageId: st
   return h.digest('hex');
 }
 
+/**
+ * The signature of a delivery target (this app's base URL), as weir's
+ * delivery.SignTarget computes it: v1=<hex HMAC-SHA256(secret, "target." +
+ * target)>. weir delivers only to targets signed with the World secret (or
+ * to origins its operator allows with --world-target), so that a holder of
+ * weir's token alone cannot make it POST anywhere.
+ */
+export function signTarget(secret: string, target: string): string {
+  return 'v1=' + createHmac('sha256', secret).update('target.').update(target).digest('hex');
+}
+
 type Handler = (
   message: unknown,
   meta: { attempt: number; queueName: string; messageId: string; requestId?: string },
@@ -71,10 +82,12 @@ export function createQueue(cfg: Config, st: StreamState) {
       // The id is minted here, so that a retry whose first reply was lost
       // finds its message rather than queueing a second.
       const messageId = ulid('msg');
+      const target = appUrl(cfg);
       const body = encode({
         queueName,
         payload: message,
-        target: appUrl(cfg),
+        target,
+        ...(cfg.secret && { targetSignature: signTarget(cfg.secret, target) }),
         messageId,
         ...(opts?.idempotencyKey && { idempotencyKey: opts.idempotencyKey }),
         ...(opts?.delaySeconds && { delaySeconds: opts.delaySeconds }),

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { batches } from '../src/chain';
 import { decode, Deframer, encode, frame, FRAME_EOF } from '../src/codec';
-import { sign, verifySignature } from '../src/queue';
+import { sign, signTarget, verifySignature } from '../src/queue';
 import { ulid } from '../src/ulid';
 
 test('the codec tags bytes and gives them back', () => {
@@ -55,6 +55,14 @@ test('signatures match weir delivery.Sign', () => {
   assert.equal(sign(secret, '1764583200', '__wkf_step_step//add', 'msg_01JZ0000000000000000000000', 3, body), header.slice(header.indexOf('v1=') + 3));
   const now = 1764583200_000;
   assert.equal(verifySignature(secret, header, '__wkf_step_step//add', 'msg_01JZ0000000000000000000000', 3, body, now), undefined);
+});
+
+// The vector of weir's TestSignTarget (delivery/delivery_test.go).
+test('target signatures match weir delivery.SignTarget', () => {
+  assert.equal(
+    signTarget('0123456789abcdef', 'http://127.0.0.1:3000'),
+    'v1=d4a6fffd1918c06232021e033f499d94121ff1e5e607a88080f962b6cff40f3d',
+  );
 });
 
 test('bad signatures are refused with a reason', () => {
