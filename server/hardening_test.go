@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -447,4 +449,49 @@ func TestWorldTargetsAreSignedOrAllowed(t *testing.T) {
 	d.wcall("POST", "queue", []byte(enqueue("http://anywhere.example", ""))).must(t, http.StatusOK)
 	d = newDSServer(t, &Config{WorldDelivery: true})
 	d.wcall("POST", "queue", []byte(enqueue("http://127.0.0.1:3000", "v1=x"))).must(t, http.StatusForbidden)
+}
+
+// A World follower that hangs up while it waits is the client's doing: it
+// is counted 499, not 500, and logs nothing. (Before: a 500 and an ERROR
+// line for each, unthrottled.)
+func TestAWorldFollowerThatHangsUpIsNotAnError(t *testing.T) {
+	var logs lockedBuffer
+	d := newDSServer(t, &Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), SSEMaxDuration: 30 * time.Second})
+	run := d.newWorldRun(t)
+	d.wwrite(run, "strm_w", "", 0, 0, "one").must(t, http.StatusOK)
+	for _, path := range []string{"streams/strm_never?follow=true", "streams/strm_w?index=1&follow=true"} {
+		for range 5 {
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, "GET", d.ts.URL+"/v1/world/"+path, nil)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if resp, err := d.ts.Client().Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+			eventually(t, "the follower waiting", func() bool { return len(d.srv.readers) == 1 })
+			cancel()
+			<-done
+			eventually(t, "the follower's end", func() bool { return len(d.srv.readers) == 0 })
+		}
+	}
+	r := d.runsCall("GET", "/metrics")
+	if strings.Contains(r.String(), `code="500"`) || !strings.Contains(r.String(), `code="499"`) {
+		t.Errorf("metrics after 10 followers hung up:\n%s", grepLines(r.String(), "weir_http_requests_total"))
+	}
+	if strings.Contains(logs.String(), "level=ERROR") {
+		t.Errorf("followers that hung up logged errors:\n%s", logs.String())
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

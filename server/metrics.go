@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -430,11 +431,37 @@ func (s *Server) instrument(w http.ResponseWriter, r *http.Request) (http.Respon
 		if code == 0 {
 			code = http.StatusOK
 		}
+		if r.Context().Err() != nil && !s.draining() && code >= 500 &&
+			(rec.err == nil || errors.Is(rec.err, context.Canceled) || errors.Is(rec.err, context.DeadlineExceeded)) {
+			// The client hung up while the handler waited: not the
+			// server's error (nginx's 499, "client closed request").
+			code, rec.err = statusClientClosed, nil
+		}
 		if rec.err != nil {
-			s.log.Error("weir server: internal error", "method", r.Method, "path", clip(r.URL.Path), "err", rec.err)
+			s.internalError(r, rec.err)
 		}
 		s.metrics.request(class, code, time.Since(start))
 	}
+}
+
+// statusClientClosed is the status a request is counted with when its
+// client hung up before the handler answered.
+const statusClientClosed = 499
+
+// internalError logs the cause of a 500: at most one line a second, saying
+// how many were left out since the last, so that a flood of failing
+// requests cannot flood the log.
+func (s *Server) internalError(r *http.Request, err error) {
+	s.errLog.mu.Lock()
+	defer s.errLog.mu.Unlock()
+	now := time.Now()
+	if now.Sub(s.errLog.last) < time.Second {
+		s.errLog.left++
+		return
+	}
+	s.log.Error("weir server: internal error", "method", r.Method, "path", clip(r.URL.Path), "err", err,
+		"errors_not_logged_since_last", s.errLog.left)
+	s.errLog.last, s.errLog.left = now, 0
 }
 
 // statusRecorder remembers the status a handler wrote. It passes Flush on

@@ -166,6 +166,11 @@ type Server struct {
 		failed int
 		last   time.Time
 	}
+	errLog struct { // internal errors, for the rate-limited log (metrics.go)
+		mu   sync.Mutex
+		left int
+		last time.Time
+	}
 	uploads  *uploadBudget // body bytes held (MaxUploadBytes): upload.go
 	metrics  *metrics      // see metrics.go
 	ds       dsState       // the streams handler's own state (stream.go)
