@@ -506,10 +506,29 @@ func (p *FinishWriterParams) Check() error {
 
 // Check validates a Read call.
 func (p *ReadParams) Check() error {
-	if p.From < 0 || p.Limit < 0 || p.MaxBytes < 0 {
-		return fmt.Errorf("%w: negative from, limit or max bytes", ErrInvalid)
+	if p.From < 0 || p.Limit < 0 || p.MaxBytes < 0 || p.DataFrom < 0 {
+		return fmt.Errorf("%w: negative from, limit, max bytes or data from", ErrInvalid)
+	}
+	if p.DataFrom > 0 && !p.Pieces {
+		return fmt.Errorf("%w: DataFrom is a piece's: it needs Pieces", ErrInvalid)
 	}
 	return nil
+}
+
+// Piece reports whether the record at offset off, of size data bytes, that
+// would begin a page of p (no record before it), is read as a piece.
+func (p *ReadParams) Piece(off int64, size int) bool {
+	return p.Pieces && off == p.From && (size > p.MaxBytes || p.DataFrom > 0)
+}
+
+// PieceOf is the piece of a record of size data bytes a page of p holds:
+// its data from DataFrom on, at most MaxBytes; ErrInvalid if DataFrom is
+// not within it.
+func (p *ReadParams) PieceOf(size int) (*Piece, int, error) {
+	if p.DataFrom >= int64(size) {
+		return nil, 0, fmt.Errorf("%w: byte %d of record %d, whose data has %d", ErrInvalid, p.DataFrom, p.From, size)
+	}
+	return &Piece{From: p.DataFrom, Size: int64(size)}, int(min(int64(size)-p.DataFrom, int64(p.MaxBytes))), nil
 }
 
 // WithDefaults returns a copy of p with Limit at DefaultReadLimit and

@@ -841,6 +841,15 @@ type ReadParams struct {
 	From     int64 // first offset
 	Limit    int   // most records; 0: 1000
 	MaxBytes int   // at most this many data bytes, except one larger record alone; 0: 4 MiB
+	// Pieces: a record larger than MaxBytes that would begin the page is
+	// returned alone, as a piece of MaxBytes of its data at most
+	// (ReadResult.Piece), so that a reader never holds more than its page
+	// whatever the record sizes.
+	Pieces bool
+	// DataFrom, with Pieces, is the first byte of the data of record From
+	// that the page returns: the page is that record's next piece alone.
+	// It must be within the record's data.
+	DataFrom int64
 }
 
 // ReadResult is a page of the live view.
@@ -848,4 +857,16 @@ type ReadResult struct {
 	Records    []stream.Record
 	NextOffset int64 // the stream's next offset when read
 	Closed     bool
+	// Piece is set when Records is one piece of a record (ReadParams.Pieces):
+	// Records[0].Data are its data bytes from Piece.From on.
+	Piece *Piece
 }
+
+// Piece is where a piece of a record's data lies in it.
+type Piece struct {
+	From int64 // the piece's first byte in the record's data
+	Size int64 // the record's data length
+}
+
+// End is the byte of the record's data after the piece of n bytes.
+func (p *Piece) End(n int) int64 { return p.From + int64(n) }

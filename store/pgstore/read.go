@@ -115,7 +115,7 @@ func (s *Store) readPage(ctx context.Context, p *store.ReadParams) (*store.ReadR
 		}
 	}
 	s.hints.Leave(p.StreamID, cur)
-	res.Records = pg.Records
+	res.Records, res.Piece = pg.Records, pg.Piece
 	return res, nil
 }
 

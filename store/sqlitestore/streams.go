@@ -1,6 +1,8 @@
 package sqlitestore
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -164,7 +166,18 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 		return nil, store.ErrClosedStore
 	}
 	if recs, next, closed, ok := s.tail.read(p.StreamID, p.From, p); ok {
-		return &store.ReadResult{Records: recs, NextOffset: next, Closed: closed}, nil
+		res := &store.ReadResult{Records: recs, NextOffset: next, Closed: closed}
+		if len(recs) > 0 && p.Piece(recs[0].Offset, len(recs[0].Data)) {
+			// A piece of a record the cache holds: copied, so that the
+			// reader keeps no more than it.
+			piece, n, err := p.PieceOf(len(recs[0].Data))
+			if err != nil || recs[0].Kind != stream.KindData {
+				return nil, fmt.Errorf("read: %w", cmp.Or(err, store.ErrInvalid))
+			}
+			recs[0].Data = bytes.Clone(recs[0].Data[piece.From : piece.From+int64(n)])
+			res.Records, res.Piece = recs[:1], piece
+		}
+		return res, nil
 	}
 	res := &store.ReadResult{}
 	// The head first: records committed after it are left for the next read,
@@ -211,7 +224,7 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 		hl = -1
 	}
 	s.hints.Leave(p.StreamID, cur)
-	res.Records = pg.Records
+	res.Records, res.Piece = pg.Records, pg.Piece
 	return res, nil
 }
 
@@ -259,7 +272,7 @@ func (s *Store) readBatches(ctx context.Context, pg *sqlrow.Page, from, hl, hp i
 		if err := rows.Scan(&c.Off, &c.Last, &c.Size, &c.Pos, &data); err != nil {
 			return nil, fmt.Errorf("read: %w", s.readErr(err))
 		}
-		if c.Pos == 0 && int64(len(data)) == c.Size && len(data) <= win {
+		if c.Pos == 0 && int64(len(data)) == c.Size && len(data) <= win && !p.Pieces {
 			// Whole, and no larger than a window: the next page reads it
 			// again if this one ends inside it (no hint).
 			err = pg.Add(data, c.Off)

@@ -145,6 +145,30 @@ func ReadHoldsAPage(t *testing.T, s store.Store, extra int64) {
 			t.Errorf("%s: reading on, a page of %d data bytes allocated %d bytes, more than %d: it copies whole batches", c.name, data, alloc, most)
 		}
 	}
+	// With Pieces, the record larger than the page comes a page at a
+	// time: each piece holds its bytes, and reading on costs windows of
+	// about a page, not the record.
+	var got []byte
+	for from := int64(0); ; {
+		res, n, alloc := held(store.ReadParams{From: 192, MaxBytes: page, Pieces: true, DataFrom: from})
+		if res.Piece == nil || len(res.Records) != 1 || res.Piece.From != from || res.Piece.Size != big {
+			t.Fatalf("a piece from byte %d: %+v, %d records", from, res.Piece, len(res.Records))
+		}
+		d := len(res.Records[0].Data)
+		if limit := int64(d) + records(cap(res.Records)) + 64<<10 + extra; n > limit || d > page {
+			t.Errorf("a piece of %d bytes from byte %d holds %d bytes of heap, more than %d", d, from, n, limit)
+		}
+		if most := 4*int64(page) + extra; alloc > most && from > 0 {
+			t.Errorf("a piece from byte %d allocated %d bytes, more than %d: it reads the record whole", from, alloc, most)
+		}
+		got = append(got, res.Records[0].Data...)
+		if from = res.Piece.End(d); from == big {
+			break
+		}
+	}
+	if !bytes.Equal(got, want[192*chunk:192*chunk+big]) {
+		t.Fatalf("the record read in pieces: %d bytes, not the record's", len(got))
+	}
 }
 
 // recordSize is the data bytes of record i of ReadHoldsAPage's stream.

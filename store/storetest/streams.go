@@ -376,6 +376,80 @@ func testRead(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("Pieces", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		si := openStream(t, s, "pieces")
+		big := func(n int, seed byte) []byte {
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = seed + byte(i*7)
+			}
+			return b
+		}
+		b1, b2 := big(300_000, 1), big(70_001, 2)
+		// One append of a small, a large and a small record; then a large
+		// one alone; then a small one.
+		_, err := s.Append(ctx(t), &store.AppendParams{StreamID: si.ID, Chunks: [][]byte{[]byte("a"), b1, []byte("b")}})
+		must(t, err)
+		_, err = s.Append(ctx(t), &store.AppendParams{StreamID: si.ID, Chunks: [][]byte{b2}})
+		must(t, err)
+		_, err = s.Append(ctx(t), &store.AppendParams{StreamID: si.ID, Chunks: [][]byte{[]byte("c")}})
+		must(t, err)
+		const page = 64 << 10
+		read := func(s store.Store, from, dataFrom int64) *store.ReadResult {
+			t.Helper()
+			res, err := s.Read(ctx(t), &store.ReadParams{StreamID: si.ID, From: from, MaxBytes: page, Pieces: true, DataFrom: dataFrom})
+			must(t, err)
+			return res
+		}
+		// Records that fit come as a page; a larger one as pieces.
+		if res := read(s, 0, 0); len(res.Records) != 1 || string(res.Records[0].Data) != "a" || res.Piece != nil {
+			t.Fatalf("from 0: %v %+v", res.Records, res.Piece)
+		}
+		whole := func(s store.Store, off int64, want []byte) {
+			t.Helper()
+			var got []byte
+			for from := int64(0); from < int64(len(want)); {
+				res := read(s, off, from)
+				if res.Piece == nil || len(res.Records) != 1 || res.Records[0].Offset != off || res.Piece.From != from ||
+					res.Piece.Size != int64(len(want)) || len(res.Records[0].Data) > page || len(res.Records[0].Data) == 0 {
+					t.Fatalf("record %d from byte %d: %d records, piece %+v", off, from, len(res.Records), res.Piece)
+				}
+				got = append(got, res.Records[0].Data...)
+				from = res.Piece.End(len(res.Records[0].Data))
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("record %d in pieces: %d bytes, not its %d", off, len(got), len(want))
+			}
+		}
+		whole(s, 1, b1)
+		whole(s, 3, b2)
+		if res := read(s, 2, 0); len(res.Records) != 1 || string(res.Records[0].Data) != "b" || res.Piece != nil {
+			t.Fatalf("from 2: %v %+v", res.Records, res.Piece)
+		}
+		// From a byte in the middle, on a store that never read it (no
+		// hint), and of a record that fits: the rest of it.
+		if h.Reopen != nil {
+			s = h.Reopen(t, s)
+		}
+		if res := read(s, 1, 250_000); res.Piece == nil || !bytes.Equal(res.Records[0].Data, b1[250_000:]) {
+			t.Fatalf("record 1 from byte 250000: %+v", res.Piece)
+		}
+		if res := read(s, 3, 70_000); res.Piece == nil || !bytes.Equal(res.Records[0].Data, b2[70_000:]) {
+			t.Fatalf("record 3 from byte 70000: %+v", res.Piece)
+		}
+		// Bytes past a record's, and DataFrom without Pieces, are refused.
+		for _, p := range []store.ReadParams{
+			{StreamID: si.ID, From: 1, Pieces: true, DataFrom: 300_000},
+			{StreamID: si.ID, From: 0, Pieces: true, DataFrom: 1},
+			{StreamID: si.ID, From: 1, DataFrom: 5},
+			{StreamID: si.ID, From: 1, Pieces: true, DataFrom: -1},
+		} {
+			_, err := s.Read(ctx(t), &p)
+			wantErr(t, err, store.ErrInvalid)
+		}
+	})
 	t.Run("RecordsOwnTheirBytes", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)

@@ -21,6 +21,9 @@ type Page struct {
 	Bytes   int   // data bytes of Records
 	Done    bool  // a record did not fit, or reached head: take no more
 	Last    int64 // the last offset of the last batch Add took whole
+	// Piece is set when the page is one piece of a record
+	// (store.ReadParams.Pieces).
+	Piece   *store.Piece
 	scratch []stream.Record
 }
 

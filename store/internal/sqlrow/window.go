@@ -86,6 +86,8 @@ type Cursor struct {
 	filled  int  // bytes of fill.Data filled
 	filling bool // fill is taken, its data filled from the next windows
 	wide    bool // a window that began with the head at Pos ended inside it
+	piece   bool // fill is a piece of the record at Off (ReadParams.Pieces)
+	recPos  int64
 }
 
 // Begin sets c, a batch just fetched from byte c.Pos for a read from
@@ -157,6 +159,12 @@ func (pg *Page) Feed(c *Cursor, w []byte) error {
 		}
 		pg.TakeOwned(c.fill)
 		c.fill, c.filling = stream.Record{}, false
+		if c.piece {
+			// The page is the piece: the cursor goes back to the
+			// record's head, where a hint leads the next piece.
+			c.piece, c.Pos, pg.Done = false, c.recPos, true
+			return nil
+		}
 		c.Off++
 	}
 	var (
@@ -189,6 +197,9 @@ func (pg *Page) Feed(c *Cursor, w []byte) error {
 			c.Pos += int64(i + total)
 			return nil
 		}
+		if len(pg.Records)+len(take) == 0 && pg.p.Piece(c.Off, size) {
+			return pg.piece(c, w, i, head, size, r)
+		}
 		if !pg.Fits(c.Off, len(take), bytes, size) {
 			pg.Done = true
 			break
@@ -214,5 +225,35 @@ func (pg *Page) Feed(c *Cursor, w []byte) error {
 		return nil
 	}
 	c.Pos += int64(i)
+	return nil
+}
+
+// piece takes a piece of record r (its head at w[i:], of head bytes, and
+// size data bytes) as the page (store.ReadParams.Pieces): its data from
+// DataFrom on, at most MaxBytes, copied from w and filled from the next
+// windows. The cursor is left at the record's head, or filling the piece.
+func (pg *Page) piece(c *Cursor, w []byte, i, head, size int, r stream.Record) error {
+	if r.Kind != stream.KindData {
+		return fmt.Errorf("%w: byte %d of record %d, which holds no data", store.ErrInvalid, pg.p.DataFrom, c.Off)
+	}
+	piece, n, err := pg.p.PieceOf(size)
+	if err != nil {
+		return err
+	}
+	pg.Piece = piece
+	r.Data = make([]byte, n)
+	start := int64(i+head) + piece.From // in w, or past it
+	k := 0
+	if start < int64(len(w)) {
+		k = copy(r.Data, w[start:])
+	}
+	recPos := c.Pos + int64(i)
+	if k == n {
+		pg.TakeOwned(r)
+		c.Pos, pg.Done = recPos, true
+		return nil
+	}
+	c.fill, c.filled, c.filling, c.piece, c.recPos = r, k, true, true, recPos
+	c.Pos += start + int64(k)
 	return nil
 }
