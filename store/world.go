@@ -213,17 +213,17 @@ func (p *EnqueueParams) Check() error {
 	// Both go out as headers of every delivery (x-vqs-queue-name,
 	// x-vqs-message-id): one that no HTTP client can send would fail
 	// each delivery until it is dead-lettered.
-	for what, s := range map[string]string{"queue name": p.QueueName, "message id": p.ID} {
-		if i := strings.IndexFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }); i >= 0 {
-			return fmt.Errorf("%w: %s %.60q has a control character at byte %d: it is sent as a header", ErrInvalid, what, s, i)
+	for _, f := range [...]struct{ what, s string }{{"queue name", p.QueueName}, {"message id", p.ID}} {
+		if i := strings.IndexFunc(f.s, func(r rune) bool { return r < ' ' || r == 0x7f }); i >= 0 {
+			return fmt.Errorf("%w: %s %.60q has a control character at byte %d: it is sent as a header", ErrInvalid, f.what, f.s, i)
 		}
 	}
 	if len(p.Payload) == 0 || len(p.Payload) > MaxPayload || !json.Valid(p.Payload) {
 		return fmt.Errorf("%w: a payload of JSON, at most %d bytes", ErrInvalid, MaxPayload)
 	}
-	for what, s := range map[string]string{"target": p.Target, "idempotency key": p.IdempotencyKey,
-		"deployment id": p.DeploymentID, "run id": p.RunID} {
-		if err := checkName(what, s, MaxPathLen); err != nil {
+	for _, f := range [...]struct{ what, s string }{{"target", p.Target}, {"idempotency key", p.IdempotencyKey},
+		{"deployment id", p.DeploymentID}, {"run id", p.RunID}} {
+		if err := checkName(f.what, f.s, MaxPathLen); err != nil {
 			return err
 		}
 	}
