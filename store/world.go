@@ -140,8 +140,9 @@ func (p *WorldListParams) Check() error {
 	if p.Status != "" && !p.Status.Valid() {
 		return fmt.Errorf("%w: status %q", ErrInvalid, p.Status)
 	}
-	for what, s := range map[string]string{"run id": p.RunID, "correlation id": p.CorrelationID, "workflow name": p.WorkflowName, "cursor": p.Cursor} {
-		if err := checkName(what, s, MaxIDLen); err != nil {
+	for _, f := range [...]struct{ what, s string }{{"run id", p.RunID}, {"correlation id", p.CorrelationID},
+		{"workflow name", p.WorkflowName}, {"cursor", p.Cursor}} {
+		if err := checkName(f.what, f.s, MaxIDLen); err != nil {
 			return err
 		}
 	}
