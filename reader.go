@@ -211,7 +211,7 @@ func readCommitted(ctx context.Context, s store.Store, id, from int64, page int,
 	yield func(Record, error) bool, retry func(error) bool, ok func()) {
 	cr := store.NewCommittedReader(s, id, from, 0)
 	for {
-		recs, err := cr.Next(ctx, page, 0)
+		recs, _, err := cr.Next(ctx, page, 0)
 		if err != nil {
 			if !retry(err) {
 				return

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"github.com/weirhq/weir/store"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -109,6 +111,87 @@ func TestAStalledReaderHoldsAPage(t *testing.T) {
 			if held > int64(c.max) {
 				t.Errorf("%s %s: a stalled reader holds %d KiB, more than %d KiB: its page is %d KiB", c.name, ct, held>>10, c.max>>10, page>>10)
 			}
+		}
+	}
+}
+
+// A reader of records larger than its page holds its page too, whatever
+// they are: each is read and written a piece of a page at a time (in raw
+// and ndjson replies, SSE events and the World's frames and chunks), never
+// held whole. (Before: the record whole, and the next one read past it,
+// about 11 MB a stalled reader of 4 MiB records.)
+func TestAStalledReaderOfLargeRecordsHoldsAPage(t *testing.T) {
+	d := newDSServer(t, nil)
+	page := d.srv.cfg.ReadPageBytes
+	const big = store.MaxChunkSize // 4 MiB: one record each
+	value := func(i int, json bool) []byte {
+		b := bytes.Repeat([]byte{byte('a' + i)}, big)
+		if json {
+			b[0], b[len(b)-1] = '"', '"'
+		}
+		return b
+	}
+	for _, ct := range []string{"application/octet-stream", "text/plain", "application/json"} {
+		name := strings.ReplaceAll(ct, "/", "-")
+		d.create(name, ct)
+		for i := range 3 {
+			d.call("POST", name, value(i, ct == "application/json"), "Content-Type", ct).must(t, http.StatusNoContent)
+		}
+	}
+	run := d.newWorldRun(t)
+	for i := range 3 {
+		d.wwrite(run, "strm_big", "", 0, 0, string(value(i, false))).must(t, http.StatusOK)
+	}
+	// Whole and in order, first: each reply is the records' bytes.
+	r := d.call("GET", "application-octet-stream?offset=-1", nil).must(t, http.StatusOK)
+	if len(r.body) != big || r.body[0] != 'a' {
+		t.Fatalf("a catch-up read of 4 MiB records: %d bytes", len(r.body))
+	}
+	recs := d.ndjson("text-plain", "&offset=-1")
+	if len(recs) == 0 {
+		t.Fatal("no ndjson records")
+	}
+	fs, _ := d.wread("strm_big", "index=0")
+	if len(fs) != 3 || len(fs[2]) != big || fs[2][0] != 'c' {
+		t.Fatalf("the World read: %d chunks", len(fs))
+	}
+	const readers = 4
+	for _, c := range []struct{ name, path string }{
+		{"catch-up", "/v1/stream/application-octet-stream?offset=-1"},
+		{"catch-up, JSON", "/v1/stream/application-json?offset=-1"},
+		{"ndjson", "/v1/stream/text-plain?offset=-1&format=ndjson"},
+		{"SSE", "/v1/stream/application-octet-stream?offset=-1&live=sse"},
+		{"SSE, text", "/v1/stream/text-plain?offset=-1&live=sse&view=live"},
+		{"SSE, ndjson", "/v1/stream/application-json?offset=-1&live=sse&format=ndjson"},
+		{"long-poll", "/v1/stream/text-plain?offset=-1&live=long-poll"},
+		{"World read", "/v1/world/streams/strm_big?index=0"},
+		{"World read, committed", "/v1/world/streams/strm_big?index=1&view=committed"},
+		{"World chunks", "/v1/world/streams/strm_big/chunks"},
+	} {
+		release := make(chan struct{})
+		ctx, cancel := context.WithCancel(context.Background())
+		base := liveHeap()
+		var wg sync.WaitGroup
+		ws := make([]*stalledWriter, readers)
+		for i := range ws {
+			ws[i] = newStalledWriter(64<<10, release)
+			req := httptest.NewRequestWithContext(ctx, "GET", c.path, nil)
+			wg.Go(func() {
+				defer func() { _ = recover() }() // a reply aborted when its writer is cut
+				d.srv.ServeHTTP(ws[i], req)
+			})
+		}
+		for _, w := range ws {
+			<-w.blocked
+		}
+		held := (liveHeap() - base) / readers
+		close(release)
+		cancel()
+		wg.Wait()
+		most := int64(page + sseBufferSize + 128<<10)
+		t.Logf("%s: a stalled reader of 4 MiB records holds %d KiB (page %d KiB)", c.name, held>>10, page>>10)
+		if held > most {
+			t.Errorf("%s: a stalled reader of 4 MiB records holds %d KiB, more than %d KiB: its page is %d KiB", c.name, held>>10, most>>10, page>>10)
 		}
 	}
 }

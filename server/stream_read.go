@@ -64,6 +64,29 @@ type dsPage struct {
 	upToDate bool  // the page reaches the end of what the view has now
 	closed   bool  // ... and the stream is closed: nothing will follow
 	abort    *stream.Record
+	// piece is set when recs is one record larger than the page, of which
+	// recs[0].Data is the first piece (store.ReadParams.Pieces); rest gives
+	// the others to f, read a page at a time as they are written, so that
+	// the record is never held whole.
+	piece *store.Piece
+	rest  func(f func([]byte) error) error
+}
+
+// setPiece makes pg the first piece of its record, whose rest rd reads.
+func (rd *dsReader) setPiece(ctx context.Context, pg *dsPage, piece *store.Piece, maxBytes int) {
+	r := pg.recs[0]
+	pg.piece = piece
+	pg.rest = func(f func([]byte) error) error {
+		return store.ReadPieces(ctx, rd.st, rd.id, r.Offset, piece.End(len(r.Data)), piece.Size, maxBytes, f)
+	}
+}
+
+// size is the data bytes of pg's records, a piece's record whole.
+func (pg *dsPage) size() int {
+	if pg.piece != nil {
+		return int(pg.piece.Size)
+	}
+	return pg.bytes
 }
 
 // maxPageRecords bounds the records of a page: a record costs a reader
@@ -78,6 +101,7 @@ func newReader(st store.Store, id int64, q *readQuery, from int64, hold int) *ds
 	rd := &dsReader{st: st, id: id, ndjson: q.ndjson, pos: from}
 	if q.view == stream.CommittedView {
 		rd.committed = store.NewCommittedReader(st, id, from, hold)
+		rd.committed.Pieces = true
 	} else {
 		rd.stopAtAbort = !q.ndjson && q.live != ""
 	}
@@ -110,11 +134,22 @@ func (rd *dsReader) read(ctx context.Context, maxBytes int) (*dsPage, error) {
 		if len(pg.recs) > 0 {
 			mb = max(maxBytes-pg.bytes, 1)
 		}
-		res, err := rd.st.Read(ctx, &store.ReadParams{StreamID: rd.id, From: rd.pos, MaxBytes: mb})
+		res, err := rd.st.Read(ctx, &store.ReadParams{StreamID: rd.id, From: rd.pos, MaxBytes: mb, Pieces: true})
 		if err != nil {
 			return nil, err
 		}
 		pg.head, closed = res.NextOffset, res.Closed
+		if res.Piece != nil {
+			// A record larger than the page: the next page's alone, or
+			// this one, a piece at a time.
+			full = true
+			if len(pg.recs) == 0 {
+				pg.recs, pg.bytes = res.Records, len(res.Records[0].Data)
+				rd.pos = res.Records[0].Offset + 1
+				rd.setPiece(ctx, pg, res.Piece, maxBytes)
+			}
+			break
+		}
 		for i := range res.Records {
 			r := &res.Records[i]
 			if r.Kind == stream.KindAbort && rd.stopAtAbort {
@@ -143,7 +178,7 @@ func (rd *dsReader) read(ctx context.Context, maxBytes int) (*dsPage, error) {
 
 // readCommitted returns the committed view's next page.
 func (rd *dsReader) readCommitted(ctx context.Context, maxBytes int) (*dsPage, error) {
-	recs, err := rd.committed.Next(ctx, maxPageRecords, maxBytes)
+	recs, piece, err := rd.committed.Next(ctx, maxPageRecords, maxBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +188,9 @@ func (rd *dsReader) readCommitted(ctx context.Context, maxBytes int) (*dsPage, e
 			pg.recs = append(pg.recs, r)
 			pg.bytes += len(r.Data)
 		}
+	}
+	if piece != nil {
+		rd.setPiece(ctx, pg, piece, maxBytes)
 	}
 	head, closed := rd.committed.Head()
 	pg.head, pg.next, pg.upToDate = head, rd.committed.NextOffset(), rd.committed.CaughtUp()
@@ -347,6 +385,10 @@ func (s *Server) pageHeaders(h http.Header, info *store.StreamInfo, q *readQuery
 // the records let go.
 func (s *Server) writePage(w http.ResponseWriter, info *store.StreamInfo, q *readQuery, pg *dsPage, status int) {
 	s.pageHeaders(w.Header(), info, q, pg)
+	if pg.piece != nil {
+		writePiecePage(w, info, q, pg, status)
+		return
+	}
 	var body []byte
 	n := 0
 	if q.ndjson {
@@ -367,6 +409,32 @@ func (s *Server) writePage(w http.ResponseWriter, info *store.StreamInfo, q *rea
 		return
 	}
 	_ = writePageData(w, info.ContentType, pg.recs)
+}
+
+// writePiecePage writes a page that is one record larger than a page, a
+// piece at a time, each write under its own deadline. A raw page says its
+// length; an ndjson one is chunked (its base64 is known as it is written).
+// A store error midway aborts the reply: the client sees it cut, never a
+// record short.
+func writePiecePage(w http.ResponseWriter, info *store.StreamInfo, q *readQuery, pg *dsPage, status int) {
+	if !q.ndjson {
+		n := pg.size()
+		if isJSONType(info.ContentType) {
+			n += 2
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+	}
+	w.WriteHeader(status)
+	rc := http.NewResponseController(w)
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	out := writeFunc(func(b []byte) error {
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+		_, err := w.Write(b)
+		return err
+	})
+	if err := writePiece(out, info.ContentType, q.ndjson, false, true, pg); err != nil {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // writeDeadline bounds the writes that follow, so a client that never reads
@@ -451,25 +519,9 @@ func dataEncoding(contentType string) string {
 // A data record of a text stream that is not UTF-8, or of a JSON stream that
 // is not JSON, is sent in base64 with "encoding":"base64".
 func appendNDJSON(b []byte, r *stream.Record, enc string) []byte {
-	b = append(b, `{"offset":`...)
-	b = strconv.AppendInt(b, r.Offset, 10)
-	b = append(b, `,"next_offset":"`...)
-	b = append(b, formatOffset(r.Offset+1)...)
-	b = append(b, `","kind":"`...)
-	b = append(b, r.Kind.String()...)
-	b = append(b, '"')
-	if r.Kind != stream.KindClose {
-		b = append(b, `,"writer":`...)
-		w, _ := json.Marshal(r.Writer)
-		b = append(b, w...)
-		b = append(b, `,"attempt":`...)
-		b = strconv.AppendInt(b, r.Attempt, 10)
-	}
+	b = appendNDJSONHead(b, r)
 	switch r.Kind {
 	case stream.KindData:
-		b = append(b, `,"seq":`...)
-		b = strconv.AppendInt(b, r.Seq, 10)
-		b = append(b, `,"data":`...)
 		switch {
 		case enc == "json" && json.Valid(r.Data):
 			b = append(b, compact(r.Data)...)
@@ -492,6 +544,110 @@ func appendNDJSON(b []byte, r *stream.Record, enc string) []byte {
 		b = strconv.AppendInt(b, r.Count(), 10)
 	}
 	return append(b, "}\n"...)
+}
+
+// appendNDJSONHead appends a record's line up to its data: for a data
+// record, up to and with "data":.
+func appendNDJSONHead(b []byte, r *stream.Record) []byte {
+	b = append(b, `{"offset":`...)
+	b = strconv.AppendInt(b, r.Offset, 10)
+	b = append(b, `,"next_offset":"`...)
+	b = append(b, formatOffset(r.Offset+1)...)
+	b = append(b, `","kind":"`...)
+	b = append(b, r.Kind.String()...)
+	b = append(b, '"')
+	if r.Kind != stream.KindClose {
+		b = append(b, `,"writer":`...)
+		w, _ := json.Marshal(r.Writer)
+		b = append(b, w...)
+		b = append(b, `,"attempt":`...)
+		b = strconv.AppendInt(b, r.Attempt, 10)
+	}
+	if r.Kind == stream.KindData {
+		b = append(b, `,"seq":`...)
+		b = strconv.AppendInt(b, r.Seq, 10)
+		b = append(b, `,"data":`...)
+	}
+	return b
+}
+
+// writeFunc is an io.Writer of a func.
+type writeFunc func([]byte) error
+
+func (f writeFunc) Write(p []byte) (int, error) {
+	if err := f(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// writePiece writes one record larger than a page as a page of it is
+// written (recs[0], a page's piece, and the rest read as it goes): a raw
+// page's body (the value of a JSON stream in [ ]; the bytes), an SSE data
+// event's payload (sse: a binary stream's bytes in base64), or its ndjson
+// line (lineEnd: with its newline). In ndjson, the data of a JSON stream
+// is the value itself (appends are checked JSON); of any other stream it
+// is base64, with "encoding":"base64" where the stream's is text: a text
+// record is known to be UTF-8 only once it was read whole.
+func writePiece(w io.Writer, contentType string, ndjson, sse, lineEnd bool, pg *dsPage) error {
+	r := &pg.recs[0]
+	data := func(w io.Writer, b64 bool) error {
+		var enc io.WriteCloser
+		if b64 {
+			enc = base64.NewEncoder(base64.StdEncoding, w)
+			w = enc
+		}
+		if _, err := w.Write(r.Data); err != nil {
+			return err
+		}
+		if err := pg.rest(func(b []byte) error { _, err := w.Write(b); return err }); err != nil {
+			return err
+		}
+		if enc != nil {
+			return enc.Close()
+		}
+		return nil
+	}
+	str := func(s string) error { _, err := io.WriteString(w, s); return err }
+	switch {
+	case ndjson:
+		enc := dataEncoding(contentType)
+		if _, err := w.Write(appendNDJSONHead(nil, r)); err != nil {
+			return err
+		}
+		if enc == "json" {
+			if err := data(w, false); err != nil {
+				return err
+			}
+		} else {
+			tail := `"`
+			if enc != "base64" {
+				tail += `,"encoding":"base64"`
+			}
+			if err := str(`"`); err != nil {
+				return err
+			}
+			if err := data(w, true); err != nil {
+				return err
+			}
+			if err := str(tail); err != nil {
+				return err
+			}
+		}
+		if lineEnd {
+			return str("}\n")
+		}
+		return str("}")
+	case isJSONType(contentType):
+		if err := str("["); err != nil {
+			return err
+		}
+		if err := data(w, false); err != nil {
+			return err
+		}
+		return str("]")
+	}
+	return data(w, sse && !isTextType(contentType))
 }
 
 // cursorEpoch and cursorInterval are the protocol's cursor clock.
@@ -655,7 +811,23 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, info *store.St
 		control := len(pg.recs) > 0 || first || pg.closed
 		if control || pg.abort != nil {
 			out := start()
-			if len(pg.recs) > 0 {
+			switch {
+			case pg.piece != nil:
+				// One record larger than a page, a piece at a time, the
+				// write deadline armed again for each.
+				e := sseEvent{w: out}
+				e.begin("data")
+				tick := writeFunc(func(b []byte) error {
+					_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+					_, _ = e.Write(b)
+					return nil
+				})
+				if err := writePiece(tick, info.ContentType, q.ndjson, true, false, pg); err != nil {
+					panic(http.ErrAbortHandler) // never an event cut short as if whole
+				}
+				e.end()
+				pg.recs = nil
+			case len(pg.recs) > 0:
 				writeSSEData(out, info.ContentType, q.ndjson, pg.recs)
 				pg.recs = nil
 			}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -200,6 +201,19 @@ type chunkIter struct {
 	// writers; 0: the store's default.
 	maxBytes int
 	marks    *chunkMarks // the server's; nil: none
+	// piece is set when the last next returned one chunk larger than a
+	// page, of which it holds the first piece (store.ReadParams.Pieces):
+	// rest reads the others.
+	piece *store.Piece
+}
+
+// rest gives f the data of chunk c after its first piece (it.piece), read
+// a page at a time.
+func (it *chunkIter) rest(ctx context.Context, c *stream.Record, f func([]byte) error) error {
+	if it.piece == nil {
+		return nil
+	}
+	return store.ReadPieces(ctx, it.st, it.id, c.Offset, it.piece.End(len(c.Data)), it.piece.Size, it.maxBytes, f)
 }
 
 // chunkIter is an iterator of a view of stream id from offset off, chunk
@@ -214,6 +228,7 @@ func newChunkIter(st store.Store, id int64, view stream.View, off, index int64, 
 	it := &chunkIter{st: st, id: id, off: off, index: index, maxBytes: maxBytes}
 	if view == stream.CommittedView {
 		it.committed = store.NewCommittedReader(st, id, off, maxBytes)
+		it.committed.Pieces = true
 	}
 	return it
 }
@@ -232,14 +247,16 @@ func (it *chunkIter) next(ctx context.Context, limit int) ([]stream.Record, erro
 			it.closed = true
 		}
 	}
+	it.piece = nil
 	if it.closed {
 		return nil, nil
 	}
 	if it.committed != nil {
-		recs, err := it.committed.Next(ctx, min(limit, store.DefaultReadLimit), it.maxBytes)
+		recs, piece, err := it.committed.Next(ctx, min(limit, store.DefaultReadLimit), it.maxBytes)
 		if err != nil {
 			return nil, err
 		}
+		it.piece = piece
 		for i := range recs {
 			take(&recs[i])
 		}
@@ -247,11 +264,12 @@ func (it *chunkIter) next(ctx context.Context, limit int) ([]stream.Record, erro
 		it.head, _ = it.committed.Head()
 		return out, nil
 	}
-	res, err := it.st.Read(ctx, &store.ReadParams{StreamID: it.id, From: it.off, Limit: min(limit, store.DefaultReadLimit), MaxBytes: it.maxBytes})
+	res, err := it.st.Read(ctx, &store.ReadParams{StreamID: it.id, From: it.off, Limit: min(limit, store.DefaultReadLimit), MaxBytes: it.maxBytes,
+		Pieces: true})
 	if err != nil {
 		return nil, err
 	}
-	it.head = res.NextOffset
+	it.head, it.piece = res.NextOffset, res.Piece
 	for i := range res.Records {
 		it.off = res.Records[i].Offset + 1
 		take(&res.Records[i])
@@ -484,12 +502,27 @@ func (s *Server) handleWorldRead(w http.ResponseWriter, r *http.Request) {
 		if got || it.closed {
 			_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
 			for _, c := range cs {
-				binary.BigEndian.PutUint32(frame[:], uint32(len(c.Data)))
+				size := int64(len(c.Data))
+				if it.piece != nil {
+					size = it.piece.Size
+				}
+				binary.BigEndian.PutUint32(frame[:], uint32(size))
 				if _, err := w.Write(frame[:]); err != nil {
 					return
 				}
 				if _, err := w.Write(c.Data); err != nil {
 					return
+				}
+				// A chunk larger than a page, the rest of it a piece at a
+				// time; cut midway, the body ends without frameEOF and the
+				// reader asks again from this chunk's index.
+				err := it.rest(ctx, &c, func(b []byte) error {
+					_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+					_, err := w.Write(b)
+					return err
+				})
+				if err != nil {
+					panic(http.ErrAbortHandler)
 				}
 			}
 			if it.closed {
@@ -606,21 +639,22 @@ func (s *Server) handleWorldChunks(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	// One read is a page: at most limit chunks and a page of their data
+	// (the committed view's reader fills it), or one larger chunk alone,
+	// whose data is read a piece at a time as the reply is written.
 	it := s.chunkIter(info.ID, view, cur.Offset, cur.Index)
-	bytes := 0
-	for len(out.Data) < limit && !it.closed && bytes < s.cfg.ReadPageBytes {
-		it.maxBytes = max(s.cfg.ReadPageBytes-bytes, 1)
-		if len(out.Data) == 0 {
-			it.maxBytes = s.cfg.ReadPageBytes
-		}
-		cs, err := it.next(r.Context(), limit-len(out.Data))
+	var big *stream.Record // the page's chunk larger than a page
+	for len(out.Data) == 0 && !it.closed {
+		cs, err := it.next(r.Context(), limit)
 		if err != nil {
 			httpError(w, err)
 			return
 		}
 		for i, c := range cs {
 			out.Data = append(out.Data, chunkJSON{Index: it.index - int64(len(cs)-i), Data: taggedBinary(c.Data)})
-			bytes += len(c.Data)
+		}
+		if it.piece != nil {
+			big = &cs[0]
 		}
 		if len(cs) == 0 && it.caughtUp() {
 			break
@@ -649,7 +683,50 @@ func (s *Server) handleWorldChunks(w http.ResponseWriter, r *http.Request) {
 		c := base64.RawURLEncoding.EncodeToString(b)
 		out.Cursor = &c
 	}
-	writeJSON(w, http.StatusOK, out)
+	if big == nil {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	// The one chunk larger than a page: the reply is written as its data
+	// is read, in base64, each write under its own deadline; a store
+	// error midway aborts it (the client sees it cut).
+	tail, _ := json.Marshal(struct {
+		Cursor  *string `json:"cursor"`
+		HasMore bool    `json:"hasMore"`
+		Done    bool    `json:"done"`
+	}{out.Cursor, out.HasMore, out.Done})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	bw := writeFunc(func(b []byte) error {
+		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_, err := w.Write(b)
+		return err
+	})
+	enc := base64.NewEncoder(base64.StdEncoding, bw)
+	err = func() error {
+		head := fmt.Sprintf(`{"data":[{"index":%d,"data":{"__type":"Uint8Array","data":"`, out.Data[0].Index)
+		if _, err := io.WriteString(bw, head); err != nil {
+			return err
+		}
+		if _, err := enc.Write(big.Data); err != nil {
+			return err
+		}
+		if err := it.rest(r.Context(), big, func(b []byte) error { _, err := enc.Write(b); return err }); err != nil {
+			return err
+		}
+		if err := enc.Close(); err != nil {
+			return err
+		}
+		_, err := io.WriteString(bw, `"}}],`+string(tail[1:])+"\n")
+		return err
+	}()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // taggedBinary is bytes as the World's JSON tags them:

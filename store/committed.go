@@ -21,6 +21,12 @@ import (
 // the filter releases without their data again, page by page, from the
 // store.
 type CommittedReader struct {
+	// Pieces makes a record larger than a page come as its first piece
+	// alone (ReadParams.Pieces): Next returns it with its Piece, and the
+	// caller reads the rest with ReadPieces. Without it, such a record
+	// comes whole, alone.
+	Pieces bool
+
 	st     Store
 	id     int64
 	filter *stream.Committed
@@ -57,17 +63,20 @@ func NewCommittedReader(st Store, id, from int64, hold int) *CommittedReader {
 // reading the store until the page is full or the reader is caught up.
 // None: nothing more is in the view now (CaughtUp), or all that is waits
 // for its writers.
-func (c *CommittedReader) Next(ctx context.Context, limit, maxBytes int) ([]stream.Record, error) {
-	p := (&ReadParams{Limit: limit, MaxBytes: maxBytes}).WithDefaults()
+//
+// With Pieces, a record larger than maxBytes comes alone, as its first
+// piece: piece says where it lies in the record.
+func (c *CommittedReader) Next(ctx context.Context, limit, maxBytes int) (recs []stream.Record, piece *Piece, err error) {
+	p := (&ReadParams{Limit: limit, MaxBytes: maxBytes, Pieces: c.Pieces}).WithDefaults()
 	var (
 		out   []stream.Record
 		bytes int
 		read  bool // the live view was read in this call
 	)
 	for {
-		full, err := c.take(ctx, p, &out, &bytes)
+		full, piece, err := c.take(ctx, p, &out, &bytes)
 		if err != nil || full || (read && c.pos >= c.head) {
-			return out, err
+			return out, piece, err
 		}
 		read = true
 		// Past the first records, only what is left of the page: a read
@@ -77,11 +86,16 @@ func (c *CommittedReader) Next(ctx context.Context, limit, maxBytes int) ([]stre
 		if len(out) > 0 {
 			mb = max(p.MaxBytes-bytes, 1)
 		}
-		res, err := c.st.Read(ctx, &ReadParams{StreamID: c.id, From: c.pos, Limit: p.Limit - len(out), MaxBytes: mb})
+		res, err := c.st.Read(ctx, &ReadParams{StreamID: c.id, From: c.pos, Limit: p.Limit - len(out), MaxBytes: mb, Pieces: c.Pieces})
 		if err != nil {
-			return out, err
+			return out, nil, err
 		}
 		c.head, c.closed, c.read = res.NextOffset, res.Closed, true
+		if res.Piece != nil {
+			// Its data is read again, a piece at a time, once the filter
+			// releases it.
+			res.Records[0].Data = nil
+		}
 		for i := range res.Records {
 			c.pos = res.Records[i].Offset + 1
 			c.filter.Push(&res.Records[i], c.release)
@@ -90,6 +104,27 @@ func (c *CommittedReader) Next(ctx context.Context, limit, maxBytes int) ([]stre
 			c.pos = max(c.pos, c.head)
 		}
 	}
+}
+
+// ReadPieces reads the data of record off of stream id from byte from on,
+// a piece of at most maxBytes at a time (ReadParams.Pieces), and gives each
+// to f, until size bytes of it were read: the rest of a record that came
+// as a piece.
+func ReadPieces(ctx context.Context, st Store, id, off, from, size int64, maxBytes int, f func([]byte) error) error {
+	for from < size {
+		res, err := st.Read(ctx, &ReadParams{StreamID: id, From: off, MaxBytes: maxBytes, Pieces: true, DataFrom: from})
+		if err != nil {
+			return err
+		}
+		if res.Piece == nil || len(res.Records) != 1 || res.Records[0].Offset != off || res.Piece.From != from || len(res.Records[0].Data) == 0 {
+			return fmt.Errorf("%w: stream %d: record %d from byte %d is not there when read again", stream.ErrCorrupt, id, off, from)
+		}
+		if err := f(res.Records[0].Data); err != nil {
+			return err
+		}
+		from = res.Piece.End(len(res.Records[0].Data))
+	}
+	return nil
 }
 
 func (c *CommittedReader) release(r *stream.Record) {
@@ -107,13 +142,14 @@ func (c *CommittedReader) release(r *stream.Record) {
 }
 
 // take moves the records ready to out while they fit, reading again the
-// ones released without their data; full: one did not fit.
-func (c *CommittedReader) take(ctx context.Context, p *ReadParams, out *[]stream.Record, bytes *int) (full bool, err error) {
+// ones released without their data; full: one did not fit, or out is a
+// piece of one (piece).
+func (c *CommittedReader) take(ctx context.Context, p *ReadParams, out *[]stream.Record, bytes *int) (full bool, piece *Piece, err error) {
 	for len(c.ready) > 0 {
 		e := &c.ready[0]
 		if e.n == 0 {
 			if !p.Fits(len(*out), *bytes, &e.rec) {
-				return true, nil
+				return true, nil, nil
 			}
 			*out = append(*out, e.rec)
 			*bytes += len(e.rec.Data)
@@ -121,18 +157,30 @@ func (c *CommittedReader) take(ctx context.Context, p *ReadParams, out *[]stream
 			continue
 		}
 		if len(*out) >= p.Limit {
-			return true, nil
+			return true, nil, nil
 		}
 		mb := p.MaxBytes
 		if len(*out) > 0 {
 			mb = max(p.MaxBytes-*bytes, 1)
 		}
-		res, err := c.st.Read(ctx, &ReadParams{StreamID: c.id, From: e.rec.Offset, Limit: int(min(e.n, int64(p.Limit-len(*out)))), MaxBytes: mb})
+		res, err := c.st.Read(ctx, &ReadParams{StreamID: c.id, From: e.rec.Offset, Limit: int(min(e.n, int64(p.Limit-len(*out)))),
+			MaxBytes: mb, Pieces: p.Pieces})
 		if err != nil {
-			return false, err
+			return false, nil, err
 		}
 		if len(res.Records) == 0 || res.Records[0].Offset != e.rec.Offset {
-			return false, fmt.Errorf("%w: stream %d: the committed record at offset %d is not there when read again", stream.ErrCorrupt, c.id, e.rec.Offset)
+			return false, nil, fmt.Errorf("%w: stream %d: the committed record at offset %d is not there when read again", stream.ErrCorrupt, c.id, e.rec.Offset)
+		}
+		if res.Piece != nil {
+			if len(*out) > 0 {
+				return true, nil, nil // the next page's, alone
+			}
+			*out = append(*out, res.Records[0])
+			e.rec.Offset++
+			if e.n--; e.n == 0 {
+				c.ready = c.ready[1:]
+			}
+			return true, res.Piece, nil
 		}
 		for i := range res.Records {
 			r := &res.Records[i]
@@ -140,7 +188,7 @@ func (c *CommittedReader) take(ctx context.Context, p *ReadParams, out *[]stream
 				break
 			}
 			if !p.Fits(len(*out), *bytes, r) {
-				return true, nil
+				return true, nil, nil
 			}
 			*out = append(*out, *r)
 			*bytes += len(r.Data)
@@ -151,7 +199,7 @@ func (c *CommittedReader) take(ctx context.Context, p *ReadParams, out *[]stream
 			c.ready = c.ready[1:]
 		}
 	}
-	return false, nil
+	return false, nil, nil
 }
 
 // NextOffset is where a later reader of the view resumes: the first record

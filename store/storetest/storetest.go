@@ -231,7 +231,7 @@ func committedRead(t *testing.T, s store.Store, id int64, hold, limit int) []str
 	out := []string{}
 	cr := store.NewCommittedReader(s, id, 0, hold)
 	for {
-		recs, err := cr.Next(ctx(t), limit, 1)
+		recs, _, err := cr.Next(ctx(t), limit, 1)
 		must(t, err)
 		if limit > 0 && len(recs) > limit {
 			t.Fatalf("a page of %d records for a limit of %d", len(recs), limit)
