@@ -3,8 +3,10 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"github.com/weirhq/weir/store"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -147,9 +149,25 @@ func TestAStalledReaderOfLargeRecordsHoldsAPage(t *testing.T) {
 	if len(r.body) != big || r.body[0] != 'a' {
 		t.Fatalf("a catch-up read of 4 MiB records: %d bytes", len(r.body))
 	}
-	recs := d.ndjson("text-plain", "&offset=-1")
-	if len(recs) == 0 {
-		t.Fatal("no ndjson records")
+	// ndjson: a text record larger than a page is a string still, and a
+	// JSON one its value.
+	for _, ct := range []string{"text-plain", "application-json"} {
+		r := d.call("GET", ct+"?offset=-1&format=ndjson", nil).must(t, http.StatusOK)
+		var rec struct {
+			Data     any    `json:"data"`
+			Encoding string `json:"encoding"`
+		}
+		line, _, _ := bytes.Cut(r.body, []byte("\n"))
+		if err := json.Unmarshal(line, &rec); err != nil {
+			t.Fatalf("%s: the ndjson line of a 4 MiB record: %v", ct, err)
+		}
+		want := string(value(0, ct == "application-json"))
+		if ct == "application-json" {
+			want = want[1 : len(want)-1]
+		}
+		if s, ok := rec.Data.(string); !ok || s != want || rec.Encoding != "" {
+			t.Fatalf("%s: the ndjson data of a 4 MiB record is not the record (encoding %q)", ct, rec.Encoding)
+		}
 	}
 	fs, _ := d.wread("strm_big", "index=0")
 	if len(fs) != 3 || len(fs[2]) != big || fs[2][0] != 'c' {
@@ -192,6 +210,33 @@ func TestAStalledReaderOfLargeRecordsHoldsAPage(t *testing.T) {
 		t.Logf("%s: a stalled reader of 4 MiB records holds %d KiB (page %d KiB)", c.name, held>>10, page>>10)
 		if held > most {
 			t.Errorf("%s: a stalled reader of 4 MiB records holds %d KiB, more than %d KiB: its page is %d KiB", c.name, held>>10, most>>10, page>>10)
+		}
+	}
+}
+
+// The JSON string of text written in pieces split anywhere is json.Marshal's
+// of the text whole.
+func TestJSONStringWriterSplitsAnywhere(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	alphabet := []string{"a", "é", "€", "𝄞", "<", "&", "\n", "\"", "\\", "\u2028", "\x01", " "}
+	for range 500 {
+		var b strings.Builder
+		for range rng.IntN(60) {
+			b.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		text := []byte(b.String())
+		var out bytes.Buffer
+		j := &jsonStringWriter{w: &out}
+		for rest := text; len(rest) > 0; {
+			k := min(len(rest), rng.IntN(7))
+			if _, err := j.Write(rest[:k]); err != nil {
+				t.Fatal(err)
+			}
+			rest = rest[k:]
+		}
+		want, _ := json.Marshal(string(text))
+		if got := `"` + out.String() + `"`; got != string(want) || len(j.carry) != 0 {
+			t.Fatalf("%q in pieces: %s, want %s", text, got, want)
 		}
 	}
 }

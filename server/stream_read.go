@@ -581,14 +581,101 @@ func (f writeFunc) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// piecesUTF8 reports whether the data of pg's record (larger than a page:
+// its first piece, and the rest read as it goes) is UTF-8.
+func piecesUTF8(pg *dsPage) (bool, error) {
+	var carry []byte
+	valid := true
+	check := func(b []byte) error {
+		if !valid {
+			return nil
+		}
+		b = append(carry, b...)
+		n := fullRunes(b)
+		valid = utf8.Valid(b[:n])
+		carry = append(carry[:0], b[n:]...)
+		return nil
+	}
+	_ = check(pg.recs[0].Data)
+	if err := pg.rest(check); err != nil {
+		return false, err
+	}
+	return valid && len(carry) == 0, nil
+}
+
+// fullRunes is the length of b without the start of a rune cut at its end
+// (at most 3 bytes): where a piece of UTF-8 may be split.
+func fullRunes(b []byte) int {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-3; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return i
+			}
+			break
+		}
+	}
+	return len(b)
+}
+
+// jsonStringWriter writes UTF-8 text as the inside of a JSON string, as
+// json.Marshal escapes it, in pieces split anywhere: a rune cut at the end
+// of a piece waits for the next.
+type jsonStringWriter struct {
+	w     io.Writer
+	carry []byte
+}
+
+func (j *jsonStringWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(j.carry) > 0 {
+		// The rune the last piece cut: completed from this one's first
+		// bytes.
+		k := 0
+		for k < len(p) && k < 3 && !utf8.FullRune(append(j.carry, p[:k]...)) {
+			k++
+		}
+		b := append(j.carry, p[:k]...)
+		if !utf8.FullRune(b) {
+			j.carry = b
+			return n, nil
+		}
+		if err := j.escape(b); err != nil {
+			return 0, err
+		}
+		j.carry, p = j.carry[:0], p[k:]
+	}
+	full := fullRunes(p)
+	// In windows of a few KiB, so that what is escaped at once is small
+	// whatever the piece.
+	for len(p[:full]) > 0 {
+		w := min(full, 4<<10)
+		w = fullRunes(p[:w])
+		if w == 0 {
+			w = min(full, 4)
+		}
+		if err := j.escape(p[:w]); err != nil {
+			return 0, err
+		}
+		p, full = p[w:], full-w
+	}
+	j.carry = append(j.carry, p...)
+	return n, nil
+}
+
+func (j *jsonStringWriter) escape(b []byte) error {
+	q, _ := json.Marshal(string(b))
+	_, err := j.w.Write(q[1 : len(q)-1])
+	return err
+}
+
 // writePiece writes one record larger than a page as a page of it is
 // written (recs[0], a page's piece, and the rest read as it goes): a raw
 // page's body (the value of a JSON stream in [ ]; the bytes), an SSE data
 // event's payload (sse: a binary stream's bytes in base64), or its ndjson
 // line (lineEnd: with its newline). In ndjson, the data of a JSON stream
-// is the value itself (appends are checked JSON); of any other stream it
-// is base64, with "encoding":"base64" where the stream's is text: a text
-// record is known to be UTF-8 only once it was read whole.
+// is the value itself (appends are checked JSON); of a text stream a
+// string if it is UTF-8 (piecesUTF8), else base64 with "encoding":"base64";
+// of any other stream base64.
 func writePiece(w io.Writer, contentType string, ndjson, sse, lineEnd bool, pg *dsPage) error {
 	r := &pg.recs[0]
 	data := func(w io.Writer, b64 bool) error {
@@ -615,11 +702,32 @@ func writePiece(w io.Writer, contentType string, ndjson, sse, lineEnd bool, pg *
 		if _, err := w.Write(appendNDJSONHead(nil, r)); err != nil {
 			return err
 		}
-		if enc == "json" {
+		text := false
+		if enc == "text" {
+			// A text record goes as a string if it is UTF-8, as a
+			// smaller one does: read once through to know (the cost of
+			// a record this large), then written a piece at a time.
+			var err error
+			if text, err = piecesUTF8(pg); err != nil {
+				return err
+			}
+		}
+		switch {
+		case enc == "json":
 			if err := data(w, false); err != nil {
 				return err
 			}
-		} else {
+		case text:
+			if err := str(`"`); err != nil {
+				return err
+			}
+			if err := data(&jsonStringWriter{w: w}, false); err != nil {
+				return err
+			}
+			if err := str(`"`); err != nil {
+				return err
+			}
+		default:
 			tail := `"`
 			if enc != "base64" {
 				tail += `,"encoding":"base64"`
