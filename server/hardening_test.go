@@ -495,3 +495,17 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// A path with a dot segment is refused (400), not redirected to its clean
+// form, which names another resource.
+func TestADotSegmentNamesNothing(t *testing.T) {
+	d := newDSServer(t, &Config{WorldDelivery: true, WorldSecret: testWorldSecret})
+	run := d.newWorldRun(t)
+	for _, p := range []string{"runs/" + run + "/streams/..", "runs/" + run + "/streams/.", "runs/../runs", "runs/" + run + "/./events"} {
+		r := d.wcall("POST", p, appendFrame(nil, []byte("x")), "Content-Type", "application/octet-stream", "Weir-Framing", "u32be")
+		r.must(t, http.StatusBadRequest)
+	}
+	if names := decode[map[string][]string](t, d.wcall("GET", "runs/"+run+"/streams", nil).must(t, http.StatusOK)); len(names["streams"]) != 0 {
+		t.Fatalf("streams %v", names)
+	}
+}

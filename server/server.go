@@ -243,7 +243,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.handleStream(w, r)
 		return
 	}
+	// ServeMux answers a path with a dot segment with a redirect to its
+	// clean form, which names another resource (…/streams/.. is the
+	// run's list): a dot segment names nothing here.
+	if dotSegment(r.URL.Path) {
+		refuse(w, r, fmt.Errorf("%w: path %q: a segment . or .. names nothing", api.ErrBadRequest, clip(r.URL.Path)))
+		return
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// dotSegment reports whether a path has a segment "." or "..".
+func dotSegment(path string) bool {
+	for seg := range strings.SplitSeq(path, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // streamPrefix is where the Durable Streams protocol is served.

@@ -122,11 +122,20 @@ var (
 	flagConnKiB     = flag.Int64("conn-kib", 64, "KiB allowed per open connection (goroutine stack, bufio buffers)")
 	flagGC          = flag.Int64("gc", 2, "the RSS the Go heap may take per live byte (GOGC=100: 2)")
 	flagKeep        = flag.Bool("keep", false, "keep the temporary directory (server log, SQLite file)")
+	flagRound       = flag.Int("round", 1, "1: the budgets of issue 13 (stalled readers, uploads, cross-site); 2: the cases of issue 21 (round2.go)")
 )
 
 func main() {
 	flag.Parse()
-	code := run()
+	code := 2
+	switch *flagRound {
+	case 1:
+		code = run()
+	case 2:
+		code = runRound2()
+	default:
+		logf("-round: 1 or 2, not %d", *flagRound)
+	}
 	os.Exit(code)
 }
 
