@@ -509,3 +509,20 @@ func TestADotSegmentNamesNothing(t *testing.T) {
 		t.Fatalf("streams %v", names)
 	}
 }
+
+// A World run cannot be created under a Go run's id: 409, where it was an
+// internal error (the runs row was taken).
+func TestAWorldRunCannotTakeAGoRunsID(t *testing.T) {
+	onEveryStoreWith(t, nil, func(t *testing.T, d *dsServer) {
+		if _, _, err := d.srv.store.CreateRun(context.Background(), &store.CreateRunParams{ID: "go-run-1", Workflow: "w"}); err != nil {
+			t.Fatal(err)
+		}
+		data := map[string]any{"deploymentId": "d", "workflowName": "w", "input": []any{}}
+		for _, typ := range []world.EventType{world.RunStarted, world.RunCreated} {
+			d.ev("go-run-1", typ, "", data).must(t, http.StatusConflict).header(t, "Weir-Error", "world_conflict")
+		}
+		if r, err := d.srv.store.GetRun(context.Background(), "go-run-1"); err != nil || r.Workflow != "w" {
+			t.Fatalf("the Go run after: %+v %v", r, err)
+		}
+	})
+}

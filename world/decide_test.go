@@ -475,3 +475,18 @@ func TestProperties(t *testing.T) {
 		}
 	}
 }
+
+// World stream names: no dot segments, nothing that is not UTF-8 (SQLite
+// kept it, PostgreSQL refused it), no spaces, controls or slashes.
+func TestStreamNames(t *testing.T) {
+	for _, n := range []string{"strm_1", "strm_é", "a.b", "..a"} {
+		if err := StreamName(n); err != nil {
+			t.Errorf("%q: %v", n, err)
+		}
+	}
+	for _, n := range []string{"", ".", "..", "strm_\xff", "a b", "a/b", "a\x7f", strings.Repeat("x", 513)} {
+		if err := StreamName(n); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%q: %v, want ErrInvalid", n, err)
+		}
+	}
+}
