@@ -509,7 +509,7 @@ func (a *r2) largeRecords() error {
 	}
 	if code, _, msg := a.call("POST", "/v1/world/runs/"+run+"/streams/strm_r2", frame([]byte("x")),
 		"Content-Type", "application/octet-stream", "Weir-Framing", "u32be"); code != 200 {
-		return fmt.Errorf("World write: %d %s", code, msg)
+		return fmt.Errorf("a World write: %d %s", code, msg)
 	}
 	more := a.held("/v1/stream/r2/large?offset=-1&live=sse", round2Readers-held)
 	defer closeAll(more)
