@@ -616,7 +616,11 @@ var DataRefFields = map[EventType][]string{
 }
 
 // StripData returns e's eventData without its payload fields (resolveData
-// none), or nil when nothing else is left.
+// none): {} when nothing else is left. (world-local leaves eventData out
+// then; @workflow/world's EventSchema wants an object for run_completed,
+// step_completed, hook_received and others, so a World client that checks
+// what it reads, as @weirhq/world does, and the tools reading through it,
+// got "expected object" for every finished run's events.)
 func StripData(e *Event) json.RawMessage {
 	fields := DataRefFields[e.EventType]
 	if len(e.EventData) == 0 || len(fields) == 0 {
@@ -624,13 +628,10 @@ func StripData(e *Event) json.RawMessage {
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(e.EventData, &m); err != nil {
-		return nil
+		return json.RawMessage("{}")
 	}
 	for _, f := range fields {
 		delete(m, f)
-	}
-	if len(m) == 0 {
-		return nil
 	}
 	b, _ := json.Marshal(m)
 	return b

@@ -1,3 +1,4 @@
+import { createHmac } from "node:crypto";
 // End-to-end test of weir's web UI: start `weir server` on a fresh SQLite
 // file, open /ui/ in headless Chromium, start the demo workflow from the page,
 // and check what a person would see: the run's retry in the timeline, its
@@ -156,7 +157,10 @@ test("the UI shows a World run: attempts, hooks, sleeps, and its stream", { time
   await ev(id, "wait_completed", "wait_1");
   await ev(id, "run_completed", undefined, { output: 1 });
   // A message for an app that is not there: dead after one failure.
-  await call("POST", "/v1/world/queue", JSON.stringify({ queueName: "__wkf_workflow_agent", payload: { runId: id }, target: "http://127.0.0.1:9" }),
+  // Its target signed with the World secret, as @weirhq/world signs its own.
+  const target = "http://127.0.0.1:9";
+  const targetSignature = "v1=" + createHmac("sha256", "ui-test-secret-0123456789").update("target." + target).digest("hex");
+  await call("POST", "/v1/world/queue", JSON.stringify({ queueName: "__wkf_workflow_agent", payload: { runId: id }, target, targetSignature }),
     { "Content-Type": "application/json" });
 
   const browser = await chromium.launch({
