@@ -64,7 +64,7 @@ func (s *Server) handleWorldWrite(w http.ResponseWriter, r *http.Request) {
 		httpError(w, fmt.Errorf("%w: empty body: a write needs bytes", api.ErrBadRequest))
 		return
 	}
-	info, err := s.store.WorldOpenStream(ctx, r.PathValue("run"), r.PathValue("name"))
+	info, err := s.openWorldStream(ctx, r.PathValue("run"), r.PathValue("name"))
 	if err != nil {
 		httpError(w, err)
 		return
@@ -148,11 +148,18 @@ func (s *Server) handleWorldClose(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	run, name := r.PathValue("run"), r.PathValue("name")
-	if _, err := s.store.WorldOpenStream(ctx, run, name); err != nil {
+	info, err := s.openWorldStream(ctx, run, name)
+	if err != nil {
 		httpError(w, err)
 		return
 	}
-	closed, err := s.store.WorldCloseStream(ctx, &store.WorldCloseParams{RunID: run, Name: name, StepID: req.StepID, Attempt: req.Attempt})
+	var closed bool
+	if world.HealthCheckStream(name) {
+		_, err = s.store.CloseStream(ctx, info.ID)
+		closed = err == nil
+	} else {
+		closed, err = s.store.WorldCloseStream(ctx, &store.WorldCloseParams{RunID: run, Name: name, StepID: req.StepID, Attempt: req.Attempt})
+	}
 	if err != nil {
 		httpError(w, err)
 		return
@@ -419,7 +426,7 @@ func (s *Server) worldStream(r *http.Request, q map[string][]string) (*store.Str
 	if err := world.StreamName(name); err != nil {
 		return nil, 0, err
 	}
-	info, err := s.store.WorldStream(r.Context(), name)
+	info, err := s.lookupWorldStream(r.Context(), name)
 	return info, v, err
 }
 

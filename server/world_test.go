@@ -498,3 +498,29 @@ func TestWorldQueueAndCancel(t *testing.T) {
 		}
 	})
 }
+
+// `workflow health` writes a stream for a run id it made up, closes it and
+// reads it back: a health check's stream needs no run, on both stores.
+// (Before, weir refused the write, "run not found", and the check timed
+// out after 30 s.)
+func TestWorldHealthCheckStream(t *testing.T) {
+	onEveryStoreWith(t, nil, func(t *testing.T, d *dsServer) {
+		name := world.HealthCheckPrefix + "01JZ0000000000000000000000"
+		fake := "wrun_01JZ0000000000000000000001"
+		body := appendFrame(nil, []byte(`{"healthy":true}`))
+		hdr := []string{"Content-Type", "application/octet-stream", "Weir-Framing", "u32be", "Idempotency-Key", "h1"}
+		d.wcall("POST", "runs/"+fake+"/streams/"+name, body, hdr...).must(t, http.StatusOK)
+		d.wcall("POST", "runs/"+fake+"/streams/"+name, body, hdr...).must(t, http.StatusOK).header(t, "Weir-Idempotent-Replay", "true")
+		d.wcall("POST", "runs/"+fake+"/streams/"+name+"/close", []byte(`{}`), "Content-Type", "application/json").must(t, http.StatusOK)
+		got, eof := d.wread(name, "index=0")
+		if !slices.Equal(got, []string{`{"healthy":true}`}) || !eof {
+			t.Fatalf("the health check reads %q (eof %v)", got, eof)
+		}
+		info := decode[map[string]any](t, d.wcall("GET", "streams/"+name+"/info", nil).must(t, http.StatusOK))
+		if info["tailIndex"] != float64(0) || info["done"] != true {
+			t.Fatalf("info %v", info)
+		}
+		// Other names still need their run.
+		d.wcall("POST", "runs/"+fake+"/streams/strm_x", body, hdr[:4]...).must(t, http.StatusNotFound)
+	})
+}

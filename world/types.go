@@ -231,3 +231,13 @@ func StreamName(name string) error {
 	}
 	return nil
 }
+
+// HealthCheckPrefix begins the names of the streams the runtime's health
+// check writes (`workflow health`: @workflow/core's healthCheck): each is
+// written, closed and read once, under a run id made up for it.
+const HealthCheckPrefix = "__health_check__"
+
+// HealthCheckStream reports whether name is a health check's stream: a
+// World keeps it without a run (the runtime writes it for no run), for a
+// short while.
+func HealthCheckStream(name string) bool { return strings.HasPrefix(name, HealthCheckPrefix) }
