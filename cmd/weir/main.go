@@ -2,6 +2,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -30,7 +32,34 @@ Usage:
 Run 'weir demo' first. 'weir COMMAND -h' tells more.
 `
 
-var version = "dev"
+// version is weir's version: a release's (scripts/dist.sh sets it from
+// VERSION with -ldflags -X), else "dev"; commit the commit it was built
+// from, if the build said (-X again, or the build's VCS stamp).
+var version, commit = "dev", ""
+
+// versionLine is what `weir version` prints: the version, and the commit
+// the binary was built from when the build recorded one.
+func versionLine() string {
+	line := "weir " + version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		rev, dirty := commit, ""
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = cmp.Or(rev, s.Value)
+			case "vcs.modified":
+				if s.Value == "true" {
+					dirty = "+dirty"
+				}
+			}
+		}
+		if len(rev) >= 12 {
+			line += " (" + rev[:12] + dirty + ")"
+		}
+		line += " " + bi.GoVersion
+	}
+	return line
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -58,7 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "torture":
 		err = tortureCmd(ctx, args[1:], stdout)
 	case "version":
-		fmt.Fprintln(stdout, "weir", version)
+		fmt.Fprintln(stdout, versionLine())
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:

@@ -26,16 +26,20 @@ _TAG = "py3-none-any"
 
 
 def _project() -> dict[str, str]:
-    """The string fields of pyproject.toml's [project] table.
-
-    tomllib is 3.11+; the client supports 3.10, so read the few ``key = "value"``
-    lines this project's table has by hand.
-    """
+    """The string fields of pyproject.toml's [project] table, read with tomllib
+    (3.11+); on 3.10, which the client supports and which has no tomllib, the
+    few ``key = "value"`` lines this project's table has are read by hand
+    (tests/test_unit.py checks that both read the same)."""
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    table = re.search(r"^\[project\]\s*$(.*?)(?=^\[|\Z)", text, re.M | re.S)
-    if table is None:
-        raise RuntimeError("pyproject.toml has no [project] table")
-    fields = dict(re.findall(r'^([A-Za-z-]+)\s*=\s*"([^"]*)"\s*$', table.group(1), re.M))
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        fields = _project_by_hand(text)
+    else:
+        project = tomllib.loads(text).get("project")
+        if not isinstance(project, dict):
+            raise RuntimeError("pyproject.toml has no [project] table")
+        fields = {k: v for k, v in project.items() if isinstance(v, str)}
     for key in ("name", "version", "requires-python", "description"):
         if key not in fields:
             raise RuntimeError(f"pyproject.toml [project] lacks {key}")
@@ -45,6 +49,14 @@ def _project() -> dict[str, str]:
     return fields
 
 
+def _project_by_hand(text: str) -> dict[str, str]:
+    """The ``key = "value"`` lines of pyproject.toml's [project] table."""
+    table = re.search(r"^\[project\]\s*$(.*?)(?=^\[|\Z)", text, re.M | re.S)
+    if table is None:
+        raise RuntimeError("pyproject.toml has no [project] table")
+    return dict(re.findall(r'^([A-Za-z-]+)\s*=\s*"([^"]*)"\s*$', table.group(1), re.M))
+
+
 def _dist(fields: dict[str, str]) -> str:
     return re.sub(r"[-_.]+", "_", fields["name"]).lower() + "-" + fields["version"]
 
@@ -52,14 +64,15 @@ def _dist(fields: dict[str, str]) -> str:
 def _metadata(fields: dict[str, str]) -> str:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     lines = [
-        "Metadata-Version: 2.1",
+        "Metadata-Version: 2.4",
         f"Name: {fields['name']}",
         f"Version: {fields['version']}",
         f"Summary: {fields['description']}",
         f"Requires-Python: {fields['requires-python']}",
     ]
     if "license" in fields:
-        lines.append(f"License: {fields['license']}")
+        lines.append(f"License-Expression: {fields['license']}")
+        lines.append("License-File: LICENSE")
     lines += ["Description-Content-Type: text/markdown", "", readme]
     return "\n".join(lines)
 
@@ -83,6 +96,7 @@ def _wheel(wheel_directory: str, contents: dict[str, bytes]) -> str:
         f"Wheel-Version: 1.0\nGenerator: weir-build\nRoot-Is-Purelib: true\nTag: {_TAG}\n"
     ).encode()
     contents[f"{info}/top_level.txt"] = f"{PACKAGE}\n".encode()
+    contents[f"{info}/licenses/LICENSE"] = (ROOT / "LICENSE").read_bytes()
     record = [_record_line(n, d) for n, d in contents.items()] + [f"{info}/RECORD,,"]
     contents[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
     name = f"{dist}-{_TAG}.whl"
@@ -127,7 +141,7 @@ def build_sdist(sdist_directory: str, config_settings: dict | None = None) -> st
     fields = _project()
     dist = _dist(fields)
     name = f"{dist}.tar.gz"
-    members = ["pyproject.toml", "README.md", "_build/backend.py", *(p.relative_to(ROOT).as_posix() for p in _files())]
+    members = ["pyproject.toml", "README.md", "LICENSE", "_build/backend.py", *(p.relative_to(ROOT).as_posix() for p in _files())]
     with tarfile.open(Path(sdist_directory) / name, "w:gz") as tar:
         for m in members:
             tar.add(ROOT / m, arcname=f"{dist}/{m}")

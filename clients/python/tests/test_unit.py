@@ -7,6 +7,7 @@ import importlib.util
 import json
 import re
 import struct
+import tarfile
 import tempfile
 import threading
 import unittest
@@ -181,9 +182,32 @@ class BuildTests(unittest.TestCase):
                 self.assertIn(f"{info}/RECORD", names)
                 meta = z.read(f"{info}/METADATA").decode()
                 self.assertIn("Requires-Python: >=3.10", meta)
+                self.assertIn("License-Expression: Apache-2.0", meta)
+                self.assertIn(f"{info}/licenses/LICENSE", names)
                 self.assertFalse([n for n in names if "__pycache__" in n])
             sdist = backend.build_sdist(d)
             self.assertTrue((Path(d) / sdist).exists())
+            with tarfile.open(Path(d) / sdist) as tar:
+                members = set(tar.getnames())
+            root = f"weir_client-{weir.__version__}"
+            self.assertTrue({f"{root}/PKG-INFO", f"{root}/pyproject.toml", f"{root}/LICENSE", f"{root}/weir/__init__.py"} <= members)
+
+    def test_the_backend_reads_pyproject_as_tomllib_does(self) -> None:
+        # On 3.10 the backend reads pyproject.toml by hand: it must read what
+        # tomllib reads.
+        spec = importlib.util.spec_from_file_location("weir_backend", CLIENT / "_build" / "backend.py")
+        assert spec is not None and spec.loader is not None
+        backend = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(backend)
+        text = (CLIENT / "pyproject.toml").read_text(encoding="utf-8")
+        try:
+            import tomllib
+        except ModuleNotFoundError:
+            self.skipTest("no tomllib before Python 3.11")
+        project = tomllib.loads(text)["project"]
+        by_hand = backend._project_by_hand(text)
+        self.assertEqual(by_hand, {k: v for k, v in project.items() if isinstance(v, str)})
+        self.assertEqual(backend._project(), by_hand)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ export function createWorld(overrides: Partial<Config> = {}): World {
       // Nothing to start: weir pushes deliveries to the app.
     },
     async close() {},
-  };
-  return world as unknown as World;
+  } satisfies World;
+  return world;
 }
 
 export default createWorld;

@@ -1,4 +1,5 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
+import { MessageId, ValidQueueName, type Queue } from '@workflow/world';
 import { decode, encode } from './codec';
 import { appUrl, type Config } from './config';
 import { sendJSON } from './http';
@@ -63,10 +64,8 @@ export function signTarget(secret: string, target: string): string {
   return 'v1=' + createHmac('sha256', secret).update('target.').update(target).digest('hex');
 }
 
-type Handler = (
-  message: unknown,
-  meta: { attempt: number; queueName: string; messageId: string; requestId?: string },
-) => Promise<void | { timeoutSeconds: number }>;
+/** The runtime's delivery handler, as the World's Queue types it. */
+type Handler = Parameters<Queue['createQueueHandler']>[1];
 
 export function createQueue(cfg: Config, st: StreamState) {
   return {
@@ -78,7 +77,7 @@ export function createQueue(cfg: Config, st: StreamState) {
       queueName: string,
       message: unknown,
       opts?: { deploymentId?: string; idempotencyKey?: string; delaySeconds?: number },
-    ): Promise<{ messageId: string }> {
+    ): Promise<{ messageId: MessageId }> {
       // The id is minted here, so that a retry whose first reply was lost
       // finds its message rather than queueing a second.
       const messageId = ulid('msg');
@@ -93,7 +92,9 @@ export function createQueue(cfg: Config, st: StreamState) {
         ...(opts?.delaySeconds && { delaySeconds: opts.delaySeconds }),
         deploymentId: opts?.deploymentId ?? cfg.deploymentId,
       });
-      return sendJSON(cfg, { method: 'POST', path: 'world/queue', json: body, idempotent: true }, (t) => JSON.parse(t) as { messageId: string });
+      return sendJSON(cfg, { method: 'POST', path: 'world/queue', json: body, idempotent: true }, (t) => ({
+        messageId: MessageId.parse((JSON.parse(t) as { messageId?: unknown }).messageId),
+      }));
     },
 
     createQueueHandler(prefix: string, handler: Handler): (req: Request) => Promise<Response> {
@@ -122,7 +123,8 @@ export function createQueue(cfg: Config, st: StreamState) {
           stepId: message?.stepId as string | undefined,
         };
         try {
-          const result = await st.delivery.run(delivery, () => handler(message, { attempt, queueName, messageId }));
+          const meta = { attempt, queueName: ValidQueueName.parse(queueName), messageId: MessageId.parse(messageId) };
+          const result = await st.delivery.run(delivery, () => handler(message, meta));
           if (result && typeof result.timeoutSeconds === 'number') return Response.json({ timeoutSeconds: result.timeoutSeconds });
           return Response.json({ ok: true });
         } catch (error) {
