@@ -1,0 +1,3 @@
+export default function Page() {
+  return <p>A Vercel Workflow app on weir: POST /api/story starts a run.</p>;
+}
