@@ -57,6 +57,33 @@ type WorldEventPage struct {
 	HasMore bool         `json:"hasMore"`
 }
 
+// WorldMessage is a World queue message as GET /v1/world/queue lists it:
+// a message weir delivers to an app, its deliveries so far, and why the
+// last one failed.
+type WorldMessage struct {
+	ID           string     `json:"messageId"`
+	QueueName    string     `json:"queueName"`
+	RunID        string     `json:"runId,omitempty"`
+	Target       string     `json:"target"`
+	State        string     `json:"state"` // pending or dead
+	Attempt      int64      `json:"attempt"`
+	Failures     int64      `json:"failures"`
+	DeliverAt    time.Time  `json:"deliverAt"`
+	FirstFailure *time.Time `json:"firstFailure,omitempty"`
+	LastError    string     `json:"lastError,omitempty"`
+	// Hint says what the last error most likely means, and what to check
+	// (delivery.Hint).
+	Hint           string          `json:"hint,omitempty"`
+	CreatedAt      time.Time       `json:"createdAt"`
+	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+}
+
+// WorldMessageList is the reply of GET /v1/world/queue.
+type WorldMessageList struct {
+	Messages []WorldMessage `json:"messages"`
+}
+
 // RunList is the reply of GET /v1/runs: a page of runs, newest first.
 type RunList struct {
 	Runs []Run `json:"runs"`

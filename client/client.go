@@ -241,6 +241,21 @@ func (c *Client) WorldEvents(ctx context.Context, id string) ([]api.WorldEvent, 
 	}
 }
 
+// WorldMessages lists the World queue's messages in state "pending" or
+// "dead" (the dead letters), of one run if runID is not empty: what weir
+// has yet to deliver to an app, and why it could not so far.
+func (c *Client) WorldMessages(ctx context.Context, state, runID string) ([]api.WorldMessage, error) {
+	q := url.Values{"state": {state}, "limit": {"1000"}}
+	if runID != "" {
+		q.Set("runId", runID)
+	}
+	var out api.WorldMessageList
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/world/queue", q, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Messages, nil
+}
+
 // Cancel asks for a run to be cancelled and returns it as it is now (its
 // status turns cancelled once the engine has stopped it; see Wait).
 // Cancelling a finished run changes nothing.

@@ -170,6 +170,50 @@ type Deliverer struct {
 	mu      sync.Mutex
 	busy    map[string]time.Time // run -> when its workflow delivery in flight began
 	targets map[string]int       // target -> its deliveries in flight
+	warned  map[string]time.Time // target -> when a failure to it was last logged at WARN
+}
+
+// warnTarget reports whether a failed delivery to target is logged at WARN:
+// the first, and one a minute after.
+func (d *Deliverer) warnTarget(target string, now time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if last, ok := d.warned[target]; ok && now.Sub(last) < time.Minute {
+		return false
+	}
+	if len(d.warned) > 1024 {
+		clear(d.warned)
+	}
+	d.warned[target] = now
+	return true
+}
+
+// Hint says what a failed delivery's error (a message's LastError) most
+// likely means for the app, and what to check: for logs, weir runs show and
+// the UI.
+func Hint(lastError string) string {
+	e := strings.ToLower(lastError)
+	switch {
+	case e == "":
+		return ""
+	case strings.Contains(e, "http 401"):
+		return "the app refused the delivery's signature: its WEIR_WORLD_SECRET must be weir's --world-secret (or $WEIR_WORLD_SECRET), and the clocks within 5 minutes of each other"
+	case strings.Contains(e, "http 404"), strings.Contains(e, "http 405"):
+		return "the app has no /.well-known/workflow/v1 route there: is WEIR_APP_URL the app's base URL, and was the app built with workflow (wf build, withWorkflow)?"
+	case strings.Contains(e, "http 3"):
+		return "the app answered with a redirect, which weir does not follow: WEIR_APP_URL must be the URL the routes answer at (scheme, host, port, no trailing path)"
+	case strings.Contains(e, "http 5"):
+		return "the app failed handling the delivery: its own log says why"
+	case strings.Contains(e, "connection refused"):
+		return "nothing listens at the app's URL: is the app running, and is WEIR_APP_URL its address?"
+	case strings.Contains(e, "no such host"), strings.Contains(e, "server misbehaving"):
+		return "the app's host name does not resolve: check WEIR_APP_URL"
+	case strings.Contains(e, "timeout"), strings.Contains(e, "deadline exceeded"):
+		return "the app did not answer in time: is it reachable from weir, or is a step slower than --world-timeout?"
+	case strings.Contains(e, "has no route"):
+		return "the queue name is not the runtime's (__wkf_workflow_… or __wkf_step_…)"
+	}
+	return "check that the app is up at WEIR_APP_URL and shares weir's World secret"
 }
 
 // New returns a Deliverer.
@@ -189,7 +233,7 @@ func New(cfg *Config) (*Deliverer, error) {
 		}
 	}
 	return &Deliverer{cfg: c, sem: make(chan struct{}, c.Concurrency), done: make(chan struct{}, 1), busy: map[string]time.Time{},
-		targets: map[string]int{}}, nil
+		targets: map[string]int{}, warned: map[string]time.Time{}}, nil
 }
 
 // Run delivers until ctx ends, then waits for the deliveries in flight:
@@ -390,7 +434,14 @@ func (d *Deliverer) deliver(ctx context.Context, m *store.Message) {
 			return
 		}
 		p.DeliverAt = now.Add(c.Backoff[min(int(failures-1), len(c.Backoff)-1)])
-		c.Logger.Info("world delivery: failed, will retry", "message", m.ID, "target", m.Target, "err", msg, "at", p.DeliverAt)
+		if d.warnTarget(m.Target, now) {
+			// The first failure to an app (and one a minute after): what
+			// to look at, for an operator whose runs stay pending.
+			c.Logger.Warn("world delivery: the app did not take a delivery; retrying", "target", m.Target, "message", m.ID,
+				"run", m.RunID, "err", msg, "hint", Hint(msg))
+		} else {
+			c.Logger.Info("world delivery: failed, will retry", "message", m.ID, "target", m.Target, "err", msg, "at", p.DeliverAt)
+		}
 		d.settle(p, "failed", start)
 	}
 }

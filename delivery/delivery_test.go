@@ -580,3 +580,20 @@ func TestSignTarget(t *testing.T) {
 }
 
 const targetVector = "v1=d4a6fffd1918c06232021e033f499d94121ff1e5e607a88080f962b6cff40f3d"
+
+// Each kind of failure gets its own hint.
+func TestHint(t *testing.T) {
+	seen := map[string]bool{}
+	for _, e := range []string{"HTTP 401", "HTTP 404", "HTTP 302", "HTTP 500",
+		`Post "http://127.0.0.1:3000/.well-known/workflow/v1/flow": dial tcp 127.0.0.1:3000: connect: connection refused`,
+		"dial tcp: lookup app.invalid: no such host", "context deadline exceeded", `queue name "x" has no route`, "something else"} {
+		h := delivery.Hint(e)
+		if h == "" || seen[h] {
+			t.Errorf("%q: hint %q (empty, or another error's)", e, h)
+		}
+		seen[h] = true
+	}
+	if delivery.Hint("") != "" {
+		t.Error("no error, no hint")
+	}
+}

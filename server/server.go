@@ -166,6 +166,11 @@ type Server struct {
 		failed int
 		last   time.Time
 	}
+	refusedTargets struct { // World targets refused, for the rate-limited log (world.go)
+		mu   sync.Mutex
+		left int
+		last time.Time
+	}
 	errLog struct { // internal errors, for the rate-limited log (metrics.go)
 		mu   sync.Mutex
 		left int

@@ -635,36 +635,43 @@ func (s *Server) allowTarget(target, sig string) error {
 	if sig != "" {
 		why = "its signature does not match weir's World secret"
 	}
+	s.targetRefused(target, why)
 	return fmt.Errorf("%w: target %q: %s, and its origin is not one of --world-target: weir delivers only to apps that hold the World secret (@weirhq/world signs its target with WEIR_WORLD_SECRET) or to the origins its operator allows",
 		api.ErrForbidden, clip(target), why)
 }
 
-// messageJSON is a queue message as the API lists it.
-type messageJSON struct {
-	ID             string          `json:"messageId"`
-	QueueName      string          `json:"queueName"`
-	RunID          string          `json:"runId,omitempty"`
-	Target         string          `json:"target"`
-	State          string          `json:"state"`
-	Attempt        int64           `json:"attempt"`
-	Failures       int64           `json:"failures"`
-	DeliverAt      time.Time       `json:"deliverAt"`
-	FirstFailure   *time.Time      `json:"firstFailure,omitempty"`
-	LastError      string          `json:"lastError,omitempty"`
-	CreatedAt      time.Time       `json:"createdAt"`
-	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
-	Payload        json.RawMessage `json:"payload,omitempty"`
+// targetRefused logs a queued message refused for its target: at WARN, at
+// most once a minute, with what the app's operator must set. (The app's
+// queue() fails with the reason too, in the app's log.)
+func (s *Server) targetRefused(target, why string) {
+	s.refusedTargets.mu.Lock()
+	defer s.refusedTargets.mu.Unlock()
+	now := time.Now()
+	if now.Sub(s.refusedTargets.last) < time.Minute {
+		s.refusedTargets.left++
+		return
+	}
+	hint := "set WEIR_WORLD_SECRET in the app to weir's --world-secret (or $WEIR_WORLD_SECRET): @weirhq/world signs its target with it"
+	if len(s.cfg.WorldSecret) == 0 {
+		hint = "weir server has no World secret to check the signature with: start it with --world-secret, or allow the app's origin with --world-target"
+	}
+	s.log.Warn("world: a queued message was refused: weir does not deliver to its target", "target", clip(target), "why", why,
+		"hint", hint, "refused_since_last_log", s.refusedTargets.left)
+	s.refusedTargets.last, s.refusedTargets.left = now, 0
 }
 
-// handleWorldMessages serves GET /v1/world/queue?state=pending|dead: the
-// pending messages, or the dead letters.
+// messageJSON is a queue message as the API lists it.
+type messageJSON = api.WorldMessage
+
+// handleWorldMessages serves GET /v1/world/queue?state=pending|dead&runId=:
+// the pending messages, or the dead letters (of one run).
 func (s *Server) handleWorldMessages(w http.ResponseWriter, r *http.Request) {
-	q, err := parseQuery(r, "state", "limit")
+	q, err := parseQuery(r, "state", "limit", "runId")
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	p := &store.MessagesParams{State: first(q, "state")}
+	p := &store.MessagesParams{State: first(q, "state"), RunID: first(q, "runId")}
 	if p.State == "" {
 		p.State = "dead"
 	}
@@ -684,7 +691,7 @@ func (s *Server) handleWorldMessages(w http.ResponseWriter, r *http.Request) {
 	}{Messages: make([]messageJSON, len(ms))}
 	for i, m := range ms {
 		mj := messageJSON{ID: m.ID, QueueName: m.QueueName, RunID: m.RunID, Target: m.Target, State: m.State,
-			Attempt: m.Attempt, Failures: m.Failures, DeliverAt: m.DeliverAt.UTC(), LastError: m.LastError,
+			Attempt: m.Attempt, Failures: m.Failures, DeliverAt: m.DeliverAt.UTC(), LastError: m.LastError, Hint: delivery.Hint(m.LastError),
 			CreatedAt: m.CreatedAt.UTC(), IdempotencyKey: m.IdempotencyKey, Payload: m.Payload}
 		if !m.FirstFailure.IsZero() {
 			t := m.FirstFailure.UTC()

@@ -290,4 +290,20 @@ type CoalesceParams struct {
 type MessagesParams struct {
 	State string // "pending" or "dead"
 	Limit int    // 0: DefaultListLimit
+	RunID string // only the messages of this run; "": every run's
+}
+
+// Check validates p and returns it with its defaults.
+func (p *MessagesParams) Check() (*MessagesParams, error) {
+	if p.State != "pending" && p.State != "dead" {
+		return nil, fmt.Errorf("%w: state %q is not pending or dead", ErrInvalid, p.State)
+	}
+	if err := checkName("run id", p.RunID, MaxIDLen); err != nil {
+		return nil, err
+	}
+	out := *p
+	if out.Limit <= 0 {
+		out.Limit = DefaultListLimit
+	}
+	return &out, nil
 }

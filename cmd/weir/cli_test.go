@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/weirhq/weir/delivery"
 	"io"
 	"net/http"
 	"os"
@@ -587,5 +588,57 @@ func TestRunsSendAndEvent(t *testing.T) {
 	}
 	if code, _, errOut := runWeir(t, "runs", "send", "nope", "user"); code != 1 || !strings.Contains(errOut, "404") {
 		t.Fatalf("runs send to an unknown run: exit %d %q", code, errOut)
+	}
+}
+
+// A World run whose app weir cannot reach says so in `weir runs show`, with
+// what to check; weir's log warns of it at once, with the same hint.
+func TestRunsShowSaysWhyAWorldRunWaits(t *testing.T) {
+	const secret = "cli-test-secret-0123456789"
+	srv := launchServer(t, filepath.Join(t.TempDir(), "weir.db"), "--world-secret", secret)
+	t.Cleanup(func() { srv.stop(t) })
+	t.Setenv("WEIR_URL", srv.url)
+	post := func(path, body string) map[string]any {
+		t.Helper()
+		res, err := http.Post(srv.url+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.StatusCode != 200 {
+			t.Fatalf("POST %s: %d %v", path, res.StatusCode, err)
+		}
+		return out
+	}
+	created := post("/v1/world/runs/-/events", `{"eventType":"run_created","eventData":{"deploymentId":"d","workflowName":"wf//agent","input":[]}}`)
+	id := created["run"].(map[string]any)["runId"].(string)
+	if out := mustWeir(t, "runs", "show", id); !strings.Contains(out, "no delivery is queued for it") {
+		t.Fatalf("runs show of a run nothing was queued for:\n%s", out)
+	}
+	// The app is not there: nothing listens on port 1.
+	const target = "http://127.0.0.1:1"
+	post("/v1/world/queue", `{"queueName":"__wkf_workflow_wf//agent","payload":{"runId":"`+id+`"},"target":"`+target+
+		`","targetSignature":"`+delivery.SignTarget([]byte(secret), target)+`"}`)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		out := mustWeir(t, "runs", "show", id)
+		if strings.Contains(out, "weir cannot deliver to the app at "+target) {
+
+			for _, want := range []string{"connection refused", "is the app running", "deliveries to the app (1 pending, 0 dead)"} {
+				if !strings.Contains(out, want) {
+					t.Fatalf("runs show lacks %q:\n%s", want, out)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs show never said why the run waits:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if log := srv.errOut.String(); !strings.Contains(log, "level=WARN") || !strings.Contains(log, "the app did not take a delivery") ||
+		!strings.Contains(log, "is the app running") {
+		t.Fatalf("weir's log has no warning of it:\n%s", log)
 	}
 }

@@ -257,12 +257,24 @@ func worldShow(ctx context.Context, c *client.Client, run *client.Run, asJSON bo
 	if err != nil {
 		return err
 	}
+	// What weir has yet to deliver to the app for this run, and why it
+	// could not so far: a run that stays pending says why here.
+	pending, err := c.WorldMessages(ctx, "pending", run.ID)
+	if err != nil {
+		return err
+	}
+	dead, err := c.WorldMessages(ctx, "dead", run.ID)
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		return printJSON(stdout, struct {
 			Run     *client.Run         `json:"run"`
 			Events  []api.WorldEvent    `json:"events"`
 			Streams []client.StreamInfo `json:"streams"`
-		}{run, events, streams})
+			Pending []api.WorldMessage  `json:"pending"`
+			Dead    []api.WorldMessage  `json:"dead"`
+		}{run, events, streams, pending, dead})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "run\t%s (a Vercel Workflow run on weir's World)\n", run.ID)
@@ -273,8 +285,28 @@ func worldShow(ctx context.Context, c *client.Client, run *client.Run, asJSON bo
 	if run.Error != "" {
 		fmt.Fprintf(tw, "error\t%s\n", firstLine(run.Error))
 	}
+	if w := worldWaiting(run, events, pending, dead); w != "" {
+		fmt.Fprintf(tw, "waiting\t%s\n", w)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(pending)+len(dead) > 0 {
+		fmt.Fprintf(stdout, "\ndeliveries to the app (%d pending, %d dead):\n", len(pending), len(dead))
+		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		for _, m := range append(pending, dead...) {
+			line := fmt.Sprintf("  %s\t%s\t%s\tto %s", m.ID, m.State, m.QueueName, m.Target)
+			if m.Failures > 0 {
+				line += fmt.Sprintf("\t%d failed, last: %s", m.Failures, firstLine(m.LastError))
+			}
+			if m.State == "pending" {
+				line += "\tnext " + fmtTime(m.DeliverAt)
+			}
+			fmt.Fprintln(tw, line)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(stdout, "\nevents (%d):\n", len(events))
 	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -290,6 +322,34 @@ func worldShow(ctx context.Context, c *client.Client, run *client.Run, asJSON bo
 		fmt.Fprintf(tw, "  %s\t%d records\tweir stream cat %s %s\n", s.Name, s.NextOffset, run.ID, s.Name)
 	}
 	return tw.Flush()
+}
+
+// worldWaiting says what a World run that has not ended waits on, when
+// weir can tell: a delivery to the app that keeps failing (and the likely
+// cause), a dead letter, or nothing queued at all.
+func worldWaiting(run *client.Run, events []api.WorldEvent, pending, dead []api.WorldMessage) string {
+	switch run.Status {
+	case "completed", "failed", "cancelled":
+		return ""
+	}
+	for _, m := range pending {
+		if m.Failures > 0 {
+			return fmt.Sprintf("weir cannot deliver to the app at %s (%d failed, last: %s): %s", m.Target, m.Failures,
+				firstLine(m.LastError), m.Hint)
+		}
+	}
+	if len(dead) > 0 {
+		m := dead[0]
+		return fmt.Sprintf("a delivery to the app at %s was dead-lettered after %d failures (last: %s): %s; then weir runs redeliver or the UI's button",
+			m.Target, m.Failures, firstLine(m.LastError), m.Hint)
+	}
+	if len(pending) > 0 {
+		return fmt.Sprintf("a delivery to the app at %s, due %s", pending[0].Target, fmtTime(pending[0].DeliverAt))
+	}
+	if run.Status == "pending" && len(events) <= 1 {
+		return "no delivery is queued for it: the app's start() created it, but its queue() did not reach weir (the app's log says why)"
+	}
+	return ""
 }
 
 func describeEvent(ev *client.Event) string {

@@ -64,6 +64,7 @@ const worldAPI = {
     return out;
   },
   dead: () => api("/v1/world/queue?state=dead").then((b) => listOf(b, "messages")),
+  messages: (state, runId) => api(`/v1/world/queue?state=${state}&runId=${encodeURIComponent(runId)}`).then((b) => listOf(b, "messages")),
   redeliver: (id) => api(`/v1/world/queue/${encodeURIComponent(id)}/redeliver`, { method: "POST" }),
 };
 
@@ -206,7 +207,10 @@ function runPage(id) {
       if (parent) $("#run-meta").append(" · child of ", el("a", { href: `#/runs/${encodeURIComponent(parent)}`, class: "parent-link", text: parent }));
       $("#run-actions").hidden = terminal(st);
       renderResult(r, st, world);
-      if (world) renderWorldTimeline(await worldAPI.events(id));
+      if (world) {
+        renderWorldTimeline(await worldAPI.events(id));
+        await renderWaiting(id, st);
+      }
       else {
         const evs = await runsAPI.events(id);
         if (!alive) return true;
@@ -237,6 +241,21 @@ function runPage(id) {
   };
   loop();
   stopPage = () => { alive = false; for (const s of streams.values()) s.stop(); };
+}
+
+// renderWaiting says what a World run that has not ended waits on, when
+// weir can tell: its deliveries to the app that keep failing, with the
+// likely cause (the server's hint), and its dead letters.
+async function renderWaiting(id, st) {
+  const box = $("#run-waiting");
+  if (terminal(st)) { box.replaceChildren(); return; }
+  const [pending, dead] = await Promise.all([worldAPI.messages("pending", id), worldAPI.messages("dead", id)]);
+  const failing = [...pending.filter((m) => m.failures > 0), ...dead];
+  if (!failing.length) { box.replaceChildren(); return; }
+  box.replaceChildren(el("h2", { text: "Waiting for the app" }), el("ul", { class: "waiting" }, ...failing.map((m) =>
+    el("li", {},
+      el("span", { text: `${m.state === "dead" ? "dead-lettered" : "retrying"}: ${m.queueName} to ${m.target}, ${m.failures} failed, last: ${m.lastError || ""}` }),
+      m.hint ? el("p", { class: "hint", text: m.hint }) : ""))));
 }
 
 function renderResult(r, st, world) {

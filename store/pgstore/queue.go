@@ -49,7 +49,7 @@ func (q *queueQueries) set(set func(*string, string)) {
 	set(&q.settleFailed, `UPDATE $S.world_queue SET failures = failures + 1, last_error = $3, deliver_at = $5,
 		first_failure = CASE first_failure WHEN 0 THEN $4 ELSE first_failure END, `+unlease+where)
 	set(&q.settleLater, `UPDATE $S.world_queue SET failures = 0, first_failure = 0, last_error = '', deliver_at = $3, `+unlease+where)
-	set(&q.messages, `SELECT `+cols+` FROM $S.world_queue WHERE state = $1 ORDER BY seq LIMIT $2`)
+	set(&q.messages, `SELECT `+cols+` FROM $S.world_queue WHERE state = $1 AND ($3 = '' OR run_id = $3) ORDER BY seq LIMIT $2`)
 	// A key another pending message took since is dropped.
 	set(&q.redeliver, `UPDATE $S.world_queue m SET state = 'pending', failures = 0, first_failure = 0, deliver_at = $2,
 			idempotency_key = CASE WHEN EXISTS (SELECT 1 FROM $S.world_queue o WHERE o.state = 'pending'
@@ -191,17 +191,14 @@ func (s *Store) SettleMessage(ctx context.Context, p *store.SettleParams) error 
 
 // Messages lists messages of one state.
 func (s *Store) Messages(ctx context.Context, p *store.MessagesParams) ([]*store.Message, error) {
-	if p.State != "pending" && p.State != "dead" {
-		return nil, fmt.Errorf("messages: %w: state %q is not pending or dead", store.ErrInvalid, p.State)
-	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = store.DefaultListLimit
+	p, err := p.Check()
+	if err != nil {
+		return nil, fmt.Errorf("messages: %w", err)
 	}
 	var out []*store.Message
-	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+	err = s.do(ctx, true, func(ctx context.Context, t *try) error {
 		var err error
-		out, err = queryRows(ctx, s, s.q.messages, []any{p.State, limit})
+		out, err = queryRows(ctx, s, s.q.messages, []any{p.State, p.Limit, p.RunID})
 		return err
 	})
 	if err != nil {

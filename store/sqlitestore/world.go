@@ -723,14 +723,12 @@ func settleQuery(p *store.SettleParams, now int64) (string, []any) {
 
 // Messages lists messages of one state.
 func (s *Store) Messages(ctx context.Context, p *store.MessagesParams) ([]*store.Message, error) {
-	if p.State != "pending" && p.State != "dead" {
-		return nil, fmt.Errorf("messages: %w: state %q is not pending or dead", store.ErrInvalid, p.State)
+	p, err := p.Check()
+	if err != nil {
+		return nil, fmt.Errorf("messages: %w", err)
 	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = store.DefaultListLimit
-	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+sqlrow.MessageCols+` FROM world_queue WHERE state = ? ORDER BY seq LIMIT ?`, p.State, limit)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+sqlrow.MessageCols+` FROM world_queue WHERE state = ? AND (? = '' OR run_id = ?)
+		ORDER BY seq LIMIT ?`, p.State, p.RunID, p.RunID, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("messages: %w", s.readErr(err))
 	}

@@ -731,6 +731,18 @@ func testWorldQueueRuns(t *testing.T, h Harness) {
 	if !slices.Equal(ids, []string{"msg_s1", "msg_f2", "msg_f3", "msg_f4"}) {
 		t.Fatalf("pending %v", ids)
 	}
+	// One run's messages: what `weir runs show` lists of a run that waits.
+	pending, err = s.Messages(ctx(t), &store.MessagesParams{State: "pending", RunID: "r1"})
+	must(t, err)
+	ids = ids[:0]
+	for _, m := range pending {
+		ids = append(ids, m.ID)
+	}
+	if !slices.Equal(ids, []string{"msg_s1", "msg_f3", "msg_f4"}) {
+		t.Fatalf("r1's pending %v", ids)
+	}
+	_, err = s.Messages(ctx(t), &store.MessagesParams{State: "stuck"})
+	wantErr(t, err, store.ErrInvalid)
 }
 
 // A claim leaves the messages of targets it is told to skip (those the

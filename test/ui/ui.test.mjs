@@ -162,6 +162,10 @@ test("the UI shows a World run: attempts, hooks, sleeps, and its stream", { time
   const targetSignature = "v1=" + createHmac("sha256", "ui-test-secret-0123456789").update("target." + target).digest("hex");
   await call("POST", "/v1/world/queue", JSON.stringify({ queueName: "__wkf_workflow_agent", payload: { runId: id }, target, targetSignature }),
     { "Content-Type": "application/json" });
+  // A run that waits for an app weir cannot reach: its page says so, and why.
+  const { run: waiting } = await ev("-", "run_created", undefined, { deploymentId: "dpl_ui", workflowName: "workflow//./app//agent", input: [] });
+  await call("POST", "/v1/world/queue", JSON.stringify({ queueName: "__wkf_workflow_agent", payload: { runId: waiting.runId }, target, targetSignature }),
+    { "Content-Type": "application/json" });
 
   const browser = await chromium.launch({
     executablePath: chromePath,
@@ -181,6 +185,13 @@ test("the UI shows a World run: attempts, hooks, sleeps, and its stream", { time
   const dead = page.locator("#dead-letters li").first();
   await dead.waitFor({ timeout: 20_000 });
   await dead.getByRole("button", { name: "Deliver again" }).click();
+
+  await page.goto(`${url}/ui/#/runs/${encodeURIComponent(waiting.runId)}`);
+  const why = page.locator("#run-waiting");
+  await why.getByText("Waiting for the app").waitFor({ timeout: 20_000 });
+  const whyText = await why.textContent();
+  assert.ok(whyText.includes(target) && whyText.includes("connection refused") && whyText.includes("is the app running"), `the waiting run says: ${whyText}`);
+  await page.screenshot({ path: join(shots, "ui-world-waiting.png"), fullPage: true });
 
   await page.goto(`${url}/ui/#/runs/${encodeURIComponent(id)}`);
   const tl = page.locator("#timeline");

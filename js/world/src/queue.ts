@@ -64,6 +64,19 @@ export function signTarget(secret: string, target: string): string {
   return 'v1=' + createHmac('sha256', secret).update('target.').update(target).digest('hex');
 }
 
+const refusedReasons = new Set<string>();
+
+/**
+ * Logs a delivery the app refused, the first time for each reason: weir
+ * retries it (and warns in its own log), and the app's operator learns
+ * here what to set. Later refusals of the same kind are not logged again.
+ */
+function refusedOnce(reason: string, hint: string): void {
+  if (refusedReasons.has(reason)) return;
+  refusedReasons.add(reason);
+  console.error(`@weirhq/world: refused a delivery from weir (${reason}): ${hint}. weir retries it, then dead-letters it.`);
+}
+
 /** The runtime's delivery handler, as the World's Queue types it. */
 type Handler = Parameters<Queue['createQueueHandler']>[1];
 
@@ -107,10 +120,20 @@ export function createQueue(cfg: Config, st: StreamState) {
         }
         const body = new Uint8Array(await req.arrayBuffer());
         if (!cfg.secret) {
-          return Response.json({ error: 'WEIR_WORLD_SECRET is not set: deliveries cannot be verified' }, { status: 401 });
+          const error = 'WEIR_WORLD_SECRET is not set: deliveries cannot be verified';
+          refusedOnce(error, "set WEIR_WORLD_SECRET to weir server's --world-secret");
+          return Response.json({ error }, { status: 401 });
         }
         const refused = verifySignature(cfg.secret, req.headers.get('weir-signature'), queueName, messageId, attempt, body);
-        if (refused) return Response.json({ error: refused }, { status: 401 });
+        if (refused) {
+          refusedOnce(
+            refused,
+            refused === 'stale signature'
+              ? "this machine's clock and weir's differ by more than 5 minutes"
+              : "WEIR_WORLD_SECRET must be weir server's --world-secret (or its $WEIR_WORLD_SECRET)",
+          );
+          return Response.json({ error: refused }, { status: 401 });
+        }
         if (!queueName.startsWith(prefix)) return Response.json({ error: 'Unhandled queue' }, { status: 400 });
         let message: Record<string, unknown>;
         try {

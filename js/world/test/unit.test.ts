@@ -4,6 +4,7 @@ import { batches } from '../src/chain';
 import { decode, Deframer, encode, frame, FRAME_EOF } from '../src/codec';
 import { sign, signTarget, verifySignature } from '../src/queue';
 import { ulid } from '../src/ulid';
+import { createWorld } from '../src/index';
 
 test('the codec tags bytes and gives them back', () => {
   const v = { a: new Uint8Array([0, 1, 255]), b: Buffer.from('hi'), c: [1, 'x', null], d: { nested: new Uint8Array(0) } };
@@ -76,4 +77,26 @@ test('bad signatures are refused with a reason', () => {
   assert.equal(verifySignature(secret, header, '__wkf_workflow_w', id, 3, body, now), 'bad signature');
   assert.equal(verifySignature('another-secret-of-16', header, q, id, 3, body, now), 'bad signature');
   assert.equal(verifySignature(secret, header, q, id, 3, new TextEncoder().encode('{}'), now), 'bad signature');
+});
+
+test("a refused delivery is told in the app's log the first time, with what to set", async (t) => {
+  const logged: string[] = [];
+  t.mock.method(console, 'error', (...args: unknown[]) => logged.push(args.join(' ')));
+  const deliver = (secret: string | undefined) => {
+    const world = createWorld({ url: 'http://127.0.0.1:1', ...(secret !== undefined && { secret }) });
+    const handler = world.createQueueHandler('__wkf_workflow_', async () => undefined);
+    const req = new Request('http://app/.well-known/workflow/v1/flow', {
+      method: 'POST',
+      body: '{}',
+      headers: { 'x-vqs-queue-name': '__wkf_workflow_w', 'x-vqs-message-id': 'msg_01JZ0000000000000000000000', 'x-vqs-message-attempt': '1' },
+    });
+    return handler(req);
+  };
+  for (let i = 0; i < 3; i++) {
+    assert.equal((await deliver(undefined)).status, 401);
+    assert.equal((await deliver('another-secret-of-16-bytes')).status, 401);
+  }
+  assert.equal(logged.length, 2, `logged once a reason: ${logged.join('\n')}`);
+  assert.match(logged[0]!, /WEIR_WORLD_SECRET is not set.*--world-secret/);
+  assert.match(logged[1]!, /unsigned delivery.*WEIR_WORLD_SECRET must be weir server's --world-secret/);
 });
