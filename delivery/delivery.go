@@ -210,6 +210,8 @@ func Hint(lastError string) string {
 		return "the app's host name does not resolve: check WEIR_APP_URL"
 	case strings.Contains(e, "timeout"), strings.Contains(e, "deadline exceeded"):
 		return "the app did not answer in time: is it reachable from weir, or is a step slower than --world-timeout?"
+	case strings.Contains(e, "not the world's json reply"):
+		return "something else answers at the app's URL (a page, a proxy): WEIR_APP_URL must be the app's own base URL"
 	case strings.Contains(e, "has no route"):
 		return "the queue name is not the runtime's (__wkf_workflow_… or __wkf_step_…)"
 	}
@@ -510,6 +512,12 @@ func (d *Deliverer) post(ctx context.Context, m *store.Message) (int, time.Durat
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxReply))
 	if resp.StatusCode/100 != 2 {
 		return resp.StatusCode, 0, nil
+	}
+	// The World's handler answers JSON, always: a 2xx of anything else (a
+	// page of HTML, a proxy's login) is not the app's, and the message
+	// would be lost if it counted as delivered.
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "application/json") {
+		return resp.StatusCode, 0, fmt.Errorf("the target answered %d with %q, not the World's JSON reply: not the app's /.well-known/workflow/v1 route", resp.StatusCode, clip(ct, 64))
 	}
 	var v struct {
 		TimeoutSeconds *float64 `json:"timeoutSeconds"`

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,11 +82,22 @@ func newApp(t *testing.T, reply func(n int, d delivered) (int, string)) *app {
 			code, rep = a.reply(n, d)
 		}
 		a.got <- d
+		if strings.HasPrefix(rep, "<") {
+			w.Header().Set("Content-Type", "text/html")
+		} else {
+			w.Header().Set("Content-Type", "application/json") // the World's handler's
+		}
 		w.WriteHeader(code)
 		_, _ = io.WriteString(w, rep)
 	}))
 	t.Cleanup(a.srv.Close)
 	return a
+}
+
+// worldReply answers a delivery as the World's handler does: JSON.
+func worldReply(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"ok":true}`)
 }
 
 // next waits for the app's next delivery.
@@ -410,6 +422,7 @@ func TestARunsWorkflowMessagesAreSerializedAndCoalesced(t *testing.T) {
 			mu.Lock()
 			inFlight--
 			mu.Unlock()
+			worldReply(w)
 		}))
 		defer srv.Close()
 		o := start(t, st, delivery.Config{})
@@ -464,6 +477,7 @@ func TestTwoDeliverersShareThePostgresQueue(t *testing.T) {
 		mu.Lock()
 		seen[r.Header.Get("x-vqs-message-id")]++
 		mu.Unlock()
+		worldReply(w)
 	}))
 	defer srv.Close()
 	oa := start(t, a, delivery.Config{Owner: "a"})
@@ -586,7 +600,8 @@ func TestHint(t *testing.T) {
 	seen := map[string]bool{}
 	for _, e := range []string{"HTTP 401", "HTTP 404", "HTTP 302", "HTTP 500",
 		`Post "http://127.0.0.1:3000/.well-known/workflow/v1/flow": dial tcp 127.0.0.1:3000: connect: connection refused`,
-		"dial tcp: lookup app.invalid: no such host", "context deadline exceeded", `queue name "x" has no route`, "something else"} {
+		"dial tcp: lookup app.invalid: no such host", "context deadline exceeded", `queue name "x" has no route`,
+		`the target answered 200 with "text/html", not the World's JSON reply: not the app's /.well-known/workflow/v1 route`, "something else"} {
 		h := delivery.Hint(e)
 		if h == "" || seen[h] {
 			t.Errorf("%q: hint %q (empty, or another error's)", e, h)
@@ -596,4 +611,23 @@ func TestHint(t *testing.T) {
 	if delivery.Hint("") != "" {
 		t.Error("no error, no hint")
 	}
+}
+
+// A target that answers 2xx with something other than the World's JSON (a
+// page of HTML, a proxy's login) has not taken the message: it is retried,
+// with the reason, not counted delivered and lost.
+func TestAnAppURLThatAnswersHTMLIsNotADelivery(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st store.Store) {
+		a := newApp(t, func(n int, d delivered) (int, string) { return 200, "<html><body>Welcome</body></html>" })
+		o := start(t, st, delivery.Config{Backoff: []time.Duration{time.Hour}, PollInterval: 10 * time.Millisecond})
+		enqueue(t, st, "msg_html", "__wkf_step_s", a.srv.URL, 0)
+		a.next(t)
+		if got := o.next(t); got != "failed" {
+			t.Fatalf("outcome %q, want failed", got)
+		}
+		ms := pending(t, st, "pending")
+		if len(ms) != 1 || ms[0].Failures != 1 || !strings.Contains(ms[0].LastError, "not the World's JSON reply") {
+			t.Fatalf("pending %+v", ms)
+		}
+	})
 }
