@@ -252,7 +252,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// clean form, which names another resource (…/streams/.. is the
 	// run's list): a dot segment names nothing here.
 	if dotSegment(r.URL.Path) {
-		refuse(w, r, fmt.Errorf("%w: path %q: a segment . or .. names nothing", api.ErrBadRequest, clip(r.URL.Path)))
+		refuse(w, r, fmt.Errorf("%w: path %q: a segment . or .. names nothing", store.ErrInvalid, clip(r.URL.Path)))
 		return
 	}
 	s.mux.ServeHTTP(w, r)
