@@ -20,7 +20,9 @@ func lockFile(path string) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, ErrInUse
+			return nil, fmt.Errorf("%w: %s: one process owns a SQLite database (its caches must see every write). "+
+				"Run your workflows and the server in that one process (weircli: `yourprogram server`, or mount server.New in it); "+
+				"for several processes, use PostgreSQL (docs/operations.md, \"Deployment shapes\")", ErrInUse, path)
 		}
 		return nil, fmt.Errorf("lock: %w", err)
 	}

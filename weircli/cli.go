@@ -1,4 +1,4 @@
-package main
+package weircli
 
 import (
 	"errors"
@@ -47,7 +47,7 @@ func (cf *clientFlags) client() (*client.Client, error) {
 	if tok == "" {
 		tok = os.Getenv("WEIR_TOKEN")
 	}
-	c, err := client.New(cf.url, &client.Options{Token: tok, UserAgent: "weir-cli/" + version})
+	c, err := client.New(cf.url, &client.Options{Token: tok, UserAgent: "weir-cli"})
 	if err != nil {
 		return nil, errUsage(err)
 	}

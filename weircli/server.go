@@ -1,4 +1,4 @@
-package main
+package weircli
 
 import (
 	"context"
@@ -20,21 +20,22 @@ import (
 	"github.com/weirhq/weir/server"
 )
 
-const serverUsage = `Usage: weir server [flags]
+const serverUsage = `Usage: %s server [flags]
 
-Serves the runs API, every stream over the Durable Streams protocol
-(/v1/stream/...), /healthz and /metrics, with weir's demo workflows
-registered. SIGINT or SIGTERM drains in-flight requests, stops the engine
-(releasing its runs' leases) and closes the store.
+Executes the runs of its workflows (unless --no-worker) and serves the runs
+API, the hooks, every stream over the Durable Streams protocol
+(/v1/stream/...), the World API, the UI (/ui/), /healthz and /metrics.
+SIGINT or SIGTERM drains in-flight requests, stops the engine (releasing
+its runs' leases) and closes the store.
 
 Flags:
 `
 
 // serverCmd runs `weir server` until ctx ends.
-func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func serverCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, serverUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprintf(stderr, serverUsage, cfg.name()); fs.PrintDefaults() }
 	addr := fs.String("addr", "127.0.0.1:4437", "address to listen on; beyond loopback a token is required")
 	storeSpec := fs.String("store", "sqlite:./weir.db", "the store: sqlite:PATH[?synchronous=NORMAL], or a postgres:// URL")
 	token := fs.String("token", "", "bearer token (at least 16 bytes) that writes (and, beyond loopback, reads) must carry (default $WEIR_TOKEN); see also --token-file")
@@ -44,8 +45,11 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	longPoll := fs.Duration("long-poll-timeout", 20*time.Second, "how long a long-poll read waits for data before answering 204")
 	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests and runs to stop")
 	retention := fs.Duration("retention", 0, "delete finished runs, with their streams, this long after they end (0: keep them forever)")
-	noDemo := fs.Bool("no-demo", false, "leave out the demo workflow (demo.tokens); the default beyond loopback")
-	registerBench := benchWorkflows(fs)
+	noDemo, registerBench := new(bool), func(*weir.Engine) {}
+	if cfg.Builtin {
+		noDemo = fs.Bool("no-demo", false, "leave out the demo workflow (demo.tokens); the default beyond loopback")
+		registerBench = benchWorkflows(fs)
+	}
 	noWorker := fs.Bool("no-worker", false, "serve the API and the streams but execute no run (workers are other processes on the same PostgreSQL database)")
 	worldSecret := fs.String("world-secret", "", "the secret that signs World deliveries to Vercel Workflow apps (at least 16 bytes; default $WEIR_WORLD_SECRET); without one, World queue messages are refused")
 	var scfg server.Config
@@ -132,10 +136,17 @@ func serverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !demoSet && !loopback {
 		*noDemo = true
 	}
-	if !*noDemo {
+	if cfg.Builtin && !*noDemo {
 		demo.Register(e)
 	}
 	registerBench(e)
+	if err := cfg.register(e); err != nil {
+		closeStore()
+		return err
+	}
+	if len(e.Workflows()) == 0 && !*noWorker {
+		log.Warn(cfg.name() + " server: no workflow is registered: this server executes no run of its own (it serves the API, the streams and the World); register workflows with weircli.Config.Register, or pass --no-worker")
+	}
 	if err := e.Start(ctx); err != nil {
 		closeStore()
 		return err

@@ -1,4 +1,4 @@
-package main
+package weircli
 
 import (
 	"bytes"
@@ -641,4 +641,9 @@ func TestRunsShowSaysWhyAWorldRunWaits(t *testing.T) {
 		!strings.Contains(log, "is the app running") {
 		t.Fatalf("weir's log has no warning of it:\n%s", log)
 	}
+}
+
+// run is weir's own command line (cmd/weir's).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return Run(ctx, &Config{Name: "weir", Builtin: true}, args, stdout, stderr)
 }
