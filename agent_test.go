@@ -711,42 +711,43 @@ func TestWaitsRideOutAPostgresRestart(t *testing.T) {
 // the order the workflow started them: which run first is the same on
 // every run, not the scheduler's choice.
 func TestStepSlotsGoInOrder(t *testing.T) {
-	s, _ := openStore(t)
-	cfg := fastConfig()
-	cfg.StepConcurrency = 1
-	e := newEngine(t, s, cfg)
-	var mu sync.Mutex
-	var order []int
-	wf := weir.Register(e, "slots", func(ctx weir.Context, _ int) (int, error) {
-		var fs []*weir.Future[int]
-		for i := range 12 {
-			fs = append(fs, weir.Go(ctx, "part", func(sc weir.StepContext) (int, error) {
-				mu.Lock()
-				order = append(order, i)
-				mu.Unlock()
-				time.Sleep(time.Millisecond)
-				return i, nil
-			}))
+	eachStore(t, func(t *testing.T, s store.Store) {
+		cfg := fastConfig()
+		cfg.StepConcurrency = 1
+		e := newEngine(t, s, cfg)
+		var mu sync.Mutex
+		var order []int
+		wf := weir.Register(e, "slots", func(ctx weir.Context, _ int) (int, error) {
+			var fs []*weir.Future[int]
+			for i := range 12 {
+				fs = append(fs, weir.Go(ctx, "part", func(sc weir.StepContext) (int, error) {
+					mu.Lock()
+					order = append(order, i)
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					return i, nil
+				}))
+			}
+			_, err := weir.All(ctx, fs...)
+			return len(fs), err
+		})
+		if err := e.Start(testCtx(t)); err != nil {
+			t.Fatal(err)
 		}
-		_, err := weir.All(ctx, fs...)
-		return len(fs), err
+		for range 5 {
+			order = nil
+			h, err := wf.Start(testCtx(t), 0, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.Result(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.IsSorted(order) {
+				t.Fatalf("the steps ran in the order %v, not the one they were started in", order)
+			}
+		}
 	})
-	if err := e.Start(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	for range 5 {
-		order = nil
-		h, err := wf.Start(testCtx(t), 0, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := h.Result(testCtx(t)); err != nil {
-			t.Fatal(err)
-		}
-		if !slices.IsSorted(order) {
-			t.Fatalf("the steps ran in the order %v, not the one they were started in", order)
-		}
-	}
 }
 
 // Item 7: a sender ends a Hook.Each loop by closing the hook with its last

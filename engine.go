@@ -262,7 +262,8 @@ func (e *Engine) register(name string, reg *registered) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, dup := e.workflows[name]; dup {
-		panic(fmt.Sprintf("weir: workflow %q registered twice", name))
+		panic(fmt.Sprintf("weir: workflow %q registered twice on one engine: register each workflow once, "+
+			"and get another handle to it with weir.WorkflowOf[In, Out](e, %[1]q)", name))
 	}
 	e.workflows[name] = reg
 }

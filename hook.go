@@ -17,7 +17,7 @@ import (
 // Hooks let a run wait for something from outside: a person's approval, a
 // webhook, another system's answer. Workflow code creates a hook with a
 // token; whoever has the token delivers payloads to it (Engine.DeliverHook,
-// POST /v1/hooks/{token}, weir runs signal). Each delivery is recorded in
+// POST /v1/hooks/{token}, weir runs hook). Each delivery is recorded in
 // the run's log, once, when it is acknowledged; the run takes payloads in
 // that order, on replay too. A run that waits only for hooks (and timers)
 // parks, holding no goroutine, and a delivery wakes it.
@@ -119,7 +119,7 @@ func (h *Hook[T]) Receive(ctx Context) (T, error) {
 // it. It is Receive in a loop: for a hook that takes many payloads. The
 // workflow ends it with break; the sender, by closing the hook with its
 // last delivery (DeliverOptions.Close, POST /v1/hooks/{token}?close=true,
-// weir runs signal --close).
+// weir runs hook --close).
 func (h *Hook[T]) Each(ctx Context) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
 		for {

@@ -510,7 +510,7 @@ func TestServerNoDemo(t *testing.T) {
 	}
 }
 
-// weir runs signal delivers a payload to a waiting run's hook (the demo's
+// weir runs hook delivers a payload to a waiting run's hook (the demo's
 // approval), once: sent again with its key it adds nothing; runs show
 // lists the hook.
 func TestRunsSignal(t *testing.T) {
@@ -520,29 +520,29 @@ func TestRunsSignal(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	var out string
 	for {
-		code, o, errOut := runWeir(t, "runs", "signal", "order-7", "--data", `{"ok":true}`, "--key", "k1")
+		code, o, errOut := runWeir(t, "runs", "hook", "order-7", "--data", `{"ok":true}`, "--key", "k1")
 		if code == 0 {
 			out = o
 			break
 		}
 		if !strings.Contains(errOut, "404") || time.Now().After(deadline) {
-			t.Fatalf("runs signal: exit %d %q", code, errOut)
+			t.Fatalf("runs hook: exit %d %q", code, errOut)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	if !strings.Contains(out, "run "+id+": payload 1 of hook order-7") {
-		t.Fatalf("runs signal: %q", out)
+		t.Fatalf("runs hook: %q", out)
 	}
-	if again := mustWeir(t, "runs", "signal", "order-7", "--data", `{"ok":true}`, "--key", "k1"); !strings.Contains(again, "nothing added") {
-		t.Fatalf("runs signal again: %q", again)
+	if again := mustWeir(t, "runs", "hook", "order-7", "--data", `{"ok":true}`, "--key", "k1"); !strings.Contains(again, "nothing added") {
+		t.Fatalf("runs hook again: %q", again)
 	}
 	mustWeir(t, "runs", "start", "demo.approval", "--wait", "--id", "unused-"+id[:8], "--input", `{"timeout":1000000}`)
 	show := mustWeir(t, "runs", "show", id)
 	if !strings.Contains(show, "hooks (1):") || !strings.Contains(show, "order-7") || !strings.Contains(show, "hook_received") {
 		t.Fatalf("runs show:\n%s", show)
 	}
-	if code, _, errOut := runWeir(t, "runs", "signal", "order-7", "--data", "{bad"); code != 2 || !strings.Contains(errOut, "not JSON") {
-		t.Fatalf("runs signal --data {bad: exit %d %q", code, errOut)
+	if code, _, errOut := runWeir(t, "runs", "hook", "order-7", "--data", "{bad"); code != 2 || !strings.Contains(errOut, "not JSON") {
+		t.Fatalf("runs hook --data {bad: exit %d %q", code, errOut)
 	}
 }
 

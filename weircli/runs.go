@@ -20,7 +20,7 @@ const runsUsage = `Usage:
   weir runs show RUN [--json]          a run, its event log and its streams
   weir runs start WORKFLOW [--input JSON] [--id ID | --idempotency-key KEY] [--wait]
   weir runs cancel RUN
-  weir runs signal TOKEN [--data JSON] [--key KEY] [--close]
+  weir runs hook TOKEN [--data JSON] [--key KEY] [--close]
                                                   deliver a payload to a run's hook (--close: its last)
   weir runs send RUN TOPIC [--data JSON] [--key KEY]
                                                   send a message to a run (weir.Recv takes it)
@@ -33,7 +33,7 @@ and --token (default $WEIR_TOKEN).
 
 func runsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errUsage(fmt.Errorf("runs: want a subcommand: ls, show, start, cancel, signal, send or event\n\n%s", runsUsage))
+		return errUsage(fmt.Errorf("runs: want a subcommand: ls, show, start, cancel, hook, send or event\n\n%s", runsUsage))
 	}
 	switch args[0] {
 	case "ls", "list":
@@ -44,7 +44,7 @@ func runsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runsStart(ctx, args[1:], stdout, stderr)
 	case "cancel":
 		return runsCancel(ctx, args[1:], stdout, stderr)
-	case "signal":
+	case "hook":
 		return runsSignal(ctx, args[1:], stdout, stderr)
 	case "send":
 		return runsSend(ctx, args[1:], stdout, stderr)
@@ -210,7 +210,7 @@ func runsShow(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "\nhooks (%d):\n", len(hooks))
 		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		for _, h := range hooks {
-			state := "waiting: weir runs signal " + h.Token + " --data JSON"
+			state := "waiting: weir runs hook " + h.Token + " --data JSON"
 			if h.Disposed {
 				state = "disposed"
 			}
@@ -456,7 +456,7 @@ func runsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func runsSignal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("runs signal", "Usage: weir runs signal TOKEN [flags]\n\nDelivers a payload (JSON) to the hook holding TOKEN; the run waiting on it resumes.\n", stderr)
+	fs := newFlagSet("runs hook", "Usage: weir runs hook TOKEN [flags]\n\nDelivers a payload (JSON) to the hook holding TOKEN; the run waiting on it resumes.\n", stderr)
 	var cf clientFlags
 	cf.register(fs)
 	data := fs.String("data", "null", "the payload, JSON")
@@ -467,10 +467,10 @@ func runsSignal(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if len(pos) != 1 {
-		return errUsage(fmt.Errorf("runs signal: want one hook token"))
+		return errUsage(fmt.Errorf("runs hook: want one hook token"))
 	}
 	if !json.Valid([]byte(*data)) {
-		return errUsage(fmt.Errorf("runs signal: --data %q is not JSON", *data))
+		return errUsage(fmt.Errorf("runs hook: --data %q is not JSON", *data))
 	}
 	c, err := cf.client()
 	if err != nil {

@@ -122,7 +122,7 @@ func serverCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 	}
 	closeStore := func() {
 		if err := st.Close(); err != nil {
-			log.Error("weir server: close store", "err", err)
+			log.Error(cfg.name()+" server: close store", "err", err)
 		}
 	}
 	ist := server.InstrumentStore(st)
@@ -217,8 +217,8 @@ func serverCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 	if deliverer != nil {
 		world = "World deliveries on"
 	}
-	fmt.Fprintf(stdout, "weir server listening on http://%s (store %s; %s; workflows %s; %s)\n",
-		ln.Addr(), *storeSpec, auth, strings.Join(e.Workflows(), ", "), world)
+	fmt.Fprintf(stdout, "%s server listening on http://%s (store %s; %s; workflows %s; %s)\n",
+		cfg.name(), ln.Addr(), *storeSpec, auth, strings.Join(e.Workflows(), ", "), world)
 
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -235,7 +235,7 @@ func serverCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 	var serveErr error
 	select {
 	case <-ctx.Done():
-		fmt.Fprintln(stdout, "weir server: stopping: draining requests")
+		fmt.Fprintln(stdout, cfg.name()+" server: stopping: draining requests")
 	case serveErr = <-errc:
 	}
 
@@ -246,7 +246,7 @@ func serverCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 	sctx, cancel := context.WithTimeout(context.Background(), *shutdown)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
-		log.Warn("weir server: requests still running at the shutdown timeout; closing them", "err", err)
+		log.Warn(cfg.name()+" server: requests still running at the shutdown timeout; closing them", "err", err)
 		_ = hs.Close()
 	}
 	// Deliveries in flight are cut and their messages made due again, for
@@ -254,13 +254,13 @@ func serverCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 	stopDelivery()
 	<-delivered
 	if err := e.Close(sctx); err != nil {
-		log.Warn("weir server: runs still stopping at the shutdown timeout", "err", err)
+		log.Warn(cfg.name()+" server: runs still stopping at the shutdown timeout", "err", err)
 	}
 	closeStore()
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}
-	fmt.Fprintln(stdout, "weir server: stopped")
+	fmt.Fprintln(stdout, cfg.name()+" server: stopped")
 	return nil
 }
 

@@ -32,7 +32,7 @@ func tortureCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	trials := fs.Int("trials", 20, "number of trials")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()%1_000_000), "first trial's seed (trial i uses seed+i)")
 	dsn := fs.String("store", "sqlite:", "sqlite:DIR (a fresh file per trial) or postgres://…")
-	faults := fs.String("faults", "", "comma-separated fault kinds (default: all the store allows): "+kinds())
+	faults := fs.String("faults", "", "comma-separated fault kinds (default: all but pg-restart, which restarts the machine's PostgreSQL and is only planned when named here): "+kinds())
 	scale := fs.Float64("scale", 1, "multiply runs and chunks")
 	keepGoing := fs.Bool("keep-going", false, "run every trial even after a violation")
 	timeout := fs.Duration("trial-timeout", 90*time.Second, "fail a trial whose runs have not all ended by then")

@@ -11,7 +11,7 @@
 //	}
 //
 // so that `myapp server --store sqlite:./myapp.db` executes its runs and
-// serves them, and `myapp runs start answer '"hi"'`, `myapp runs signal`
+// serves them, and `myapp runs start answer '"hi"'`, `myapp runs hook`
 // and `myapp stream tail` work against it. weir's own binary is this with
 // Builtin set (cmd/weir): the demo, bench and torture, which run workflows
 // of their own.
@@ -64,11 +64,22 @@ func (c *Config) name() string {
 	return strings.TrimSuffix(filepath.Base(os.Args[0]), ".exe")
 }
 
-// register registers the program's workflows, and the demo's if asked.
-func (c *Config) register(e *weir.Engine) error {
+// register registers the program's workflows. weir.Register panics on a
+// mistake (a name registered twice); the command line says it in one line
+// instead of a goroutine dump.
+func (c *Config) register(e *weir.Engine) (err error) {
 	if c.Register == nil {
 		return nil
 	}
+	defer func() {
+		if p := recover(); p != nil {
+			msg, ok := p.(string)
+			if !ok || !strings.HasPrefix(msg, "weir: ") {
+				panic(p)
+			}
+			err = fmt.Errorf("registering the workflows: %s", strings.TrimPrefix(msg, "weir: "))
+		}
+	}()
 	if err := c.Register(e); err != nil {
 		return fmt.Errorf("registering the workflows: %w", err)
 	}
@@ -95,10 +106,10 @@ func (c *Config) usage() string {
 	}
 	fmt.Fprintf(&b, `  %[1]s server [--addr A] [--store sqlite:PATH] [--token T]
                                    execute the runs, serve the runs API and every stream over HTTP
-  %[1]s runs ls|show|start|cancel   the runs of a server
-  %[1]s runs signal|send|event      deliver to a run's hook, send it a message, read its run events
+%[2]s  %[1]s runs ls|show|start|cancel   the runs of a server
+  %[1]s runs hook|send|event        deliver to a run's hook, send it a message, read its run events
   %[1]s stream tail|cat|ls          read a run's stream from a server; list the standalone streams
-`, n)
+`, n, c.workerLine())
 	if c.Builtin {
 		fmt.Fprintf(&b, `  %[1]s bench [WORKLOAD…] [--store S] [--url U] [--json]
                                    measure weir against same-run baselines
@@ -112,6 +123,15 @@ func (c *Config) usage() string {
 	}
 	fmt.Fprintf(&b, "'%s COMMAND -h' tells more.\n", n)
 	return b.String()
+}
+
+// workerLine is the usage's line for `worker`, which a program with
+// workflows of its own has.
+func (c *Config) workerLine() string {
+	if c.Register == nil {
+		return ""
+	}
+	return fmt.Sprintf("  %s worker --store postgres://…\n                                   execute the runs beside API servers (server --no-worker)\n", c.name())
 }
 
 // versionLine is what `version` prints: the version, and the commit the
@@ -154,6 +174,8 @@ func Run(ctx context.Context, cfg *Config, args []string, stdout, stderr io.Writ
 		err = demoCmd(ctx, args[1:], stdout)
 	case cmd == "server":
 		err = serverCmd(ctx, cfg, args[1:], stdout, stderr)
+	case cmd == "worker" && cfg.Register != nil:
+		err = workerCmd(ctx, cfg, args[1:], stdout, stderr)
 	case cmd == "runs":
 		err = runsCmd(ctx, args[1:], stdout, stderr)
 	case cmd == "stream":

@@ -133,7 +133,7 @@ func chat(ctx weir.Context, _ json.RawMessage) (int, error) {
 }
 
 // ApprovalWorkflow waits for a payload delivered to a hook (POST
-// /v1/hooks/{token}, weir runs signal), for at most a minute, and writes
+// /v1/hooks/{token}, weir runs hook), for at most a minute, and writes
 // what came to the stream ApprovalStream.
 const ApprovalWorkflow = "demo.approval"
 

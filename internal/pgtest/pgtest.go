@@ -1,17 +1,22 @@
 // Package pgtest gives tests the PostgreSQL server they run against: its URL
 // (WEIR_TEST_DATABASE_URL, or the local server), a small admin pool, and
-// fresh schemas dropped when the test ends. An unreachable server fails the
-// test; it never skips it.
+// fresh schemas dropped when the test ends.
+//
+// An unreachable server ends the test binary with one line saying how to
+// start the server or how to run without it: a test never skips PostgreSQL
+// unless the caller asked for the SQLite-only subset (SQLiteOnlyEnv).
 package pgtest
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -57,10 +62,32 @@ func Admin(t testing.TB) *pgxpool.Pool {
 		}
 	})
 	if adminErr != nil {
-		t.Fatalf("PostgreSQL at %s (set WEIR_TEST_DATABASE_URL): %v", URL(), adminErr)
+		if os.Getenv(SQLiteOnlyEnv) != "" {
+			t.Skipf("%s is set: this test needs PostgreSQL", SQLiteOnlyEnv)
+		}
+		// One line for the whole package, not one failure per test: the
+		// fix is the same for all of them.
+		unreachableOnce.Do(func() {
+			fmt.Fprintf(os.Stderr, "weir tests: PostgreSQL is not reachable at %s (%v): start it (pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start), point WEIR_TEST_DATABASE_URL at one, or run the SQLite-only subset: %s=1 go test ./...\n",
+				URL(), oneLine(adminErr), SQLiteOnlyEnv)
+			os.Exit(1)
+		})
 	}
 	return admin
 }
+
+// SQLiteOnlyEnv, set to any value, skips the tests that need PostgreSQL
+// instead of failing them: the subset that runs anywhere.
+const SQLiteOnlyEnv = "WEIR_TEST_SQLITE_ONLY"
+
+// Available reports whether the tests' PostgreSQL server is to be used:
+// false only when the caller asked for the SQLite-only subset.
+func Available() bool { return os.Getenv(SQLiteOnlyEnv) == "" }
+
+var unreachableOnce sync.Once
+
+// oneLine is err's text on one line (pgx puts its cause on the next).
+func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
 // NewSchema returns a fresh schema name, dropped when t ends.
 func NewSchema(t testing.TB) string {

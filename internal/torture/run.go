@@ -46,8 +46,10 @@ type Options struct {
 	HTTP bool
 	// Agents adds the agent shapes (GenOptions.Agents).
 	Agents bool
-	// PGRestart restarts the PostgreSQL cluster; default runs
-	// `pg_ctlcluster --skip-systemctl-redirect 15 main restart`.
+	// PGRestart restarts the PostgreSQL cluster for the pg-restart fault,
+	// which only a caller that names it in Faults gets; default runs
+	// `pg_ctlcluster --skip-systemctl-redirect VERSION main restart` with
+	// the machine's only cluster version.
 	PGRestart func(ctx context.Context) error
 	// Log receives one line per trial (nil: none).
 	Log io.Writer
@@ -78,11 +80,10 @@ type TrialFailure struct {
 	Dir        string // the trial's files, kept
 }
 
-// DefaultFaults are the fault kinds a store allows.
+// DefaultFaults are the fault kinds a trial plans unless told: every kind
+// but pg-restart, which restarts a service of the machine and so is only
+// planned when the caller names it.
 func DefaultFaults(dsn string) []FaultKind {
-	if IsPostgres(dsn) {
-		return []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultPGRestart, FaultStreamCut, FaultStreamKill, FaultChildKill}
-	}
 	return []FaultKind{FaultKill, FaultCommitCrash, FaultStop, FaultFreeze, FaultStreamCut, FaultStreamKill, FaultChildKill}
 }
 
@@ -98,7 +99,11 @@ func DefaultWorkerCommand(args []string) *exec.Cmd {
 }
 
 func defaultPGRestart(ctx context.Context) error {
-	out, err := exec.CommandContext(ctx, "pg_ctlcluster", "--skip-systemctl-redirect", "15", "main", "restart").CombinedOutput()
+	versions, err := os.ReadDir("/etc/postgresql")
+	if err != nil || len(versions) != 1 {
+		return fmt.Errorf("pg restart: want one cluster version in /etc/postgresql (%v); set Options.PGRestart", err)
+	}
+	out, err := exec.CommandContext(ctx, "pg_ctlcluster", "--skip-systemctl-redirect", versions[0].Name(), "main", "restart").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("pg restart: %v: %s", err, out)
 	}

@@ -294,7 +294,7 @@ function renderTimeline(events) {
       case "selected": text = `select chose case ${new TextDecoder().decode(b64bytes(evField(e, "data", "Data")))}`; break;
       case "hook_created":
         cls = name.startsWith("child_") ? "" : "wait";
-        text = name.startsWith("child_") ? "waiting for the child run" : `hook “${name}” waiting · weir runs signal ${name}`; break;
+        text = name.startsWith("child_") ? "waiting for the child run" : `hook “${name}” waiting · weir runs hook ${name}`; break;
       case "hook_received": cls = "ok"; text = name.startsWith("child_") ? "child run ended" : `hook “${name}” received a payload`; break;
       case "hook_disposed": text = `hook “${name}” disposed`; break;
       case "child_started": text = "child run "; break;
