@@ -25,7 +25,7 @@ import (
 // Receive: the workflow takes both, then ErrHookDisposed; a second engine
 // that takes the run over (the first one's worker lost) replays the same.
 func TestHookClosedWithPayloadsAcknowledged(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		delivered := make(chan struct{})
 		after := make(chan int64, 4)
 		var lost atomic.Bool           // the first engine is gone
@@ -117,7 +117,7 @@ func TestHookClosedWithPayloadsAcknowledged(t *testing.T) {
 // All(h.Next(), h.Next()) gets the first two, and a Future made before a
 // Receive is taken after it, so it gets the payload after Receive's.
 func TestHookTakersOutstandingAtOnce(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		wf := weir.Register(e, "takers", func(ctx weir.Context, token string) ([]string, error) {
 			h, err := weir.NewHook[string](ctx, token)
@@ -174,7 +174,7 @@ func TestHookTakersOutstandingAtOnce(t *testing.T) {
 func TestLastAttemptTimesOutAfterWriting(t *testing.T) {
 	for _, kind := range []string{"start-to-close", "heartbeat"} {
 		t.Run(kind, func(t *testing.T) {
-			eachStore(t, func(t *testing.T, s store.Store) {
+			eachStore(t, func(t *testing.T, s store.Full) {
 				var siblingAttempts atomic.Int32
 				late := make(chan error, 4)
 				var lost atomic.Bool
@@ -326,7 +326,7 @@ func TestDeadlineAndCancelOverADeafStep(t *testing.T) {
 	for _, how := range []string{"deadline", "cancel"} {
 		for _, inline := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/inline=%v", how, inline), func(t *testing.T) {
-				eachStore(t, func(t *testing.T, s store.Store) {
+				eachStore(t, func(t *testing.T, s store.Full) {
 					wrote, release, late := make(chan struct{}, 1), make(chan struct{}), make(chan error, 1)
 					defer func() {
 						select {
@@ -459,7 +459,7 @@ func (errAway) Temporary() bool { return true }
 // awayStore fails every read a client makes while away is set, as a
 // client's store does while its database restarts.
 type awayStore struct {
-	store.Store
+	store.Full
 	away  atomic.Bool
 	fails atomic.Int64
 }
@@ -476,42 +476,42 @@ func (a *awayStore) GetRun(ctx context.Context, id string) (*store.Run, error) {
 	if err := a.fail(); err != nil {
 		return nil, err
 	}
-	return a.Store.GetRun(ctx, id)
+	return a.Full.GetRun(ctx, id)
 }
 
 func (a *awayStore) ListEvents(ctx context.Context, id string, after int64) ([]store.Event, error) {
 	if err := a.fail(); err != nil {
 		return nil, err
 	}
-	return a.Store.ListEvents(ctx, id, after)
+	return a.Full.ListEvents(ctx, id, after)
 }
 
 func (a *awayStore) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*store.StreamInfo, error) {
 	if err := a.fail(); err != nil {
 		return nil, err
 	}
-	return a.Store.OpenStream(ctx, p)
+	return a.Full.OpenStream(ctx, p)
 }
 
 func (a *awayStore) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResult, error) {
 	if err := a.fail(); err != nil {
 		return nil, err
 	}
-	return a.Store.Read(ctx, p)
+	return a.Full.Read(ctx, p)
 }
 
 func (a *awayStore) Wait(ctx context.Context, id int64, next int64) error {
 	if err := a.fail(); err != nil {
 		return err
 	}
-	return a.Store.Wait(ctx, id, next)
+	return a.Full.Wait(ctx, id, next)
 }
 
 // Case 6: Handle.Result, Engine.Wait and a following reader ride out a
 // store that is away (its database restarting) until their own contexts
 // end: they answer once it is back, and the reader yields each chunk once.
 func TestWaitsRideOutAStoreThatIsAway(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		release := make(chan struct{})
 		started := make(chan struct{}, 1)
 		register := func(e *weir.Engine) *weir.Workflow[int, int] {
@@ -540,7 +540,7 @@ func TestWaitsRideOutAStoreThatIsAway(t *testing.T) {
 		if err := worker.Start(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
-		away := &awayStore{Store: s}
+		away := &awayStore{Full: s}
 		client := newEngine(t, away, &weir.Config{NoWorker: true, Logger: testLogger()})
 		h, err := register(client).Start(testCtx(t), 20, nil)
 		if err != nil {
@@ -621,7 +621,7 @@ func TestWaitsRideOutAPostgresRestart(t *testing.T) {
 		t.Skipf("restarts PostgreSQL: set %s=1 (pg_ctlcluster, as root) or to a command that does", pgtest.RestartEnv)
 	}
 	schema := pgtest.NewSchema(t)
-	open := func(retryFor time.Duration) store.Store {
+	open := func(retryFor time.Duration) store.Full {
 		s, err := pgstore.Open(context.Background(), pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4, RetryFor: retryFor})
 		if err != nil {
 			t.Fatal(err)
@@ -711,7 +711,7 @@ func TestWaitsRideOutAPostgresRestart(t *testing.T) {
 // the order the workflow started them: which run first is the same on
 // every run, not the scheduler's choice.
 func TestStepSlotsGoInOrder(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		cfg := fastConfig()
 		cfg.StepConcurrency = 1
 		e := newEngine(t, s, cfg)
@@ -754,7 +754,7 @@ func TestStepSlotsGoInOrder(t *testing.T) {
 // delivery (or alone); Engine.Hooks and Engine.Children list what a run
 // made, from outside it.
 func TestSenderClosesAHookAndEachEnds(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		child := weir.Register(e, "kid", func(ctx weir.Context, n int) (int, error) { return n + 1, nil })
 		wf := weir.Register(e, "each", func(ctx weir.Context, token string) ([]int, error) {
@@ -833,7 +833,7 @@ func TestSenderClosesAHookAndEachEnds(t *testing.T) {
 // childFirstStore holds a Record that starts a child (child_started) until
 // the child has ended: the child's end is then in its parent's log before
 // its start.
-type childFirstStore struct{ store.Store }
+type childFirstStore struct{ store.Full }
 
 func (c *childFirstStore) Record(ctx context.Context, p *store.RecordParams) error {
 	for _, ev := range p.Events {
@@ -851,14 +851,14 @@ func (c *childFirstStore) Record(ctx context.Context, p *store.RecordParams) err
 			time.Sleep(time.Millisecond)
 		}
 	}
-	return c.Store.Record(ctx, p)
+	return c.Full.Record(ctx, p)
 }
 
 // A child that ends before its parent recorded its start: the end is in
 // the parent's log before child_started, and a replay of the parent (its
 // worker lost, another engine takes over) still takes it.
 func TestChildEndBeforeItsStartInTheLog(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		var lost atomic.Bool
 		held := make(chan struct{}, 4)
 		register := func(e *weir.Engine) *weir.Workflow[int, int] {
@@ -881,7 +881,7 @@ func TestChildEndBeforeItsStartInTheLog(t *testing.T) {
 				return v, nil
 			})
 		}
-		a := newEngine(t, &childFirstStore{Store: s}, nil)
+		a := newEngine(t, &childFirstStore{Full: s}, nil)
 		wf := register(a)
 		if err := a.Start(testCtx(t)); err != nil {
 			t.Fatal(err)

@@ -61,9 +61,9 @@ func BenchmarkFanOut(b *testing.B) {
 // (it waits on the hook alone and is claimed again). It reports the p50 and
 // p99 of that latency.
 func BenchmarkHookResume(b *testing.B) {
-	stores := map[string]func(b *testing.B) store.Store{
-		"sqlite": func(b *testing.B) store.Store { s, _ := openStore(b); return s },
-		"postgres": func(b *testing.B) store.Store {
+	stores := map[string]func(b *testing.B) store.Full{
+		"sqlite": func(b *testing.B) store.Full { s, _ := openStore(b); return s },
+		"postgres": func(b *testing.B) store.Full {
 			if os.Getenv("WEIR_BENCH_NO_PG") != "" {
 				b.Skip("WEIR_BENCH_NO_PG")
 			}
@@ -142,7 +142,7 @@ func BenchmarkHookResume(b *testing.B) {
 }
 
 // waitHook waits until token's hook exists (and, parked, its run parked).
-func waitHook(b *testing.B, s store.Store, token string, parked bool) {
+func waitHook(b *testing.B, s store.Full, token string, parked bool) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		h, err := s.GetHook(testCtx(b), token)
@@ -163,9 +163,9 @@ func waitHook(b *testing.B, s store.Store, token string, parked bool) {
 }
 
 // benchStores are the stores the agent benchmarks run on.
-var benchStores = map[string]func(b *testing.B) store.Store{
-	"sqlite": func(b *testing.B) store.Store { s, _ := openStore(b); return s },
-	"postgres": func(b *testing.B) store.Store {
+var benchStores = map[string]func(b *testing.B) store.Full{
+	"sqlite": func(b *testing.B) store.Full { s, _ := openStore(b); return s },
+	"postgres": func(b *testing.B) store.Full {
 		if os.Getenv("WEIR_BENCH_NO_PG") != "" {
 			b.Skip("WEIR_BENCH_NO_PG")
 		}
@@ -252,7 +252,7 @@ func BenchmarkMessageResume(b *testing.B) {
 }
 
 // waitReleased waits until run's lease is released (it parked).
-func waitReleased(b *testing.B, s store.Store, run string) {
+func waitReleased(b *testing.B, s store.Full, run string) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if r, err := s.GetRun(testCtx(b), run); err == nil && r.LeaseOwner == "" {

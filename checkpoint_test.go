@@ -13,23 +13,23 @@ import (
 
 // countingStore is a real store that counts the engine's transactions.
 type countingStore struct {
-	store.Store
+	store.Full
 	records, claims, lists atomic.Int64
 }
 
 func (c *countingStore) Record(ctx context.Context, p *store.RecordParams) error {
 	c.records.Add(1)
-	return c.Store.Record(ctx, p)
+	return c.Full.Record(ctx, p)
 }
 
 func (c *countingStore) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*store.Run, error) {
 	c.claims.Add(1)
-	return c.Store.ClaimRuns(ctx, p)
+	return c.Full.ClaimRuns(ctx, p)
 }
 
 func (c *countingStore) ListEvents(ctx context.Context, id string, after int64) ([]store.Event, error) {
 	c.lists.Add(1)
-	return c.Store.ListEvents(ctx, id, after)
+	return c.Full.ListEvents(ctx, id, after)
 }
 
 func threeSteps(ctx weir.Context, _ struct{}) (int, error) {
@@ -69,8 +69,8 @@ func TestShortStepsShareOneRecord(t *testing.T) {
 		{"NoWait", weir.NoWait, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			eachStore(t, func(t *testing.T, s store.Store) {
-				cs := &countingStore{Store: s}
+			eachStore(t, func(t *testing.T, s store.Full) {
+				cs := &countingStore{Full: s}
 				cfg := fastConfig()
 				cfg.StepOutcomeDelay, cfg.PollInterval = tc.delay, time.Hour
 				e := newEngine(t, cs, cfg)
@@ -110,7 +110,7 @@ func TestShortStepsShareOneRecord(t *testing.T) {
 // to come: StepOutcomeDelay after it, it is written on its own, while the
 // step after it still runs.
 func TestWaitingOutcomeIsWrittenAfterTheDelay(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		cfg := fastConfig()
 		cfg.StepOutcomeDelay = 20 * time.Millisecond
 		e := newEngine(t, s, cfg)
@@ -155,7 +155,7 @@ func TestWaitingOutcomeIsWrittenAfterTheDelay(t *testing.T) {
 // claimed as before; one started by an engine that does not execute runs
 // (NoWorker) is left to the workers.
 func TestStartWithoutASlotIsClaimed(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		cfg := fastConfig()
 		cfg.Concurrency = 1
 		e := newEngine(t, s, cfg)
@@ -203,7 +203,7 @@ func TestStartWithoutASlotIsClaimed(t *testing.T) {
 // writes the outcome that waits: the log shows the step completed before
 // the hook that came after it, however long StepOutcomeDelay is.
 func TestWaitingOutcomeIsWrittenBeforeAHook(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		cfg := fastConfig()
 		cfg.StepOutcomeDelay = time.Hour
 		e := newEngine(t, s, cfg)
@@ -254,13 +254,13 @@ func TestWaitingOutcomeIsWrittenBeforeAHook(t *testing.T) {
 // lostReplyStore is a real store whose CreateRun acts as a create retried
 // after its first try's reply was lost: the first try created the run, the
 // answer is the retry's (created false).
-type lostReplyStore struct{ store.Store }
+type lostReplyStore struct{ store.Full }
 
 func (l *lostReplyStore) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store.Run, bool, error) {
-	if _, _, err := l.Store.CreateRun(ctx, p); err != nil {
+	if _, _, err := l.Full.CreateRun(ctx, p); err != nil {
 		return nil, false, err
 	}
-	return l.Store.CreateRun(ctx, p)
+	return l.Full.CreateRun(ctx, p)
 }
 
 // A start whose create was retried after a lost reply finds its run leased
@@ -268,10 +268,10 @@ func (l *lostReplyStore) CreateRun(ctx context.Context, p *store.CreateRunParams
 // waiting for that lease to expire. Starting one id twice at once runs it
 // once.
 func TestStartAfterALostCreateReplyRunsAtOnce(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		cfg := fastConfig()
 		cfg.LeaseTTL, cfg.PollInterval = time.Hour, time.Hour // neither a claim nor an expiry can run it
-		e := newEngine(t, &lostReplyStore{Store: s}, cfg)
+		e := newEngine(t, &lostReplyStore{Full: s}, cfg)
 		var ran atomic.Int64
 		wf := weir.Register(e, "once", func(ctx weir.Context, _ struct{}) (int, error) {
 			return weir.Step(ctx, "s", func(sc weir.StepContext) (int, error) { return int(ran.Add(1)), nil })

@@ -16,7 +16,7 @@ import (
 // for their results; a failed child is an ErrRunFailed; the children know
 // their parent; replay finds the same children.
 func TestChildRuns(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		cfg := fastConfig()
 		cfg.ParkAfter = 20 * time.Millisecond
 		e := newEngine(t, s, cfg)
@@ -72,7 +72,7 @@ func TestChildRuns(t *testing.T) {
 
 // Cancelling a parent cancels its children that have not ended.
 func TestChildCancelledWithItsParent(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		forever := weir.Register(e, "forever", func(ctx weir.Context, _ struct{}) (int, error) {
 			return weir.Step(ctx, "wait", func(sc weir.StepContext) (int, error) {
@@ -108,7 +108,7 @@ func TestChildCancelledWithItsParent(t *testing.T) {
 // ended, before the parent named it as its child) is found by the parent's
 // look at the child's row; and a parent need not wait for its children.
 func TestChildEndFoundByTheParent(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		echo := weir.Register(e, "echo", func(ctx weir.Context, v string) (string, error) { return v, nil })
 		parent := weir.Register(e, "parent", func(ctx weir.Context, _ struct{}) (string, error) {
@@ -141,7 +141,7 @@ func TestChildEndFoundByTheParent(t *testing.T) {
 // A child id that could never be a run's fails the child (its Get), not the
 // run's execution.
 func TestChildWithABadID(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		echo := weir.Register(e, "echo", func(ctx weir.Context, v string) (string, error) { return v, nil })
 		parent := weir.Register(e, "parent", func(ctx weir.Context, _ struct{}) (string, error) {
@@ -167,7 +167,7 @@ func TestChildWithABadID(t *testing.T) {
 // A child id taken by a run of another workflow fails the child's Get with
 // ErrRunConflict; the parent goes on.
 func TestChildIDOfAnotherWorkflow(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		echo := weir.Register(e, "echo", func(ctx weir.Context, v string) (string, error) { return v, nil })
 		other := weir.Register(e, "other", func(ctx weir.Context, v string) (string, error) { return v, nil })

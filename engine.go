@@ -158,7 +158,7 @@ func (c *Config) validate() error {
 // begin executing runs; any number of engines may share a store that allows
 // it (PostgreSQL), each claiming runs with leases.
 type Engine struct {
-	store store.Store
+	store store.Full // store.Capable: the capabilities it lacks answer ErrUnsupported
 	cfg   Config
 	log   *slog.Logger
 
@@ -229,7 +229,7 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 		return nil, err
 	}
 	return &Engine{
-		store:     s,
+		store:     store.Capable(s),
 		cfg:       c,
 		log:       c.Logger,
 		workflows: make(map[string]*registered),
@@ -240,8 +240,9 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 	}, nil
 }
 
-// Store returns the engine's store.
-func (e *Engine) Store() store.Store { return e.store }
+// Store returns the engine's store with every capability (store.Capable):
+// those the backend lacks answer store.ErrUnsupported.
+func (e *Engine) Store() store.Full { return e.store }
 
 // Config returns the engine's configuration, defaults applied.
 func (e *Engine) Config() Config { return e.cfg }

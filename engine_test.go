@@ -16,7 +16,7 @@ import (
 )
 
 func TestWorkflowCompletes(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		wf := weir.Register(e, "add", func(ctx weir.Context, in [2]int) (int, error) {
 			a, err := weir.Step(ctx, "double", func(sc weir.StepContext) (int, error) { return 2 * in[0], nil })
@@ -40,7 +40,7 @@ func TestWorkflowCompletes(t *testing.T) {
 }
 
 func TestStartWithSameIDReturnsSameRun(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		var calls atomic.Int32
 		wf := weir.Register(e, "once", func(ctx weir.Context, in string) (string, error) {
@@ -70,7 +70,7 @@ func TestStartWithSameIDReturnsSameRun(t *testing.T) {
 }
 
 func TestStepRetryPolicy(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		var attempts []int64
 		permanent := errors.New("bad request")
@@ -139,7 +139,7 @@ func TestRetryBackoff(t *testing.T) {
 
 // tokenRun runs the demo's token workflow and returns its live and committed
 // views.
-func tokenRun(t *testing.T, s store.Store, in demo.TokensInput) (live, committed []weir.Record, out demo.TokensOutput, err error) {
+func tokenRun(t *testing.T, s store.Full, in demo.TokensInput) (live, committed []weir.Record, out demo.TokensOutput, err error) {
 	t.Helper()
 	e := newEngine(t, s, nil)
 	wf := demo.Register(e)
@@ -194,7 +194,7 @@ func checkLiveWithAbortsIsCommitted(t *testing.T, live, committed []weir.Record)
 
 func TestRetriedStepWithIdenticalOutputIsSeenOnce(t *testing.T) {
 	text := "one two three four five six seven eight"
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		live, committed, out, err := tokenRun(t, s, demo.TokensInput{Text: text, FailAfter: 5})
 		if err != nil || out.Attempts != 2 {
 			t.Fatalf("run: %+v, %v; want success on attempt 2", out, err)
@@ -221,7 +221,7 @@ func TestRetriedStepWithIdenticalOutputIsSeenOnce(t *testing.T) {
 func TestDivergentRetryAbortsOnceAtFirstDivergence(t *testing.T) {
 	first := "the answer is forty-one give or take"
 	second := "the answer is forty-two as computed"
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		live, committed, _, err := tokenRun(t, s, demo.TokensInput{Text: first, RetryText: second, FailAfter: 6})
 		if err != nil {
 			t.Fatal(err)
@@ -243,7 +243,7 @@ func TestDivergentRetryAbortsOnceAtFirstDivergence(t *testing.T) {
 }
 
 func TestStepFailingForGoodLeavesNothingCommitted(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		wf := weir.Register(e, "doomed", func(ctx weir.Context, _ int) (int, error) {
 			_, err := weir.Step(ctx, "emit", func(sc weir.StepContext) (int, error) {
@@ -281,7 +281,7 @@ func TestStepFailingForGoodLeavesNothingCommitted(t *testing.T) {
 }
 
 func TestWorkflowWritesAreCommittedAtOnce(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		wf := weir.Register(e, "wfwrites", func(ctx weir.Context, n int) (int, error) {
 			w := ctx.Stream("log")
@@ -307,7 +307,7 @@ func TestWorkflowWritesAreCommittedAtOnce(t *testing.T) {
 }
 
 func TestNonDeterminismFailsTheRun(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		// The first engine runs the code as it was: step "first", then a step
 		// that waits until the engine stops, which leaves the run to be resumed.
 		reached := make(chan struct{})
@@ -351,7 +351,7 @@ func TestNonDeterminismFailsTheRun(t *testing.T) {
 }
 
 func TestCancelAbortsTheRunningStep(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		started := make(chan struct{})
 		wf := weir.Register(e, "cancellable", func(ctx weir.Context, _ int) (int, error) {
@@ -392,7 +392,7 @@ func TestCancelAbortsTheRunningStep(t *testing.T) {
 }
 
 func TestDurableSleepParksAndResumes(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		cfg := fastConfig()
 		cfg.ParkAfter = 20 * time.Millisecond
 		e := newEngine(t, s, cfg)
@@ -437,8 +437,8 @@ func TestDurableSleepParksAndResumes(t *testing.T) {
 // and writing (it ignores its context). Another worker takes the run over and
 // starts attempt 2. Every write of the zombie after that is fenced.
 func TestZombieAttemptIsFenced(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
-		fs := &faultStore{Store: s}
+	eachStore(t, func(t *testing.T, s store.Full) {
+		fs := &faultStore{Full: s}
 		zombieErr := make(chan error, 1)
 		release := make(chan struct{})
 		defer func() {
@@ -533,8 +533,8 @@ func TestZombieAttemptIsFenced(t *testing.T) {
 func TestLostAppendRepliesAreResentWithoutDuplicates(t *testing.T) {
 	for _, afterCommit := range []bool{true, false} {
 		t.Run(fmt.Sprintf("afterCommit=%v", afterCommit), func(t *testing.T) {
-			eachStore(t, func(t *testing.T, s store.Store) {
-				fs := &faultStore{Store: s, appendFault: func(call int, committed bool) error {
+			eachStore(t, func(t *testing.T, s store.Full) {
+				fs := &faultStore{Full: s, appendFault: func(call int, committed bool) error {
 					if call%2 == 0 && committed == afterCommit {
 						return errInjected
 					}
@@ -576,7 +576,7 @@ func TestLostAppendRepliesAreResentWithoutDuplicates(t *testing.T) {
 // fails, and the client re-sends the whole buffer. With per-chunk seqs the
 // re-sent first page is acknowledged, not appended again.
 func TestPagedBatchResentInFull(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		ctx := testCtx(t)
 		info, err := s.OpenStream(ctx, &store.OpenStreamParams{Path: "paged", Create: true})
 		if err != nil {
@@ -623,7 +623,7 @@ func TestPagedBatchResentInFull(t *testing.T) {
 }
 
 func TestReadUnknownRun(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		for _, err := range e.Read(testCtx(t), "run_nope", "out", &weir.ReadOptions{Follow: true}) {
 			if !errors.Is(err, weir.ErrNotFound) {
@@ -636,7 +636,7 @@ func TestReadUnknownRun(t *testing.T) {
 }
 
 func TestChunkOverLimitIsRefused(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		wf := weir.Register(e, "big", func(ctx weir.Context, _ int) (string, error) {
 			return weir.Step(ctx, "emit", func(sc weir.StepContext) (string, error) {

@@ -41,7 +41,7 @@ func byWriter(recs []weir.Record) map[string][]string {
 // (adopted), some with divergent output (aborted, then written again): the
 // committed view holds exactly each step's final attempt, in its order.
 func TestParallelStepsShareAStream(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		const steps, chunks = 8, 5
 		wf := weir.Register(e, "fanout", func(ctx weir.Context, _ struct{}) (int, error) {
@@ -118,7 +118,7 @@ func TestParallelStepsShareAStream(t *testing.T) {
 // Select returns the first operation to finish and records its choice:
 // replay chooses the same, whatever finishes first then.
 func TestSelectRacesATimer(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		release := make(chan struct{})
 		defer close(release)
@@ -186,7 +186,7 @@ func waitEvent(t *testing.T, e *weir.Engine, run string, typ store.EventType) {
 // fenced at once, so what it writes afterwards is refused, and the retry's
 // output is what commits.
 func TestStepTimeoutFencesTheAttempt(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		zombie := make(chan error, 1)
 		wake := make(chan struct{})
@@ -241,7 +241,7 @@ func TestStepTimeoutFencesTheAttempt(t *testing.T) {
 
 // A long step that stops heartbeating fails; one that heartbeats runs on.
 func TestHeartbeatTimeout(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		wf := weir.Register(e, "beat", func(ctx weir.Context, _ struct{}) (int64, error) {
 			return weir.Step(ctx, "long", func(sc weir.StepContext) (int64, error) {
@@ -274,7 +274,7 @@ func TestHeartbeatTimeout(t *testing.T) {
 // A run past its deadline fails with ErrRunTimeout, parked or not; the
 // output of the step it was running is aborted.
 func TestRunTimeout(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		cfg := fastConfig()
 		cfg.ParkAfter = 20 * time.Millisecond
 		e := newEngine(t, s, cfg)
@@ -317,7 +317,7 @@ func TestRunTimeout(t *testing.T) {
 
 // No more than Config.StepConcurrency steps of a run run at once.
 func TestStepConcurrencyLimit(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		cfg := fastConfig()
 		cfg.StepConcurrency = 3
 		e := newEngine(t, s, cfg)
@@ -359,7 +359,7 @@ func TestStepConcurrencyLimit(t *testing.T) {
 
 // A run whose pending operations are all timers parks, and resumes on time.
 func TestParkOnTimers(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		cfg := fastConfig()
 		cfg.ParkAfter = 20 * time.Millisecond
 		e := newEngine(t, s, cfg)
@@ -399,7 +399,7 @@ func TestParkOnTimers(t *testing.T) {
 // leaves the run to another, which finishes it: each step's output is
 // committed once, the finished steps are not run again.
 func TestFanOutResumesOnAnotherEngine(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		var mu sync.Mutex
 		runs := map[string]int{} // step -> attempts that ran
 		gate := make(chan struct{})

@@ -41,7 +41,7 @@ func fastConfig() *weir.Config {
 	}
 }
 
-func newEngine(t testing.TB, s store.Store, cfg *weir.Config) *weir.Engine {
+func newEngine(t testing.TB, s store.Full, cfg *weir.Config) *weir.Engine {
 	t.Helper()
 	if cfg == nil {
 		cfg = fastConfig()
@@ -134,7 +134,7 @@ func checkNoDuplicates(t testing.TB, recs []weir.Record) {
 // the tests cut a connection after the database committed but before the
 // caller heard, or before the request reached it.
 type faultStore struct {
-	store.Store
+	store.Full
 	mu sync.Mutex
 	// appendFault, if set, is asked before and after every Append.
 	appendFault func(call int, committed bool) error
@@ -154,7 +154,7 @@ func (f *faultStore) Append(ctx context.Context, p *store.AppendParams) (*store.
 			return nil, err
 		}
 	}
-	res, err := f.Store.Append(ctx, p)
+	res, err := f.Full.Append(ctx, p)
 	if err == nil && fault != nil {
 		if ferr := fault(call, true); ferr != nil {
 			return nil, ferr
@@ -169,13 +169,13 @@ func (f *faultStore) RenewLease(ctx context.Context, p *store.RenewLeaseParams) 
 		// zombie: a paused process or a partition, not a crash.
 		return false, nil
 	}
-	return f.Store.RenewLease(ctx, p)
+	return f.Full.RenewLease(ctx, p)
 }
 
 // eachStore runs f as a subtest on each real backend: a fresh SQLite file,
 // and a fresh schema on the PostgreSQL server the tests use (an
 // unreachable server fails the test; it never skips it).
-func eachStore(t *testing.T, f func(t *testing.T, s store.Store)) {
+func eachStore(t *testing.T, f func(t *testing.T, s store.Full)) {
 	t.Helper()
 	t.Run("sqlite", func(t *testing.T) {
 		s, _ := openStore(t)
@@ -187,7 +187,7 @@ func eachStore(t *testing.T, f func(t *testing.T, s store.Store)) {
 }
 
 // openPG opens the PostgreSQL store in a fresh schema.
-func openPG(t testing.TB) store.Store {
+func openPG(t testing.TB) store.Full {
 	t.Helper()
 	s, err := pgstore.Open(context.Background(), pgtest.URL(), &pgstore.Config{Schema: pgtest.NewSchema(t), MaxConns: 8})
 	if err != nil {

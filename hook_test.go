@@ -18,7 +18,7 @@ type approval struct {
 }
 
 // hookEvents returns run's events of type.
-func hookEvents(t *testing.T, s store.Store, run string, typ store.EventType) []store.Event {
+func hookEvents(t *testing.T, s store.Full, run string, typ store.EventType) []store.Event {
 	t.Helper()
 	evs, err := s.ListEvents(testCtx(t), run, 0)
 	if err != nil {
@@ -53,7 +53,7 @@ func deliverWhenReady(t *testing.T, e *weir.Engine, token string, payload string
 // delivery wakes it. The payload is recorded once, a re-sent delivery is
 // answered as the first, and replay takes the same payloads.
 func TestHookWaitsForApproval(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		cfg := fastConfig()
 		cfg.ParkAfter = 20 * time.Millisecond
 		e := newEngine(t, s, cfg)
@@ -114,7 +114,7 @@ func TestHookWaitsForApproval(t *testing.T) {
 }
 
 // waitParked waits until run is released (parked), with a deadline.
-func waitParked(t *testing.T, s store.Store, run string) {
+func waitParked(t *testing.T, s store.Full, run string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -136,7 +136,7 @@ func waitParked(t *testing.T, s store.Store, run string) {
 // delivered by another process (straight to the store: no notice here)
 // is found by the run's own look at its log.
 func TestHookPayloadEarlyAndFromElsewhere(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		gate := make(chan struct{})
 		wf := weir.Register(e, "early", func(ctx weir.Context, _ struct{}) (int, error) {
@@ -183,7 +183,7 @@ func TestHookPayloadEarlyAndFromElsewhere(t *testing.T) {
 
 // "The approval, or 24 hours": a hook raced against a durable timer.
 func TestHookReceiveWithin(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		wf := weir.Register(e, "within", func(ctx weir.Context, _ struct{}) (string, error) {
 			h, err := weir.NewHook[string](ctx, "")
@@ -217,7 +217,7 @@ func TestHookReceiveWithin(t *testing.T) {
 
 // Bad input is refused with a clear error and records nothing.
 func TestHookBadInput(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		hold := make(chan struct{})
 		defer close(hold)
@@ -280,7 +280,7 @@ func TestHookBadInput(t *testing.T) {
 // A run parked on a hook survives its engine: another engine, started
 // after the delivery, resumes it with the payload.
 func TestHookSurvivesARestart(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		cfg := fastConfig()
 		cfg.ParkAfter = 20 * time.Millisecond
 		register := func(e *weir.Engine) *weir.Workflow[struct{}, string] {
@@ -326,7 +326,7 @@ func TestHookSurvivesARestart(t *testing.T) {
 // A wait on a disposed hook, and a negative timeout, are clear errors; a
 // delivery after Close is refused and records nothing.
 func TestHookDisposedAndNegativeTimeout(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		wf := weir.Register(e, "dispose", func(ctx weir.Context, _ struct{}) (string, error) {
 			h, err := weir.NewHook[int](ctx, "disposed")

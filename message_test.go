@@ -30,7 +30,7 @@ func sendMsg(t *testing.T, e *weir.Engine, run, topic, msg string, opts *weir.Se
 // once, one on a topic it never takes is left and reported at its end, and
 // a message to an ended run is refused; replay takes the same.
 func TestMessagesEarlyLateTwiceLeft(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		cfg := fastConfig()
 		cfg.ParkAfter = 20 * time.Millisecond
 		e := newEngine(t, s, cfg)
@@ -109,7 +109,7 @@ func TestMessagesEarlyLateTwiceLeft(t *testing.T) {
 // A workflow sends to another run: exactly once, though its worker is
 // lost between the send and its next step and another engine replays it.
 func TestSendFromAWorkflowOnce(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		var lost atomic.Bool
 		held := make(chan struct{}, 4)
 		register := func(e *weir.Engine) (*weir.Workflow[int, []int], *weir.Workflow[string, int]) {
@@ -188,7 +188,7 @@ func TestSendFromAWorkflowOnce(t *testing.T) {
 // while the run sets them; a restart (another engine takes the run over)
 // does not set one again; once the run ended, waiting for more ends.
 func TestRunEventsWhileRunningAndAfterARestart(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		var lost atomic.Bool
 		held := make(chan struct{}, 4)
 		register := func(e *weir.Engine) *weir.Workflow[int, int] {

@@ -226,7 +226,7 @@ func TestWorkerProcess(t *testing.T) {
 		t.Skip("only runs as a child of the process tests")
 	}
 	ctx := context.Background()
-	var s store.Store
+	var s store.Full
 	var err error
 	if schema != "" {
 		s, err = pgstore.Open(ctx, pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4})
@@ -237,7 +237,7 @@ func TestWorkerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	if os.Getenv(envWorkerDieAfterChild) != "" {
-		s = &dieAfterChildStore{Store: s}
+		s = &dieAfterChildStore{Full: s}
 	}
 	cfg := &weir.Config{
 		PollInterval: 10 * time.Millisecond, LeaseTTL: 600 * time.Millisecond, ParkAfter: 50 * time.Millisecond,
@@ -287,14 +287,14 @@ type worker struct {
 // processStore is a store for worker processes of kind "sqlite" (a fresh
 // file) or "postgres" (a fresh schema): the worker's environment naming
 // it, and how this process opens it (on SQLite, once the worker is gone).
-func processStore(t *testing.T, kind string) (env []string, open func() store.Store) {
+func processStore(t *testing.T, kind string) (env []string, open func() store.Full) {
 	t.Helper()
 	if kind == "sqlite" {
 		db := t.TempDir() + "/weir.db"
-		return []string{envWorkerDB + "=" + db}, func() store.Store { s, _ := inspect(t, db); return s }
+		return []string{envWorkerDB + "=" + db}, func() store.Full { s, _ := inspect(t, db); return s }
 	}
 	schema := pgtest.NewSchema(t)
-	return []string{envWorkerPG + "=" + schema}, func() store.Store {
+	return []string{envWorkerPG + "=" + schema}, func() store.Full {
 		s, err := pgstore.Open(context.Background(), pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4})
 		if err != nil {
 			t.Fatal(err)
@@ -306,10 +306,10 @@ func processStore(t *testing.T, kind string) (env []string, open func() store.St
 
 // dieAfterChildStore kills its process right after a Record that ended a
 // child run (any run but the one under test) returns.
-type dieAfterChildStore struct{ store.Store }
+type dieAfterChildStore struct{ store.Full }
 
 func (d *dieAfterChildStore) Record(ctx context.Context, p *store.RecordParams) error {
-	err := d.Store.Record(ctx, p)
+	err := d.Full.Record(ctx, p)
 	if err == nil && p.Status.Terminal() && p.RunID != "run-under-test" {
 		fmt.Println("child ended; dying")
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

@@ -12,7 +12,7 @@ import (
 // With Retention set, a worker engine deletes finished runs once they are
 // that old, with their streams; runs still going are left alone.
 func TestRetentionPurgesFinishedRuns(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		cfg := fastConfig()
 		cfg.Retention = 200 * time.Millisecond
 		e := newEngine(t, s, cfg)
@@ -72,7 +72,7 @@ func TestRetentionPurgesFinishedRuns(t *testing.T) {
 }
 
 func TestRetentionIsValidated(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		if _, err := weir.New(s, &weir.Config{Retention: -time.Second}); err == nil {
 			t.Fatal("a negative Retention was accepted")
 		}

@@ -14,7 +14,7 @@ import (
 
 // A reader attaches before the run exists and follows it from its start.
 func TestReadBeforeTheRunStarts(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		wf := weir.Register(e, "late", func(ctx weir.Context, _ struct{}) (int, error) {
 			return weir.Step(ctx, "say", func(sc weir.StepContext) (int, error) {
@@ -62,7 +62,7 @@ func TestReadBeforeTheRunStarts(t *testing.T) {
 // Result of a run failed by a step gives the *StepError back; statuses and
 // runs need no store import; NoWait retries at once.
 func TestResultKeepsTheStepError(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		var tries []time.Time
 		wf := weir.Register(e, "fails", func(ctx weir.Context, _ struct{}) (int, error) {

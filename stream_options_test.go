@@ -14,7 +14,7 @@ import (
 // chunk that is not JSON, or another content type asked of the stream,
 // fails the write with ErrContentType and writes nothing.
 func TestStreamContentType(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		type result struct{ NotJSON, Other, Again, Workflow string }
 		wf := weir.Register(e, "typed", func(ctx weir.Context, _ struct{}) (result, error) {

@@ -14,7 +14,7 @@ import (
 // A workflow's writer used after its run ended returns ErrWriterClosed; it
 // neither unwinds the caller's goroutine (a hang from main) nor writes.
 func TestWorkflowWriterAfterTheRunEnded(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		escaped := make(chan *weir.Writer, 1)
 		wf := weir.Register(e, "escape", func(ctx weir.Context, _ int) (int, error) {
@@ -62,7 +62,7 @@ func TestWorkflowWriterAfterTheRunEnded(t *testing.T) {
 
 // A step's writer used after its step returned returns ErrWriterClosed.
 func TestStepWriterAfterTheStepReturned(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
+	eachStore(t, func(t *testing.T, s store.Full) {
 		e := newEngine(t, s, nil)
 		var late error
 		wf := weir.Register(e, "late", func(ctx weir.Context, _ int) (int, error) {
@@ -96,8 +96,8 @@ func TestStepWriterAfterTheStepReturned(t *testing.T) {
 // cancellation; one fenced by the database gets ErrFenced
 // (TestZombieAttemptIsFenced). Both mean: stop.
 func TestZombieThatLearnsItLostTheLease(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
-		fs := &lostStore{Store: s}
+	eachStore(t, func(t *testing.T, s store.Full) {
+		fs := &lostStore{Full: s}
 		e := newEngine(t, fs, fastConfig())
 		writeErr := make(chan error, 1)
 		wf := weir.Register(e, "zombie", func(ctx weir.Context, _ int) (int, error) {
@@ -136,7 +136,7 @@ func TestZombieThatLearnsItLostTheLease(t *testing.T) {
 
 // lostStore reports the lease lost once lost is set.
 type lostStore struct {
-	store.Store
+	store.Full
 	lost atomic.Bool
 }
 
@@ -144,5 +144,5 @@ func (l *lostStore) RenewLease(ctx context.Context, p *store.RenewLeaseParams) (
 	if l.lost.Load() {
 		return false, store.ErrLeaseLost
 	}
-	return l.Store.RenewLease(ctx, p)
+	return l.Full.RenewLease(ctx, p)
 }

@@ -26,7 +26,7 @@ import (
 var secret = []byte("0123456789abcdef-test-secret")
 
 // onEveryStore runs f on a fresh store of each backend.
-func onEveryStore(t *testing.T, f func(t *testing.T, st store.Store)) {
+func onEveryStore(t *testing.T, f func(t *testing.T, st store.Full)) {
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
 		st, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "weir.db"), &sqlitestore.Config{Synchronous: "OFF"})
@@ -137,7 +137,7 @@ func (o *outcomes) next(t *testing.T) string {
 }
 
 // start runs a deliverer on st until the test ends.
-func start(t *testing.T, st store.Store, cfg delivery.Config) *outcomes {
+func start(t *testing.T, st store.Full, cfg delivery.Config) *outcomes {
 	t.Helper()
 	o := &outcomes{ch: make(chan string, 100)}
 	cfg.Store, cfg.Secret, cfg.Observe = st, secret, o.observe
@@ -162,7 +162,7 @@ func start(t *testing.T, st store.Store, cfg delivery.Config) *outcomes {
 	return o
 }
 
-func enqueue(t *testing.T, st store.Store, id, queue, target string, delay time.Duration) {
+func enqueue(t *testing.T, st store.Full, id, queue, target string, delay time.Duration) {
 	t.Helper()
 	_, _, err := st.Enqueue(t.Context(), &store.EnqueueParams{ID: id, QueueName: queue, Payload: json.RawMessage(`{"runId":"wrun_1"}`),
 		Target: target, RunID: "wrun_1", Delay: delay})
@@ -171,7 +171,7 @@ func enqueue(t *testing.T, st store.Store, id, queue, target string, delay time.
 	}
 }
 
-func pending(t *testing.T, st store.Store, state string) []*store.Message {
+func pending(t *testing.T, st store.Full, state string) []*store.Message {
 	t.Helper()
 	ms, err := st.Messages(t.Context(), &store.MessagesParams{State: state})
 	if err != nil {
@@ -181,7 +181,7 @@ func pending(t *testing.T, st store.Store, state string) []*store.Message {
 }
 
 func TestDeliversSignedToTheRoute(t *testing.T) {
-	onEveryStore(t, func(t *testing.T, st store.Store) {
+	onEveryStore(t, func(t *testing.T, st store.Full) {
 		a := newApp(t, nil)
 		o := start(t, st, delivery.Config{})
 		enqueue(t, st, "msg_flow", "__wkf_workflow_wf", a.srv.URL, 0)
@@ -207,7 +207,7 @@ func TestDeliversSignedToTheRoute(t *testing.T) {
 }
 
 func TestTimeoutSecondsRedeliversTheSameMessage(t *testing.T) {
-	onEveryStore(t, func(t *testing.T, st store.Store) {
+	onEveryStore(t, func(t *testing.T, st store.Full) {
 		a := newApp(t, func(n int, d delivered) (int, string) {
 			if n == 1 {
 				return 200, `{"timeoutSeconds":0}`
@@ -227,7 +227,7 @@ func TestTimeoutSecondsRedeliversTheSameMessage(t *testing.T) {
 }
 
 func TestFailuresBackOffThenSucceed(t *testing.T) {
-	onEveryStore(t, func(t *testing.T, st store.Store) {
+	onEveryStore(t, func(t *testing.T, st store.Full) {
 		a := newApp(t, func(n int, d delivered) (int, string) {
 			if n <= 2 {
 				return 500, "boom"
@@ -248,7 +248,7 @@ func TestFailuresBackOffThenSucceed(t *testing.T) {
 }
 
 func TestDeadLetteredAfterMaxFailures(t *testing.T) {
-	onEveryStore(t, func(t *testing.T, st store.Store) {
+	onEveryStore(t, func(t *testing.T, st store.Full) {
 		a := newApp(t, func(int, delivered) (int, string) { return 503, "down" })
 		o := start(t, st, delivery.Config{MaxFailures: 3})
 		enqueue(t, st, "msg_1", "__wkf_workflow_wf", a.srv.URL, 0)
@@ -273,7 +273,7 @@ func TestDeadLetteredAfterMaxFailures(t *testing.T) {
 }
 
 func TestAppDownMessagesWait(t *testing.T) {
-	onEveryStore(t, func(t *testing.T, st store.Store) {
+	onEveryStore(t, func(t *testing.T, st store.Full) {
 		// A target nothing listens on: connection refused, retried.
 		down := httptest.NewServer(http.NotFoundHandler())
 		url := down.URL
@@ -291,7 +291,7 @@ func TestAppDownMessagesWait(t *testing.T) {
 }
 
 func TestADeadDeliverersLeaseEnds(t *testing.T) {
-	onEveryStore(t, func(t *testing.T, st store.Store) {
+	onEveryStore(t, func(t *testing.T, st store.Full) {
 		a := newApp(t, nil)
 		enqueue(t, st, "msg_1", "__wkf_workflow_wf", a.srv.URL, 0)
 		// A deliverer claims it and dies without settling.
@@ -307,7 +307,7 @@ func TestADeadDeliverersLeaseEnds(t *testing.T) {
 }
 
 func TestShutdownMakesTheMessageDueAgain(t *testing.T) {
-	onEveryStore(t, func(t *testing.T, st store.Store) {
+	onEveryStore(t, func(t *testing.T, st store.Full) {
 		release := make(chan struct{})
 		inApp := make(chan struct{}, 1)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -403,7 +403,7 @@ func TestSignVector(t *testing.T) {
 }
 
 func TestARunsWorkflowMessagesAreSerializedAndCoalesced(t *testing.T) {
-	onEveryStore(t, func(t *testing.T, st store.Store) {
+	onEveryStore(t, func(t *testing.T, st store.Full) {
 		release := make(chan struct{})
 		var mu sync.Mutex
 		inFlight, maxInFlight, flows := 0, 0, 0
@@ -462,7 +462,7 @@ func TestARunsWorkflowMessagesAreSerializedAndCoalesced(t *testing.T) {
 // deliverers on one schema deliver each message once.
 func TestTwoDeliverersShareThePostgresQueue(t *testing.T) {
 	schema := pgtest.NewSchema(t)
-	open := func() store.Store {
+	open := func() store.Full {
 		st, err := pgstore.Open(t.Context(), pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4})
 		if err != nil {
 			t.Fatal(err)
@@ -522,7 +522,7 @@ func TestTwoDeliverersShareThePostgresQueue(t *testing.T) {
 // messages took every slot, and every other target waited up to Timeout,
 // 15 minutes by default.)
 func TestAHungTargetDoesNotStallTheOthers(t *testing.T) {
-	onEveryStore(t, func(t *testing.T, st store.Store) {
+	onEveryStore(t, func(t *testing.T, st store.Full) {
 		release := make(chan struct{})
 		var hung sync.WaitGroup
 		var inHung, most int
@@ -617,7 +617,7 @@ func TestHint(t *testing.T) {
 // page of HTML, a proxy's login) has not taken the message: it is retried,
 // with the reason, not counted delivered and lost.
 func TestAnAppURLThatAnswersHTMLIsNotADelivery(t *testing.T) {
-	onEveryStore(t, func(t *testing.T, st store.Store) {
+	onEveryStore(t, func(t *testing.T, st store.Full) {
 		a := newApp(t, func(n int, d delivered) (int, string) { return 200, "<html><body>Welcome</body></html>" })
 		o := start(t, st, delivery.Config{Backoff: []time.Duration{time.Hour}, PollInterval: 10 * time.Millisecond})
 		enqueue(t, st, "msg_html", "__wkf_step_s", a.srv.URL, 0)

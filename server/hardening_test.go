@@ -330,13 +330,13 @@ func onEachStoreInTurn(t *testing.T, cfg *Config, f func(t *testing.T, d *dsServ
 
 // readCounter counts a store's Read calls.
 type readCounter struct {
-	store.Store
+	store.Full
 	reads atomic.Int64
 }
 
 func (c *readCounter) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResult, error) {
 	c.reads.Add(1)
-	return c.Store.Read(ctx, p)
+	return c.Full.Read(ctx, p)
 }
 
 // The World's getStreamInfo and getStreamChunks are stream reads like the
@@ -349,7 +349,7 @@ func TestWorldInfoAndChunksAreReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := &readCounter{Store: st}
+	rc := &readCounter{Full: st}
 	d := newDSServerOn(t, &Config{MaxReaders: 1, SSEMaxDuration: 30 * time.Second}, rc)
 	run := d.newWorldRun(t)
 	const n = 3000

@@ -20,20 +20,21 @@ func InstrumentStore(s store.Store) store.Store {
 	if is, ok := s.(*instrumentedStore); ok {
 		return is
 	}
-	return &instrumentedStore{Store: s, runs: &runCounters{}}
+	return &instrumentedStore{Full: store.Capable(s), runs: &runCounters{}}
 }
 
-// instrumentedStore counts run outcomes as the engine records them.
+// instrumentedStore counts run outcomes as the engine records them. It
+// forwards every capability of the store it wraps (store.Capable).
 type instrumentedStore struct {
-	store.Store
+	store.Full
 	runs *runCounters
 }
 
 // Unwrap returns the wrapped store.
-func (s *instrumentedStore) Unwrap() store.Store { return s.Store }
+func (s *instrumentedStore) Unwrap() store.Store { return s.Full }
 
 func (s *instrumentedStore) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store.Run, bool, error) {
-	r, created, err := s.Store.CreateRun(ctx, p)
+	r, created, err := s.Full.CreateRun(ctx, p)
 	if err == nil && created {
 		s.runs.started.Add(1)
 	}
@@ -41,7 +42,7 @@ func (s *instrumentedStore) CreateRun(ctx context.Context, p *store.CreateRunPar
 }
 
 func (s *instrumentedStore) Record(ctx context.Context, p *store.RecordParams) error {
-	err := s.Store.Record(ctx, p)
+	err := s.Full.Record(ctx, p)
 	if err == nil {
 		for i := range p.Events {
 			s.runs.event(p.Events[i].Type, 1)
@@ -59,7 +60,7 @@ func (s *instrumentedStore) Record(ctx context.Context, p *store.RecordParams) e
 }
 
 func (s *instrumentedStore) CreateHook(ctx context.Context, p *store.HookParams) error {
-	err := s.Store.CreateHook(ctx, p)
+	err := s.Full.CreateHook(ctx, p)
 	if err == nil {
 		s.runs.event(store.EventHookCreated, 1)
 	}
@@ -67,7 +68,7 @@ func (s *instrumentedStore) CreateHook(ctx context.Context, p *store.HookParams)
 }
 
 func (s *instrumentedStore) DisposeHook(ctx context.Context, p *store.HookParams) error {
-	err := s.Store.DisposeHook(ctx, p)
+	err := s.Full.DisposeHook(ctx, p)
 	if err == nil {
 		s.runs.event(store.EventHookDisposed, 1)
 	}
@@ -75,7 +76,7 @@ func (s *instrumentedStore) DisposeHook(ctx context.Context, p *store.HookParams
 }
 
 func (s *instrumentedStore) DeliverHook(ctx context.Context, p *store.DeliverHookParams) (*store.HookDelivery, error) {
-	res, err := s.Store.DeliverHook(ctx, p)
+	res, err := s.Full.DeliverHook(ctx, p)
 	switch {
 	case err != nil:
 		s.runs.hookRefused.Add(1)
@@ -86,7 +87,7 @@ func (s *instrumentedStore) DeliverHook(ctx context.Context, p *store.DeliverHoo
 }
 
 func (s *instrumentedStore) SendMessage(ctx context.Context, p *store.SendMessageParams) (*store.MessageSent, error) {
-	res, err := s.Store.SendMessage(ctx, p)
+	res, err := s.Full.SendMessage(ctx, p)
 	switch {
 	case err != nil:
 		s.runs.messageRefused.Add(1)

@@ -155,7 +155,7 @@ func (c Config) WithDefaults() Config {
 // Server is weir's HTTP handler.
 type Server struct {
 	e     *weir.Engine
-	store store.Store
+	store store.Full
 	cfg   Config
 	log   *slog.Logger
 	mux   *http.ServeMux

@@ -38,17 +38,17 @@ func (c *testClock) advance(d time.Duration) {
 // lookupCounter is a store that counts the path lookups (OpenStream) made
 // through it.
 type lookupCounter struct {
-	store.Store
+	store.Full
 	n atomic.Int64
 }
 
 func (s *lookupCounter) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*store.StreamInfo, error) {
 	s.n.Add(1)
-	return s.Store.OpenStream(ctx, p)
+	return s.Full.OpenStream(ctx, p)
 }
 
 // serverPair is two servers, each with its own path cache, on one database:
-// two pgstore.Store opens of one schema (as two `weir server` processes
+// two pgstore.Full opens of one schema (as two `weir server` processes
 // are), or one SQLite store (one process). The servers share a clock.
 type serverPair struct {
 	a, b  *dsServer
@@ -69,7 +69,7 @@ func onEveryStorePair(t *testing.T, f func(t *testing.T, p *serverPair)) {
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
 		schema := pgtest.NewSchema(t)
-		open := func() store.Store {
+		open := func() store.Full {
 			st, err := pgstore.Open(context.Background(), pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4})
 			if err != nil {
 				t.Fatal(err)
@@ -80,8 +80,8 @@ func onEveryStorePair(t *testing.T, f func(t *testing.T, p *serverPair)) {
 	})
 }
 
-func newServerPair(t *testing.T, stA, stB store.Store) *serverPair {
-	p := &serverPair{clock: newTestClock(), lookups: &lookupCounter{Store: stA}}
+func newServerPair(t *testing.T, stA, stB store.Full) *serverPair {
+	p := &serverPair{clock: newTestClock(), lookups: &lookupCounter{Full: stA}}
 	set := func(s *Server) { s.now = p.clock.now }
 	p.a = newDSServerWith(t, nil, p.lookups, set)
 	p.b = newDSServerWith(t, nil, stB, set)

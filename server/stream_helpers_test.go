@@ -21,7 +21,7 @@ import (
 // another), for the streams tests.
 type dsServer struct {
 	t   testing.TB
-	st  store.Store
+	st  store.Full
 	e   *weir.Engine
 	srv *Server
 	ts  *httptest.Server
@@ -38,14 +38,14 @@ func newDSServer(t testing.TB, cfg *Config) *dsServer {
 }
 
 // newDSServerOn starts a server on st, which it closes when t ends.
-func newDSServerOn(t testing.TB, cfg *Config, st store.Store) *dsServer {
+func newDSServerOn(t testing.TB, cfg *Config, st store.Full) *dsServer {
 	t.Helper()
 	return newDSServerWith(t, cfg, st, nil)
 }
 
 // newDSServerWith is newDSServerOn, with set (if not nil) called on the
 // Server before it serves: a test's clock, say.
-func newDSServerWith(t testing.TB, cfg *Config, st store.Store, set func(*Server)) *dsServer {
+func newDSServerWith(t testing.TB, cfg *Config, st store.Full, set func(*Server)) *dsServer {
 	t.Helper()
 	e, err := weir.New(st, &weir.Config{PollInterval: 10 * time.Millisecond, LeaseTTL: 500 * time.Millisecond,
 		Retry:  weir.RetryPolicy{InitialInterval: 5 * time.Millisecond, MaxInterval: 20 * time.Millisecond},

@@ -93,7 +93,15 @@ const (
 	MaxTopicLen = 255
 )
 
-// Store is weir's storage. Implementations are safe for concurrent use.
+// Store is the core of weir's storage, what every backend implements: runs,
+// their logs and leases, and their streams. A Record applies every effect
+// of the engine's events (hooks created, messages taken, children's ends
+// delivered: package store/apply decides them), so the engine runs on the
+// core alone; the entry points outsiders use to reach those — delivering to
+// a hook, sending a message, standalone streams, retention, the World — are
+// optional capabilities (Hooks, Messages, Standalone, Purger, WorldStore)
+// that callers discover by interface assertion, as River's drivers do.
+// Implementations are safe for concurrent use.
 type Store interface {
 	// CreateRun creates a run, or returns the existing run with the same ID and
 	// created false. Returns ErrRunConflict if that run is of another workflow.
@@ -124,15 +132,6 @@ type Store interface {
 	// a writer cannot be committed or aborted (a Finish below the writer's
 	// fence is *stream.FencedError). On error nothing is written.
 	Record(ctx context.Context, p *RecordParams) error
-	// PurgeRuns deletes up to p.Limit finished runs (completed, failed or
-	// cancelled) that ended before p.Before, oldest first, with everything
-	// they hold: events, fences, streams and the streams' records and
-	// state. It returns how many it deleted; call it again while that is
-	// p.Limit. Each call is one short transaction that never waits for a
-	// run another transaction holds (it is left for a later call), so it
-	// does not block writers. A purged run's id may be used again. Returns
-	// ErrInvalid for a zero Before or a negative Limit.
-	PurgeRuns(ctx context.Context, p *PurgeRunsParams) (int, error)
 
 	// OpenStream returns the stream at p.Path, creating it if p.Create.
 	// Returns ErrNotFound if it does not exist and p.Create is false, or if
@@ -165,25 +164,15 @@ type Store interface {
 	// the stream is deleted while Wait waits.
 	Wait(ctx context.Context, id int64, next int64) error
 
-	// The methods below serve the Durable Streams protocol's standalone
-	// streams (package server): creation with options and forks, deletion,
-	// and the sliding TTL. Append's optional preconditions (AppendParams:
-	// Producer, StreamSeq, Close, IdempotencyKey) serve it too.
+	// Close releases the store; closing twice is harmless. Operations after it
+	// return ErrClosedStore.
+	Close() error
+}
 
-	// CreateStream creates a standalone stream with p's options, or returns
-	// the stream already at p.Path with created false, whatever its
-	// configuration and state (soft-deleted and expired included): comparing
-	// it with the request is the caller's job. A fork (p.Fork) is a copy:
-	// see ForkParams. p.Chunks become the stream's first records, anonymous
-	// and committed; with p.Closed the stream is then closed. The new
-	// stream's LastAccess is p.Now. All of it is one transaction.
-	//
-	// Returns ErrInvalid (an empty path, a path under "runs/", a negative
-	// TTL, a fork offset past the source's NextOffset, a sub-offset past what
-	// follows the fork offset), ErrTooLarge (p.Chunks over the append limits),
-	// ErrNotFound (the fork source does not exist) and ErrGone (the fork
-	// source is soft-deleted).
-	CreateStream(ctx context.Context, p *CreateStreamParams) (info *StreamInfo, created bool, err error)
+// Hooks is the capability to reach a run's hooks from outside it: the
+// engine's NewHook, DeliverHook and Hooks, the server's /v1/hooks. A store
+// without it runs every workflow that takes no hook.
+type Hooks interface {
 	// CreateHook creates a hook of a run: a token outsiders deliver payloads
 	// to (DeliverHook), in the same transaction as its hook_created event
 	// (p.Op, Name: the token). Creating it again (the same run, op and
@@ -208,7 +197,48 @@ type Store interface {
 	GetHook(ctx context.Context, token string) (*HookInfo, error)
 	// ListHooks returns a run's hooks, by op (then token).
 	ListHooks(ctx context.Context, runID string) ([]*HookInfo, error)
+}
 
+// Messages is the capability to send messages to runs and read the events
+// they set: the engine's Send, Recv, SetEvent and GetEvent.
+type Messages interface {
+	// SendMessage sends a message to a run on a topic: a message_received
+	// event (Name: the topic, Data: the payload) in its log, kept there
+	// for the run to take whenever it asks, and a parked run made
+	// claimable at once, in one transaction, without the run's lease. With
+	// an idempotency key, a message sent again gets the first one's reply
+	// (Duplicate) and adds nothing. Returns ErrNotFound (no such run),
+	// ErrGone (the run ended), ErrKeyReused, ErrTooLarge, ErrInvalid.
+	SendMessage(ctx context.Context, p *SendMessageParams) (*MessageSent, error)
+	// GetRunEvent returns the value run runID's workflow last set for key
+	// (the event_set events a Record writes). Returns ErrNotFound for an
+	// unknown run, or a key it never set.
+	GetRunEvent(ctx context.Context, runID, key string) (*RunEvent, error)
+	// ListRunEvents returns the latest value of each key run runID set,
+	// by key; none for an unknown run.
+	ListRunEvents(ctx context.Context, runID string) ([]*RunEvent, error)
+}
+
+// Standalone is the capability of streams that belong to no run: the
+// Durable Streams protocol's (package server): creation with options and
+// forks, listing, deletion, and the sliding TTL. Append's optional
+// preconditions (AppendParams: Producer, StreamSeq, Close, IdempotencyKey)
+// serve it too.
+type Standalone interface {
+	// CreateStream creates a standalone stream with p's options, or returns
+	// the stream already at p.Path with created false, whatever its
+	// configuration and state (soft-deleted and expired included): comparing
+	// it with the request is the caller's job. A fork (p.Fork) is a copy:
+	// see ForkParams. p.Chunks become the stream's first records, anonymous
+	// and committed; with p.Closed the stream is then closed. The new
+	// stream's LastAccess is p.Now. All of it is one transaction.
+	//
+	// Returns ErrInvalid (an empty path, a path under "runs/", a negative
+	// TTL, a fork offset past the source's NextOffset, a sub-offset past what
+	// follows the fork offset), ErrTooLarge (p.Chunks over the append limits),
+	// ErrNotFound (the fork source does not exist) and ErrGone (the fork
+	// source is soft-deleted).
+	CreateStream(ctx context.Context, p *CreateStreamParams) (info *StreamInfo, created bool, err error)
 	// ListStandaloneStreams lists the standalone streams whose path starts
 	// with p.Prefix, after p.After, in byte order of their paths: those a
 	// reader can open (not deleted, not expired at p.Now). Returns
@@ -234,29 +264,30 @@ type Store interface {
 	// unless it is later already. A stream without a TTL is left alone.
 	// Returns ErrNotFound.
 	TouchStream(ctx context.Context, p *TouchStreamParams) error
+}
 
-	// SendMessage sends a message to a run on a topic: a message_received
-	// event (Name: the topic, Data: the payload) in its log, kept there
-	// for the run to take whenever it asks, and a parked run made
-	// claimable at once, in one transaction, without the run's lease. With
-	// an idempotency key, a message sent again gets the first one's reply
-	// (Duplicate) and adds nothing. Returns ErrNotFound (no such run),
-	// ErrGone (the run ended), ErrKeyReused, ErrTooLarge, ErrInvalid.
-	SendMessage(ctx context.Context, p *SendMessageParams) (*MessageSent, error)
-	// GetRunEvent returns the value run runID's workflow last set for key
-	// (the event_set events a Record writes). Returns ErrNotFound for an
-	// unknown run, or a key it never set.
-	GetRunEvent(ctx context.Context, runID, key string) (*RunEvent, error)
-	// ListRunEvents returns the latest value of each key run runID set,
-	// by key; none for an unknown run.
-	ListRunEvents(ctx context.Context, runID string) ([]*RunEvent, error)
+// Purger is the capability to delete finished runs: Config.Retention.
+type Purger interface {
+	// PurgeRuns deletes up to p.Limit finished runs (completed, failed or
+	// cancelled) that ended before p.Before, oldest first, with everything
+	// they hold: events, fences, streams and the streams' records and
+	// state. It returns how many it deleted; call it again while that is
+	// p.Limit. Each call is one short transaction that never waits for a
+	// run another transaction holds (it is left for a later call), so it
+	// does not block writers. A purged run's id may be used again. Returns
+	// ErrInvalid for a zero Before or a negative Limit.
+	PurgeRuns(ctx context.Context, p *PurgeRunsParams) (int, error)
+}
 
-	// WorldStore is the storage of weir's World (Vercel Workflow runs).
+// Full is every capability: what the backends in this module implement
+// (each asserts it), and what a wrapper of a store forwards.
+type Full interface {
+	Store
+	Hooks
+	Messages
+	Standalone
+	Purger
 	WorldStore
-
-	// Close releases the store; closing twice is harmless. Operations after it
-	// return ErrClosedStore.
-	Close() error
 }
 
 // RunStatus is a run's state.

@@ -14,7 +14,7 @@ import (
 // openStore opens the store a --store value names, as package store/open
 // reads it (sqlite:PATH, a bare path, postgres://…), plus SQLite options:
 // sqlite:PATH?synchronous=NORMAL.
-func openStore(ctx context.Context, spec string) (store.Store, error) {
+func openStore(ctx context.Context, spec string) (store.Full, error) {
 	if kind, target := open.Parse(spec); kind == "sqlite" {
 		return openSQLite(ctx, target)
 	}
@@ -29,7 +29,7 @@ func openStore(ctx context.Context, spec string) (store.Store, error) {
 // default, fsyncs every commit: an acknowledged write survives a power loss.
 // NORMAL does not sync each commit: acknowledged writes survive a crash of
 // the process, and the last ones may be lost to a power loss.
-func openSQLite(ctx context.Context, spec string) (store.Store, error) {
+func openSQLite(ctx context.Context, spec string) (store.Full, error) {
 	path, query, _ := strings.Cut(spec, "?")
 	if path == "" {
 		return nil, fmt.Errorf("--store sqlite:PATH needs a path")

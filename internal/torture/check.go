@@ -27,7 +27,7 @@ func (v Violation) String() string {
 }
 
 type checker struct {
-	s store.Store
+	s store.Full
 	// lost: a fault struck that can take a worker away mid-step, so a
 	// last attempt may end without an outcome ("worker lost").
 	lost  bool
@@ -104,13 +104,13 @@ func (c *checker) fail(inv, where, format string, args ...any) {
 // in the state its plan and its log call for; every stream, in both views,
 // against semantics.md's invariants and the bytes the seed says the
 // successful attempts wrote.
-func Check(ctx context.Context, s store.Store, t *Trial) ([]Violation, Stats, error) {
+func Check(ctx context.Context, s store.Full, t *Trial) ([]Violation, Stats, error) {
 	return check(ctx, s, t, "")
 }
 
 // check is Check; with base (a server's "http://…/v1/stream/"), every
 // stream is read over HTTP too.
-func check(ctx context.Context, s store.Store, t *Trial, base string) ([]Violation, Stats, error) {
+func check(ctx context.Context, s store.Full, t *Trial, base string) ([]Violation, Stats, error) {
 	c := &checker{s: s, base: base, bound: t.endBound(), lost: t.workersLost > 0}
 	for i := range t.Runs {
 		if err := c.checkRun(ctx, &t.Runs[i]); err != nil {
@@ -549,7 +549,7 @@ func nondetWriters(rs *RunSpec) map[string]bool {
 }
 
 // ReadLive reads a stream's whole live view.
-func ReadLive(ctx context.Context, s store.Store, id int64) ([]stream.Record, *store.ReadResult, error) {
+func ReadLive(ctx context.Context, s store.Full, id int64) ([]stream.Record, *store.ReadResult, error) {
 	var out []stream.Record
 	var last *store.ReadResult
 	for {

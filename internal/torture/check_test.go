@@ -13,12 +13,12 @@ import (
 
 // tamperStore serves a doctored live view: the checker must notice.
 type tamperStore struct {
-	store.Store
+	store.Full
 	tamper func([]stream.Record) []stream.Record
 }
 
 func (t *tamperStore) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResult, error) {
-	all, last, err := ReadLive(ctx, t.Store, p.StreamID)
+	all, last, err := ReadLive(ctx, t.Full, p.StreamID)
 	if err != nil {
 		return nil, err
 	}
@@ -77,9 +77,9 @@ func TestCheckerCatchesPlantedViolations(t *testing.T) {
 	trial := &Trial{Producers: []ProducerSpec{p}}
 	check := func(tamper func([]stream.Record) []stream.Record) []Violation {
 		t.Helper()
-		var st store.Store = s
+		var st store.Full = s
 		if tamper != nil {
-			st = &tamperStore{Store: s, tamper: tamper}
+			st = &tamperStore{Full: s, tamper: tamper}
 		}
 		c := &checker{s: st}
 		want := map[string][][]byte{"ext": {{'a', 2}}}

@@ -23,7 +23,7 @@ import (
 
 // checkOverHTTP is Check with every stream also read over HTTP, from a
 // server.Server on s on a loopback port.
-func checkOverHTTP(ctx context.Context, s store.Store, t *Trial) ([]Violation, Stats, error) {
+func checkOverHTTP(ctx context.Context, s store.Full, t *Trial) ([]Violation, Stats, error) {
 	e, err := weir.New(s, &weir.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, Stats{}, err

@@ -65,7 +65,7 @@ func TestHTTPStreamWriters(t *testing.T) {
 
 	plant := func(name, want string, tamper func([]stream.Record) []stream.Record) {
 		t.Helper()
-		v, _, err := check(ctx, &tamperStore{Store: s, tamper: func(rs []stream.Record) []stream.Record {
+		v, _, err := check(ctx, &tamperStore{Full: s, tamper: func(rs []stream.Record) []stream.Record {
 			return renumber(tamper(slices.Clone(rs)))
 		}}, tr, "")
 		if err != nil {

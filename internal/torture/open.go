@@ -12,7 +12,7 @@ import (
 )
 
 // openPostgres is set by open_pg.go once the PostgreSQL store exists.
-var openPostgres func(ctx context.Context, url string) (store.Store, error)
+var openPostgres func(ctx context.Context, url string) (store.Full, error)
 
 // IsPostgres reports whether dsn names a PostgreSQL database.
 func IsPostgres(dsn string) bool {
@@ -21,7 +21,7 @@ func IsPostgres(dsn string) bool {
 
 // OpenStore opens "sqlite:PATH" or a postgres:// URL. A SQLite file still
 // locked by a process that is dying is retried for a few seconds.
-func OpenStore(ctx context.Context, dsn string) (store.Store, error) {
+func OpenStore(ctx context.Context, dsn string) (store.Full, error) {
 	switch {
 	case strings.HasPrefix(dsn, "sqlite:"):
 		path := strings.TrimPrefix(dsn, "sqlite:")

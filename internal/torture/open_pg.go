@@ -8,7 +8,7 @@ import (
 )
 
 func init() {
-	openPostgres = func(ctx context.Context, url string) (store.Store, error) {
+	openPostgres = func(ctx context.Context, url string) (store.Full, error) {
 		return pgstore.Open(ctx, url, nil)
 	}
 }

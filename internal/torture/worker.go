@@ -86,7 +86,7 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	engines := make([]*weir.Engine, t.Engines)
 	kill := newChildKiller(&t, filepath.Dir(*trialPath), out)
 	for i := range engines {
-		gates[i] = &gatedStore{Store: s, afterRecord: kill}
+		gates[i] = &gatedStore{Full: s, afterRecord: kill}
 		e, err := weir.New(gates[i], &weir.Config{
 			WorkerID:     fmt.Sprintf("w%d-e%d-%d", *inc, i, os.Getpid()),
 			PollInterval: 20 * time.Millisecond,
@@ -270,7 +270,7 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 // step looks at a hook) and the worker's output.
 type wfEnv struct {
 	e      *weir.Engine
-	s      store.Store
+	s      store.Full
 	report func(string, ...any)
 	out    *output
 }
@@ -566,7 +566,7 @@ func stepOptions(it *Item) []weir.StepOption {
 // goes after payload k-1 is in the log, with the key "k<k>". Every worker
 // process delivers, so a killed one is covered, and the keys make them one.
 // A deliverer ends when its payloads are in, or its run ended, or ctx ends.
-func deliver(ctx context.Context, s store.Store, t *Trial, out *output) {
+func deliver(ctx context.Context, s store.Full, t *Trial, out *output) {
 	for i := range t.Runs {
 		rs := &t.Runs[i]
 		for j := range rs.Items {
@@ -610,7 +610,7 @@ func deliver(ctx context.Context, s store.Store, t *Trial, out *output) {
 // message k-1 is in the log, with the key "m<k>" (every worker process
 // sends them all; the keys make them one), Payloads the run takes and
 // Extra it leaves. It ends when they are in, or the run ended, or ctx.
-func sendMessages(ctx context.Context, s store.Store, rs *RunSpec, it *Item, out *output) {
+func sendMessages(ctx context.Context, s store.Full, rs *RunSpec, it *Item, out *output) {
 	pace := rand.New(rand.NewPCG(rs.Seed, uint64(len(it.Topic))))
 	for k := 0; k < it.Payloads+it.Extra; {
 		p := []byte(strconv.Itoa(k))
@@ -722,7 +722,7 @@ func producerWriter(w int) string { return fmt.Sprintf("prod/%d", w) }
 // produce appends producer writer w's chunks from seq 0, paging at random;
 // sometimes it steps back and resends. Everything already acknowledged by an
 // earlier incarnation must come back as a retransmit.
-func produce(ctx context.Context, s store.Store, p *ProducerSpec, w, inc int, out *output) {
+func produce(ctx context.Context, s store.Full, p *ProducerSpec, w, inc int, out *output) {
 	r := rand.New(rand.NewPCG(p.Seed, uint64(w)<<32|uint64(inc)))
 	var id int64
 	for id == 0 {
@@ -812,7 +812,7 @@ func newChildKiller(t *Trial, dir string, out *output) func(p *store.RecordParam
 // does not see time pass), while its workflow and step code runs on.
 // afterRecord, if set, runs after each Record that succeeded.
 type gatedStore struct {
-	store.Store
+	store.Full
 	mu          sync.Mutex
 	gate        chan struct{} // non-nil while frozen
 	afterRecord func(p *store.RecordParams)
@@ -846,22 +846,22 @@ func (g *gatedStore) pass() {
 
 func (g *gatedStore) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*store.Run, error) {
 	g.pass()
-	return g.Store.ClaimRuns(ctx, p)
+	return g.Full.ClaimRuns(ctx, p)
 }
 
 func (g *gatedStore) RenewLease(ctx context.Context, p *store.RenewLeaseParams) (bool, error) {
 	g.pass()
-	return g.Store.RenewLease(ctx, p)
+	return g.Full.RenewLease(ctx, p)
 }
 
 func (g *gatedStore) ListEvents(ctx context.Context, id string, after int64) ([]store.Event, error) {
 	g.pass()
-	return g.Store.ListEvents(ctx, id, after)
+	return g.Full.ListEvents(ctx, id, after)
 }
 
 func (g *gatedStore) Record(ctx context.Context, p *store.RecordParams) error {
 	g.pass()
-	err := g.Store.Record(ctx, p)
+	err := g.Full.Record(ctx, p)
 	if err == nil && g.afterRecord != nil {
 		g.afterRecord(p)
 	}
@@ -870,15 +870,15 @@ func (g *gatedStore) Record(ctx context.Context, p *store.RecordParams) error {
 
 func (g *gatedStore) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*store.StreamInfo, error) {
 	g.pass()
-	return g.Store.OpenStream(ctx, p)
+	return g.Full.OpenStream(ctx, p)
 }
 
 func (g *gatedStore) Append(ctx context.Context, p *store.AppendParams) (*store.AppendResult, error) {
 	g.pass()
-	return g.Store.Append(ctx, p)
+	return g.Full.Append(ctx, p)
 }
 
 func (g *gatedStore) GetRun(ctx context.Context, id string) (*store.Run, error) {
 	g.pass()
-	return g.Store.GetRun(ctx, id)
+	return g.Full.GetRun(ctx, id)
 }

@@ -66,7 +66,7 @@ func (c *clock) advance(d time.Duration) {
 // not transactional).
 type side struct {
 	name   string
-	s      store.Store
+	s      store.Full
 	ids    map[string]int64  // path -> id
 	paths  map[int64]string  // id -> path
 	leases map[string]string // queue message -> its last claim's lease

@@ -23,8 +23,9 @@ import (
 //   - sqlite:PATH (also sqlite://PATH and file:PATH): sqlitestore.Open(PATH);
 //   - anything without a scheme: a SQLite file at that path.
 //
-// Returns store.ErrInvalid for an empty dsn or an unknown scheme.
-func Open(ctx context.Context, dsn string) (store.Store, error) {
+// Both backends have every capability (store.Full). Returns
+// store.ErrInvalid for an empty dsn or an unknown scheme.
+func Open(ctx context.Context, dsn string) (store.Full, error) {
 	kind, rest := Parse(dsn)
 	switch kind {
 	case "postgres":

@@ -28,7 +28,7 @@ import (
 	"github.com/weirhq/weir/world"
 )
 
-var _ store.Store = (*Store)(nil)
+var _ store.Full = (*Store)(nil)
 
 // ErrSchemaTooNew is returned by Open when the database's schema was migrated
 // by a newer weir than this one.

@@ -21,7 +21,7 @@ import (
 	"github.com/weirhq/weir/world"
 )
 
-var _ store.Store = (*Store)(nil)
+var _ store.Full = (*Store)(nil)
 
 // ErrInUse is returned by Open when another Store, in this process or
 // another, has the database open: the store keeps stream and writer state in

@@ -14,7 +14,7 @@ import (
 // testConcurrency appends from many goroutines at once, to different streams
 // and as different writers of one stream, retransmitting as it goes: every
 // ack must match the log, and no chunk may be lost or doubled.
-func testConcurrency(t *testing.T, h Harness) {
+func testConcurrency(t *testing.T, h harness) {
 	t.Run("ManyWritersManyStreams", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)

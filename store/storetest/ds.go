@@ -14,7 +14,7 @@ import (
 // testDS checks what the Durable Streams protocol needs of a store:
 // CreateStream (options, forks), DeleteStream, TouchStream and the append
 // options (producers, Stream-Seq, close, idempotency keys).
-func testDS(t *testing.T, h Harness) {
+func testDS(t *testing.T, h harness) {
 	t.Run("CreateStream", func(t *testing.T) { t.Parallel(); testCreateStream(t, h) })
 	t.Run("Producer", func(t *testing.T) { t.Parallel(); testProducer(t, h) })
 	t.Run("StreamSeq", func(t *testing.T) { t.Parallel(); testStreamSeq(t, h) })
@@ -42,7 +42,7 @@ func testDS(t *testing.T, h Harness) {
 // t0 is the suite's clock for expiry tests: far from the store's own.
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
 
-func create(t *testing.T, s store.Store, p store.CreateStreamParams) *store.StreamInfo {
+func create(t *testing.T, s store.Full, p store.CreateStreamParams) *store.StreamInfo {
 	t.Helper()
 	si, created, err := s.CreateStream(ctx(t), &p)
 	must(t, err)
@@ -52,7 +52,7 @@ func create(t *testing.T, s store.Store, p store.CreateStreamParams) *store.Stre
 	return si
 }
 
-func getStream(t *testing.T, s store.Store, id int64) *store.StreamInfo {
+func getStream(t *testing.T, s store.Full, id int64) *store.StreamInfo {
 	t.Helper()
 	si, err := s.GetStream(ctx(t), id)
 	must(t, err)
@@ -61,7 +61,7 @@ func getStream(t *testing.T, s store.Store, id int64) *store.StreamInfo {
 
 // readLog reads the whole live view; unlike readAll it allows the offset
 // holes a fork may have (the source's close record is not copied).
-func readLog(t *testing.T, s store.Store, id int64) []stream.Record {
+func readLog(t *testing.T, s store.Full, id int64) []stream.Record {
 	t.Helper()
 	var out []stream.Record
 	from := int64(0)
@@ -91,12 +91,12 @@ func dataOf(log []stream.Record) []string {
 	return out
 }
 
-func producerAppend(t *testing.T, s store.Store, id int64, p stream.Producer, close bool, cs ...string) (*store.AppendResult, error) {
+func producerAppend(t *testing.T, s store.Full, id int64, p stream.Producer, close bool, cs ...string) (*store.AppendResult, error) {
 	t.Helper()
 	return s.Append(ctx(t), &store.AppendParams{StreamID: id, Producer: &p, Close: close, Chunks: chunks(cs...)})
 }
 
-func testCreateStream(t *testing.T, h Harness) {
+func testCreateStream(t *testing.T, h harness) {
 	t.Run("Options", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
@@ -193,7 +193,7 @@ func testCreateStream(t *testing.T, h Harness) {
 	})
 }
 
-func testProducer(t *testing.T, h Harness) {
+func testProducer(t *testing.T, h harness) {
 	t.Run("Rules", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
@@ -283,7 +283,7 @@ func testProducer(t *testing.T, h Harness) {
 	})
 }
 
-func testStreamSeq(t *testing.T, h Harness) {
+func testStreamSeq(t *testing.T, h harness) {
 	s := h.New(t)
 	si := create(t, s, store.CreateStreamParams{Path: "q"})
 	for _, c := range []struct {
@@ -305,7 +305,7 @@ func testStreamSeq(t *testing.T, h Harness) {
 	}
 }
 
-func testCloseOptions(t *testing.T, h Harness) {
+func testCloseOptions(t *testing.T, h harness) {
 	t.Run("CloseOnly", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
@@ -391,7 +391,7 @@ func testCloseOptions(t *testing.T, h Harness) {
 	})
 }
 
-func testIdempotencyKey(t *testing.T, h Harness) {
+func testIdempotencyKey(t *testing.T, h harness) {
 	t.Run("Replay", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
@@ -513,13 +513,13 @@ func testIdempotencyKey(t *testing.T, h Harness) {
 	})
 }
 
-func must2(t *testing.T, s store.Store, p *store.AppendParams) {
+func must2(t *testing.T, s store.Full, p *store.AppendParams) {
 	t.Helper()
 	_, err := s.Append(ctx(t), p)
 	must(t, err)
 }
 
-func testExpiry(t *testing.T, h Harness) {
+func testExpiry(t *testing.T, h harness) {
 	t.Run("Expired", func(t *testing.T) {
 		t.Parallel()
 		si := store.StreamInfo{LastAccess: t0, Expiry: store.Expiry{HasTTL: true, TTL: 2 * time.Second}}
@@ -582,7 +582,7 @@ func testExpiry(t *testing.T, h Harness) {
 	})
 }
 
-func testFork(t *testing.T, h Harness) {
+func testFork(t *testing.T, h harness) {
 	t.Run("Copy", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
@@ -743,7 +743,7 @@ func testFork(t *testing.T, h Harness) {
 	})
 }
 
-func testDelete(t *testing.T, h Harness) {
+func testDelete(t *testing.T, h harness) {
 	t.Run("Full", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
@@ -873,7 +873,7 @@ func testDelete(t *testing.T, h Harness) {
 }
 
 // testDSReopen checks that the Durable Streams state survives a restart.
-func testDSReopen(t *testing.T, h Harness) {
+func testDSReopen(t *testing.T, h harness) {
 	s := h.New(t)
 	si := create(t, s, store.CreateStreamParams{Path: "r", ContentType: "application/json",
 		Expiry: store.Expiry{TTL: time.Hour, HasTTL: true}, Now: t0})

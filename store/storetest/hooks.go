@@ -12,11 +12,11 @@ import (
 
 // testHooks checks hooks: a run's tokens, deliveries to them recorded once
 // in its log, and what ends them.
-func testHooks(t *testing.T, h Harness) {
+func testHooks(t *testing.T, h harness) {
 	hook := func(run string, epoch int64, token string, op int64) *store.HookParams {
 		return &store.HookParams{RunID: run, LeaseEpoch: epoch, Token: token, Op: op}
 	}
-	events := func(t *testing.T, s store.Store, run string, typ store.EventType) []store.Event {
+	events := func(t *testing.T, s store.Full, run string, typ store.EventType) []store.Event {
 		t.Helper()
 		evs, err := s.ListEvents(ctx(t), run, 0)
 		must(t, err)
@@ -298,7 +298,7 @@ func testHooks(t *testing.T, h Harness) {
 }
 
 // testParent checks that a child run knows its parent, on every read.
-func testParent(t *testing.T, h Harness) {
+func testParent(t *testing.T, h harness) {
 	s := h.New(t)
 	_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "child", Workflow: "wf", Parent: "parent"})
 	must(t, err)

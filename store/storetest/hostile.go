@@ -15,7 +15,7 @@ import (
 // testHostile sends every method ids, paths, names and writers that no
 // backend can store as they are (invalid UTF-8, a NUL byte, too long): each
 // is store.ErrInvalid, before any query, and changes nothing.
-func testHostile(t *testing.T, h Harness) {
+func testHostile(t *testing.T, h harness) {
 	t.Parallel()
 	s := h.New(t)
 	epoch := startRun(t, s, "r")
@@ -143,7 +143,7 @@ func testHostile(t *testing.T, h Harness) {
 
 // testClosedStore: after Close every operation returns ErrClosedStore, and
 // so does a Wait that began before it.
-func testClosedStore(t *testing.T, h Harness) {
+func testClosedStore(t *testing.T, h harness) {
 	t.Parallel()
 	s := h.New(t)
 	si := openStream(t, s, "s")

@@ -24,7 +24,7 @@ import (
 //  5. The live view with aborts applied equals the committed view once
 //     every writer has finished.
 //  6. A fenced attempt adds no record once a newer one has begun.
-func testInvariants(t *testing.T, h Harness) {
+func testInvariants(t *testing.T, h harness) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			t.Parallel()
@@ -39,7 +39,7 @@ type stepOutcome struct {
 	acks      [][]stream.Ack // per stream: their acks
 }
 
-func runHistory(t *testing.T, h Harness, seed uint64) {
+func runHistory(t *testing.T, h harness, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	s := h.New(t)
 	epoch := startRun(t, s, "r1")
@@ -125,7 +125,7 @@ func runHistory(t *testing.T, h Harness, seed uint64) {
 			Finish: &store.Finish{Writer: writer, Attempt: int64(attempts), Commit: commit},
 		})
 		steps[writer] = oc
-		if h.Reopen != nil && rng.IntN(3) == 0 {
+		if h.Harness.Reopen != nil && rng.IntN(3) == 0 {
 			s = h.Reopen(t, s)
 		}
 	}

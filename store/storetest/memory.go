@@ -22,7 +22,7 @@ import (
 // leave the store's connections holding besides, counted with the page: a
 // driver that keeps a read buffer per connection (pgstore: a window) shows
 // it whenever a read lands on a connection whose buffer was smaller.
-func ReadHoldsAPage(t *testing.T, s store.Store, extra int64) {
+func ReadHoldsAPage(t *testing.T, s store.Full, extra int64) {
 	const (
 		page  = 256 << 10
 		chunk = 64 << 10

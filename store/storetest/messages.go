@@ -10,7 +10,7 @@ import (
 
 // testMessages checks messages to a run (SendMessage) and run events (a
 // Record's event_set events, GetRunEvent, ListRunEvents).
-func testMessages(t *testing.T, h Harness) {
+func testMessages(t *testing.T, h harness) {
 	t.Run("SendKeepsMessagesInTheLog", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)

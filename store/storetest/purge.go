@@ -12,7 +12,7 @@ import (
 
 // testPurge checks retention: PurgeRuns deletes finished runs that ended
 // before a time, with everything they hold, in batches, and nothing else.
-func testPurge(t *testing.T, h Harness) {
+func testPurge(t *testing.T, h harness) {
 	t.Run("DeletesFinishedRunsAndTheirStreams", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)

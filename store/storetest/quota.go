@@ -13,7 +13,7 @@ import (
 // testQuota checks the limits a server puts on what clients may store: a
 // stream's data bytes (AppendParams.MaxBytes, CreateStreamParams.MaxBytes)
 // and the number of standalone streams (CreateStreamParams.MaxStreams).
-func testQuota(t *testing.T, h Harness) {
+func testQuota(t *testing.T, h harness) {
 	t.Run("StreamBytes", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
@@ -69,7 +69,7 @@ func testQuota(t *testing.T, h Harness) {
 		if got := getStream(t, s, fork.ID); got.DataBytes != 2 {
 			t.Fatalf("fork DataBytes = %d, want 2", got.DataBytes)
 		}
-		if h.Reopen != nil {
+		if h.Harness.Reopen != nil {
 			s = h.Reopen(t, s)
 			if got := getStream(t, s, si.ID); got.DataBytes != 14 {
 				t.Fatalf("DataBytes after a restart = %d, want 14", got.DataBytes)
@@ -177,7 +177,7 @@ func testQuota(t *testing.T, h Harness) {
 }
 
 // mustID returns the id of the stream at path.
-func mustID(t *testing.T, s store.Store, path string) int64 {
+func mustID(t *testing.T, s store.Full, path string) int64 {
 	t.Helper()
 	si, created, err := s.CreateStream(ctx(t), &store.CreateStreamParams{Path: path})
 	if err != nil || created {

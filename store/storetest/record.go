@@ -11,7 +11,7 @@ import (
 	"github.com/weirhq/weir/stream"
 )
 
-func testRecord(t *testing.T, h Harness) {
+func testRecord(t *testing.T, h harness) {
 	t.Run("EventsGetDenseSeqs", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)

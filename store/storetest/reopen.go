@@ -12,8 +12,8 @@ import (
 
 // testReopen checks what a restart must keep: the stores' caches are gone,
 // the database is the same.
-func testReopen(t *testing.T, h Harness) {
-	if h.Reopen == nil {
+func testReopen(t *testing.T, h harness) {
+	if h.Harness.Reopen == nil {
 		t.Skip("no Reopen hook")
 	}
 
@@ -23,8 +23,8 @@ func testReopen(t *testing.T, h Harness) {
 		t.Parallel()
 		// The same history, once without and once with restarts, must give
 		// the same replies and the same log.
-		plain := writerScenario(t, h.New(t), func(s store.Store) store.Store { return s })
-		reopened := writerScenario(t, h.New(t), func(s store.Store) store.Store { return h.Reopen(t, s) })
+		plain := writerScenario(t, h.New(t), func(s store.Full) store.Full { return s })
+		reopened := writerScenario(t, h.New(t), func(s store.Full) store.Full { return h.Reopen(t, s) })
 		if !slices.Equal(plain, reopened) {
 			t.Fatalf("with restarts the history differs:\n without %q\n with    %q", plain, reopened)
 		}
@@ -68,7 +68,7 @@ func testReopen(t *testing.T, h Harness) {
 
 // writerScenario plays a step's history across two attempts, calling restart
 // between phases, and returns every reply and the final logs as text.
-func writerScenario(t *testing.T, s store.Store, restart func(store.Store) store.Store) []string {
+func writerScenario(t *testing.T, s store.Full, restart func(store.Full) store.Full) []string {
 	t.Helper()
 	var out []string
 	note := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }

@@ -13,7 +13,7 @@ import (
 	"github.com/weirhq/weir/store"
 )
 
-func testRuns(t *testing.T, h Harness) {
+func testRuns(t *testing.T, h harness) {
 	t.Run("CreateRunIsIdempotentByID", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
@@ -138,7 +138,7 @@ func testRuns(t *testing.T, h Harness) {
 	})
 }
 
-func testClaims(t *testing.T, h Harness) {
+func testClaims(t *testing.T, h harness) {
 	t.Run("ClaimLeasesAndIncrementsEpoch", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)

@@ -41,11 +41,35 @@ type Harness struct {
 	Reopen func(t *testing.T, s store.Store) store.Store
 }
 
-// Run runs the whole suite.
-func Run(t *testing.T, h Harness) {
-	if h.New == nil {
+// harness is the Harness as the suite uses it: each store with every
+// capability (store.Capable), those it lacks answering ErrUnsupported; the
+// subtests of a capability the store lacks are skipped.
+type harness struct{ Harness }
+
+func (h harness) New(t *testing.T) store.Full { return store.Capable(h.Harness.New(t)) }
+
+func (h harness) Reopen(t *testing.T, s store.Full) store.Full {
+	return store.Capable(h.Harness.Reopen(t, s))
+}
+
+// need skips t unless the probe store has capability C.
+func need[C any](t *testing.T, probe store.Store) {
+	t.Helper()
+	if _, ok := probe.(C); !ok {
+		var c *C
+		t.Skipf("the store has no %T", c)
+	}
+}
+
+// Run runs the whole suite: the core's behaviours, and each optional
+// capability's (store.Hooks, Messages, Standalone, Purger, WorldStore)
+// when the store has it.
+func Run(t *testing.T, hh Harness) {
+	h := harness{hh}
+	if h.Harness.New == nil {
 		t.Fatal("storetest: Harness.New is nil")
 	}
+	probe := hh.New(t)
 	t.Run("Runs", func(t *testing.T) { t.Parallel(); testRuns(t, h) })
 	t.Run("Claims", func(t *testing.T) { t.Parallel(); testClaims(t, h) })
 	t.Run("Record", func(t *testing.T) { t.Parallel(); testRecord(t, h) })
@@ -57,13 +81,13 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Reopen", func(t *testing.T) { t.Parallel(); testReopen(t, h) })
 	t.Run("Concurrency", func(t *testing.T) { t.Parallel(); testConcurrency(t, h) })
 	t.Run("Invariants", func(t *testing.T) { t.Parallel(); testInvariants(t, h) })
-	t.Run("DurableStreams", func(t *testing.T) { t.Parallel(); testDS(t, h) })
-	t.Run("Purge", func(t *testing.T) { t.Parallel(); testPurge(t, h) })
-	t.Run("World", func(t *testing.T) { t.Parallel(); testWorld(t, h) })
-	t.Run("Quota", func(t *testing.T) { t.Parallel(); testQuota(t, h) })
-	t.Run("Hooks", func(t *testing.T) { t.Parallel(); testHooks(t, h) })
-	t.Run("Messages", func(t *testing.T) { t.Parallel(); testMessages(t, h) })
-	t.Run("Parent", func(t *testing.T) { t.Parallel(); testParent(t, h) })
+	t.Run("DurableStreams", func(t *testing.T) { need[store.Standalone](t, probe); t.Parallel(); testDS(t, h) })
+	t.Run("Purge", func(t *testing.T) { need[store.Purger](t, probe); t.Parallel(); testPurge(t, h) })
+	t.Run("World", func(t *testing.T) { need[store.WorldStore](t, probe); t.Parallel(); testWorld(t, h) })
+	t.Run("Quota", func(t *testing.T) { need[store.Standalone](t, probe); t.Parallel(); testQuota(t, h) })
+	t.Run("Hooks", func(t *testing.T) { need[store.Hooks](t, probe); t.Parallel(); testHooks(t, h) })
+	t.Run("Messages", func(t *testing.T) { need[store.Messages](t, probe); t.Parallel(); testMessages(t, h) })
+	t.Run("Parent", func(t *testing.T) { need[store.Hooks](t, probe); t.Parallel(); testParent(t, h) })
 	t.Run("Hostile", func(t *testing.T) { testHostile(t, h) })
 	t.Run("ClosedStore", func(t *testing.T) { testClosedStore(t, h) })
 }
@@ -93,7 +117,7 @@ const (
 )
 
 // createRun creates run id of workflow "wf".
-func createRun(t *testing.T, s store.Store, id string) *store.Run {
+func createRun(t *testing.T, s store.Full, id string) *store.Run {
 	t.Helper()
 	r, created, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: id, Workflow: "wf"})
 	must(t, err)
@@ -105,7 +129,7 @@ func createRun(t *testing.T, s store.Store, id string) *store.Run {
 
 // startRun creates run id and claims it; every other run of s must be leased
 // or finished already. It returns the lease epoch.
-func startRun(t *testing.T, s store.Store, id string) int64 {
+func startRun(t *testing.T, s store.Full, id string) int64 {
 	t.Helper()
 	createRun(t, s, id)
 	runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl})
@@ -124,14 +148,14 @@ func runIDs(runs []*store.Run) []string {
 	return out
 }
 
-func openStream(t *testing.T, s store.Store, path string) *store.StreamInfo {
+func openStream(t *testing.T, s store.Full, path string) *store.StreamInfo {
 	t.Helper()
 	si, err := s.OpenStream(ctx(t), &store.OpenStreamParams{Path: path, Create: true})
 	must(t, err)
 	return si
 }
 
-func openRunStream(t *testing.T, s store.Store, run, name string) *store.StreamInfo {
+func openRunStream(t *testing.T, s store.Full, run, name string) *store.StreamInfo {
 	t.Helper()
 	si, err := s.OpenStream(ctx(t), &store.OpenStreamParams{RunID: run, Name: name, Create: true})
 	must(t, err)
@@ -147,7 +171,7 @@ func chunks(ss ...string) [][]byte {
 }
 
 // appendOK appends and fails the test on error.
-func appendOK(t *testing.T, s store.Store, id int64, writer string, attempt, seq int64, cs ...string) *store.AppendResult {
+func appendOK(t *testing.T, s store.Full, id int64, writer string, attempt, seq int64, cs ...string) *store.AppendResult {
 	t.Helper()
 	res, err := s.Append(ctx(t), &store.AppendParams{StreamID: id, Writer: writer, Attempt: attempt, FirstSeq: seq, Chunks: chunks(cs...)})
 	if err != nil {
@@ -161,7 +185,7 @@ func appendOK(t *testing.T, s store.Store, id int64, writer string, attempt, seq
 
 // appendErr appends, expects an error matching target, and checks that the
 // log did not change.
-func appendErr(t *testing.T, s store.Store, id int64, writer string, attempt, seq int64, target error, cs ...string) error {
+func appendErr(t *testing.T, s store.Full, id int64, writer string, attempt, seq int64, target error, cs ...string) error {
 	t.Helper()
 	before := readAll(t, s, id)
 	_, err := s.Append(ctx(t), &store.AppendParams{StreamID: id, Writer: writer, Attempt: attempt, FirstSeq: seq, Chunks: chunks(cs...)})
@@ -176,7 +200,7 @@ func appendErr(t *testing.T, s store.Store, id int64, writer string, attempt, se
 
 // readAll reads the whole live view, in pages of limit records (0: the
 // store's default), checking that the pages join up.
-func readAllLimit(t *testing.T, s store.Store, id int64, limit int) []stream.Record {
+func readAllLimit(t *testing.T, s store.Full, id int64, limit int) []stream.Record {
 	t.Helper()
 	var out []stream.Record
 	from := int64(0)
@@ -199,7 +223,7 @@ func readAllLimit(t *testing.T, s store.Store, id int64, limit int) []stream.Rec
 	}
 }
 
-func readAll(t *testing.T, s store.Store, id int64) []stream.Record {
+func readAll(t *testing.T, s store.Full, id int64) []stream.Record {
 	t.Helper()
 	return readAllLimit(t, s, id, 0)
 }
@@ -226,7 +250,7 @@ func committed(log []stream.Record) []string {
 
 // committedRead reads the committed view of stream id with a
 // store.CommittedReader holding hold bytes, in pages of limit records.
-func committedRead(t *testing.T, s store.Store, id int64, hold, limit int) []string {
+func committedRead(t *testing.T, s store.Full, id int64, hold, limit int) []string {
 	t.Helper()
 	out := []string{}
 	cr := store.NewCommittedReader(s, id, 0, hold)

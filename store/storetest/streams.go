@@ -12,7 +12,7 @@ import (
 	"github.com/weirhq/weir/stream"
 )
 
-func testStreams(t *testing.T, h Harness) {
+func testStreams(t *testing.T, h harness) {
 	t.Run("OpenStandalone", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
@@ -99,7 +99,7 @@ func testStreams(t *testing.T, h Harness) {
 	})
 }
 
-func testAppend(t *testing.T, h Harness) {
+func testAppend(t *testing.T, h harness) {
 	t.Run("AnonymousAppendsCommitAtOnce", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
@@ -307,7 +307,7 @@ func testAppend(t *testing.T, h Harness) {
 	})
 }
 
-func testRead(t *testing.T, h Harness) {
+func testRead(t *testing.T, h harness) {
 	t.Run("Paging", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
@@ -397,7 +397,7 @@ func testRead(t *testing.T, h Harness) {
 		_, err = s.Append(ctx(t), &store.AppendParams{StreamID: si.ID, Chunks: [][]byte{[]byte("c")}})
 		must(t, err)
 		const page = 64 << 10
-		read := func(s store.Store, from, dataFrom int64) *store.ReadResult {
+		read := func(s store.Full, from, dataFrom int64) *store.ReadResult {
 			t.Helper()
 			res, err := s.Read(ctx(t), &store.ReadParams{StreamID: si.ID, From: from, MaxBytes: page, Pieces: true, DataFrom: dataFrom})
 			must(t, err)
@@ -407,7 +407,7 @@ func testRead(t *testing.T, h Harness) {
 		if res := read(s, 0, 0); len(res.Records) != 1 || string(res.Records[0].Data) != "a" || res.Piece != nil {
 			t.Fatalf("from 0: %v %+v", res.Records, res.Piece)
 		}
-		whole := func(s store.Store, off int64, want []byte) {
+		whole := func(s store.Full, off int64, want []byte) {
 			t.Helper()
 			var got []byte
 			for from := int64(0); from < int64(len(want)); {
@@ -430,7 +430,7 @@ func testRead(t *testing.T, h Harness) {
 		}
 		// From a byte in the middle, on a store that never read it (no
 		// hint), and of a record that fits: the rest of it.
-		if h.Reopen != nil {
+		if h.Harness.Reopen != nil {
 			s = h.Reopen(t, s)
 		}
 		if res := read(s, 1, 250_000); res.Piece == nil || !bytes.Equal(res.Records[0].Data, b1[250_000:]) {
@@ -467,7 +467,7 @@ func testRead(t *testing.T, h Harness) {
 	})
 }
 
-func testWait(t *testing.T, h Harness) {
+func testWait(t *testing.T, h harness) {
 	t.Run("ReturnsAtOnceWhenDataIsThere", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)

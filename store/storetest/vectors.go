@@ -74,12 +74,12 @@ func loadVectors(t *testing.T) []vectorCase {
 // testVectors runs every golden case through the store: on a standalone
 // stream, on a run stream, and (with a Reopen hook) reopening the store
 // before every step, so each piece of writer state must come back from disk.
-func testVectors(t *testing.T, h Harness) {
+func testVectors(t *testing.T, h harness) {
 	cases := loadVectors(t)
 	for _, mode := range []string{"standalone", "run stream", "reopen every step"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			if mode == "reopen every step" && h.Reopen == nil {
+			if mode == "reopen every step" && h.Harness.Reopen == nil {
 				t.Skip("no Reopen hook")
 			}
 			for _, c := range cases {
@@ -106,7 +106,7 @@ func testVectors(t *testing.T, h Harness) {
 }
 
 // runVector runs one case on stream id of *sp; reopen may replace *sp.
-func runVector(t *testing.T, sp *store.Store, id int64, c *vectorCase, reopen func()) {
+func runVector(t *testing.T, sp *store.Full, id int64, c *vectorCase, reopen func()) {
 	t.Helper()
 	for i, st := range c.Steps {
 		reopen()

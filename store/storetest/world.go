@@ -18,7 +18,7 @@ import (
 // entities and events saved and read back, the stream effects, the lists
 // and their cursors, and the queue.
 
-func testWorld(t *testing.T, h Harness) {
+func testWorld(t *testing.T, h harness) {
 	t.Run("Lifecycle", func(t *testing.T) { t.Parallel(); testWorldLifecycle(t, h) })
 	t.Run("Refusals", func(t *testing.T) { t.Parallel(); testWorldRefusals(t, h) })
 	t.Run("Streams", func(t *testing.T) { t.Parallel(); testWorldStreams(t, h) })
@@ -33,7 +33,7 @@ func testWorld(t *testing.T, h Harness) {
 }
 
 // wev creates one World event and fails the test on error.
-func wev(t *testing.T, s store.Store, run string, typ world.EventType, corr string, data any) *store.WorldEventResult {
+func wev(t *testing.T, s store.Full, run string, typ world.EventType, corr string, data any) *store.WorldEventResult {
 	t.Helper()
 	res, err := wevErr(t, s, run, typ, corr, data)
 	if err != nil {
@@ -42,7 +42,7 @@ func wev(t *testing.T, s store.Store, run string, typ world.EventType, corr stri
 	return res
 }
 
-func wevErr(t *testing.T, s store.Store, run string, typ world.EventType, corr string, data any) (*store.WorldEventResult, error) {
+func wevErr(t *testing.T, s store.Full, run string, typ world.EventType, corr string, data any) (*store.WorldEventResult, error) {
 	t.Helper()
 	var raw json.RawMessage
 	if data != nil {
@@ -56,7 +56,7 @@ func wevErr(t *testing.T, s store.Store, run string, typ world.EventType, corr s
 type jmap = map[string]any
 
 // worldRun creates and starts World run id (a minted id if empty).
-func worldRun(t *testing.T, s store.Store, id string) string {
+func worldRun(t *testing.T, s store.Full, id string) string {
 	t.Helper()
 	res := wev(t, s, id, world.RunCreated, "", jmap{"deploymentId": "dpl_1", "workflowName": "wf//flow", "input": []any{1, 2}})
 	id = res.Run.RunID
@@ -65,13 +65,13 @@ func worldRun(t *testing.T, s store.Store, id string) string {
 }
 
 // worldStep creates step id and starts its first attempt.
-func worldStep(t *testing.T, s store.Store, run, id string) {
+func worldStep(t *testing.T, s store.Full, run, id string) {
 	t.Helper()
 	wev(t, s, run, world.StepCreated, id, jmap{"stepName": "step//add", "input": []any{1}})
 	wev(t, s, run, world.StepStarted, id, nil)
 }
 
-func eventTypes(t *testing.T, s store.Store, run string) []string {
+func eventTypes(t *testing.T, s store.Full, run string) []string {
 	t.Helper()
 	page, err := s.WorldEvents(ctx(t), &store.WorldListParams{RunID: run, Limit: 1000})
 	must(t, err)
@@ -85,14 +85,14 @@ func eventTypes(t *testing.T, s store.Store, run string) []string {
 	return out
 }
 
-func wantEvents(t *testing.T, s store.Store, run string, want ...string) {
+func wantEvents(t *testing.T, s store.Full, run string, want ...string) {
 	t.Helper()
 	if got := eventTypes(t, s, run); !slices.Equal(got, want) {
 		t.Fatalf("events of %s:\n got  %v\n want %v", run, got, want)
 	}
 }
 
-func testWorldLifecycle(t *testing.T, h Harness) {
+func testWorldLifecycle(t *testing.T, h harness) {
 	s := h.New(t)
 	res := wev(t, s, "", world.RunCreated, "", jmap{"deploymentId": "dpl_1", "workflowName": "wf//flow", "input": []any{1, 2}})
 	run := res.Run
@@ -163,7 +163,7 @@ func testWorldLifecycle(t *testing.T, h Harness) {
 	wantEvents(t, s, "wrun_resilient", "run_created", "run_started")
 }
 
-func testWorldRefusals(t *testing.T, h Harness) {
+func testWorldRefusals(t *testing.T, h harness) {
 	s := h.New(t)
 	id := worldRun(t, s, "wrun_a")
 	worldStep(t, s, id, "step_1")
@@ -216,13 +216,13 @@ func testWorldRefusals(t *testing.T, h Harness) {
 }
 
 // worldAppend appends as the World's step writers do (Late).
-func worldAppend(t *testing.T, s store.Store, id int64, step string, attempt, seq int64, cs ...string) (*store.AppendResult, error) {
+func worldAppend(t *testing.T, s store.Full, id int64, step string, attempt, seq int64, cs ...string) (*store.AppendResult, error) {
 	t.Helper()
 	return s.Append(ctx(t), &store.AppendParams{StreamID: id, Writer: world.StepWriter(step), Attempt: attempt,
 		FirstSeq: seq, Chunks: chunks(cs...), Late: true})
 }
 
-func testWorldStreams(t *testing.T, h Harness) {
+func testWorldStreams(t *testing.T, h harness) {
 	t.Run("RetryCommitsTheLastAttemptOnce", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
@@ -379,7 +379,7 @@ func testWorldStreams(t *testing.T, h Harness) {
 	})
 }
 
-func testWorldHooks(t *testing.T, h Harness) {
+func testWorldHooks(t *testing.T, h harness) {
 	s := h.New(t)
 	a, b := worldRun(t, s, ""), worldRun(t, s, "")
 	res := wev(t, s, a, world.HookCreated, "hook_1", jmap{"token": "tok-1", "metadata": jmap{"k": "v"}})
@@ -424,7 +424,7 @@ func testWorldHooks(t *testing.T, h Harness) {
 	wantEvents(t, s, b, "run_created", "run_started", "hook_conflict", "hook_created")
 }
 
-func testWorldWaits(t *testing.T, h Harness) {
+func testWorldWaits(t *testing.T, h harness) {
 	s := h.New(t)
 	id := worldRun(t, s, "")
 	resume := time.Now().Add(time.Minute).UTC().Truncate(time.Millisecond)
@@ -452,7 +452,7 @@ func testWorldWaits(t *testing.T, h Harness) {
 	}
 }
 
-func testWorldLists(t *testing.T, h Harness) {
+func testWorldLists(t *testing.T, h harness) {
 	s := h.New(t)
 	var ids []string
 	for i := range 5 {
@@ -535,7 +535,7 @@ func testWorldLists(t *testing.T, h Harness) {
 	wantErr(t, err, store.ErrInvalid)
 }
 
-func testWorldQueue(t *testing.T, h Harness) {
+func testWorldQueue(t *testing.T, h harness) {
 	s := h.New(t)
 	t0 := time.Now().UTC().Truncate(time.Millisecond)
 	enqueue := func(id, key string, delay time.Duration) (*store.Message, bool) {
@@ -636,7 +636,7 @@ func testWorldQueue(t *testing.T, h Harness) {
 	}
 }
 
-func testWorldPurge(t *testing.T, h Harness) {
+func testWorldPurge(t *testing.T, h harness) {
 	s := h.New(t)
 	old := worldRun(t, s, "")
 	si, err := s.WorldOpenStream(ctx(t), old, "strm_old")
@@ -665,8 +665,8 @@ func testWorldPurge(t *testing.T, h Harness) {
 	worldRun(t, s, old)
 }
 
-func testWorldReopen(t *testing.T, h Harness) {
-	if h.Reopen == nil {
+func testWorldReopen(t *testing.T, h harness) {
+	if h.Harness.Reopen == nil {
 		t.Skip("no Reopen")
 	}
 	s := h.New(t)
@@ -684,7 +684,7 @@ func testWorldReopen(t *testing.T, h Harness) {
 	wantEvents(t, s, id, "run_created", "run_started", "step_created", "step_started", "step_completed")
 }
 
-func testWorldQueueRuns(t *testing.T, h Harness) {
+func testWorldQueueRuns(t *testing.T, h harness) {
 	s := h.New(t)
 	t0 := time.Now().UTC().Truncate(time.Millisecond)
 	enqueue := func(id, queue, run string, at time.Time) {
@@ -747,7 +747,7 @@ func testWorldQueueRuns(t *testing.T, h Harness) {
 
 // A claim leaves the messages of targets it is told to skip (those the
 // deliverer has as many deliveries to in flight as it allows).
-func testWorldQueueTargets(t *testing.T, h Harness) {
+func testWorldQueueTargets(t *testing.T, h harness) {
 	s := h.New(t)
 	t0 := time.Now().UTC().Truncate(time.Millisecond)
 	for i, target := range []string{"http://hung", "http://ok", "http://hung", "http://other", "http://ok"} {

@@ -1,0 +1,338 @@
+package store
+
+// The forwarding methods of capable: one per method of each optional
+// capability (store.go, world.go).
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/weirhq/weir/world"
+)
+
+// CreateHook is Hooks.CreateHook, or ErrUnsupported.
+func (c *capable) CreateHook(ctx context.Context, p *HookParams) error {
+	if c.hooks == nil {
+		return unsupported("hooks")
+	}
+	return c.hooks.CreateHook(ctx, p)
+}
+
+// DisposeHook is Hooks.DisposeHook, or ErrUnsupported.
+func (c *capable) DisposeHook(ctx context.Context, p *HookParams) error {
+	if c.hooks == nil {
+		return unsupported("hooks")
+	}
+	return c.hooks.DisposeHook(ctx, p)
+}
+
+// DeliverHook is Hooks.DeliverHook, or ErrUnsupported.
+func (c *capable) DeliverHook(ctx context.Context, p *DeliverHookParams) (*HookDelivery, error) {
+	if c.hooks == nil {
+		return nil, unsupported("hooks")
+	}
+	return c.hooks.DeliverHook(ctx, p)
+}
+
+// GetHook is Hooks.GetHook, or ErrUnsupported.
+func (c *capable) GetHook(ctx context.Context, token string) (*HookInfo, error) {
+	if c.hooks == nil {
+		return nil, unsupported("hooks")
+	}
+	return c.hooks.GetHook(ctx, token)
+}
+
+// ListHooks is Hooks.ListHooks, or ErrUnsupported.
+func (c *capable) ListHooks(ctx context.Context, runID string) ([]*HookInfo, error) {
+	if c.hooks == nil {
+		return nil, unsupported("hooks")
+	}
+	return c.hooks.ListHooks(ctx, runID)
+}
+
+// SendMessage is Messages.SendMessage, or ErrUnsupported.
+func (c *capable) SendMessage(ctx context.Context, p *SendMessageParams) (*MessageSent, error) {
+	if c.msgs == nil {
+		return nil, unsupported("messages")
+	}
+	return c.msgs.SendMessage(ctx, p)
+}
+
+// GetRunEvent is Messages.GetRunEvent, or ErrUnsupported.
+func (c *capable) GetRunEvent(ctx context.Context, runID, key string) (*RunEvent, error) {
+	if c.msgs == nil {
+		return nil, unsupported("messages")
+	}
+	return c.msgs.GetRunEvent(ctx, runID, key)
+}
+
+// ListRunEvents is Messages.ListRunEvents, or ErrUnsupported.
+func (c *capable) ListRunEvents(ctx context.Context, runID string) ([]*RunEvent, error) {
+	if c.msgs == nil {
+		return nil, unsupported("messages")
+	}
+	return c.msgs.ListRunEvents(ctx, runID)
+}
+
+// CreateStream is Standalone.CreateStream, or ErrUnsupported.
+func (c *capable) CreateStream(ctx context.Context, p *CreateStreamParams) (info *StreamInfo, created bool, err error) {
+	if c.standalone == nil {
+		return nil, false, unsupported("standalone streams")
+	}
+	return c.standalone.CreateStream(ctx, p)
+}
+
+// ListStandaloneStreams is Standalone.ListStandaloneStreams, or ErrUnsupported.
+func (c *capable) ListStandaloneStreams(ctx context.Context, p *ListStandaloneParams) (*StreamList, error) {
+	if c.standalone == nil {
+		return nil, unsupported("standalone streams")
+	}
+	return c.standalone.ListStandaloneStreams(ctx, p)
+}
+
+// DeleteStream is Standalone.DeleteStream, or ErrUnsupported.
+func (c *capable) DeleteStream(ctx context.Context, p *DeleteStreamParams) (DeleteResult, error) {
+	if c.standalone == nil {
+		return 0, unsupported("standalone streams")
+	}
+	return c.standalone.DeleteStream(ctx, p)
+}
+
+// TouchStream is Standalone.TouchStream, or ErrUnsupported.
+func (c *capable) TouchStream(ctx context.Context, p *TouchStreamParams) error {
+	if c.standalone == nil {
+		return unsupported("standalone streams")
+	}
+	return c.standalone.TouchStream(ctx, p)
+}
+
+// PurgeRuns is Purger.PurgeRuns, or ErrUnsupported.
+func (c *capable) PurgeRuns(ctx context.Context, p *PurgeRunsParams) (int, error) {
+	if c.purger == nil {
+		return 0, unsupported("purging runs")
+	}
+	return c.purger.PurgeRuns(ctx, p)
+}
+
+// WorldEvent is WorldStore.WorldEvent, or ErrUnsupported.
+func (c *capable) WorldEvent(ctx context.Context, p *WorldEventParams) (*WorldEventResult, error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.WorldEvent(ctx, p)
+}
+
+// WorldRun is WorldStore.WorldRun, or ErrUnsupported.
+func (c *capable) WorldRun(ctx context.Context, id string) (*world.Run, error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.WorldRun(ctx, id)
+}
+
+// WorldRuns is WorldStore.WorldRuns, or ErrUnsupported.
+func (c *capable) WorldRuns(ctx context.Context, p *WorldListParams) (*WorldPage[world.Run], error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.WorldRuns(ctx, p)
+}
+
+// WorldEvents is WorldStore.WorldEvents, or ErrUnsupported.
+func (c *capable) WorldEvents(ctx context.Context, p *WorldListParams) (*WorldPage[world.Event], error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.WorldEvents(ctx, p)
+}
+
+// WorldEventByID is WorldStore.WorldEventByID, or ErrUnsupported.
+func (c *capable) WorldEventByID(ctx context.Context, runID, eventID string) (*world.Event, error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.WorldEventByID(ctx, runID, eventID)
+}
+
+// WorldStep is WorldStore.WorldStep, or ErrUnsupported.
+func (c *capable) WorldStep(ctx context.Context, runID, stepID string) (*world.Step, error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.WorldStep(ctx, runID, stepID)
+}
+
+// WorldSteps is WorldStore.WorldSteps, or ErrUnsupported.
+func (c *capable) WorldSteps(ctx context.Context, p *WorldListParams) (*WorldPage[world.Step], error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.WorldSteps(ctx, p)
+}
+
+// WorldHook is WorldStore.WorldHook, or ErrUnsupported.
+func (c *capable) WorldHook(ctx context.Context, hookID string) (*world.Hook, error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.WorldHook(ctx, hookID)
+}
+
+// WorldHookByToken is WorldStore.WorldHookByToken, or ErrUnsupported.
+func (c *capable) WorldHookByToken(ctx context.Context, token string) (*world.Hook, error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.WorldHookByToken(ctx, token)
+}
+
+// WorldHooks is WorldStore.WorldHooks, or ErrUnsupported.
+func (c *capable) WorldHooks(ctx context.Context, p *WorldListParams) (*WorldPage[world.Hook], error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.WorldHooks(ctx, p)
+}
+
+// WorldOpenStream is WorldStore.WorldOpenStream, or ErrUnsupported.
+func (c *capable) WorldOpenStream(ctx context.Context, runID, name string) (*StreamInfo, error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.WorldOpenStream(ctx, runID, name)
+}
+
+// WorldStream is WorldStore.WorldStream, or ErrUnsupported.
+func (c *capable) WorldStream(ctx context.Context, name string) (*StreamInfo, error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.WorldStream(ctx, name)
+}
+
+// WorldStreams is WorldStore.WorldStreams, or ErrUnsupported.
+func (c *capable) WorldStreams(ctx context.Context, runID string) ([]string, error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.WorldStreams(ctx, runID)
+}
+
+// WorldCloseStream is WorldStore.WorldCloseStream, or ErrUnsupported.
+func (c *capable) WorldCloseStream(ctx context.Context, p *WorldCloseParams) (closed bool, err error) {
+	if c.world == nil {
+		return false, unsupported("the World")
+	}
+	return c.world.WorldCloseStream(ctx, p)
+}
+
+// Enqueue is WorldStore.Enqueue, or ErrUnsupported.
+func (c *capable) Enqueue(ctx context.Context, p *EnqueueParams) (msg *Message, created bool, err error) {
+	if c.world == nil {
+		return nil, false, unsupported("the World")
+	}
+	return c.world.Enqueue(ctx, p)
+}
+
+// ClaimMessages is WorldStore.ClaimMessages, or ErrUnsupported.
+func (c *capable) ClaimMessages(ctx context.Context, p *ClaimMessagesParams) ([]*Message, error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.ClaimMessages(ctx, p)
+}
+
+// SettleMessage is WorldStore.SettleMessage, or ErrUnsupported.
+func (c *capable) SettleMessage(ctx context.Context, p *SettleParams) error {
+	if c.world == nil {
+		return unsupported("the World")
+	}
+	return c.world.SettleMessage(ctx, p)
+}
+
+// CoalesceMessages is WorldStore.CoalesceMessages, or ErrUnsupported.
+func (c *capable) CoalesceMessages(ctx context.Context, p *CoalesceParams) (int, error) {
+	if c.world == nil {
+		return 0, unsupported("the World")
+	}
+	return c.world.CoalesceMessages(ctx, p)
+}
+
+// RenewMessage is WorldStore.RenewMessage, or ErrUnsupported.
+func (c *capable) RenewMessage(ctx context.Context, p *RenewMessageParams) error {
+	if c.world == nil {
+		return unsupported("the World")
+	}
+	return c.world.RenewMessage(ctx, p)
+}
+
+// Messages is WorldStore.Messages, or ErrUnsupported.
+func (c *capable) Messages(ctx context.Context, p *MessagesParams) ([]*Message, error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.Messages(ctx, p)
+}
+
+// RedeliverMessage is WorldStore.RedeliverMessage, or ErrUnsupported.
+func (c *capable) RedeliverMessage(ctx context.Context, id string) error {
+	if c.world == nil {
+		return unsupported("the World")
+	}
+	return c.world.RedeliverMessage(ctx, id)
+}
+
+// NextMessageDue is WorldStore.NextMessageDue, or ErrUnsupported.
+func (c *capable) NextMessageDue(ctx context.Context) (time.Time, error) {
+	if c.world == nil {
+		return time.Time{}, unsupported("the World")
+	}
+	return c.world.NextMessageDue(ctx)
+}
+
+// WatchMessages is WorldStore.WatchMessages, or ErrUnsupported.
+func (c *capable) WatchMessages(ctx context.Context) (<-chan struct{}, func()) {
+	if c.world == nil {
+		return nil, func() {}
+	}
+	return c.world.WatchMessages(ctx)
+}
+
+// ErrUnsupported is returned by a capability the store does not have
+// (Capable): the operation needs Hooks, Messages, Standalone, Purger or
+// WorldStore.
+var ErrUnsupported = fmt.Errorf("not supported by this store")
+
+func unsupported(what string) error { return fmt.Errorf("%w: it has no %s", ErrUnsupported, what) }
+
+// Capable returns s with every capability: s itself when it has them all
+// (Full), otherwise s with the capabilities it has, discovered by interface
+// assertion, and those it lacks answering ErrUnsupported. The engine and
+// the server hold their store through it, so a backend implements the core
+// and whichever capabilities it offers; a wrapper of a store (one that
+// counts or injects faults) wraps the Full this returns and so forwards
+// every capability.
+func Capable(s Store) Full {
+	if f, ok := s.(Full); ok {
+		return f
+	}
+	c := &capable{Store: s}
+	c.hooks, _ = s.(Hooks)
+	c.msgs, _ = s.(Messages)
+	c.standalone, _ = s.(Standalone)
+	c.purger, _ = s.(Purger)
+	c.world, _ = s.(WorldStore)
+	return c
+}
+
+// capable is a Store with the capabilities it lacks answering
+// ErrUnsupported.
+type capable struct {
+	Store
+	hooks      Hooks
+	msgs       Messages
+	standalone Standalone
+	purger     Purger
+	world      WorldStore
+}
