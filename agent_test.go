@@ -80,7 +80,7 @@ func TestHookClosedWithPayloadsAcknowledged(t *testing.T) {
 		}
 		a := newEngine(t, s, nil)
 		wf := register(a)
-		if err := a.Start(testCtx(t)); err != nil {
+		if err := a.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), "pending-1", nil)
@@ -100,7 +100,7 @@ func TestHookClosedWithPayloadsAcknowledged(t *testing.T) {
 		}
 		b := newEngine(t, s, nil)
 		wf = register(b)
-		if err := b.Start(testCtx(t)); err != nil {
+		if err := b.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		got, err := wf.Handle(h.ID).Result(testCtx(t))
@@ -147,7 +147,7 @@ func TestHookTakersOutstandingAtOnce(t *testing.T) {
 			}
 			return append(both, third, fourth, fifth), nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), "takers-1", nil)
@@ -181,7 +181,7 @@ func TestLastAttemptTimesOutAfterWriting(t *testing.T) {
 				wrote := make(chan struct{}, 4)
 				register := func(e *weir.Engine) *weir.Workflow[string, string] {
 					return weir.Register(e, "last-timeout", func(ctx weir.Context, _ string) (string, error) {
-						sibling := weir.Go(ctx, "sibling", func(sc weir.StepContext) (int, error) {
+						sibling := weir.StepAsync(ctx, "sibling", func(sc weir.StepContext) (int, error) {
 							siblingAttempts.Add(1)
 							w := sc.Stream("out")
 							for i := range 20 {
@@ -236,7 +236,7 @@ func TestLastAttemptTimesOutAfterWriting(t *testing.T) {
 				}
 				a := newEngine(t, s, nil)
 				wf := register(a)
-				if err := a.Start(testCtx(t)); err != nil {
+				if err := a.Work(testCtx(t)); err != nil {
 					t.Fatal(err)
 				}
 				h, err := wf.Start(testCtx(t), "", nil)
@@ -260,7 +260,7 @@ func TestLastAttemptTimesOutAfterWriting(t *testing.T) {
 				}
 				b := newEngine(t, s, nil)
 				wf = register(b)
-				if err := b.Start(testCtx(t)); err != nil {
+				if err := b.Work(testCtx(t)); err != nil {
 					t.Fatal(err)
 				}
 				why, err := wf.Handle(h.ID).Result(testCtx(t))
@@ -344,9 +344,9 @@ func TestDeadlineAndCancelOverADeafStep(t *testing.T) {
 						if inline {
 							return weir.Step(ctx, "deaf", deafStep(wrote, release, late))
 						}
-						return weir.Go(ctx, "deaf", deafStep(wrote, release, late)).Get(ctx)
+						return weir.StepAsync(ctx, "deaf", deafStep(wrote, release, late)).Get(ctx)
 					}, opts...)
-					if err := e.Start(testCtx(t)); err != nil {
+					if err := e.Work(testCtx(t)); err != nil {
 						t.Fatal(err)
 					}
 					h, err := wf.Start(testCtx(t), 0, nil)
@@ -537,7 +537,7 @@ func TestWaitsRideOutAStoreThatIsAway(t *testing.T) {
 		}
 		worker := newEngine(t, s, nil)
 		register(worker)
-		if err := worker.Start(testCtx(t)); err != nil {
+		if err := worker.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		away := &awayStore{Full: s}
@@ -656,7 +656,7 @@ func TestWaitsRideOutAPostgresRestart(t *testing.T) {
 	}
 	register(worker)
 	wf := register(e)
-	if err := worker.Start(testCtx(t)); err != nil {
+	if err := worker.Work(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -707,7 +707,7 @@ func TestWaitsRideOutAPostgresRestart(t *testing.T) {
 	}
 }
 
-// With more Go steps than StepConcurrency, the steps get their slots in
+// With more StepAsync steps than StepConcurrency, the steps get their slots in
 // the order the workflow started them: which run first is the same on
 // every run, not the scheduler's choice.
 func TestStepSlotsGoInOrder(t *testing.T) {
@@ -720,7 +720,7 @@ func TestStepSlotsGoInOrder(t *testing.T) {
 		wf := weir.Register(e, "slots", func(ctx weir.Context, _ int) (int, error) {
 			var fs []*weir.Future[int]
 			for i := range 12 {
-				fs = append(fs, weir.Go(ctx, "part", func(sc weir.StepContext) (int, error) {
+				fs = append(fs, weir.StepAsync(ctx, "part", func(sc weir.StepContext) (int, error) {
 					mu.Lock()
 					order = append(order, i)
 					mu.Unlock()
@@ -731,7 +731,7 @@ func TestStepSlotsGoInOrder(t *testing.T) {
 			_, err := weir.All(ctx, fs...)
 			return len(fs), err
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		for range 5 {
@@ -778,7 +778,7 @@ func TestSenderClosesAHookAndEachEnds(t *testing.T) {
 			}
 			return got, nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		for _, last := range []string{"with", "alone"} {
@@ -883,7 +883,7 @@ func TestChildEndBeforeItsStartInTheLog(t *testing.T) {
 		}
 		a := newEngine(t, &childFirstStore{Full: s}, nil)
 		wf := register(a)
-		if err := a.Start(testCtx(t)); err != nil {
+		if err := a.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), 21, nil)
@@ -907,7 +907,7 @@ func TestChildEndBeforeItsStartInTheLog(t *testing.T) {
 		}
 		b := newEngine(t, s, nil)
 		wf = register(b)
-		if err := b.Start(testCtx(t)); err != nil {
+		if err := b.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		if v, err := wf.Handle(h.ID).Result(testCtx(t)); err != nil || v != 42 {

@@ -29,7 +29,7 @@ func BenchmarkFanOut(b *testing.B) {
 			wf := weir.Register(e, "fan", func(ctx weir.Context, n int) (int, error) {
 				fs := make([]*weir.Future[int], n)
 				for i := range fs {
-					fs[i] = weir.Go(ctx, "tool", func(sc weir.StepContext) (int, error) {
+					fs[i] = weir.StepAsync(ctx, "tool", func(sc weir.StepContext) (int, error) {
 						time.Sleep(time.Millisecond)
 						return i, nil
 					})
@@ -37,7 +37,7 @@ func BenchmarkFanOut(b *testing.B) {
 				out, err := weir.All(ctx, fs...)
 				return len(out), err
 			})
-			if err := e.Start(testCtx(b)); err != nil {
+			if err := e.Work(testCtx(b)); err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
@@ -93,7 +93,7 @@ func BenchmarkHookResume(b *testing.B) {
 					}
 					var busy *weir.Future[int]
 					if !parked {
-						busy = weir.Go(ctx, "busy", func(sc weir.StepContext) (int, error) {
+						busy = weir.StepAsync(ctx, "busy", func(sc weir.StepContext) (int, error) {
 							<-sc.Done()
 							return 0, nil
 						})
@@ -105,7 +105,7 @@ func BenchmarkHookResume(b *testing.B) {
 					_ = busy
 					return v, err
 				}, weir.WithRunTimeout(time.Hour))
-				if err := e.Start(testCtx(b)); err != nil {
+				if err := e.Work(testCtx(b)); err != nil {
 					b.Fatal(err)
 				}
 				var lat []time.Duration
@@ -197,7 +197,7 @@ func BenchmarkMessageResume(b *testing.B) {
 				got := make(chan time.Time, 1)
 				wf := weir.Register(e, "recv", func(ctx weir.Context, _ int) (int, error) {
 					if !parked {
-						weir.Go(ctx, "busy", func(sc weir.StepContext) (int, error) {
+						weir.StepAsync(ctx, "busy", func(sc weir.StepContext) (int, error) {
 							<-sc.Done()
 							return 0, nil
 						})
@@ -211,7 +211,7 @@ func BenchmarkMessageResume(b *testing.B) {
 					}
 					return v, err
 				}, weir.WithRunTimeout(time.Hour))
-				if err := e.Start(testCtx(b)); err != nil {
+				if err := e.Work(testCtx(b)); err != nil {
 					b.Fatal(err)
 				}
 				var lat []time.Duration
@@ -287,7 +287,7 @@ func BenchmarkDeadlineOvershoot(b *testing.B) {
 						return 0, nil
 					})
 				}, weir.WithRunTimeout(deadline))
-				if err := e.Start(testCtx(b)); err != nil {
+				if err := e.Work(testCtx(b)); err != nil {
 					b.Fatal(err)
 				}
 				var over []time.Duration

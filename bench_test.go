@@ -25,7 +25,7 @@ func BenchmarkStepOverhead(b *testing.B) {
 		}
 		return sum, nil
 	})
-	if err := e.Start(testCtx(b)); err != nil {
+	if err := e.Work(testCtx(b)); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
@@ -56,7 +56,7 @@ func BenchmarkReplay1000Steps(b *testing.B) {
 		}
 		return sum, nil
 	})
-	if err := e.Start(testCtx(b)); err != nil {
+	if err := e.Work(testCtx(b)); err != nil {
 		b.Fatal(err)
 	}
 	h, err := wf.Start(testCtx(b), 1000, nil)
@@ -107,7 +107,7 @@ func BenchmarkStepStream(b *testing.B) {
 			return n, nil
 		})
 	})
-	if err := e.Start(testCtx(b)); err != nil {
+	if err := e.Work(testCtx(b)); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()

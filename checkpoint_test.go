@@ -75,7 +75,7 @@ func TestShortStepsShareOneRecord(t *testing.T) {
 				cfg.StepOutcomeDelay, cfg.PollInterval = tc.delay, time.Hour
 				e := newEngine(t, cs, cfg)
 				wf := weir.Register(e, "three", threeSteps)
-				if err := e.Start(testCtx(t)); err != nil {
+				if err := e.Work(testCtx(t)); err != nil {
 					t.Fatal(err)
 				}
 				cs.claims.Store(0) // the loop's first look
@@ -138,7 +138,7 @@ func TestWaitingOutcomeIsWrittenAfterTheDelay(t *testing.T) {
 				return "", weir.NonRetryable(context.DeadlineExceeded)
 			})
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -171,7 +171,7 @@ func TestStartWithoutASlotIsClaimed(t *testing.T) {
 			})
 		})
 		wf := weir.Register(e, "three", threeSteps)
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		hb, err := block.Start(testCtx(t), struct{}{}, nil)
@@ -217,7 +217,7 @@ func TestWaitingOutcomeIsWrittenBeforeAHook(t *testing.T) {
 			}
 			return h.Receive(ctx)
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -276,7 +276,7 @@ func TestStartAfterALostCreateReplyRunsAtOnce(t *testing.T) {
 		wf := weir.Register(e, "once", func(ctx weir.Context, _ struct{}) (int, error) {
 			return weir.Step(ctx, "s", func(sc weir.StepContext) (int, error) { return int(ran.Add(1)), nil })
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)

@@ -43,7 +43,7 @@ func TestChildRuns(t *testing.T) {
 			}
 			return sum, nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := parent.Start(testCtx(t), []int{1, 2, 3}, nil)
@@ -83,7 +83,7 @@ func TestChildCancelledWithItsParent(t *testing.T) {
 		parent := weir.Register(e, "parent", func(ctx weir.Context, _ struct{}) (int, error) {
 			return weir.StartChild(ctx, forever, struct{}{}, &weir.ChildOptions{ID: "the-child"}).Get(ctx)
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := parent.Start(testCtx(t), struct{}{}, nil)
@@ -115,7 +115,7 @@ func TestChildEndFoundByTheParent(t *testing.T) {
 			weir.StartChild(ctx, echo, "fire and forget", nil)
 			return weir.StartChild(ctx, echo, "ignored: the run exists", &weir.ChildOptions{ID: "done-before"}).Get(ctx)
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		pre, err := echo.Start(testCtx(t), "from before", &weir.StartOptions{ID: "done-before"})
@@ -151,7 +151,7 @@ func TestChildWithABadID(t *testing.T) {
 			}
 			return err.Error(), nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := parent.Start(testCtx(t), struct{}{}, nil)
@@ -178,7 +178,7 @@ func TestChildIDOfAnotherWorkflow(t *testing.T) {
 			}
 			return "went on", nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := other.Start(testCtx(t), "first", &weir.StartOptions{ID: "taken"}); err != nil {

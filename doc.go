@@ -27,7 +27,7 @@
 //			return "42", nil
 //		})
 //	})
-//	_ = e.Start(ctx)
+//	_ = e.Work(ctx)
 //	h, _ := answer.Start(ctx, "meaning of life?", nil)
 //	for rec, err := range e.Read(ctx, h.ID, "tokens", &weir.ReadOptions{Follow: true}) { … }
 //	out, err := h.Result(ctx)

@@ -215,7 +215,7 @@ type registered struct {
 	timeout time.Duration // WithRunTimeout; 0: none
 }
 
-// New returns an engine on s. It executes nothing until Start.
+// New returns an engine on s. It executes nothing until Work.
 func New(s store.Store, cfg *Config) (*Engine, error) {
 	if s == nil {
 		return nil, errors.New("weir: nil store")
@@ -269,8 +269,11 @@ func (e *Engine) register(name string, reg *registered) {
 	e.workflows[name] = reg
 }
 
-// Start begins claiming and executing runs until Close. It returns at once.
-func (e *Engine) Start(ctx context.Context) error {
+// Work begins claiming and executing runs of the registered workflows
+// until Close. It returns at once. It returns ErrNoWorkflows when no
+// workflow is registered (and Config.NoWorker is not set): such an engine
+// would claim nothing, which is a mistake of the program.
+func (e *Engine) Work(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -278,6 +281,10 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	if e.started || e.cfg.NoWorker {
 		return nil
+	}
+	if len(e.workflows) == 0 {
+		return fmt.Errorf("%w, so this engine would claim no run: register workflows (weir.Register) before Work, "+
+			"or set Config.NoWorker for an engine that only starts and reads runs", ErrNoWorkflows)
 	}
 	e.started = true
 	ctx, e.stop = context.WithCancel(context.WithoutCancel(ctx))

@@ -25,7 +25,7 @@ func TestWorkflowCompletes(t *testing.T) {
 			}
 			return weir.Step(ctx, "add", func(sc weir.StepContext) (int, error) { return a + in[1], nil })
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), [2]int{20, 2}, nil)
@@ -46,7 +46,7 @@ func TestStartWithSameIDReturnsSameRun(t *testing.T) {
 		wf := weir.Register(e, "once", func(ctx weir.Context, in string) (string, error) {
 			return weir.Step(ctx, "s", func(sc weir.StepContext) (string, error) { calls.Add(1); return in, nil })
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h1, err := wf.Start(testCtx(t), "a", &weir.StartOptions{ID: "order-17"})
@@ -86,7 +86,7 @@ func TestStepRetryPolicy(t *testing.T) {
 				return sc.Attempt(), nil
 			}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: 4, InitialInterval: time.Millisecond}))
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, _ := wf.Start(testCtx(t), 2, nil)
@@ -139,11 +139,11 @@ func TestRetryBackoff(t *testing.T) {
 
 // tokenRun runs the demo's token workflow and returns its live and committed
 // views.
-func tokenRun(t *testing.T, s store.Full, in demo.TokensInput) (live, committed []weir.Record, out demo.TokensOutput, err error) {
+func tokenRun(t *testing.T, s store.Full, in demo.TokensInput) (live, committed []weir.StreamRecord, out demo.TokensOutput, err error) {
 	t.Helper()
 	e := newEngine(t, s, nil)
 	wf := demo.Register(e)
-	if err := e.Start(testCtx(t)); err != nil {
+	if err := e.Work(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	h, err := wf.Start(testCtx(t), in, nil)
@@ -151,7 +151,7 @@ func tokenRun(t *testing.T, s store.Full, in demo.TokensInput) (live, committed 
 		t.Fatal(err)
 	}
 	// A live reader that follows the run from before its first chunk.
-	var follow []weir.Record
+	var follow []weir.StreamRecord
 	for r, err := range e.Read(testCtx(t), h.ID, demo.TokensStream, &weir.ReadOptions{Follow: true, ApplyAborts: true}) {
 		if err != nil {
 			t.Fatal(err)
@@ -173,7 +173,7 @@ func tokenRun(t *testing.T, s store.Full, in demo.TokensInput) (live, committed 
 
 // checkLiveWithAbortsIsCommitted asserts invariant 5: once every writer
 // finished, the live view with its aborts applied is the committed view.
-func checkLiveWithAbortsIsCommitted(t *testing.T, live, committed []weir.Record) {
+func checkLiveWithAbortsIsCommitted(t *testing.T, live, committed []weir.StreamRecord) {
 	t.Helper()
 	void := map[int64]bool{}
 	for _, r := range live {
@@ -259,7 +259,7 @@ func TestStepFailingForGoodLeavesNothingCommitted(t *testing.T) {
 			}
 			return 0, err
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, _ := wf.Start(testCtx(t), 0, nil)
@@ -292,7 +292,7 @@ func TestWorkflowWritesAreCommittedAtOnce(t *testing.T) {
 			}
 			return n, nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, _ := wf.Start(testCtx(t), 3, nil)
@@ -322,7 +322,7 @@ func TestNonDeterminismFailsTheRun(t *testing.T) {
 				return 0, sc.Err()
 			})
 		})
-		if err := old.Start(testCtx(t)); err != nil {
+		if err := old.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, _ := wf.Start(testCtx(t), 0, nil)
@@ -339,7 +339,7 @@ func TestNonDeterminismFailsTheRun(t *testing.T) {
 		wf = weir.Register(e, "nondet", func(ctx weir.Context, _ int) (int, error) {
 			return weir.Step(ctx, "renamed", func(sc weir.StepContext) (int, error) { return 1, nil })
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h = wf.Handle(h.ID)
@@ -363,7 +363,7 @@ func TestCancelAbortsTheRunningStep(t *testing.T) {
 				return 0, sc.Err()
 			})
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, _ := wf.Start(testCtx(t), 0, nil)
@@ -402,7 +402,7 @@ func TestDurableSleepParksAndResumes(t *testing.T) {
 			weir.Sleep(ctx, d)
 			return n, nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
@@ -479,7 +479,7 @@ func TestZombieAttemptIsFenced(t *testing.T) {
 		cfgA.WorkerID = "A"
 		a := newEngine(t, fs, cfgA)
 		wfA := weir.Register(a, "zombie", body)
-		if err := a.Start(testCtx(t)); err != nil {
+		if err := a.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, _ := wfA.Start(testCtx(t), 0, nil)
@@ -493,7 +493,7 @@ func TestZombieAttemptIsFenced(t *testing.T) {
 		cfgB.WorkerID = "B"
 		b := newEngine(t, s, cfgB)
 		weir.Register(b, "zombie", body)
-		if err := b.Start(testCtx(t)); err != nil {
+		if err := b.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		var err error
@@ -552,7 +552,7 @@ func TestLostAppendRepliesAreResentWithoutDuplicates(t *testing.T) {
 						return n, nil
 					})
 				})
-				if err := e.Start(testCtx(t)); err != nil {
+				if err := e.Work(testCtx(t)); err != nil {
 					t.Fatal(err)
 				}
 				h, _ := wf.Start(testCtx(t), 2500, nil)
@@ -603,8 +603,8 @@ func TestPagedBatchResentInFull(t *testing.T) {
 				t.Fatalf("re-sending page at %d: %v", p, err)
 			}
 		}
-		var recs []weir.Record
-		for r, err := range weir.ReadStream(ctx, s, info.ID, nil) {
+		var recs []weir.StreamRecord
+		for r, err := range newEngine(t, s, &weir.Config{NoWorker: true}).ReadPath(ctx, info.Path, nil) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -647,7 +647,7 @@ func TestChunkOverLimitIsRefused(t *testing.T) {
 				return err.Error(), nil
 			})
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, _ := wf.Start(testCtx(t), 0, nil)

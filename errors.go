@@ -11,6 +11,9 @@ import (
 	"github.com/weirhq/weir/stream"
 )
 
+// ErrNoWorkflows is returned by Engine.Work when no workflow is registered.
+var ErrNoWorkflows = errors.New("weir: no workflow is registered")
+
 // Errors a caller of weir can test with errors.Is. The stream and store
 // packages' sentinels are re-exported so SDK users need only this package.
 var (

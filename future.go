@@ -151,14 +151,14 @@ func (p *parallel) snapshot() (ch <-chan struct{}, running bool, earliest time.T
 	return p.changed, p.running > 0, earliest
 }
 
-// Go starts the step name as the run's next durable operation, on a
+// StepAsync starts the step name as the run's next durable operation, on a
 // goroutine of its own, and returns at once. The step runs as Step runs it
 // (retries, timeouts, its own stream writer), up to Config.StepConcurrency
 // steps of one run at once. Steps started together that write one stream
 // interleave there, and each commits or aborts only its own chunks.
 //
 // A run ends only when the steps it started have finished, gotten or not.
-func Go[T any](ctx Context, name string, fn func(StepContext) (T, error), opts ...StepOption) *Future[T] {
+func StepAsync[T any](ctx Context, name string, fn func(StepContext) (T, error), opts ...StepOption) *Future[T] {
 	x := ctx.execution()
 	f := &Future[T]{f: future{kind: opStep, done: make(chan struct{})}}
 	cfg, err := x.stepConfig(opts)

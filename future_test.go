@@ -26,7 +26,7 @@ func stepChunks(i, n int) []string {
 }
 
 // byWriter groups a committed view's data by writer, in stream order.
-func byWriter(recs []weir.Record) map[string][]string {
+func byWriter(recs []weir.StreamRecord) map[string][]string {
 	out := map[string][]string{}
 	for _, r := range recs {
 		if r.Kind == stream.KindData {
@@ -47,7 +47,7 @@ func TestParallelStepsShareAStream(t *testing.T) {
 		wf := weir.Register(e, "fanout", func(ctx weir.Context, _ struct{}) (int, error) {
 			var fs []*weir.Future[int]
 			for i := range steps {
-				fs = append(fs, weir.Go(ctx, fmt.Sprintf("part-%d", i), func(sc weir.StepContext) (int, error) {
+				fs = append(fs, weir.StepAsync(ctx, fmt.Sprintf("part-%d", i), func(sc weir.StepContext) (int, error) {
 					w := sc.Stream("out")
 					want := stepChunks(i, chunks)
 					if sc.Attempt() == 1 && i%3 == 1 {
@@ -78,7 +78,7 @@ func TestParallelStepsShareAStream(t *testing.T) {
 			}
 			return sum, nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -123,7 +123,7 @@ func TestSelectRacesATimer(t *testing.T) {
 		release := make(chan struct{})
 		defer close(release)
 		wf := weir.Register(e, "race", func(ctx weir.Context, _ struct{}) (string, error) {
-			slow := weir.Go(ctx, "approval", func(sc weir.StepContext) (string, error) {
+			slow := weir.StepAsync(ctx, "approval", func(sc weir.StepContext) (string, error) {
 				select {
 				case <-release:
 					return "approved", nil
@@ -137,7 +137,7 @@ func TestSelectRacesATimer(t *testing.T) {
 			}
 			return slow.Get(ctx)
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -205,7 +205,7 @@ func TestStepTimeoutFencesTheAttempt(t *testing.T) {
 				return "second", nil
 			}, weir.WithTimeout(100*time.Millisecond))
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -258,7 +258,7 @@ func TestHeartbeatTimeout(t *testing.T) {
 				return sc.Attempt(), nil
 			}, weir.WithHeartbeatTimeout(60*time.Millisecond))
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -289,7 +289,7 @@ func TestRunTimeout(t *testing.T) {
 				return 0, context.Cause(sc)
 			})
 		}, weir.WithRunTimeout(200*time.Millisecond))
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h1, err := parked.Start(testCtx(t), struct{}{}, nil)
@@ -325,7 +325,7 @@ func TestStepConcurrencyLimit(t *testing.T) {
 		wf := weir.Register(e, "limited", func(ctx weir.Context, _ struct{}) (int, error) {
 			var fs []*weir.Future[int]
 			for i := range 12 {
-				fs = append(fs, weir.Go(ctx, "p", func(sc weir.StepContext) (int, error) {
+				fs = append(fs, weir.StepAsync(ctx, "p", func(sc weir.StepContext) (int, error) {
 					n := now.Add(1)
 					for {
 						p := peak.Load()
@@ -341,7 +341,7 @@ func TestStepConcurrencyLimit(t *testing.T) {
 			out, err := weir.All(ctx, fs...)
 			return len(out), err
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -368,7 +368,7 @@ func TestParkOnTimers(t *testing.T) {
 			executions.Add(1)
 			a := weir.NewTimer(ctx, 150*time.Millisecond)
 			b := weir.NewTimer(ctx, 300*time.Millisecond)
-			f := weir.Go(ctx, "quick", func(sc weir.StepContext) (string, error) { return "q", nil })
+			f := weir.StepAsync(ctx, "quick", func(sc weir.StepContext) (string, error) { return "q", nil })
 			if _, err := f.Get(ctx); err != nil {
 				return "", err
 			}
@@ -376,7 +376,7 @@ func TestParkOnTimers(t *testing.T) {
 			weir.Await(ctx, a, b)
 			return fmt.Sprint(first), nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -407,7 +407,7 @@ func TestFanOutResumesOnAnotherEngine(t *testing.T) {
 			return weir.Register(e, "resume", func(ctx weir.Context, _ struct{}) (int, error) {
 				var fs []*weir.Future[int]
 				for i := range 6 {
-					fs = append(fs, weir.Go(ctx, "p", func(sc weir.StepContext) (int, error) {
+					fs = append(fs, weir.StepAsync(ctx, "p", func(sc weir.StepContext) (int, error) {
 						mu.Lock()
 						runs[sc.StepID()]++
 						mu.Unlock()
@@ -439,7 +439,7 @@ func TestFanOutResumesOnAnotherEngine(t *testing.T) {
 			t.Fatal(err)
 		}
 		wf := register(e1)
-		if err := e1.Start(testCtx(t)); err != nil {
+		if err := e1.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -470,7 +470,7 @@ func TestFanOutResumesOnAnotherEngine(t *testing.T) {
 		close(gate)
 		e2 := newEngine(t, s, nil)
 		register(e2)
-		if err := e2.Start(testCtx(t)); err != nil {
+		if err := e2.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		r, err := e2.Wait(testCtx(t), h.ID)

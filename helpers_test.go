@@ -67,9 +67,9 @@ func testCtx(t testing.TB) context.Context {
 }
 
 // readAll reads a whole stream in one view, without following.
-func readAll(t testing.TB, e *weir.Engine, run, name string, view weir.View) []weir.Record {
+func readAll(t testing.TB, e *weir.Engine, run, name string, view weir.View) []weir.StreamRecord {
 	t.Helper()
-	var out []weir.Record
+	var out []weir.StreamRecord
 	for r, err := range e.Read(testCtx(t), run, name, &weir.ReadOptions{View: view}) {
 		if err != nil {
 			t.Fatal(err)
@@ -79,7 +79,7 @@ func readAll(t testing.TB, e *weir.Engine, run, name string, view weir.View) []w
 	return out
 }
 
-func dataOf(recs []weir.Record) []string {
+func dataOf(recs []weir.StreamRecord) []string {
 	var out []string
 	for _, r := range recs {
 		if r.Kind == stream.KindData {
@@ -89,8 +89,8 @@ func dataOf(recs []weir.Record) []string {
 	return out
 }
 
-func kinds(recs []weir.Record, k stream.Kind) []weir.Record {
-	var out []weir.Record
+func kinds(recs []weir.StreamRecord, k stream.Kind) []weir.StreamRecord {
+	var out []weir.StreamRecord
 	for _, r := range recs {
 		if r.Kind == k {
 			out = append(out, r)
@@ -100,7 +100,7 @@ func kinds(recs []weir.Record, k stream.Kind) []weir.Record {
 }
 
 // checkDense asserts invariant 3 on a full live read: offsets 0, 1, 2 ….
-func checkDense(t testing.TB, recs []weir.Record) {
+func checkDense(t testing.TB, recs []weir.StreamRecord) {
 	t.Helper()
 	for i, r := range recs {
 		if r.Offset != int64(i) {
@@ -111,7 +111,7 @@ func checkDense(t testing.TB, recs []weir.Record) {
 
 // checkNoDuplicates asserts invariant 1 on a committed read: each (writer,
 // seq) once.
-func checkNoDuplicates(t testing.TB, recs []weir.Record) {
+func checkNoDuplicates(t testing.TB, recs []weir.StreamRecord) {
 	t.Helper()
 	type key struct {
 		w string

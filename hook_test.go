@@ -75,7 +75,7 @@ func TestHookWaitsForApproval(t *testing.T) {
 			}
 			return out, nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), "42", nil)
@@ -145,7 +145,7 @@ func TestHookPayloadEarlyAndFromElsewhere(t *testing.T) {
 				return 0, err
 			}
 			// A step runs meanwhile, so the run stays in process.
-			busy := weir.Go(ctx, "busy", func(sc weir.StepContext) (int, error) {
+			busy := weir.StepAsync(ctx, "busy", func(sc weir.StepContext) (int, error) {
 				<-gate
 				return 1, nil
 			})
@@ -157,7 +157,7 @@ func TestHookPayloadEarlyAndFromElsewhere(t *testing.T) {
 			b, err := busy.Get(ctx)
 			return a + b, err
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -199,7 +199,7 @@ func TestHookReceiveWithin(t *testing.T) {
 			}
 			return v, nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -238,7 +238,7 @@ func TestHookBadInput(t *testing.T) {
 			_, err := weir.NewHook[int](ctx, "taken")
 			return "", err
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -297,7 +297,7 @@ func TestHookSurvivesARestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		wf := register(e1)
-		if err := e1.Start(testCtx(t)); err != nil {
+		if err := e1.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -313,7 +313,7 @@ func TestHookSurvivesARestart(t *testing.T) {
 		}
 		e2 := newEngine(t, s, cfg)
 		register(e2)
-		if err := e2.Start(testCtx(t)); err != nil {
+		if err := e2.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		r, err := e2.Wait(testCtx(t), h.ID)
@@ -343,7 +343,7 @@ func TestHookDisposedAndNegativeTimeout(t *testing.T) {
 			}
 			return err.Error(), nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), struct{}{}, nil)

@@ -62,7 +62,7 @@ func TestMessagesEarlyLateTwiceLeft(t *testing.T) {
 			}
 			return got, nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), 0, nil)
@@ -147,7 +147,7 @@ func TestSendFromAWorkflowOnce(t *testing.T) {
 		}
 		a := newEngine(t, s, nil)
 		rwf, send := register(a)
-		if err := a.Start(testCtx(t)); err != nil {
+		if err := a.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		r, err := rwf.Start(testCtx(t), 0, nil)
@@ -165,7 +165,7 @@ func TestSendFromAWorkflowOnce(t *testing.T) {
 		}
 		b := newEngine(t, s, nil)
 		recvB, sendB := register(b)
-		if err := b.Start(testCtx(t)); err != nil {
+		if err := b.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := sendB.Handle(sh.ID).Result(testCtx(t)); err != nil {
@@ -217,7 +217,7 @@ func TestRunEventsWhileRunningAndAfterARestart(t *testing.T) {
 		}
 		a := newEngine(t, s, nil)
 		wf := register(a)
-		if err := a.Start(testCtx(t)); err != nil {
+		if err := a.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), 0, nil)
@@ -246,7 +246,7 @@ func TestRunEventsWhileRunningAndAfterARestart(t *testing.T) {
 		}
 		b := newEngine(t, s, nil)
 		wf = register(b)
-		if err := b.Start(testCtx(t)); err != nil {
+		if err := b.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		if got := recv(t, next, "the next value"); got == nil || string(got.Value) != `{"done":3}` {

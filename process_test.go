@@ -80,7 +80,7 @@ func workerWorkflows(e *weir.Engine, progress io.Writer) {
 	weir.Register(e, "fanout", func(ctx weir.Context, _ struct{}) (int, error) {
 		var fs []*weir.Future[int]
 		for i := range 4 {
-			fs = append(fs, weir.Go(ctx, "part", func(sc weir.StepContext) (int, error) {
+			fs = append(fs, weir.StepAsync(ctx, "part", func(sc weir.StepContext) (int, error) {
 				w := sc.Stream("out")
 				for k := range 40 {
 					if _, err := fmt.Fprintf(w, "p%d-%02d", i, k); err != nil {
@@ -251,7 +251,7 @@ func TestWorkerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	workerWorkflows(e, os.Stdout)
-	if err := e.Start(ctx); err != nil {
+	if err := e.Work(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if os.Getenv(envWorkerHTTP) != "" {

@@ -49,8 +49,9 @@ type ReadOptions struct {
 	WaitForRun time.Duration
 }
 
-// Record is one record yielded by a reader.
-type Record struct {
+// StreamRecord is one record of a stream as a reader sees it: the
+// stream.Record, where to resume after it, and what it voids.
+type StreamRecord struct {
 	stream.Record
 	// NextOffset is where a reader that stops after this record resumes with
 	// the same view: for the committed view, the last stable offset.
@@ -64,8 +65,8 @@ type Record struct {
 // yet, a following read waits for it to appear (or for the run to end). The
 // iterator yields each record, or one error and stops: ErrNotFound for an
 // unknown run, or the context's error.
-func (e *Engine) Read(ctx context.Context, runID, name string, opts *ReadOptions) iter.Seq2[Record, error] {
-	return func(yield func(Record, error) bool) {
+func (e *Engine) Read(ctx context.Context, runID, name string, opts *ReadOptions) iter.Seq2[StreamRecord, error] {
+	return func(yield func(StreamRecord, error) bool) {
 		var o ReadOptions
 		if opts != nil {
 			o = *opts
@@ -88,7 +89,7 @@ func (e *Engine) Read(ctx context.Context, runID, name string, opts *ReadOptions
 				continue
 			}
 			if !errors.Is(err, store.ErrNotFound) {
-				yield(Record{}, err)
+				yield(StreamRecord{}, err)
 				return
 			}
 			run, err := e.store.GetRun(ctx, runID)
@@ -101,14 +102,14 @@ func (e *Engine) Read(ctx context.Context, runID, name string, opts *ReadOptions
 				if errors.Is(err, store.ErrNotFound) && !runDeadline.IsZero() {
 					err = fmt.Errorf("%w (waited %v for it)", err, o.WaitForRun)
 				}
-				yield(Record{}, fmt.Errorf("read stream %q: %w", name, err))
+				yield(StreamRecord{}, fmt.Errorf("read stream %q: %w", name, err))
 				return
 			case !o.Follow || run.Status.Terminal():
 				return // nothing was ever written
 			}
 			select {
 			case <-ctx.Done():
-				yield(Record{}, ctx.Err())
+				yield(StreamRecord{}, ctx.Err())
 				return
 			case <-time.After(delay):
 			}
@@ -117,24 +118,32 @@ func (e *Engine) Read(ctx context.Context, runID, name string, opts *ReadOptions
 	}
 }
 
-// ReadStream reads a stream by id; see Read.
-func ReadStream(ctx context.Context, s store.Store, id int64, opts *ReadOptions) iter.Seq2[Record, error] {
-	return func(yield func(Record, error) bool) {
+// ReadPath reads the stream at path, as the Durable Streams protocol names
+// it: a run's stream at runs/<run id>/<name> (Read's), or a standalone
+// stream's path. Unlike Read it does not wait for a stream that does not
+// exist yet: that is ErrNotFound at once.
+func (e *Engine) ReadPath(ctx context.Context, path string, opts *ReadOptions) iter.Seq2[StreamRecord, error] {
+	return func(yield func(StreamRecord, error) bool) {
 		var o ReadOptions
 		if opts != nil {
 			o = *opts
 		}
-		readStream(ctx, s, id, &o, yield)
+		info, err := e.store.OpenStream(ctx, &store.OpenStreamParams{Path: path})
+		if err != nil {
+			yield(StreamRecord{}, err)
+			return
+		}
+		readStream(ctx, e.store, info.ID, &o, yield)
 	}
 }
 
 // pause waits out a transient store error before a follower tries again,
 // backing off (up to a second); false: ctx ended (yielded).
-func pause(ctx context.Context, delay *time.Duration, yield func(Record, error) bool) bool {
+func pause(ctx context.Context, delay *time.Duration, yield func(StreamRecord, error) bool) bool {
 	*delay = min(max(2**delay, 50*time.Millisecond), time.Second)
 	select {
 	case <-ctx.Done():
-		yield(Record{}, ctx.Err())
+		yield(StreamRecord{}, ctx.Err())
 		return false
 	case <-time.After(*delay):
 		return true
@@ -144,11 +153,11 @@ func pause(ctx context.Context, delay *time.Duration, yield func(Record, error) 
 // readStream reads stream id. A following read rides out transient store
 // errors (a database restarting) until its context ends: it reads again
 // from where it was, so nothing is yielded twice or skipped.
-func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yield func(Record, error) bool) {
+func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yield func(StreamRecord, error) bool) {
 	var delay time.Duration
 	retry := func(err error) bool {
 		if !o.Follow || !transient(err) || ctx.Err() != nil {
-			yield(Record{}, err)
+			yield(StreamRecord{}, err)
 			return false
 		}
 		return pause(ctx, &delay, yield)
@@ -184,7 +193,7 @@ func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yi
 		for i := range res.Records {
 			r := &res.Records[i]
 			next = r.Offset + 1
-			out := Record{Record: *r, NextOffset: next}
+			out := StreamRecord{Record: *r, NextOffset: next}
 			if o.ApplyAborts {
 				out.Voided = voids.Push(r)
 			}
@@ -208,7 +217,7 @@ func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yi
 // holding about a page of data whatever the stream holds
 // (store.CommittedReader).
 func readCommitted(ctx context.Context, s store.Store, id, from int64, page int, o *ReadOptions,
-	yield func(Record, error) bool, retry func(error) bool, ok func()) {
+	yield func(StreamRecord, error) bool, retry func(error) bool, ok func()) {
 	cr := store.NewCommittedReader(s, id, from, 0)
 	for {
 		recs, _, err := cr.Next(ctx, page, 0)
@@ -220,7 +229,7 @@ func readCommitted(ctx context.Context, s store.Store, id, from int64, page int,
 		}
 		ok()
 		for _, r := range recs {
-			if !yield(Record{Record: r, NextOffset: r.Offset + 1}, nil) {
+			if !yield(StreamRecord{Record: r, NextOffset: r.Offset + 1}, nil) {
 				return
 			}
 		}

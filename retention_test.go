@@ -28,7 +28,7 @@ func TestRetentionPurgesFinishedRuns(t *testing.T) {
 				return 1, nil
 			})
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		done, err := wf.Start(testCtx(t), false, nil)

@@ -22,7 +22,7 @@ func TestReadBeforeTheRunStarts(t *testing.T) {
 				return 1, err
 			})
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		got := make(chan []string, 1)
@@ -71,7 +71,7 @@ func TestResultKeepsTheStepError(t *testing.T) {
 				return 0, errors.New("still broken")
 			}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: 3, InitialInterval: weir.NoWait}))
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), struct{}{}, nil)

@@ -41,7 +41,7 @@ func TestStreamContentType(t *testing.T) {
 			r.Workflow = errString(err)
 			return r, nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		run, err := wf.Start(testCtx(t), struct{}{}, nil)

@@ -108,7 +108,7 @@ func (w *Workflow[In, Out]) Handle(id string) *Handle[Out] { return &Handle[Out]
 // StartRun starts a run of the workflow registered as name, with input
 // already encoded as JSON. created is false if opts.ID named an existing
 // run. Returns ErrUnknownWorkflow if this engine has no such workflow.
-func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *StartOptions) (run *store.Run, created bool, err error) {
+func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *StartOptions) (run *Run, created bool, err error) {
 	e.mu.Lock()
 	_, ok := e.workflows[name]
 	closed := e.closed
@@ -219,7 +219,7 @@ func (e *Engine) Events(ctx context.Context, runID string, afterSeq int64) ([]Ev
 }
 
 // Wait waits for a run to end and returns it.
-func (e *Engine) Wait(ctx context.Context, id string) (*store.Run, error) {
+func (e *Engine) Wait(ctx context.Context, id string) (*Run, error) {
 	return e.wait(ctx, id, true)
 }
 
@@ -312,6 +312,6 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 }
 
 // GetRun returns a run. Returns ErrNotFound.
-func (e *Engine) GetRun(ctx context.Context, id string) (*store.Run, error) {
+func (e *Engine) GetRun(ctx context.Context, id string) (*Run, error) {
 	return e.store.GetRun(ctx, id)
 }

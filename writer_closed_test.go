@@ -25,7 +25,7 @@ func TestWorkflowWriterAfterTheRunEnded(t *testing.T) {
 			escaped <- w
 			return 1, nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, err := wf.Start(testCtx(t), 0, nil)
@@ -78,7 +78,7 @@ func TestStepWriterAfterTheStepReturned(t *testing.T) {
 			_, late = kept.WriteString("b")
 			return 0, nil
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		h, _ := wf.Start(testCtx(t), 0, nil)
@@ -117,7 +117,7 @@ func TestZombieThatLearnsItLostTheLease(t *testing.T) {
 				return 0, err
 			})
 		})
-		if err := e.Start(testCtx(t)); err != nil {
+		if err := e.Work(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := wf.Start(testCtx(t), 0, nil); err != nil {

@@ -42,7 +42,7 @@ func newServer(t *testing.T, cfg *server.Config, opts *client.Options) (*client.
 			return 0, weir.NonRetryable(sc.Err())
 		})
 	})
-	if err := e.Start(ctx); err != nil {
+	if err := e.Work(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var c server.Config

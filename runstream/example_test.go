@@ -33,7 +33,7 @@ func Example() {
 			return "ok", err
 		})
 	})
-	_ = e.Start(ctx)
+	_ = e.Work(ctx)
 	defer e.Close(ctx)
 
 	mux := http.NewServeMux()

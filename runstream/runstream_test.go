@@ -77,7 +77,7 @@ func newApp(t *testing.T, token string) *app {
 			return "Hi there", nil
 		}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: 2, InitialInterval: weir.NoWait}))
 	})
-	if err := e.Start(ctx); err != nil {
+	if err := e.Work(ctx); err != nil {
 		t.Fatal(err)
 	}
 	a.weir = server.New(e, &server.Config{Token: token, RequireTokenForReads: token != ""})

@@ -54,7 +54,7 @@ func TestHookDeliveryOverHTTP(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := d.e.Start(ctx); err != nil {
+		if err := d.e.Work(ctx); err != nil {
 			t.Fatal(err)
 		}
 		run, err := wf.Start(ctx, "tok-1", nil)
@@ -118,7 +118,7 @@ func TestHookCloseOverHTTP(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := d.e.Start(ctx); err != nil {
+		if err := d.e.Work(ctx); err != nil {
 			t.Fatal(err)
 		}
 		jsonHdr := []string{"Content-Type", "application/json"}

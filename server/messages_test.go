@@ -41,7 +41,7 @@ func TestMessagesAndRunEventsOverHTTP(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := d.e.Start(ctx); err != nil {
+		if err := d.e.Work(ctx); err != nil {
 			t.Fatal(err)
 		}
 		run, err := wf.Start(ctx, 0, nil)

@@ -49,7 +49,7 @@ func newTestServer(t *testing.T, cfg *Config) *testServer {
 			return 0, weir.NonRetryable(sc.Err())
 		})
 	})
-	if err := e.Start(ctx); err != nil {
+	if err := e.Work(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var c Config

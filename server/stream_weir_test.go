@@ -319,7 +319,7 @@ func TestRunStreamsAreReadOnlyDurableStreams(t *testing.T) {
 		})
 	})
 	ctx := context.Background()
-	if err := d.e.Start(ctx); err != nil {
+	if err := d.e.Work(ctx); err != nil {
 		t.Fatal(err)
 	}
 	h, err := wf.Start(ctx, struct{}{}, nil)
@@ -368,7 +368,7 @@ func TestLiveReadWaitsForARunsStream(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := d.e.Start(ctx); err != nil {
+		if err := d.e.Work(ctx); err != nil {
 			t.Fatal(err)
 		}
 		run, err := wf.Start(ctx, 0, nil)

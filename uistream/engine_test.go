@@ -54,9 +54,9 @@ func testCtx(t *testing.T) context.Context {
 }
 
 // read reads the whole stream name of run in one view.
-func read(t *testing.T, e *weir.Engine, run, name string, view weir.View) []weir.Record {
+func read(t *testing.T, e *weir.Engine, run, name string, view weir.View) []weir.StreamRecord {
 	t.Helper()
-	var out []weir.Record
+	var out []weir.StreamRecord
 	for r, err := range e.Read(testCtx(t), run, name, &weir.ReadOptions{View: view}) {
 		if err != nil {
 			t.Fatal(err)
@@ -66,7 +66,7 @@ func read(t *testing.T, e *weir.Engine, run, name string, view weir.View) []weir
 	return out
 }
 
-func data(recs []weir.Record) []string {
+func data(recs []weir.StreamRecord) []string {
 	var out []string
 	for _, r := range recs {
 		if r.Kind == weir.KindData {
@@ -76,7 +76,7 @@ func data(recs []weir.Record) []string {
 	return out
 }
 
-func count(recs []weir.Record, k weir.Kind) int {
+func count(recs []weir.StreamRecord, k weir.Kind) int {
 	n := 0
 	for _, r := range recs {
 		if r.Kind == k {
@@ -135,7 +135,7 @@ func TestEngineRetryIsAdopted(t *testing.T) {
 			return 1, nil
 		}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: 3, InitialInterval: weir.NoWait}))
 	})
-	if err := e.Start(testCtx(t)); err != nil {
+	if err := e.Work(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -238,7 +238,7 @@ func TestEngineDivergentRetry(t *testing.T) {
 			return 1, say(uistream.NewWriter(sc.Stream("ui", weir.ContentType(uistream.ContentType))), id, "forty-two.")
 		}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: 3, InitialInterval: weir.NoWait}))
 	})
-	if err := e.Start(testCtx(t)); err != nil {
+	if err := e.Work(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -258,7 +258,7 @@ func TestEngineDivergentRetry(t *testing.T) {
 	live := read(t, e, h.ID, "ui", weir.LiveView)
 	// start, start-step, text-start, "The answer ", "is " are adopted;
 	// attempt 1's chunks from its last delta (seq 5) on are aborted.
-	var aborts []weir.Record
+	var aborts []weir.StreamRecord
 	for _, r := range live {
 		if r.Kind == weir.KindAbort {
 			aborts = append(aborts, r)
@@ -309,7 +309,7 @@ func TestEngineMessageAcrossSteps(t *testing.T) {
 		}
 		return len(parts), nil
 	})
-	if err := e.Start(testCtx(t)); err != nil {
+	if err := e.Work(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	h, err := wf.Start(testCtx(t), struct{}{}, nil)
@@ -386,7 +386,7 @@ func TestEngineChunkTooLarge(t *testing.T) {
 			return err.Error(), w.Finish("")
 		})
 	})
-	if err := e.Start(testCtx(t)); err != nil {
+	if err := e.Work(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	h, err := wf.Start(testCtx(t), struct{}{}, nil)

@@ -50,7 +50,7 @@ func demoCmd(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	wf := demo.Register(e)
-	if err := e.Start(ctx); err != nil {
+	if err := e.Work(ctx); err != nil {
 		return err
 	}
 	defer e.Close(context.Background())

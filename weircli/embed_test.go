@@ -44,8 +44,8 @@ func myapp(thinkAttempts *atomic.Int64) *Config {
 			if err != nil {
 				return "", err
 			}
-			a := weir.Go(ctx, "search", func(weir.StepContext) (string, error) { return "found", nil })
-			b := weir.Go(ctx, "rank", func(weir.StepContext) (string, error) { return "ranked", nil })
+			a := weir.StepAsync(ctx, "search", func(weir.StepContext) (string, error) { return "found", nil })
+			b := weir.StepAsync(ctx, "rank", func(weir.StepContext) (string, error) { return "ranked", nil })
 			both, err := weir.All(ctx, a, b)
 			if err != nil {
 				return "", err

@@ -145,11 +145,16 @@ func serverCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 		return err
 	}
 	if len(e.Workflows()) == 0 && !*noWorker {
+		// A server of the World, or of other processes' runs: it has
+		// nothing to claim, and says so.
 		log.Warn(cfg.name() + " server: no workflow is registered: this server executes no run of its own (it serves the API, the streams and the World); register workflows with weircli.Config.Register, or pass --no-worker")
+		*noWorker = true
 	}
-	if err := e.Start(ctx); err != nil {
-		closeStore()
-		return err
+	if !*noWorker {
+		if err := e.Work(ctx); err != nil {
+			closeStore()
+			return err
+		}
 	}
 	var hosts []string
 	if loopback {

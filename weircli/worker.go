@@ -2,7 +2,6 @@ package weircli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -29,10 +28,6 @@ workers at once) and closes the store.
 
 Flags:
 `
-
-// ErrNoWorkflows is returned by `worker` when the program registered no
-// workflow: such a worker would claim nothing.
-var ErrNoWorkflows = errors.New("no workflow is registered")
 
 // workerCmd runs `worker` until ctx ends.
 func workerCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr io.Writer) error {
@@ -71,9 +66,9 @@ func workerCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 		return err
 	}
 	if len(e.Workflows()) == 0 {
-		return fmt.Errorf("worker: %w, so this worker would claim no run: register the program's workflows in weircli.Config.Register", ErrNoWorkflows)
+		return fmt.Errorf("worker: %w, so this worker would claim no run: register the program's workflows in weircli.Config.Register", weir.ErrNoWorkflows)
 	}
-	if err := e.Start(ctx); err != nil {
+	if err := e.Work(ctx); err != nil {
 		return err
 	}
 	var hs *http.Server

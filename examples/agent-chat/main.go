@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	turn := agent.Register(e, &agent.Config{TokenDelay: *tokenDelay, RetryDelay: *retryDelay})
-	if err := e.Start(ctx); err != nil {
+	if err := e.Work(ctx); err != nil {
 		return err
 	}
 	defer e.Close(context.Background())

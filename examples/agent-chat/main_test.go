@@ -30,7 +30,7 @@ func newTestApp(t *testing.T) *httptest.Server {
 		t.Fatal(err)
 	}
 	turn := agent.Register(e, &agent.Config{TokenDelay: -1, RetryDelay: time.Millisecond})
-	if err := e.Start(ctx); err != nil {
+	if err := e.Work(ctx); err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewUnstartedServer(nil)

@@ -360,7 +360,7 @@ func (v *env) engine(ctx context.Context, conc int) (*weir.Engine, func(), error
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := e.Start(ctx); err != nil {
+	if err := e.Work(ctx); err != nil {
 		return nil, nil, err
 	}
 	return e, func() {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -110,7 +111,7 @@ func tailStore(ctx context.Context, v *env, n int, gap time.Duration) ([]time.Du
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		for rec, err := range weir.ReadStream(rctx, v.store, si.ID, &weir.ReadOptions{Follow: true}) {
+		for rec, err := range readPath(rctx, v.store, si.Path, &weir.ReadOptions{Follow: true}) {
 			if err != nil {
 				done <- err
 				return
@@ -341,7 +342,7 @@ func fanout(ctx context.Context, v *env, readers, msgs int, gap time.Duration) (
 		go func() {
 			defer finished.Done()
 			got, isAttached := 0, false
-			for rec, err := range weir.ReadStream(rctx, v.store, si.ID, &weir.ReadOptions{Follow: true}) {
+			for rec, err := range readPath(rctx, v.store, si.Path, &weir.ReadOptions{Follow: true}) {
 				if err != nil {
 					if !isAttached {
 						attached.Done()
@@ -397,4 +398,22 @@ func fanout(ctx context.Context, v *env, readers, msgs int, gap time.Duration) (
 	default:
 	}
 	return lat, grown / float64(readers), nil
+}
+
+// readPath reads the stream at path through an engine that executes
+// nothing (weir.Engine.ReadPath).
+func readPath(ctx context.Context, s store.Store, path string, opts *weir.ReadOptions) iter.Seq2[weir.StreamRecord, error] {
+	return func(yield func(weir.StreamRecord, error) bool) {
+		e, err := weir.New(s, &weir.Config{NoWorker: true})
+		if err != nil {
+			yield(weir.StreamRecord{}, err)
+			return
+		}
+		defer e.Close(context.WithoutCancel(ctx))
+		for r, err := range e.ReadPath(ctx, path, opts) {
+			if !yield(r, err) {
+				return
+			}
+		}
+	}
 }

@@ -171,7 +171,7 @@ func approve(ctx weir.Context, in ApprovalInput) (ApprovalOutput, error) {
 	// run waits for the answer.
 	var notes []*weir.Future[string]
 	for _, to := range []string{"email", "chat"} {
-		notes = append(notes, weir.Go(ctx, "notify "+to, func(sc weir.StepContext) (string, error) {
+		notes = append(notes, weir.StepAsync(ctx, "notify "+to, func(sc weir.StepContext) (string, error) {
 			time.Sleep(50 * time.Millisecond)
 			msg := "asked by " + to + " to POST /v1/hooks/" + h.Token() + "\n"
 			_, err := sc.Stream(ApprovalStream).WriteString(msg)

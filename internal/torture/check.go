@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -695,7 +696,7 @@ func (c *checker) checkStream(ctx context.Context, info *store.StreamInfo, want 
 		})
 	}
 	var read []*stream.Record
-	for r, err := range weir.ReadStream(ctx, c.s, info.ID, &weir.ReadOptions{View: weir.CommittedView, PageSize: 97}) {
+	for r, err := range readPath(ctx, c.s, info.Path, &weir.ReadOptions{View: weir.CommittedView, PageSize: 97}) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("committed read of %s: %w", info.Path, err)
 		}
@@ -809,4 +810,22 @@ func (c *checker) checkProducer(ctx context.Context, p *ProducerSpec) error {
 	}
 	_, _, err = c.checkStream(ctx, info, want, false, func(string) (string, bool) { return "", false }, relaxed)
 	return err
+}
+
+// readPath reads the stream at path through an engine that executes
+// nothing (weir.Engine.ReadPath).
+func readPath(ctx context.Context, s store.Store, path string, opts *weir.ReadOptions) iter.Seq2[weir.StreamRecord, error] {
+	return func(yield func(weir.StreamRecord, error) bool) {
+		e, err := weir.New(s, &weir.Config{NoWorker: true})
+		if err != nil {
+			yield(weir.StreamRecord{}, err)
+			return
+		}
+		defer e.Close(context.WithoutCancel(ctx))
+		for r, err := range e.ReadPath(ctx, path, opts) {
+			if !yield(r, err) {
+				return
+			}
+		}
+	}
 }

@@ -244,7 +244,7 @@ type Item struct {
 	SleepMillis int
 
 	// Group, if not 0, makes the consecutive steps with the same Group run
-	// at once (weir.Go, then weir.All).
+	// at once (weir.StepAsync, then weir.All).
 	Group int `json:",omitempty"`
 	// TimeoutMillis, if not 0, is the step's start-to-close timeout;
 	// attempts 1..HangUpTo outlive it (they write, then hang, ignoring

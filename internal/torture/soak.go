@@ -113,7 +113,7 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 		}
 		return n, nil
 	})
-	if err := e.Start(ctx); err != nil {
+	if err := e.Work(ctx); err != nil {
 		return nil, err
 	}
 	ctx, stop := context.WithTimeout(ctx, o.Duration)
@@ -199,7 +199,7 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 			if i%2 == 1 {
 				view = weir.CommittedView
 			}
-			for r, err := range weir.ReadStream(ctx, s, info.ID, &weir.ReadOptions{View: view, Follow: true}) {
+			for r, err := range readPath(ctx, s, info.Path, &weir.ReadOptions{View: view, Follow: true}) {
 				if err != nil {
 					return
 				}

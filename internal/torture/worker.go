@@ -174,7 +174,7 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	for _, e := range engines {
-		if err := e.Start(ctx); err != nil {
+		if err := e.Work(ctx); err != nil {
 			return err
 		}
 	}
@@ -327,7 +327,7 @@ func runWorkflow(ctx weir.Context, rs *RunSpec, env *wfEnv) (int, error) {
 				var fs []*weir.Future[int]
 				for j := idx; j < len(rs.Items) && rs.Items[j].Group == it.Group; j++ {
 					gi := &rs.Items[j]
-					fs = append(fs, weir.Go(ctx, gi.Name, stepFunc(rs, gi, report, out), stepOptions(gi)...))
+					fs = append(fs, weir.StepAsync(ctx, gi.Name, stepFunc(rs, gi, report, out), stepOptions(gi)...))
 				}
 				for _, f := range fs {
 					if _, err := f.Get(ctx); err != nil {

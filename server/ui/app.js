@@ -320,7 +320,7 @@ function b64bytes(d) {
 }
 
 // renderGantt draws each step (every attempt from its start to its outcome)
-// as a bar on one time axis, so steps that ran at once (weir.Go) sit side by
+// as a bar on one time axis, so steps that ran at once (weir.StepAsync) sit side by
 // side, with their durations; a step still running reaches to now.
 function renderGantt(events, ended) {
   const steps = new Map(); // op -> {name, start, end, state}

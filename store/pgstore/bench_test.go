@@ -87,7 +87,7 @@ func BenchmarkStepStreamRuns(b *testing.B) {
 func benchStepStreamRuns(b *testing.B, s store.Store) {
 	e := benchEngine(b, s)
 	wf := registerStreamer(e)
-	if err := e.Start(b.Context()); err != nil {
+	if err := e.Work(b.Context()); err != nil {
 		b.Fatal(err)
 	}
 	var elapsed time.Duration
@@ -196,7 +196,7 @@ func BenchmarkStepStreamLarge(b *testing.B) {
 	s := open(b, newSchema(b), &pgstore.Config{MaxConns: 24})
 	e := benchEngine(b, s)
 	wf := registerStreamer(e)
-	if err := e.Start(b.Context()); err != nil {
+	if err := e.Work(b.Context()); err != nil {
 		b.Fatal(err)
 	}
 	var elapsed time.Duration

@@ -144,7 +144,7 @@ func TestPGWorkerProcess(t *testing.T) {
 			})
 		})
 	}
-	if err := e.Start(ctx); err != nil {
+	if err := e.Work(ctx); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprintln(progress, "ready")

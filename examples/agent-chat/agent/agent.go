@@ -166,8 +166,8 @@ func turn(ctx weir.Context, c *Config, in Turn) (Answer, error) {
 			return out, ui.ToolOutputAvailable(callID, map[string]string{"result": out})
 		}
 	}
-	weather := weir.Go(ctx, "tool: weather", tool("call-weather", func() string { return weatherIn(city) }))
-	clock := weir.Go(ctx, "tool: clock", tool("call-clock", func() string { return "14:05 local time" }))
+	weather := weir.StepAsync(ctx, "tool: weather", tool("call-weather", func() string { return weatherIn(city) }))
+	clock := weir.StepAsync(ctx, "tool: clock", tool("call-clock", func() string { return "14:05 local time" }))
 	results, err := weir.All(ctx, weather, clock)
 	if err != nil {
 		return Answer{}, err
