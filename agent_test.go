@@ -830,12 +830,12 @@ func TestSenderClosesAHookAndEachEnds(t *testing.T) {
 	})
 }
 
-// childFirstStore holds a Record that starts a child (child_started) until
+// childFirstStore holds an Advance that starts a child (child_started) until
 // the child has ended: the child's end is then in its parent's log before
 // its start.
 type childFirstStore struct{ store.Full }
 
-func (c *childFirstStore) Record(ctx context.Context, p *store.RecordParams) error {
+func (c *childFirstStore) Advance(ctx context.Context, p *store.AdvanceParams) error {
 	for _, ev := range p.Events {
 		if ev.Type != store.EventChildStarted {
 			continue
@@ -851,7 +851,7 @@ func (c *childFirstStore) Record(ctx context.Context, p *store.RecordParams) err
 			time.Sleep(time.Millisecond)
 		}
 	}
-	return c.Full.Record(ctx, p)
+	return c.Full.Advance(ctx, p)
 }
 
 // A child that ends before its parent recorded its start: the end is in

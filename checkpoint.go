@@ -38,14 +38,14 @@ type recorder struct {
 	mu      sync.Mutex
 	start   bool                // run_started is not written yet
 	startAt time.Time           // when the execution began: run_started's time
-	pending *store.RecordParams // a step outcome not written yet
+	pending *store.AdvanceParams // a step outcome not written yet
 	timer   *time.Timer         // writes pending when StepOutcomeDelay passes
 	err     error               // the failure of a write the timer made, for the next record
 }
 
 // recordErr writes p with whatever waits to be written (recorder), fenced by
 // this execution's lease.
-func (x *execution) recordErr(p *store.RecordParams) error {
+func (x *execution) recordErr(p *store.AdvanceParams) error {
 	r := &x.rec
 	r.mu.Lock()
 	if err := r.err; err != nil {
@@ -73,7 +73,7 @@ func (x *execution) recordErr(p *store.RecordParams) error {
 
 // deferRecord makes p, a completed step's outcome, wait for the run's next
 // record (recorder); with StepOutcomeDelay NoWait it is written now.
-func (x *execution) deferRecord(p *store.RecordParams) error {
+func (x *execution) deferRecord(p *store.AdvanceParams) error {
 	delay := x.e.cfg.StepOutcomeDelay
 	if delay == NoWait {
 		return x.recordErr(p)
@@ -138,7 +138,7 @@ func (x *execution) settle() {
 	r.pending, r.err = nil, nil
 	r.stopTimer()
 	if pend == nil && r.start {
-		pend = &store.RecordParams{} // the run's start, alone
+		pend = &store.AdvanceParams{} // the run's start, alone
 	}
 	if pend != nil && err == nil {
 		err = x.writeLocked(pend)
@@ -168,7 +168,7 @@ func (r *recorder) stopTimer() {
 
 // writeLocked writes p, preceded by the run's start if it is not written
 // yet; the caller holds rec.mu.
-func (x *execution) writeLocked(p *store.RecordParams) error {
+func (x *execution) writeLocked(p *store.AdvanceParams) error {
 	if !x.rec.start {
 		return x.write(p)
 	}
@@ -182,20 +182,20 @@ func (x *execution) writeLocked(p *store.RecordParams) error {
 }
 
 // write is one store transaction.
-func (x *execution) write(p *store.RecordParams) error {
+func (x *execution) write(p *store.AdvanceParams) error {
 	p.RunID, p.LeaseEpoch = x.run.ID, x.epoch
 	// The run's own context may be cancelled (a cancel, a stop) while the
 	// outcome still has to be written.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
 	defer cancel()
-	return x.e.store.Record(ctx, p)
+	return x.e.store.Advance(ctx, p)
 }
 
 // mergeRecords returns one record that does what a then b do, if there is
 // one: a is a step outcome (events, a fence, a finish) the recorder owns and
 // drops; a record has at most one fence and one finish, and decides its
 // finish before it raises its fence.
-func mergeRecords(a, b *store.RecordParams) (*store.RecordParams, bool) {
+func mergeRecords(a, b *store.AdvanceParams) (*store.AdvanceParams, bool) {
 	if a.Fence != nil && b.Fence != nil || a.Finish != nil && b.Finish != nil {
 		return nil, false
 	}

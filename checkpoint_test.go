@@ -17,9 +17,9 @@ type countingStore struct {
 	records, claims, lists atomic.Int64
 }
 
-func (c *countingStore) Record(ctx context.Context, p *store.RecordParams) error {
+func (c *countingStore) Advance(ctx context.Context, p *store.AdvanceParams) error {
 	c.records.Add(1)
-	return c.Full.Record(ctx, p)
+	return c.Full.Advance(ctx, p)
 }
 
 func (c *countingStore) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*store.Run, error) {
@@ -52,7 +52,7 @@ func eventTypes(evs []store.Event) []store.EventType {
 	return out
 }
 
-// A run started here of three short steps costs one Record: it is leased
+// A run started here of three short steps costs one Advance: it is leased
 // as it is created (no claim, no look at its empty log), its start rides
 // with its first record, and each step's outcome waits for the next. The
 // log is the same as when each is written alone (StepOutcomeDelay NoWait).

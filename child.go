@@ -17,7 +17,7 @@ import (
 // operation; the child's id is deterministic, so replay finds the same
 // child. Its end reaches the parent as a delivery to a hook the parent made
 // for it (before creating the child), in the same transaction as the end
-// itself (store.RecordParams.Deliver): recorded once in the parent's log,
+// itself (store.AdvanceParams.Deliver): recorded once in the parent's log,
 // waking the parent if it parked, whenever the child's worker dies. A
 // parent also looks at its children's rows now and then (a child that
 // ended before weir did this, or whose parent's hook was missing), and
@@ -135,7 +135,7 @@ func StartChild[In, Out any](ctx Context, wf *Workflow[In, Out], in In, opts *Ch
 		if err != nil {
 			x.storeFailed(err)
 		}
-		x.record(&store.RecordParams{Events: []store.Event{{Type: store.EventChildStarted, Op: op, Name: id, Data: []byte(strconv.Quote(wf.name))}}})
+		x.record(&store.AdvanceParams{Events: []store.Event{{Type: store.EventChildStarted, Op: op, Name: id, Data: []byte(strconv.Quote(wf.name))}}})
 		st.kind, st.child = opChild, id
 		x.e.nudge()
 	}

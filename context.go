@@ -267,7 +267,7 @@ func (x *execution) inline() *stepEnv {
 }
 
 // record writes p, leaving on failure as execution.record does.
-func (env *stepEnv) record(p *store.RecordParams) {
+func (env *stepEnv) record(p *store.AdvanceParams) {
 	if err := env.x.recordErr(p); err != nil {
 		env.fail(err)
 	}
@@ -286,7 +286,7 @@ func (env *stepEnv) fail(err error) {
 
 // deferRecord makes p wait for the run's next record, leaving on failure as
 // record does.
-func (env *stepEnv) deferRecord(p *store.RecordParams) {
+func (env *stepEnv) deferRecord(p *store.AdvanceParams) {
 	if err := env.x.deferRecord(p); err != nil {
 		env.fail(err)
 	}
@@ -308,7 +308,7 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 		if attempt > int64(policy.MaxAttempts) {
 			// The last allowed attempt died with its worker.
 			msg := fmt.Sprintf("attempt %d ended without an outcome (worker lost) and no attempt is left", st.lastAttempt)
-			env.record(&store.RecordParams{
+			env.record(&store.AdvanceParams{
 				Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: st.lastAttempt, Error: msg, Final: true}},
 				Finish: &store.Finish{Writer: stepWriter(op), Attempt: st.lastAttempt},
 			})
@@ -344,7 +344,7 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 		}
 		if err == nil {
 			wrote := attempt > 1 || start.written()
-			p := start.fold(&store.RecordParams{
+			p := start.fold(&store.AdvanceParams{
 				Events: []store.Event{{Type: store.EventStepCompleted, Op: op, Name: name, Attempt: attempt, Data: data}},
 			})
 			if wrote {
@@ -369,7 +369,7 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 		}
 		if policy.retryable(err) && attempt < int64(policy.MaxAttempts) {
 			retryAt := time.Now().Add(policy.Backoff(attempt))
-			p := start.fold(&store.RecordParams{
+			p := start.fold(&store.AdvanceParams{
 				Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: attempt, Error: err.Error(), WakeAt: retryAt}},
 			})
 			if fence != nil {
@@ -380,9 +380,9 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 			continue
 		}
 		// The last attempt: its output is aborted, and a timed-out one is
-		// fenced off at once too (the Record decides its finish first).
+		// fenced off at once too (the Advance decides its finish first).
 		kind := failureOf(err)
-		p := start.fold(&store.RecordParams{
+		p := start.fold(&store.AdvanceParams{
 			Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: attempt, Error: err.Error(), Final: true, Data: kind}},
 			Finish: &store.Finish{Writer: stepWriter(op), Attempt: attempt},
 		})
@@ -522,7 +522,7 @@ func (x *execution) endInterrupted(r exitReason, start *stepStart, st *opState) 
 		return nil
 	}
 	op, attempt := start.op, start.attempt
-	p := start.fold(&store.RecordParams{
+	p := start.fold(&store.AdvanceParams{
 		Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: start.name, Attempt: attempt, Error: context.Cause(x.ctx).Error(), Final: true}},
 		Finish: &store.Finish{Writer: stepWriter(op), Attempt: attempt},
 	})
@@ -606,13 +606,13 @@ func Sleep(ctx Context, d time.Duration) {
 	if st == nil {
 		st = &opState{kind: opSleep, wakeAt: time.Now().Add(d)}
 		x.ops[op] = st
-		x.record(&store.RecordParams{Events: []store.Event{{Type: store.EventSleepScheduled, Op: op, WakeAt: st.wakeAt}}})
+		x.record(&store.AdvanceParams{Events: []store.Event{{Type: store.EventSleepScheduled, Op: op, WakeAt: st.wakeAt}}})
 	}
 	if st.fired {
 		return
 	}
 	x.waitUntil(st.wakeAt)
-	x.record(&store.RecordParams{Events: []store.Event{{Type: store.EventSleepFired, Op: op}}})
+	x.record(&store.AdvanceParams{Events: []store.Event{{Type: store.EventSleepFired, Op: op}}})
 	st.fired = true
 }
 
@@ -644,8 +644,8 @@ func newStepStart(x *execution, op int64, name string, attempt int64) *stepStart
 	return s
 }
 
-func (s *stepStart) params() *store.RecordParams {
-	return &store.RecordParams{
+func (s *stepStart) params() *store.AdvanceParams {
+	return &store.AdvanceParams{
 		Events: []store.Event{{Type: store.EventStepStarted, Op: s.op, Name: s.name, Attempt: s.attempt, At: s.at}},
 		Fence:  &store.Fence{Writer: stepWriter(s.op), Attempt: s.attempt},
 	}
@@ -669,7 +669,7 @@ func (s *stepStart) ensure() error {
 
 // fold stops the timer and, if the start is not recorded yet, puts it in
 // front of p (the attempt's outcome). p may be nil: the attempt is abandoned.
-func (s *stepStart) fold(p *store.RecordParams) *store.RecordParams {
+func (s *stepStart) fold(p *store.AdvanceParams) *store.AdvanceParams {
 	s.timer.Stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -332,7 +332,7 @@ func NewTimer(ctx Context, d time.Duration) *Future[time.Time] {
 		}
 		st = &opState{kind: opSleep, wakeAt: time.Now().Add(max(d, 0))}
 		x.ops[op] = st
-		x.record(&store.RecordParams{Events: []store.Event{{Type: store.EventSleepScheduled, Op: op, WakeAt: st.wakeAt}}})
+		x.record(&store.AdvanceParams{Events: []store.Event{{Type: store.EventSleepScheduled, Op: op, WakeAt: st.wakeAt}}})
 	}
 	f.f.st, f.f.wakeAt, f.val = st, st.wakeAt, st.wakeAt
 	if st.fired {
@@ -346,7 +346,7 @@ func (x *execution) fireTimer(f *future) {
 	if f.st == nil || f.st.fired {
 		return
 	}
-	x.record(&store.RecordParams{Events: []store.Event{{Type: store.EventSleepFired, Op: f.op}}})
+	x.record(&store.AdvanceParams{Events: []store.Event{{Type: store.EventSleepFired, Op: f.op}}})
 	f.st.fired = true
 }
 
@@ -388,7 +388,7 @@ func Select(ctx Context, fs ...Awaitable) int {
 		f.st.fired = true
 	}
 	x.ops[op] = &opState{kind: opSelect, chosen: i}
-	x.record(&store.RecordParams{Events: evs})
+	x.record(&store.AdvanceParams{Events: evs})
 	if f.kind == opHook || f.kind == opMessage {
 		x.took(f) // chosen: it takes its payload now
 	}
@@ -556,7 +556,7 @@ func (x *execution) park(t time.Time, look bool) {
 	if !x.deadline.IsZero() && x.deadline.Before(t) {
 		t = x.deadline
 	}
-	p := &store.RecordParams{Release: true, WakeAt: t}
+	p := &store.AdvanceParams{Release: true, WakeAt: t}
 	if x.hooks > 0 || x.receives {
 		// A delivery after this execution's last look wakes the run at
 		// once (the store compares the log with what it saw).

@@ -167,7 +167,7 @@ func Send(ctx Context, runID, topic string, v any) error {
 	ev.Data, _ = json.Marshal(sj)
 	st = &opState{kind: opSend, child: runID, errMsg: ev.Error, output: ev.Data}
 	x.ops[op] = st
-	x.record(&store.RecordParams{Events: []store.Event{ev}})
+	x.record(&store.AdvanceParams{Events: []store.Event{ev}})
 	if err == nil && !res.Duplicate {
 		x.e.hookDelivered(runID)
 		x.e.nudge()
@@ -216,7 +216,7 @@ func SetEvent(ctx Context, key string, v any) error {
 		return NonRetryable(fmt.Errorf("weir: set event %q: %w: a value of %d bytes, the limit is %d", key, ErrTooLarge, len(value), store.MaxEventValue))
 	}
 	x.ops[op] = &opState{kind: opEvent, name: key}
-	x.record(&store.RecordParams{Events: []store.Event{{Type: store.EventSet, Op: op, Name: key, Data: value}}})
+	x.record(&store.AdvanceParams{Events: []store.Event{{Type: store.EventSet, Op: op, Name: key, Data: value}}})
 	x.e.eventSet(x.run.ID)
 	return nil
 }

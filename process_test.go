@@ -304,12 +304,12 @@ func processStore(t *testing.T, kind string) (env []string, open func() store.Fu
 	}
 }
 
-// dieAfterChildStore kills its process right after a Record that ended a
+// dieAfterChildStore kills its process right after an Advance that ended a
 // child run (any run but the one under test) returns.
 type dieAfterChildStore struct{ store.Full }
 
-func (d *dieAfterChildStore) Record(ctx context.Context, p *store.RecordParams) error {
-	err := d.Full.Record(ctx, p)
+func (d *dieAfterChildStore) Advance(ctx context.Context, p *store.AdvanceParams) error {
+	err := d.Full.Advance(ctx, p)
 	if err == nil && p.Status.Terminal() && p.RunID != "run-under-test" {
 		fmt.Println("child ended; dying")
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

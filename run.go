@@ -210,7 +210,7 @@ func (x *execution) interrupted() (exitReason, bool) {
 
 // record writes one engine transaction, fenced by this execution's lease.
 // From workflow code, a failure unwinds the goroutine.
-func (x *execution) record(p *store.RecordParams) {
+func (x *execution) record(p *store.AdvanceParams) {
 	if x.readOnly {
 		x.leave(exitFrontier, nil)
 	}
@@ -369,7 +369,7 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 
 // release gives the lease up so any worker resumes the run at once.
 func (x *execution) release() {
-	if err := x.recordErr(&store.RecordParams{Release: true}); err != nil && !errors.Is(err, store.ErrLeaseLost) {
+	if err := x.recordErr(&store.AdvanceParams{Release: true}); err != nil && !errors.Is(err, store.ErrLeaseLost) {
 		x.e.log.Warn("weir: release run", "run", x.run.ID, "err", err)
 	}
 }
@@ -377,7 +377,7 @@ func (x *execution) release() {
 // finish ends the run with status: a terminal event, the status, and every
 // stream of the run closed, in one transaction.
 func (x *execution) finish(status store.RunStatus, out []byte, runErr error) {
-	p := &store.RecordParams{Status: status, Output: out, CloseStreams: true}
+	p := &store.AdvanceParams{Status: status, Output: out, CloseStreams: true}
 	switch status {
 	case store.RunCompleted:
 		p.Events = []store.Event{{Type: store.EventRunCompleted, Data: out}}
@@ -434,7 +434,7 @@ func (x *execution) finishAborted(status store.RunStatus, cause error) {
 	}
 	for op, st := range x.ops {
 		if st.kind == opStep && st.open {
-			p := &store.RecordParams{
+			p := &store.AdvanceParams{
 				Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: st.name, Attempt: st.lastAttempt, Error: cause.Error(), Final: true}},
 				Finish: &store.Finish{Writer: stepWriter(op), Attempt: st.lastAttempt},
 			}

@@ -41,8 +41,8 @@ func (s *instrumentedStore) CreateRun(ctx context.Context, p *store.CreateRunPar
 	return r, created, err
 }
 
-func (s *instrumentedStore) Record(ctx context.Context, p *store.RecordParams) error {
-	err := s.Full.Record(ctx, p)
+func (s *instrumentedStore) Advance(ctx context.Context, p *store.AdvanceParams) error {
+	err := s.Full.Advance(ctx, p)
 	if err == nil {
 		for i := range p.Events {
 			s.runs.event(p.Events[i].Type, 1)

@@ -307,8 +307,8 @@ func (p *PurgeRunsParams) WithDefaults() *PurgeRunsParams {
 	return &out
 }
 
-// Check validates a Record call.
-func (p *RecordParams) Check() error {
+// Check validates an Advance call.
+func (p *AdvanceParams) Check() error {
 	if err := CheckRunID(p.RunID); err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@
 //
 // # Transactions
 //
-// Record is the engine's one write: it appends events to a run's log, changes
+// Advance is the engine's one write: it appends events to a run's log, changes
 // the run, and commits or aborts a step's writer on every stream of the run,
 // atomically, fenced by the run's lease. That is how a step's outcome and its
 // stream commit can never disagree.
@@ -94,7 +94,7 @@ const (
 )
 
 // Store is the core of weir's storage, what every backend implements: runs,
-// their logs and leases, and their streams. A Record applies every effect
+// their logs and leases, and their streams. An Advance applies every effect
 // of the engine's events (hooks created, messages taken, children's ends
 // delivered: package store/apply decides them), so the engine runs on the
 // core alone; the entry points outsiders use to reach those — delivering to
@@ -126,12 +126,12 @@ type Store interface {
 	// ListEvents returns a run's events with Seq > afterSeq, in order.
 	// Returns ErrNotFound for an unknown run.
 	ListEvents(ctx context.Context, runID string, afterSeq int64) ([]Event, error)
-	// Record applies one engine transaction (see RecordParams). Returns
+	// Advance applies one engine transaction (see AdvanceParams). Returns
 	// ErrLeaseLost if p.LeaseEpoch is not the run's current epoch, or the
 	// lease was released, or the run has finished; the stream rules' errors if
 	// a writer cannot be committed or aborted (a Finish below the writer's
 	// fence is *stream.FencedError). On error nothing is written.
-	Record(ctx context.Context, p *RecordParams) error
+	Advance(ctx context.Context, p *AdvanceParams) error
 
 	// OpenStream returns the stream at p.Path, creating it if p.Create.
 	// Returns ErrNotFound if it does not exist and p.Create is false, or if
@@ -147,7 +147,7 @@ type Store interface {
 	// ErrNotFound, ErrTooLarge, ErrInvalid, or the rules' errors:
 	// stream.ErrClosed, *stream.FencedError, *stream.GapError,
 	// *stream.ConflictError, stream.ErrWriterFinished, stream.ErrMode. The
-	// fence of a run stream's step writer (RecordParams.Fence) is applied.
+	// fence of a run stream's step writer (AdvanceParams.Fence) is applied.
 	Append(ctx context.Context, p *AppendParams) (*AppendResult, error)
 	// FinishWriter commits or aborts one writer on one stream (stream.Commit,
 	// stream.Abort), for writers outside the engine. Returns ErrNotFound and
@@ -211,7 +211,7 @@ type Messages interface {
 	// ErrGone (the run ended), ErrKeyReused, ErrTooLarge, ErrInvalid.
 	SendMessage(ctx context.Context, p *SendMessageParams) (*MessageSent, error)
 	// GetRunEvent returns the value run runID's workflow last set for key
-	// (the event_set events a Record writes). Returns ErrNotFound for an
+	// (the event_set events an Advance writes). Returns ErrNotFound for an
 	// unknown run, or a key it never set.
 	GetRunEvent(ctx context.Context, runID, key string) (*RunEvent, error)
 	// ListRunEvents returns the latest value of each key run runID set,
@@ -525,7 +525,7 @@ const (
 	// that replay does not send it again.
 	EventMessageSent EventType = "message_sent"
 	// EventSet is a run event the workflow set (weir.SetEvent): Name its
-	// key, Data its value. A Record that writes one also makes it the
+	// key, Data its value. An Advance that writes one also makes it the
 	// key's latest value (GetRunEvent).
 	EventSet EventType = "event_set"
 	// EventMessagesTaken rides with the run's end: Data is how many
@@ -557,8 +557,8 @@ type PurgeRunsParams struct {
 	Limit  int       // the most runs deleted; 0: 100
 }
 
-// RecordParams is one engine transaction on a run.
-type RecordParams struct {
+// AdvanceParams is one engine transaction on a run.
+type AdvanceParams struct {
 	RunID      string
 	LeaseEpoch int64 // required: fences a worker that lost the run
 	// Events are appended to the run's log in order.
@@ -566,8 +566,8 @@ type RecordParams struct {
 	// Fence raises the lowest attempt Writer may append with on the run's
 	// streams: a step attempt begins. Older attempts are then refused appends,
 	// commits and aborts with *stream.FencedError, even on streams where the
-	// newer attempt has not written. It is raised after the Record's Finish,
-	// which is decided against the fence as it was: a Record may abort an
+	// newer attempt has not written. It is raised after the Advance's Finish,
+	// which is decided against the fence as it was: an Advance may abort an
 	// attempt and fence it off at once.
 	Fence *Fence
 	// Finish commits or aborts Writer at Attempt on every stream of the run it
@@ -595,7 +595,7 @@ type RecordParams struct {
 	// child's worker dies). Its RunID is required and its IdempotencyKey
 	// must be empty. A delivery the hook refuses (its hook unknown,
 	// disposed or of another run; its run ended or gone) refuses nothing
-	// of the Record: it is not made.
+	// of the Advance: it is not made.
 	Deliver *DeliverHookParams
 }
 

@@ -123,7 +123,7 @@ func recordLoop(ctx context.Context, v *env, n int) (time.Duration, error) {
 	epoch := runs[0].LeaseEpoch
 	t0 := time.Now()
 	for i := range n {
-		err := v.store.Record(ctx, &store.RecordParams{RunID: id, LeaseEpoch: epoch, Events: []store.Event{
+		err := v.store.Advance(ctx, &store.AdvanceParams{RunID: id, LeaseEpoch: epoch, Events: []store.Event{
 			{Type: store.EventStepCompleted, Op: int64(i + 1), Name: "s", Attempt: 1, Data: []byte("0")},
 		}})
 		if err != nil {
@@ -132,7 +132,7 @@ func recordLoop(ctx context.Context, v *env, n int) (time.Duration, error) {
 		v.prog.add(1)
 	}
 	d := time.Since(t0)
-	err = v.store.Record(ctx, &store.RecordParams{RunID: id, LeaseEpoch: epoch, Status: store.RunCompleted, Output: []byte("0"), CloseStreams: true})
+	err = v.store.Advance(ctx, &store.AdvanceParams{RunID: id, LeaseEpoch: epoch, Status: store.RunCompleted, Output: []byte("0"), CloseStreams: true})
 	return d, err
 }
 

@@ -56,7 +56,7 @@ const (
 	// (mid-stream); another starts on the same store.
 	FaultStreamKill FaultKind = "stream-kill"
 	// FaultChildKill: a worker process kills itself (SIGKILL) right after
-	// the Record that ended a child run committed, before anything else it
+	// the Advance that ended a child run committed, before anything else it
 	// would do for that end (telling the parent). The first After worker
 	// processes of the trial each strike once; not scheduled on progress.
 	FaultChildKill FaultKind = "child-kill"

@@ -772,8 +772,8 @@ func produce(ctx context.Context, s store.Full, p *ProducerSpec, w, inc int, out
 
 // newChildKiller returns what a worker does after each Record: while the
 // trial's child-kills have not all struck (a file in dir marks each), it
-// kills itself right after the Record that ended a child run.
-func newChildKiller(t *Trial, dir string, out *output) func(p *store.RecordParams) {
+// kills itself right after the Advance that ended a child run.
+func newChildKiller(t *Trial, dir string, out *output) func(p *store.AdvanceParams) {
 	strikes := 0
 	for _, f := range t.Faults {
 		if f.Kind == FaultChildKill {
@@ -791,7 +791,7 @@ func newChildKiller(t *Trial, dir string, out *output) func(p *store.RecordParam
 			}
 		}
 	}
-	return func(p *store.RecordParams) {
+	return func(p *store.AdvanceParams) {
 		if !p.Status.Terminal() || !children[p.RunID] {
 			return
 		}
@@ -815,7 +815,7 @@ type gatedStore struct {
 	store.Full
 	mu          sync.Mutex
 	gate        chan struct{} // non-nil while frozen
-	afterRecord func(p *store.RecordParams)
+	afterRecord func(p *store.AdvanceParams)
 }
 
 func (g *gatedStore) freeze() {
@@ -859,9 +859,9 @@ func (g *gatedStore) ListEvents(ctx context.Context, id string, after int64) ([]
 	return g.Full.ListEvents(ctx, id, after)
 }
 
-func (g *gatedStore) Record(ctx context.Context, p *store.RecordParams) error {
+func (g *gatedStore) Advance(ctx context.Context, p *store.AdvanceParams) error {
 	g.pass()
-	err := g.Full.Record(ctx, p)
+	err := g.Full.Advance(ctx, p)
 	if err == nil && g.afterRecord != nil {
 		g.afterRecord(p)
 	}

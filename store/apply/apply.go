@@ -1,5 +1,5 @@
 // Package apply holds the request-level rules of weir's stores, once: what
-// an Append, a FinishWriter, a CloseStream and a Record do, in which order,
+// an Append, a FinishWriter, a CloseStream and an Advance do, in which order,
 // and what a refused request leaves behind (nothing). The chunk rules they
 // call are package stream's.
 //
@@ -8,7 +8,7 @@
 // A backend implements [Tx]: loads and saves of the state the rules need,
 // inside its own transaction, with its own SQL, locking and caching. It
 // validates a request (the Params' Check and WithDefaults), opens or joins a
-// transaction, and calls [Append], [Finish], [Close] or [Record]; it decides
+// transaction, and calls [Append], [Finish], [Close] or [Advance]; it decides
 // nothing itself. Create and delete decisions that a backend's SQL carries
 // out its own way (a fork's copy runs server-side on PostgreSQL) are pure
 // functions here too: [ForkPoint], [Delete], [Release], [Touch].
@@ -62,7 +62,7 @@ type Key struct {
 	ExpiresAt time.Time
 }
 
-// Run is a run's lease and log position, as Record checks and changes it.
+// Run is a run's lease and log position, as Advance checks and changes it.
 type Run struct {
 	ID        string
 	Epoch     int64
@@ -74,7 +74,7 @@ type Run struct {
 	CancelRequested bool
 }
 
-// RunChange is how a Record changes its run's row.
+// RunChange is how an Advance changes its run's row.
 type RunChange struct {
 	// Status, if not empty, is the run's new status; Output and Error go
 	// with it.

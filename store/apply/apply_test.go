@@ -162,7 +162,7 @@ func TestAppendRenewsTTLAndRecordsTheClosingProducer(t *testing.T) {
 	}
 }
 
-func leased(p store.RecordParams) *store.RecordParams {
+func leased(p store.AdvanceParams) *store.AdvanceParams {
 	p.RunID, p.LeaseEpoch = "r", 1
 	return &p
 }
@@ -182,7 +182,7 @@ func TestRecordLease(t *testing.T) {
 			tc.setup(m.runs["r"])
 			before := m.snapshot()
 			m.begin()
-			err := Record(m, leased(store.RecordParams{Events: []store.Event{{Type: store.EventRunStarted}}}), t0)
+			err := Advance(m, leased(store.AdvanceParams{Events: []store.Event{{Type: store.EventRunStarted}}}), t0)
 			if !errors.Is(err, store.ErrLeaseLost) || err.Error() != tc.msg {
 				t.Fatalf("err = %v, want %q", err, tc.msg)
 			}
@@ -193,7 +193,7 @@ func TestRecordLease(t *testing.T) {
 	}
 }
 
-// A finish that one stream refuses refuses the whole Record, and nothing
+// A finish that one stream refuses refuses the whole Advance, and nothing
 // of it is written, though other streams would have taken it.
 func TestRecordFinishRefusedOnOneStreamChangesNothing(t *testing.T) {
 	m := fixture()
@@ -204,7 +204,7 @@ func TestRecordFinishRefusedOnOneStreamChangesNothing(t *testing.T) {
 	m.streams[4].Head.Closed = true // closed under the writer: it cannot commit there
 	before := m.snapshot()
 	m.begin()
-	err := Record(m, leased(store.RecordParams{
+	err := Advance(m, leased(store.AdvanceParams{
 		Events: []store.Event{{Type: store.EventStepCompleted, Op: 1}},
 		Fence:  &store.Fence{Writer: w, Attempt: 1},
 		Finish: &store.Finish{Writer: w, Attempt: 1, Commit: true},
@@ -217,7 +217,7 @@ func TestRecordFinishRefusedOnOneStreamChangesNothing(t *testing.T) {
 	}
 }
 
-// A Record's finish is decided against the fence as it was, and the fence
+// An Advance's finish is decided against the fence as it was, and the fence
 // it raises comes after: an attempt that fails for good is aborted and
 // fenced off at once, even from the streams it never wrote on (issue 19's
 // third case: a last attempt that timed out after writing). A finish
@@ -227,7 +227,7 @@ func TestRecordFinishesThenFences(t *testing.T) {
 	w := "step/1"
 	mustAppend(t, m, store.AppendParams{StreamID: 1, Writer: w, Attempt: 2, Chunks: chunks("a")})
 	m.begin()
-	if err := Record(m, leased(store.RecordParams{
+	if err := Advance(m, leased(store.AdvanceParams{
 		Fence:  &store.Fence{Writer: w, Attempt: 3},
 		Finish: &store.Finish{Writer: w, Attempt: 2},
 	}), t0); err != nil {
@@ -245,7 +245,7 @@ func TestRecordFinishesThenFences(t *testing.T) {
 		t.Fatalf("a late append of the fenced attempt elsewhere: %v, want ErrFenced", err)
 	}
 	m.begin()
-	err := Record(m, leased(store.RecordParams{Finish: &store.Finish{Writer: w, Attempt: 2, Commit: true}}), t0)
+	err := Advance(m, leased(store.AdvanceParams{Finish: &store.Finish{Writer: w, Attempt: 2, Commit: true}}), t0)
 	var fe *stream.FencedError
 	if !errors.As(err, &fe) || fe.Current != 3 {
 		t.Fatalf("a finish below the fence: %v, want fenced at 3", err)
@@ -257,7 +257,7 @@ func TestRecordWritesInOrder(t *testing.T) {
 	w := "step/1"
 	mustAppend(t, m, store.AppendParams{StreamID: 1, Writer: w, Attempt: 1, Chunks: chunks("a", "b")})
 	m.begin()
-	err := Record(m, leased(store.RecordParams{
+	err := Advance(m, leased(store.AdvanceParams{
 		Events:       []store.Event{{Type: store.EventStepCompleted, Op: 1}, {Type: store.EventRunCompleted, At: t0.Add(time.Second)}},
 		Fence:        &store.Fence{Writer: w, Attempt: 1},
 		Finish:       &store.Finish{Writer: w, Attempt: 1, Commit: true},
@@ -352,7 +352,7 @@ func TestSaveFailuresReachTheCaller(t *testing.T) {
 		m := fixture()
 		m.failAt = n
 		m.begin()
-		err := Record(m, leased(store.RecordParams{
+		err := Advance(m, leased(store.AdvanceParams{
 			Events: []store.Event{{Type: store.EventStepStarted, Op: 1}},
 			Fence:  &store.Fence{Writer: "step/1", Attempt: 1}, CloseStreams: true, Status: store.RunCompleted,
 		}), t0)
@@ -418,7 +418,7 @@ func property(t *testing.T, seed uint64) {
 			reads.AppendReads(&p, run)
 			_, err = Append(m, p.WithDefaults(func() time.Time { return now }))
 		case 2:
-			p := store.RecordParams{RunID: "r", LeaseEpoch: int64(1 + pick(2)/1)}
+			p := store.AdvanceParams{RunID: "r", LeaseEpoch: int64(1 + pick(2)/1)}
 			if pick(2) == 0 {
 				p.Events = []store.Event{{Type: store.EventStepStarted, Op: int64(pick(3))}}
 			}
@@ -431,8 +431,8 @@ func property(t *testing.T, seed uint64) {
 			}
 			p.CloseStreams = pick(10) == 0
 			desc = fmt.Sprintf("record %+v fence %+v finish %+v", p, p.Fence, p.Finish)
-			reads.RecordReads(&p)
-			err = Record(m, &p, now)
+			reads.AdvanceReads(&p)
+			err = Advance(m, &p, now)
 		case 3:
 			if pick(2) == 0 {
 				id := int64(1 + pick(4))

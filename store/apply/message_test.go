@@ -52,11 +52,11 @@ func TestMessageRule(t *testing.T) {
 	}
 }
 
-// A Record's event_set events become their keys' latest values.
+// An Advance's event_set events become their keys' latest values.
 func TestRecordSetsRunEvents(t *testing.T) {
 	m := fixture()
 	m.begin()
-	if err := Record(m, leased(store.RecordParams{Events: []store.Event{
+	if err := Advance(m, leased(store.AdvanceParams{Events: []store.Event{
 		{Type: store.EventSet, Op: 1, Name: "status", Data: []byte(`"started"`)},
 		{Type: store.EventSet, Op: 2, Name: "status", Data: []byte(`"half"`)},
 	}}), t0); err != nil {

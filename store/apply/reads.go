@@ -7,9 +7,9 @@ import "github.com/weirhq/weir/store"
 // applies any of them (pgstore). A load the Reads of its request do not list
 // finds nothing; the package's tests check that every load is listed.
 type Reads struct {
-	// Runs are loaded with Run, and locked: a Record's run, and the run of a
+	// Runs are loaded with Run, and locked: an Advance's run, and the run of a
 	// stream a writer appends to or finishes on (its fences must be read
-	// after any Record that raises one commits).
+	// after any Advance that raises one commits).
 	Runs []string
 	// Streams are loaded with Stream.
 	Streams []int64
@@ -27,7 +27,7 @@ type Reads struct {
 	Producers []StreamKey
 	Keys      []StreamKey
 	// Hooks are loaded with Hook (by token), and locked before the runs: a
-	// Record's delivery (its run is in Runs).
+	// Advance's delivery (its run is in Runs).
 	Hooks []string
 }
 
@@ -80,8 +80,8 @@ func (r *Reads) FinishReads(p *store.FinishWriterParams, run string) {
 // CloseReads adds what Close(id) loads.
 func (r *Reads) CloseReads(id int64) { r.Streams = append(r.Streams, id) }
 
-// RecordReads adds what Record(p) loads.
-func (r *Reads) RecordReads(p *store.RecordParams) {
+// AdvanceReads adds what Advance(p) loads.
+func (r *Reads) AdvanceReads(p *store.AdvanceParams) {
 	r.Runs = append(r.Runs, p.RunID)
 	if p.Finish != nil || p.CloseStreams {
 		r.RunStreams = append(r.RunStreams, p.RunID)

@@ -9,11 +9,11 @@ import (
 	"github.com/weirhq/weir/stream"
 )
 
-// Record applies one engine transaction on tx (store.RecordParams), in this
+// Advance applies one engine transaction on tx (store.AdvanceParams), in this
 // order: the lease check, the events, the writer's finish on every stream
 // of the run it wrote on, the fence, the stream closes, the run's change.
 // The finish is the outcome of an attempt the fence as it stood allowed;
-// a fence above it, in the same Record, then keeps that attempt out of
+// a fence above it, in the same Advance, then keeps that attempt out of
 // every stream of the run (a step whose last attempt timed out fails for
 // good with its output aborted, and its zombie is fenced even from the
 // streams it had not reached).
@@ -21,9 +21,9 @@ import (
 //
 // Everything that can refuse it is checked first: the lease, then the
 // finish on each stream (tried on copies of the streams' and writers'
-// state). So a refused Record has changed nothing, and one that passes
+// state). So a refused Advance has changed nothing, and one that passes
 // cannot fail but for a save.
-func Record(tx Tx, p *store.RecordParams, now time.Time) error {
+func Advance(tx Tx, p *store.AdvanceParams, now time.Time) error {
 	run, err := tx.Run(p.RunID)
 	if err != nil {
 		return err
@@ -31,7 +31,7 @@ func Record(tx Tx, p *store.RecordParams, now time.Time) error {
 	if err := CheckLease(run, p.LeaseEpoch); err != nil {
 		return err
 	}
-	var fence int64 // the fence of p.Fence's writer before this Record
+	var fence int64 // the fence of p.Fence's writer before this Advance
 	if f := p.Fence; f != nil {
 		if fence, err = tx.Fence(run.ID, f.Writer); err != nil {
 			return err
@@ -48,7 +48,7 @@ func Record(tx Tx, p *store.RecordParams, now time.Time) error {
 		}
 	}
 
-	// Nothing can refuse the Record from here on.
+	// Nothing can refuse the Advance from here on.
 	unseen := p.Release && p.SeenEvents > 0 && run.LastEvent > p.SeenEvents
 	if len(p.Events) > 0 {
 		evs := make([]store.Event, len(p.Events))
@@ -107,7 +107,7 @@ func Record(tx Tx, p *store.RecordParams, now time.Time) error {
 	return deliverWith(tx, p.Deliver, now)
 }
 
-// deliverWith makes a Record's delivery (store.RecordParams.Deliver) on tx:
+// deliverWith makes an Advance's delivery (store.AdvanceParams.Deliver) on tx:
 // a delivery the hook's rules refuse is not made, and refuses nothing.
 func deliverWith(tx Tx, d *store.DeliverHookParams, now time.Time) error {
 	if d == nil {
@@ -127,7 +127,7 @@ func deliverWith(tx Tx, d *store.DeliverHookParams, now time.Time) error {
 }
 
 // Change is how p changes its run's row.
-func Change(p *store.RecordParams, now time.Time) *RunChange {
+func Change(p *store.AdvanceParams, now time.Time) *RunChange {
 	terminal := p.Status.Terminal()
 	c := &RunChange{Status: p.Status, Release: p.Release || terminal, Ended: terminal, Now: now}
 	if p.Status != "" {
@@ -193,7 +193,7 @@ func tryFinishAll(tx Tx, run string, f *store.Finish, fence int64) ([]tried, err
 }
 
 // CheckLease returns nil if run is leased at epoch, else why not: an error
-// matching store.ErrLeaseLost. Record and RenewLease explain a lost lease
+// matching store.ErrLeaseLost. Advance and RenewLease explain a lost lease
 // with it on every backend.
 func CheckLease(run *Run, epoch int64) error {
 	switch {

@@ -43,7 +43,7 @@ type WorldTx interface {
 // then the entities, the events at the run's next slots and the stream
 // effects are saved, in one transaction. Everything that can refuse the
 // event is checked first, the finish of the step's writer on each stream
-// included (tried on copies, as Record does).
+// included (tried on copies, as Advance does).
 func WorldEvent(tx WorldTx, p *store.WorldEventParams, ids world.IDs) (*store.WorldEventResult, error) {
 	req := &p.Request
 	st, err := loadWorld(tx, req)

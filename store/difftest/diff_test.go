@@ -408,7 +408,7 @@ func (g *gen) hookOp(now time.Time) *op {
 
 func (g *gen) record() *op {
 	run := g.pick(runs)
-	p := store.RecordParams{RunID: run, LeaseEpoch: g.epoch(run)}
+	p := store.AdvanceParams{RunID: run, LeaseEpoch: g.epoch(run)}
 	w := g.pick(writers[:2])
 	for range g.n(3) {
 		ev := store.Event{Type: store.EventType(g.pick([]string{"step_started", "step_completed", "step_failed", "sleep_scheduled", "event_set"})),
@@ -450,8 +450,8 @@ func (g *gen) record() *op {
 			p.Deliver = &store.DeliverHookParams{RunID: to, Token: g.pick([]string{"h1", "h2", "h3"}), Payload: []byte(`{"end":1}`), OnlyFirst: g.chance(2)}
 		}
 	}
-	return &op{desc: fmt.Sprintf("Record %+v fence %+v finish %+v deliver %+v", p, p.Fence, p.Finish, p.Deliver), run: func(ctx context.Context, sd *side) string {
-		return sd.norm(sd.s.Record(ctx, &p))
+	return &op{desc: fmt.Sprintf("Advance %+v fence %+v finish %+v deliver %+v", p, p.Fence, p.Finish, p.Deliver), run: func(ctx context.Context, sd *side) string {
+		return sd.norm(sd.s.Advance(ctx, &p))
 	}}
 }
 

@@ -9,7 +9,7 @@ import (
 
 // Group commit.
 //
-// Every write (Append, Record, FinishWriter, CloseStream, CreateRun,
+// Every write (Append, Advance, FinishWriter, CloseStream, CreateRun,
 // OpenStream's creation, ClaimRuns) is an op handed to the store's
 // committers. A committer takes the ops waiting, up to Config.MaxBatch, and
 // applies them in one transaction of two pipelined round trips (group.go):

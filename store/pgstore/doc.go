@@ -19,7 +19,7 @@
 //
 // # Group commit, transactions and locks
 //
-// Every write (Append, Record, FinishWriter, CloseStream, CreateRun,
+// Every write (Append, Advance, FinishWriter, CloseStream, CreateRun,
 // OpenStream's creation, ClaimRuns) goes through the store's committers
 // ([Config.Committers]):
 // each takes the writes waiting, up to [Config.MaxBatch], and applies them
@@ -36,10 +36,10 @@
 //     statement each: groups in any number of processes cannot deadlock one
 //     another. Appends to one stream are serialized by its row lock and by
 //     nothing else.
-//   - A Record locks its run FOR NO KEY UPDATE (which a run stream's
+//   - An Advance locks its run FOR NO KEY UPDATE (which a run stream's
 //     foreign-key check does not wait for), and so does an append by a writer to
 //     one of the run's streams: an append reads the run's fences after any
-//     Record that raises one has committed, so a zombie attempt is fenced on
+//     Advance that raises one has committed, so a zombie attempt is fenced on
 //     every stream from the moment the new attempt's start commits.
 //   - A claim takes runnable runs with FOR NO KEY UPDATE SKIP LOCKED:
 //     claimers never wait for each other nor share a run. It skips the runs
@@ -52,7 +52,7 @@
 // new attempt may cure (a lost connection, a server restart, a serialization
 // failure or deadlock) are retried for up to [Config.RetryFor]. When the
 // connection is lost after the commit was sent, the outcome is unknown: each
-// group saves a random token with the rows it writes (the run of a Record,
+// group saves a random token with the rows it writes (the run of an Advance,
 // the writer row of an append or finish, the batch of an anonymous append),
 // so a retried write finds out whether its group committed and is never
 // applied twice (a retried claim gets back the runs its lost try took).

@@ -18,8 +18,8 @@ import (
 // Locks are taken run first, then streams, each set in id order and in one
 // statement (ORDER BY id FOR UPDATE locks rows in that order), so groups in
 // any number of processes cannot deadlock one another. A run is locked FOR
-// UPDATE both for a Record and for an append by a writer to one of its
-// streams: the append must read the run's fences after any Record that
+// UPDATE both for an Advance and for an append by a writer to one of its
+// streams: the append must read the run's fences after any Advance that
 // raises them has committed.
 type group struct {
 	s     *Store
@@ -35,7 +35,7 @@ type group struct {
 	fences    map[fenceKey]*gFence
 	producers map[prodKey]*gProducer
 	keys      map[prodKey]*gKey
-	hooks     map[string]*gHook // locked, by token (a Record's delivery)
+	hooks     map[string]*gHook // locked, by token (an Advance's delivery)
 	runEvents []runEventRow     // run events set (event_set events)
 	anonDone  map[anonKey]bool  // a retried anonymous append's batch exists
 
@@ -64,12 +64,12 @@ type prodKey struct {
 }
 type anonKey struct{ stream, token int64 }
 
-// gRun is a locked run: its lease, and the change a Record makes.
+// gRun is a locked run: its lease, and the change an Advance makes.
 type gRun struct {
 	apply.Run
-	dbToken int64 // the token of the last Record that committed on it
+	dbToken int64 // the token of the last Advance that committed on it
 	change  *apply.RunChange
-	// recorded: a Record of this run is in the group, whose token the row
+	// recorded: an Advance of this run is in the group, whose token the row
 	// then gets; a run only delivered to keeps its own.
 	recorded bool
 }
@@ -317,11 +317,11 @@ func (g *group) AddEvents(run *apply.Run, evs []store.Event) error {
 }
 
 // SaveRun records the change of a run, to be written with the group's
-// token (a retried Record finds it: see recordOp).
+// token (a retried Advance finds it: see advanceOp).
 func (g *group) SaveRun(run *apply.Run, c *apply.RunChange) error {
 	r := g.runs[run.ID]
 	if old := r.change; old != nil {
-		// Two changes of one run in one group (two Records, or a Record and
+		// Two changes of one run in one group (two Advances, or an Advance and
 		// a delivery): the row ends as if they had been written one after
 		// the other.
 		if c.Status == "" {
@@ -340,9 +340,9 @@ func (g *group) SaveRun(run *apply.Run, c *apply.RunChange) error {
 	return nil
 }
 
-// The group's apply.HookTx, for a Record's delivery: its hook was locked
+// The group's apply.HookTx, for an Advance's delivery: its hook was locked
 // in the first round trip; the keys of deliveries are never loaded (a
-// Record's delivery has none).
+// Advance's delivery has none).
 
 var _ apply.HookTx = (*group)(nil)
 
@@ -354,7 +354,7 @@ func (g *group) Hook(token string) (*apply.Hook, error) {
 	return nil, nil
 }
 
-// HookKey is not planned: a Record's delivery has no idempotency key.
+// HookKey is not planned: an Advance's delivery has no idempotency key.
 func (g *group) HookKey(token, key string) (*apply.Key, error) {
 	return nil, fmt.Errorf("pgstore: a group reads no hook keys (hook %q, key %q)", token, key)
 }
@@ -369,7 +369,7 @@ func (g *group) SaveHook(h *apply.Hook, fresh bool) error {
 	return nil
 }
 
-// SaveHookKey is never called: a Record's delivery has no idempotency key.
+// SaveHookKey is never called: an Advance's delivery has no idempotency key.
 func (g *group) SaveHookKey(token, key string, k *apply.Key) error {
 	return fmt.Errorf("pgstore: a group saves no hook keys (hook %q, key %q)", token, key)
 }

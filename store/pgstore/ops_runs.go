@@ -8,28 +8,28 @@ import (
 
 // The ops on runs.
 
-// recordOp is a Record. Its group saves its token on the run row: when the
+// advanceOp is an Advance. Its group saves its token on the run row: when the
 // connection is lost after the commit was sent, the retry finds the token
-// and knows the Record committed. So a Record is never applied twice, and an
+// and knows the Advance committed. So an Advance is never applied twice, and an
 // error still means nothing was written.
-type recordOp struct {
+type advanceOp struct {
 	opBase
-	p   *store.RecordParams // checked
+	p   *store.AdvanceParams // checked
 	now int64
 	evs int // bytes of its events, for size
 }
 
-func newRecordOp(p *store.RecordParams, now int64) *recordOp {
-	o := &recordOp{p: p, now: now, evs: len(p.Output)}
+func newRecordOp(p *store.AdvanceParams, now int64) *advanceOp {
+	o := &advanceOp{p: p, now: now, evs: len(p.Output)}
 	for i := range p.Events {
 		o.evs += len(p.Events[i].Data) + len(p.Events[i].Error)
 	}
 	return o
 }
 
-func (o *recordOp) plan(g *group, r *readPlan) { r.RecordReads(o.p) }
+func (o *advanceOp) plan(g *group, r *readPlan) { r.AdvanceReads(o.p) }
 
-func (o *recordOp) apply(g *group) error {
+func (o *advanceOp) apply(g *group) error {
 	r := g.runs[o.p.RunID]
 	if r != nil && o.prevToken != 0 && r.dbToken == o.prevToken {
 		return nil // an earlier try committed
@@ -37,11 +37,11 @@ func (o *recordOp) apply(g *group) error {
 	if r != nil {
 		r.recorded = true
 	}
-	return apply.Record(g, o.p, sqlrow.Time(o.now))
+	return apply.Advance(g, o.p, sqlrow.Time(o.now))
 }
 
-func (o *recordOp) size() int  { return 256 + o.evs }
-func (o *recordOp) clear(bool) {}
+func (o *advanceOp) size() int  { return 256 + o.evs }
+func (o *advanceOp) clear(bool) {}
 
 // createRunOp is a CreateRun: the run is inserted in the first round trip
 // unless it exists, and found either way (a retry finds the run its lost

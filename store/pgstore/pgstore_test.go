@@ -186,7 +186,7 @@ func TestTwoStoresShareWriters(t *testing.T) {
 	app(a, 1, 0, "c0", "c1", "c2") // a caches the writer at seq 3
 	app(b, 1, 3, "c3", "c4")       // b writes on: a's cache is stale
 	// Attempt 2, through a, re-emits everything: all five adopted.
-	if err := a.Record(ctx, &store.RecordParams{RunID: "r", LeaseEpoch: epoch, Fence: &store.Fence{Writer: "step/1", Attempt: 2}}); err != nil {
+	if err := a.Advance(ctx, &store.AdvanceParams{RunID: "r", LeaseEpoch: epoch, Fence: &store.Fence{Writer: "step/1", Attempt: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	acks := app(a, 2, 0, "c0", "c1", "c2", "c3", "c4")
@@ -201,7 +201,7 @@ func TestTwoStoresShareWriters(t *testing.T) {
 		t.Fatalf("zombie append through b: err = %v, want ErrFenced", err)
 	}
 	// b commits attempt 2 (its cache never had it: rebuilt).
-	if err := b.Record(ctx, &store.RecordParams{RunID: "r", LeaseEpoch: epoch, Finish: &store.Finish{Writer: "step/1", Attempt: 2, Commit: true}}); err != nil {
+	if err := b.Advance(ctx, &store.AdvanceParams{RunID: "r", LeaseEpoch: epoch, Finish: &store.Finish{Writer: "step/1", Attempt: 2, Commit: true}}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := a.Read(ctx, &store.ReadParams{StreamID: si.ID})

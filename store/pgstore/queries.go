@@ -247,9 +247,9 @@ func newQueries(schema string) *queries {
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[], $4::bytea[], $5::bigint[])
 		ON CONFLICT (stream_id, key) DO UPDATE SET digest = excluded.digest, result = excluded.result,
 			expires_at = excluded.expires_at`)
-	// A run a Record of the group changed gets the group's token; a run
-	// only delivered to (a Record's delivery) keeps its own, which its own
-	// retried Record looks for, and is made claimable now if parked.
+	// A run an Advance of the group changed gets the group's token; a run
+	// only delivered to (an Advance's delivery) keeps its own, which its own
+	// retried Advance looks for, and is made claimable now if parked.
 	set(&q.updateRuns, `UPDATE $S.runs x SET
 			status = CASE WHEN u.set_status THEN u.status ELSE x.status END,
 			output = CASE WHEN u.set_status THEN u.output ELSE x.output END,

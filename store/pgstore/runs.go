@@ -244,9 +244,9 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64) ([
 	return out, nil
 }
 
-// Record applies one engine transaction (apply.Record) in a group commit
-// (recordOp). Any failure undoes all of it.
-func (s *Store) Record(ctx context.Context, p *store.RecordParams) error {
+// Advance applies one engine transaction (apply.Advance) in a group commit
+// (advanceOp). Any failure undoes all of it.
+func (s *Store) Advance(ctx context.Context, p *store.AdvanceParams) error {
 	if err := p.Check(); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}

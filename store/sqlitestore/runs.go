@@ -258,14 +258,14 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64) ([
 	return out, nil
 }
 
-// Record applies one engine transaction (apply.Record). Any failure undoes
+// Advance applies one engine transaction (apply.Advance). Any failure undoes
 // all of it.
-func (s *Store) Record(ctx context.Context, p *store.RecordParams) error {
+func (s *Store) Advance(ctx context.Context, p *store.AdvanceParams) error {
 	if err := p.Check(); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	now := s.cfg.Now()
-	err := s.write(ctx, func(tx *wtx) error { return apply.Record(tx, p, now) })
+	err := s.write(ctx, func(tx *wtx) error { return apply.Advance(tx, p, now) })
 	if err != nil {
 		return fmt.Errorf("record: %w", err)
 	}

@@ -300,7 +300,7 @@ ALTER TABLE runs ADD COLUMN parent_id TEXT NOT NULL DEFAULT '';
 `,
 	// 8: messages to a run (store.Store.SendMessage): what sends with an
 	// idempotency key left; and run events (weir.SetEvent): each key's
-	// latest value, set by the Record that writes its event_set event.
+	// latest value, set by the Advance that writes its event_set event.
 	`
 CREATE TABLE message_keys (
 	run_id     TEXT    NOT NULL,

@@ -153,7 +153,7 @@ func testConcurrency(t *testing.T, h harness) {
 
 	t.Run("FailuresStayAlone", func(t *testing.T) {
 		t.Parallel()
-		// Operations that fail, some after changing state (a Record whose
+		// Operations that fail, some after changing state (an Advance whose
 		// commit succeeds on one stream and is fenced on the next), run at
 		// once with operations that succeed, so that stores that share
 		// transactions between callers mix them: each failure must undo
@@ -202,20 +202,20 @@ func testConcurrency(t *testing.T, h harness) {
 		})
 		wg.Go(func() {
 			for range n {
-				err := s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch,
+				err := s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch,
 					Events: []store.Event{{Type: store.EventStepCompleted, Name: "bad"}},
 					Finish: &store.Finish{Writer: "split", Attempt: 1, Commit: true}})
 				if !errors.Is(err, stream.ErrFenced) {
-					t.Errorf("fenced Record: err = %v", err)
+					t.Errorf("fenced Advance: err = %v", err)
 				}
 			}
 		})
 		wg.Go(func() {
 			for range n {
-				err := s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch,
+				err := s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch,
 					Events: []store.Event{{Type: store.EventStepStarted, Name: "ok"}}})
 				if err != nil {
-					t.Errorf("Record: %v", err)
+					t.Errorf("Advance: %v", err)
 				}
 			}
 		})
@@ -248,8 +248,8 @@ func testConcurrency(t *testing.T, h harness) {
 				t.Fatalf("good chunk %d acked at %d, which holds %v", i, ack.Offset, r)
 			}
 		}
-		// The state the failed Records touched is intact.
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Finish: &store.Finish{Writer: "split", Attempt: 2, Commit: true}}))
+		// The state the failed Advances touched is intact.
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Finish: &store.Finish{Writer: "split", Attempt: 2, Commit: true}}))
 		logA, logB = readAll(t, s, a.ID), readAll(t, s, b.ID)
 		if got := kinds(logA[len(logA)-2:]); got != fmt.Sprintf("%d:abort{split a2 from 0} %d:commit{split a2 count 0} ", len(logA)-2, len(logA)-1) {
 			t.Fatalf("stream a ends with %s", got)

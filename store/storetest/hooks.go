@@ -98,7 +98,7 @@ func testHooks(t *testing.T, h harness) {
 		must(t, err)
 		// r1 ends: its hook is disposed, deliveries are refused, and the
 		// token is free for r2, whose hook knows nothing of r1's keys.
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: e1, Status: store.RunCompleted,
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: e1, Status: store.RunCompleted,
 			Events: []store.Event{{Type: store.EventRunCompleted}}}))
 		_, err = s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "tok", Payload: []byte(`2`)})
 		wantErr(t, err, store.ErrGone)
@@ -124,7 +124,7 @@ func testHooks(t *testing.T, h harness) {
 		epoch := startRun(t, s, "r1")
 		must(t, s.CreateHook(ctx(t), hook("r1", epoch, "tok", 1)))
 		far := time.Now().Add(24 * time.Hour)
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: far}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: far}))
 		if runs, _ := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl}); len(runs) != 0 {
 			t.Fatalf("a parked run was claimed: %v", runIDs(runs))
 		}
@@ -143,7 +143,7 @@ func testHooks(t *testing.T, h harness) {
 		seen := evs[len(evs)-1].Seq
 		_, err = s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "tok", Payload: []byte(`2`)})
 		must(t, err)
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: far, SeenEvents: seen}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: far, SeenEvents: seen}))
 		if runs, _ := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl}); len(runs) != 1 {
 			t.Fatal("a run parked behind an unseen delivery stayed parked")
 		}
@@ -153,14 +153,14 @@ func testHooks(t *testing.T, h harness) {
 		// A child's end and the delivery of it to its parent's hook are one
 		// transaction: a parked parent is claimable at once, a second
 		// delivery of an end (OnlyFirst) adds nothing, and a delivery
-		// nobody takes refuses nothing of the Record.
+		// nobody takes refuses nothing of the Advance.
 		t.Parallel()
 		s := h.New(t)
 		pe := startRun(t, s, "parent")
 		must(t, s.CreateHook(ctx(t), hook("parent", pe, "child_c1", 2)))
 		must(t, s.CreateHook(ctx(t), hook("parent", pe, "child_c2", 3)))
 		far := time.Now().Add(24 * time.Hour)
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "parent", LeaseEpoch: pe, Release: true, WakeAt: far}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "parent", LeaseEpoch: pe, Release: true, WakeAt: far}))
 		for _, id := range []string{"c1", "c2"} {
 			_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: id, Workflow: "wf", Parent: "parent"})
 			must(t, err)
@@ -172,7 +172,7 @@ func testHooks(t *testing.T, h harness) {
 		}
 		epochs := map[string]int64{runs[0].ID: runs[0].LeaseEpoch, runs[1].ID: runs[1].LeaseEpoch}
 		end := func(child string, d *store.DeliverHookParams) error {
-			return s.Record(ctx(t), &store.RecordParams{RunID: child, LeaseEpoch: epochs[child], Status: store.RunCompleted,
+			return s.Advance(ctx(t), &store.AdvanceParams{RunID: child, LeaseEpoch: epochs[child], Status: store.RunCompleted,
 				Output: []byte(`1`), Events: []store.Event{{Type: store.EventRunCompleted}}, Deliver: d})
 		}
 		must(t, end("c1", &store.DeliverHookParams{RunID: "parent", Token: "child_c1", Payload: []byte(`{"status":"completed"}`), OnlyFirst: true}))
@@ -189,7 +189,7 @@ func testHooks(t *testing.T, h harness) {
 			t.Fatalf("a second end: %+v %v, want a duplicate", res, err)
 		}
 		// A delivery to a hook of another run than it names, or to none,
-		// is not made; the Record is.
+		// is not made; the Advance is.
 		must(t, end("c2", &store.DeliverHookParams{RunID: "elsewhere", Token: "child_c2", Payload: []byte(`1`), OnlyFirst: true}))
 		if r, _ := s.GetRun(ctx(t), "c2"); r.Status != store.RunCompleted {
 			t.Fatalf("child c2 is %s", r.Status)
@@ -197,8 +197,8 @@ func testHooks(t *testing.T, h harness) {
 		if got := events(t, s, "parent", store.EventHookReceived); len(got) != 1 {
 			t.Fatalf("the parent got %d deliveries, want 1", len(got))
 		}
-		bad := &store.RecordParams{RunID: "c1", LeaseEpoch: 1, Deliver: &store.DeliverHookParams{RunID: "parent", Token: "t", IdempotencyKey: "k"}}
-		wantErr(t, s.Record(ctx(t), bad), store.ErrInvalid)
+		bad := &store.AdvanceParams{RunID: "c1", LeaseEpoch: 1, Deliver: &store.DeliverHookParams{RunID: "parent", Token: "t", IdempotencyKey: "k"}}
+		wantErr(t, s.Advance(ctx(t), bad), store.ErrInvalid)
 	})
 
 	t.Run("ASenderClosesTheHook", func(t *testing.T) {
@@ -210,7 +210,7 @@ func testHooks(t *testing.T, h harness) {
 		epoch := startRun(t, s, "r1")
 		must(t, s.CreateHook(ctx(t), hook("r1", epoch, "a", 1)))
 		must(t, s.CreateHook(ctx(t), hook("r1", epoch, "b", 2)))
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: time.Now().Add(24 * time.Hour)}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: time.Now().Add(24 * time.Hour)}))
 		res, err := s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "a", Payload: []byte(`1`), Close: true})
 		must(t, err)
 		if !res.Closed || res.Count != 1 {
@@ -254,7 +254,7 @@ func testHooks(t *testing.T, h harness) {
 		epoch := startRun(t, s, "r1")
 		must(t, s.RequestCancel(ctx(t), "r1"))
 		// The worker had not heard of the cancel when it parked the run.
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: time.Now().Add(time.Hour)}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: time.Now().Add(time.Hour)}))
 		runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl})
 		must(t, err)
 		if len(runs) != 1 || !runs[0].CancelRequested {
@@ -286,7 +286,7 @@ func testHooks(t *testing.T, h harness) {
 		s := h.New(t)
 		epoch := startRun(t, s, "r1")
 		must(t, s.CreateHook(ctx(t), hook("r1", epoch, "t", 1)))
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Status: store.RunCompleted}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Status: store.RunCompleted}))
 		n, err := s.PurgeRuns(ctx(t), &store.PurgeRunsParams{Before: time.Now().Add(time.Hour)})
 		must(t, err)
 		if n != 1 {

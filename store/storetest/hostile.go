@@ -59,15 +59,15 @@ func testHostile(t *testing.T, h harness) {
 				_, err := s.RenewLease(ctx(t), &store.RenewLeaseParams{RunID: bad, LeaseEpoch: 1, LeaseTTL: ttl})
 				return err
 			},
-			"Record run": func() error {
-				return s.Record(ctx(t), &store.RecordParams{RunID: bad, LeaseEpoch: epoch})
+			"Advance run": func() error {
+				return s.Advance(ctx(t), &store.AdvanceParams{RunID: bad, LeaseEpoch: epoch})
 			},
-			"Record event name": func() error {
-				return s.Record(ctx(t), &store.RecordParams{RunID: "r", LeaseEpoch: epoch,
+			"Advance event name": func() error {
+				return s.Advance(ctx(t), &store.AdvanceParams{RunID: "r", LeaseEpoch: epoch,
 					Events: []store.Event{{Type: store.EventStepStarted, Name: bad}}})
 			},
-			"Record fence writer": func() error {
-				return s.Record(ctx(t), &store.RecordParams{RunID: "r", LeaseEpoch: epoch,
+			"Advance fence writer": func() error {
+				return s.Advance(ctx(t), &store.AdvanceParams{RunID: "r", LeaseEpoch: epoch,
 					Fence: &store.Fence{Writer: bad + strings.Repeat("y", stream.MaxWriterLen), Attempt: 1}})
 			},
 			"OpenStream path": func() error {
@@ -91,8 +91,8 @@ func testHostile(t *testing.T, h harness) {
 			// Texts without a length limit of their own beyond the
 			// request's: only their bytes are refused.
 			for name, f := range map[string]func() error{
-				"Record event error": func() error {
-					return s.Record(ctx(t), &store.RecordParams{RunID: "r", LeaseEpoch: epoch,
+				"Advance event error": func() error {
+					return s.Advance(ctx(t), &store.AdvanceParams{RunID: "r", LeaseEpoch: epoch,
 						Events: []store.Event{{Type: store.EventStepFailed, Error: bad}}})
 				},
 				"Append writer": func() error {

@@ -11,7 +11,7 @@ import (
 )
 
 // testInvariants drives the engine's protocol (fence, append, retry, commit
-// or abort in the step's Record) through seeded random histories and checks
+// or abort in the step's Advance) through seeded random histories and checks
 // the invariants of the stream contract at the end:
 //
 //  1. No duplicates: each (writer, seq) of a committed attempt is in the
@@ -50,10 +50,10 @@ func runHistory(t *testing.T, h harness, seed uint64) {
 	}
 	anon := make([][]string, len(ids))
 	steps := map[string]*stepOutcome{}
-	record := func(p store.RecordParams) {
+	record := func(p store.AdvanceParams) {
 		t.Helper()
 		p.RunID, p.LeaseEpoch = "r1", epoch
-		must(t, s.Record(ctx(t), &p))
+		must(t, s.Advance(ctx(t), &p))
 	}
 	chunkN := 0
 	fresh := func() string { chunkN++; return fmt.Sprintf("c%d", chunkN) }
@@ -65,7 +65,7 @@ func runHistory(t *testing.T, h harness, seed uint64) {
 		prev := make([][]string, len(ids))
 		oc := &stepOutcome{committed: commit}
 		for a := int64(1); a <= int64(attempts); a++ {
-			record(store.RecordParams{
+			record(store.AdvanceParams{
 				Events: []store.Event{{Type: store.EventStepStarted, Op: int64(step), Attempt: a}},
 				Fence:  &store.Fence{Writer: writer, Attempt: a},
 			})
@@ -113,14 +113,14 @@ func runHistory(t *testing.T, h harness, seed uint64) {
 				prev[i], oc.out[i], oc.acks[i] = out, out, acks
 			}
 			if !last {
-				record(store.RecordParams{Events: []store.Event{{Type: store.EventStepFailed, Op: int64(step), Attempt: a}}})
+				record(store.AdvanceParams{Events: []store.Event{{Type: store.EventStepFailed, Op: int64(step), Attempt: a}}})
 			}
 		}
 		ev := store.EventStepCompleted
 		if !commit {
 			ev = store.EventStepFailed
 		}
-		record(store.RecordParams{
+		record(store.AdvanceParams{
 			Events: []store.Event{{Type: ev, Op: int64(step), Attempt: int64(attempts), Final: !commit}},
 			Finish: &store.Finish{Writer: writer, Attempt: int64(attempts), Commit: commit},
 		})
@@ -129,7 +129,7 @@ func runHistory(t *testing.T, h harness, seed uint64) {
 			s = h.Reopen(t, s)
 		}
 	}
-	record(store.RecordParams{Status: store.RunCompleted, CloseStreams: true})
+	record(store.AdvanceParams{Status: store.RunCompleted, CloseStreams: true})
 
 	for i, id := range ids {
 		si, err := s.GetStream(ctx(t), id)

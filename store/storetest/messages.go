@@ -9,7 +9,7 @@ import (
 )
 
 // testMessages checks messages to a run (SendMessage) and run events (a
-// Record's event_set events, GetRunEvent, ListRunEvents).
+// Advance's event_set events, GetRunEvent, ListRunEvents).
 func testMessages(t *testing.T, h harness) {
 	t.Run("SendKeepsMessagesInTheLog", func(t *testing.T) {
 		t.Parallel()
@@ -41,7 +41,7 @@ func testMessages(t *testing.T, h harness) {
 			t.Fatalf("message events %q, want %q", got, want)
 		}
 		// A parked run is claimable at once.
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: time.Now().Add(24 * time.Hour)}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: time.Now().Add(24 * time.Hour)}))
 		_, err = send(store.SendMessageParams{RunID: "r1", Topic: "chat", Payload: []byte(`3`)})
 		must(t, err)
 		runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl})
@@ -51,7 +51,7 @@ func testMessages(t *testing.T, h harness) {
 		}
 		// The run ends: it takes no more, but a message sent again with
 		// its key still gets its first reply.
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: runs[0].LeaseEpoch, Status: store.RunCompleted}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: runs[0].LeaseEpoch, Status: store.RunCompleted}))
 		_, err = send(store.SendMessageParams{RunID: "r1", Topic: "chat", Payload: []byte(`4`)})
 		wantErr(t, err, store.ErrGone)
 		again, err = send(store.SendMessageParams{RunID: "r1", Topic: "chat", Payload: []byte(`"hi"`), IdempotencyKey: "k", RequestDigest: []byte("d")})
@@ -100,7 +100,7 @@ func testMessages(t *testing.T, h harness) {
 		wantErr(t, err, store.ErrInvalid)
 		set := func(evs ...store.Event) {
 			t.Helper()
-			must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Events: evs}))
+			must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Events: evs}))
 		}
 		set(store.Event{Type: store.EventSet, Op: 1, Name: "status", Data: []byte(`"started"`)},
 			store.Event{Type: store.EventSet, Op: 2, Name: "status", Data: []byte(`"half"`)},
@@ -121,16 +121,16 @@ func testMessages(t *testing.T, h harness) {
 		if len(list) != 2 || list[0].Key != "answer" || list[1].Key != "status" || string(list[1].Value) != `"done"` {
 			t.Fatalf("run events %+v", list)
 		}
-		// A refused Record sets nothing.
-		err = s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch + 1, Events: []store.Event{{Type: store.EventSet, Op: 5, Name: "status", Data: []byte(`"zombie"`)}}})
+		// A refused Advance sets nothing.
+		err = s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch + 1, Events: []store.Event{{Type: store.EventSet, Op: 5, Name: "status", Data: []byte(`"zombie"`)}}})
 		wantErr(t, err, store.ErrLeaseLost)
 		if ev, _ := s.GetRunEvent(ctx(t), "r1", "status"); string(ev.Value) != `"done"` {
-			t.Fatalf("a refused Record set %s", ev.Value)
+			t.Fatalf("a refused Advance set %s", ev.Value)
 		}
-		err = s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Events: []store.Event{{Type: store.EventSet, Op: 5, Name: "", Data: []byte(`1`)}}})
+		err = s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Events: []store.Event{{Type: store.EventSet, Op: 5, Name: "", Data: []byte(`1`)}}})
 		wantErr(t, err, store.ErrInvalid)
 		// Purged with the run; its id may come back with none.
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Status: store.RunCompleted}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Status: store.RunCompleted}))
 		_, err = s.SendMessage(ctx(t), &store.SendMessageParams{RunID: "r1", Topic: "t", Payload: []byte(`1`), IdempotencyKey: "k"})
 		wantErr(t, err, store.ErrGone)
 		n, err := s.PurgeRuns(ctx(t), &store.PurgeRunsParams{Before: time.Now().Add(time.Hour)})

@@ -21,12 +21,12 @@ func testPurge(t *testing.T, h harness) {
 		epoch := startRun(t, s, "old")
 		out := openRunStream(t, s, "old", "out")
 		side := openRunStream(t, s, "old", "side")
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "old", LeaseEpoch: epoch,
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "old", LeaseEpoch: epoch,
 			Events: []store.Event{{Type: store.EventStepStarted, Op: 1, Attempt: 1}},
 			Fence:  &store.Fence{Writer: "step/1", Attempt: 1}}))
 		appendOK(t, s, out.ID, "step/1", 1, 0, "a", "b")
 		appendOK(t, s, side.ID, "", 0, 0, "x")
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "old", LeaseEpoch: epoch,
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "old", LeaseEpoch: epoch,
 			Events: []store.Event{{Type: store.EventStepCompleted, Op: 1, Attempt: 1}, {Type: store.EventRunCompleted}},
 			Finish: &store.Finish{Writer: "step/1", Attempt: 1, Commit: true},
 			Status: store.RunCompleted, CloseStreams: true}))
@@ -38,7 +38,7 @@ func testPurge(t *testing.T, h harness) {
 		epoch = startRun(t, s, "recent")
 		recent := openRunStream(t, s, "recent", "out")
 		appendOK(t, s, recent.ID, "", 0, 0, "r")
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "recent", LeaseEpoch: epoch, Status: store.RunFailed, Error: "x", CloseStreams: true}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "recent", LeaseEpoch: epoch, Status: store.RunFailed, Error: "x", CloseStreams: true}))
 		startRun(t, s, "running")
 		running := openRunStream(t, s, "running", "out")
 		appendOK(t, s, running.ID, "", 0, 0, "y")
@@ -106,7 +106,7 @@ func testPurge(t *testing.T, h harness) {
 		if res.Acks[0] != (stream.Ack{Offset: 0, Outcome: stream.Appended}) {
 			t.Fatalf("append on the new run's stream: %v", res.Acks)
 		}
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "old", LeaseEpoch: epoch,
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "old", LeaseEpoch: epoch,
 			Finish: &store.Finish{Writer: "step/1", Attempt: 1, Commit: true}}))
 	})
 
@@ -118,7 +118,7 @@ func testPurge(t *testing.T, h harness) {
 			epoch := startRun(t, s, id)
 			si := openRunStream(t, s, id, "out")
 			appendOK(t, s, si.ID, "", 0, 0, "x")
-			must(t, s.Record(ctx(t), &store.RecordParams{RunID: id, LeaseEpoch: epoch, Status: store.RunCancelled, CloseStreams: true}))
+			must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: id, LeaseEpoch: epoch, Status: store.RunCancelled, CloseStreams: true}))
 		}
 		before := time.Now().Add(time.Second)
 		var got []int

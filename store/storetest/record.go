@@ -22,12 +22,12 @@ func testRecord(t *testing.T, h harness) {
 			{Type: store.EventRunStarted},
 			{Type: store.EventStepStarted, Op: 1, Name: "fetch", Attempt: 1, At: at},
 		}
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Events: first}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Events: first}))
 		second := []store.Event{
 			{Type: store.EventStepFailed, Op: 1, Name: "fetch", Attempt: 1, Error: "timeout", Final: false, WakeAt: wake},
 			{Type: store.EventStepCompleted, Op: 1, Name: "fetch", Attempt: 2, Data: []byte(`"ok"`)},
 		}
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Events: second}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Events: second}))
 		evs, err := s.ListEvents(ctx(t), "r1", 0)
 		must(t, err)
 		want := append(first, second...)
@@ -57,7 +57,7 @@ func testRecord(t *testing.T, h harness) {
 		epoch := startRun(t, s, "r1")
 		si := openRunStream(t, s, "r1", "out")
 		appendOK(t, s, si.ID, "step/1", 1, 0, "a")
-		err := s.Record(ctx(t), &store.RecordParams{
+		err := s.Advance(ctx(t), &store.AdvanceParams{
 			RunID: "r1", LeaseEpoch: epoch + 1,
 			Events:       []store.Event{{Type: store.EventRunCompleted}},
 			Finish:       &store.Finish{Writer: "step/1", Attempt: 1, Commit: true},
@@ -70,12 +70,12 @@ func testRecord(t *testing.T, h harness) {
 		r, err := s.GetRun(ctx(t), "r1")
 		must(t, err)
 		if len(evs) != 0 || r.Status != store.RunRunning || r.LeaseOwner != owner {
-			t.Fatalf("after a fenced Record: events %v, run %+v", evs, r)
+			t.Fatalf("after a fenced Advance: events %v, run %+v", evs, r)
 		}
 		if log := readAll(t, s, si.ID); len(log) != 1 {
-			t.Fatalf("after a fenced Record the stream has %v", log)
+			t.Fatalf("after a fenced Advance the stream has %v", log)
 		}
-		err = s.Record(ctx(t), &store.RecordParams{RunID: "nope", LeaseEpoch: 1})
+		err = s.Advance(ctx(t), &store.AdvanceParams{RunID: "nope", LeaseEpoch: 1})
 		wantErr(t, err, store.ErrNotFound)
 	})
 
@@ -83,20 +83,20 @@ func testRecord(t *testing.T, h harness) {
 		t.Parallel()
 		s := h.New(t)
 		epoch := startRun(t, s, "r1")
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Status: store.RunCompleted, Output: []byte("42")}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Status: store.RunCompleted, Output: []byte("42")}))
 		r, err := s.GetRun(ctx(t), "r1")
 		must(t, err)
 		if r.Status != store.RunCompleted || string(r.Output) != "42" || r.LeaseOwner != "" {
 			t.Fatalf("completed run = %+v", r)
 		}
 		epoch = startRun(t, s, "r2")
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r2", LeaseEpoch: epoch, Status: store.RunFailed, Error: "boom"}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r2", LeaseEpoch: epoch, Status: store.RunFailed, Error: "boom"}))
 		r, err = s.GetRun(ctx(t), "r2")
 		must(t, err)
 		if r.Status != store.RunFailed || r.Error != "boom" || r.LeaseOwner != "" {
 			t.Fatalf("failed run = %+v", r)
 		}
-		err = s.Record(ctx(t), &store.RecordParams{RunID: "r2", LeaseEpoch: epoch, Status: "bogus"})
+		err = s.Advance(ctx(t), &store.AdvanceParams{RunID: "r2", LeaseEpoch: epoch, Status: "bogus"})
 		wantErr(t, err, store.ErrInvalid)
 	})
 
@@ -104,14 +104,14 @@ func testRecord(t *testing.T, h harness) {
 		t.Parallel()
 		s := h.New(t)
 		epoch := startRun(t, s, "r1")
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Status: store.RunCancelled, Error: "cancelled"}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Status: store.RunCancelled, Error: "cancelled"}))
 		runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 10, LeaseTTL: ttl, Now: time.Now().Add(1000 * time.Hour)})
 		must(t, err)
 		if len(runs) != 0 {
 			t.Fatalf("claimed a finished run: %v", runIDs(runs))
 		}
 		// The run is over: even its last lease holder records nothing more.
-		err = s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Events: []store.Event{{Type: store.EventRunStarted}}})
+		err = s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Events: []store.Event{{Type: store.EventRunStarted}}})
 		wantErr(t, err, store.ErrLeaseLost)
 	})
 
@@ -120,7 +120,7 @@ func testRecord(t *testing.T, h harness) {
 		s := h.New(t)
 		epoch := startRun(t, s, "r1")
 		wake := time.Now().Add(time.Hour)
-		must(t, s.Record(ctx(t), &store.RecordParams{
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{
 			RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: wake,
 			Events: []store.Event{{Type: store.EventSleepScheduled, Op: 1, WakeAt: wake}},
 		}))
@@ -130,7 +130,7 @@ func testRecord(t *testing.T, h harness) {
 			t.Fatalf("parked run = %+v", r)
 		}
 		// A released lease is not held: its epoch records nothing.
-		err = s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Events: []store.Event{{Type: store.EventSleepFired}}})
+		err = s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Events: []store.Event{{Type: store.EventSleepFired}}})
 		wantErr(t, err, store.ErrLeaseLost)
 		claim := func(at time.Time) []*store.Run {
 			runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl, Now: at})
@@ -145,7 +145,7 @@ func testRecord(t *testing.T, h harness) {
 			t.Fatalf("claim after WakeAt = %+v", runs)
 		}
 		// Release without WakeAt: claimable at once.
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch + 1, Release: true}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch + 1, Release: true}))
 		if runs := claim(time.Now()); len(runs) != 1 {
 			t.Fatal("a run released without WakeAt is not claimable")
 		}
@@ -161,7 +161,7 @@ func testRecord(t *testing.T, h harness) {
 		other := openStream(t, s, "standalone")
 		startRun(t, s, "r2")
 		r2s := openRunStream(t, s, "r2", "a")
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Status: store.RunCompleted, CloseStreams: true}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Status: store.RunCompleted, CloseStreams: true}))
 		for _, c := range []struct {
 			si     *store.StreamInfo
 			closed bool
@@ -188,7 +188,7 @@ func testRecord(t *testing.T, h harness) {
 		a := openRunStream(t, s, "r1", "a")
 		b := openRunStream(t, s, "r1", "b")
 		appendOK(t, s, a.ID, "step/1", 1, 0, "a0")
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Fence: &store.Fence{Writer: "step/1", Attempt: 2}}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Fence: &store.Fence{Writer: "step/1", Attempt: 2}}))
 		for _, si := range []*store.StreamInfo{a, b} {
 			// b: the writer never wrote there, and attempt 2 has not either.
 			err := appendErr(t, s, si.ID, "step/1", 1, 1, stream.ErrFenced, "a1")
@@ -200,7 +200,7 @@ func testRecord(t *testing.T, h harness) {
 		// Nor can the fenced attempt commit or abort, though on a the writer
 		// itself is still at attempt 1: a fenced attempt adds no record.
 		for _, commit := range []bool{true, false} {
-			err := s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Finish: &store.Finish{Writer: "step/1", Attempt: 1, Commit: commit}})
+			err := s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Finish: &store.Finish{Writer: "step/1", Attempt: 1, Commit: commit}})
 			wantErr(t, err, stream.ErrFenced)
 		}
 		res := appendOK(t, s, a.ID, "step/1", 2, 0, "a0", "a1")
@@ -212,7 +212,7 @@ func testRecord(t *testing.T, h harness) {
 		appendOK(t, s, a.ID, "step/2", 1, 0, "c0")
 		appendOK(t, s, a.ID, "", 0, 0, "anon")
 		// A fence never goes down.
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Fence: &store.Fence{Writer: "step/1", Attempt: 1}}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Fence: &store.Fence{Writer: "step/1", Attempt: 1}}))
 		appendErr(t, s, b.ID, "step/1", 1, 0, stream.ErrFenced, "b0")
 	})
 
@@ -226,7 +226,7 @@ func testRecord(t *testing.T, h harness) {
 		appendOK(t, s, a.ID, "step/1", 1, 0, "a0", "a1")
 		appendOK(t, s, b.ID, "step/1", 1, 0, "b0")
 		appendOK(t, s, c.ID, "step/2", 1, 0, "c0")
-		must(t, s.Record(ctx(t), &store.RecordParams{
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{
 			RunID: "r1", LeaseEpoch: epoch,
 			Events: []store.Event{{Type: store.EventStepCompleted, Op: 1, Attempt: 1}},
 			Finish: &store.Finish{Writer: "step/1", Attempt: 1, Commit: true},
@@ -251,7 +251,7 @@ func testRecord(t *testing.T, h harness) {
 		appendErr(t, s, a.ID, "step/1", 1, 2, stream.ErrWriterFinished, "a2")
 		appendOK(t, s, a.ID, "step/1", 1, 1, "a1")
 		// A repeated commit is acknowledged and writes nothing.
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Finish: &store.Finish{Writer: "step/1", Attempt: 1, Commit: true}}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Finish: &store.Finish{Writer: "step/1", Attempt: 1, Commit: true}}))
 		if log := readAll(t, s, a.ID); len(log) != 3 {
 			t.Fatalf("repeated commit wrote: %v", log)
 		}
@@ -265,7 +265,7 @@ func testRecord(t *testing.T, h harness) {
 		b := openRunStream(t, s, "r1", "b")
 		appendOK(t, s, a.ID, "step/1", 1, 0, "a0", "a1")
 		appendOK(t, s, b.ID, "step/1", 2, 0, "b0")
-		must(t, s.Record(ctx(t), &store.RecordParams{
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{
 			RunID: "r1", LeaseEpoch: epoch,
 			Events: []store.Event{{Type: store.EventStepFailed, Op: 1, Attempt: 2, Final: true}},
 			Finish: &store.Finish{Writer: "step/1", Attempt: 2, Commit: false},
@@ -284,7 +284,7 @@ func testRecord(t *testing.T, h harness) {
 	})
 
 	t.Run("FinishThenFence", func(t *testing.T) {
-		// A Record decides its finish against the fence as it was, then
+		// An Advance decides its finish against the fence as it was, then
 		// raises its own: the last attempt of a step fails, its output is
 		// aborted and it is fenced off the run's other streams at once.
 		t.Parallel()
@@ -293,7 +293,7 @@ func testRecord(t *testing.T, h harness) {
 		a := openRunStream(t, s, "r1", "a")
 		b := openRunStream(t, s, "r1", "b")
 		appendOK(t, s, a.ID, "step/1", 2, 0, "a0")
-		must(t, s.Record(ctx(t), &store.RecordParams{
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{
 			RunID: "r1", LeaseEpoch: epoch,
 			Events: []store.Event{{Type: store.EventStepFailed, Op: 1, Attempt: 2, Final: true}},
 			Finish: &store.Finish{Writer: "step/1", Attempt: 2},
@@ -306,7 +306,7 @@ func testRecord(t *testing.T, h harness) {
 		appendErr(t, s, a.ID, "step/1", 2, 1, stream.ErrFenced, "a1")
 		appendErr(t, s, b.ID, "step/1", 2, 0, stream.ErrFenced, "b0")
 		// A finish below the fence as it was is refused, and writes nothing.
-		err := s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch,
+		err := s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch,
 			Finish: &store.Finish{Writer: "step/1", Attempt: 2, Commit: true}, Fence: &store.Fence{Writer: "step/1", Attempt: 4}})
 		wantErr(t, err, stream.ErrFenced)
 		appendOK(t, s, b.ID, "step/1", 3, 0, "b0")
@@ -324,7 +324,7 @@ func testRecord(t *testing.T, h harness) {
 		appendOK(t, s, b.ID, "step/1", 1, 0, "b0")
 		appendOK(t, s, b.ID, "step/1", 2, 0, "b0")
 		logA, logB := readAll(t, s, a.ID), readAll(t, s, b.ID)
-		err := s.Record(ctx(t), &store.RecordParams{
+		err := s.Advance(ctx(t), &store.AdvanceParams{
 			RunID: "r1", LeaseEpoch: epoch,
 			Events:       []store.Event{{Type: store.EventStepCompleted, Op: 1, Attempt: 1}},
 			Finish:       &store.Finish{Writer: "step/1", Attempt: 1, Commit: true},
@@ -341,7 +341,7 @@ func testRecord(t *testing.T, h harness) {
 		r, err := s.GetRun(ctx(t), "r1")
 		must(t, err)
 		if len(evs) != 0 || r.Status != store.RunRunning || r.LeaseOwner != owner {
-			t.Fatalf("after a failed Record: events %v, run %+v", evs, r)
+			t.Fatalf("after a failed Advance: events %v, run %+v", evs, r)
 		}
 		if got := readAll(t, s, a.ID); !slices.EqualFunc(got, logA, sameRecord) {
 			t.Fatalf("stream a changed: %v, was %v", got, logA)
@@ -349,12 +349,12 @@ func testRecord(t *testing.T, h harness) {
 		if got := readAll(t, s, b.ID); !slices.EqualFunc(got, logB, sameRecord) {
 			t.Fatalf("stream b changed: %v, was %v", got, logB)
 		}
-		// The fence of the failed Record did not happen either.
+		// The fence of the failed Advance did not happen either.
 		appendOK(t, s, a.ID, "step/9", 1, 0, "z")
-		// And the state the failed Record touched is intact: attempt 2
+		// And the state the failed Advance touched is intact: attempt 2
 		// commits on both; on a, where it wrote nothing, everything attempt
 		// 1 wrote is voided.
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Finish: &store.Finish{Writer: "step/1", Attempt: 2, Commit: true}}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Finish: &store.Finish{Writer: "step/1", Attempt: 2, Commit: true}}))
 		logA = readAll(t, s, a.ID)
 		if want := "0:data{step/1 a1 s0 \"a0\"} 1:data{step/9 a1 s0 \"z\"} 2:abort{step/1 a2 from 0} 3:commit{step/1 a2 count 0} "; kinds(logA) != want {
 			t.Fatalf("stream a = %s\nwant       %s", kinds(logA), want)

@@ -34,7 +34,7 @@ func testReopen(t *testing.T, h harness) {
 		t.Parallel()
 		s := h.New(t)
 		epoch := startRun(t, s, "r1")
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Events: []store.Event{{Type: store.EventRunStarted}}}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Events: []store.Event{{Type: store.EventRunStarted}}}))
 		si := openRunStream(t, s, "r1", "out")
 		closed := openStream(t, s, "closed")
 		appendOK(t, s, si.ID, "", 0, 0, "a", "b", "c")
@@ -56,7 +56,7 @@ func testReopen(t *testing.T, h harness) {
 		if r.LeaseEpoch != epoch || r.LeaseOwner != owner || r.Status != store.RunRunning {
 			t.Fatalf("run after reopen = %+v", r)
 		}
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Events: []store.Event{{Type: store.EventStepStarted}}}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Events: []store.Event{{Type: store.EventStepStarted}}}))
 		evs, err := s.ListEvents(ctx(t), "r1", 0)
 		must(t, err)
 		if len(evs) != 2 || evs[1].Seq != 2 {
@@ -98,7 +98,7 @@ func writerScenario(t *testing.T, s store.Full, restart func(store.Full) store.F
 	app(out1.ID, "step/1", 1, 3, "d", "e")
 	app(out1.ID, "", 0, 0, "n")
 	app(solo.ID, "producer", 1, 0, "p0", "p1", "p2")
-	must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Fence: &store.Fence{Writer: "step/1", Attempt: 2}}))
+	must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Fence: &store.Fence{Writer: "step/1", Attempt: 2}}))
 	s = restart(s)
 
 	// The zombie is fenced on both streams, even where it never wrote.
@@ -119,7 +119,7 @@ func writerScenario(t *testing.T, s store.Full, restart func(store.Full) store.F
 	app(solo.ID, "producer", 2, 1, "q1")
 	s = restart(s)
 
-	must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Finish: &store.Finish{Writer: "step/1", Attempt: 2, Commit: true}}))
+	must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Finish: &store.Finish{Writer: "step/1", Attempt: 2, Commit: true}}))
 	r, err := s.FinishWriter(ctx(t), &store.FinishWriterParams{StreamID: solo.ID, Writer: "producer", Attempt: 2, Commit: true})
 	must(t, err)
 	note("commit producer: %v", r)

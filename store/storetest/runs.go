@@ -182,7 +182,7 @@ func testClaims(t *testing.T, h harness) {
 		if len(runs) != 0 {
 			t.Fatalf("claimed a run leased at creation: %v", runIDs(runs))
 		}
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "mine", LeaseEpoch: 1, Events: []store.Event{{Type: store.EventRunStarted}}}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "mine", LeaseEpoch: 1, Events: []store.Event{{Type: store.EventRunStarted}}}))
 		// A retried create finds the lease; another starter does not get it.
 		again, created, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "mine", Workflow: "wf", Owner: "worker-2", LeaseTTL: time.Minute})
 		must(t, err)
@@ -213,7 +213,7 @@ func testClaims(t *testing.T, h harness) {
 		_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "later", Workflow: "wf", WakeAt: now.Add(time.Hour)})
 		must(t, err)
 		epoch := startRun(t, s, "done")
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "done", LeaseEpoch: epoch, Status: store.RunCompleted}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "done", LeaseEpoch: epoch, Status: store.RunCompleted}))
 		createRun(t, s, "now")
 		claim := func(at time.Time) []string {
 			t.Helper()
@@ -352,7 +352,7 @@ func testClaims(t *testing.T, h harness) {
 		// The first worker is fenced everywhere.
 		_, err = s.RenewLease(ctx(t), &store.RenewLeaseParams{RunID: "r1", LeaseEpoch: 1, LeaseTTL: time.Minute})
 		wantErr(t, err, store.ErrLeaseLost)
-		err = s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: 1, Events: []store.Event{{Type: store.EventRunStarted}}})
+		err = s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: 1, Events: []store.Event{{Type: store.EventRunStarted}}})
 		wantErr(t, err, store.ErrLeaseLost)
 		cancel, err := s.RenewLease(ctx(t), &store.RenewLeaseParams{RunID: "r1", LeaseEpoch: 2, LeaseTTL: time.Minute})
 		must(t, err)
@@ -376,7 +376,7 @@ func testClaims(t *testing.T, h harness) {
 		}
 		_, err = s.RenewLease(ctx(t), &store.RenewLeaseParams{RunID: "r1", LeaseEpoch: epoch + 1, LeaseTTL: ttl})
 		wantErr(t, err, store.ErrLeaseLost)
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Status: store.RunFailed, Error: "boom"}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Status: store.RunFailed, Error: "boom"}))
 		_, err = s.RenewLease(ctx(t), &store.RenewLeaseParams{RunID: "r1", LeaseEpoch: epoch, LeaseTTL: ttl})
 		wantErr(t, err, store.ErrLeaseLost)
 	})
@@ -388,7 +388,7 @@ func testClaims(t *testing.T, h harness) {
 
 		// A parked run becomes claimable at once.
 		epoch := startRun(t, s, "r1")
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: time.Now().Add(24 * time.Hour)}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: time.Now().Add(24 * time.Hour)}))
 		runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl})
 		must(t, err)
 		if len(runs) != 0 {
@@ -408,7 +408,7 @@ func testClaims(t *testing.T, h harness) {
 
 		// A finished run is left alone.
 		epoch = startRun(t, s, "r2")
-		must(t, s.Record(ctx(t), &store.RecordParams{RunID: "r2", LeaseEpoch: epoch, Status: store.RunCompleted}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r2", LeaseEpoch: epoch, Status: store.RunCompleted}))
 		must(t, s.RequestCancel(ctx(t), "r2"))
 		r2, err := s.GetRun(ctx(t), "r2")
 		must(t, err)

@@ -72,7 +72,7 @@ func Run(t *testing.T, hh Harness) {
 	probe := hh.New(t)
 	t.Run("Runs", func(t *testing.T) { t.Parallel(); testRuns(t, h) })
 	t.Run("Claims", func(t *testing.T) { t.Parallel(); testClaims(t, h) })
-	t.Run("Record", func(t *testing.T) { t.Parallel(); testRecord(t, h) })
+	t.Run("Advance", func(t *testing.T) { t.Parallel(); testRecord(t, h) })
 	t.Run("Streams", func(t *testing.T) { t.Parallel(); testStreams(t, h) })
 	t.Run("Append", func(t *testing.T) { t.Parallel(); testAppend(t, h) })
 	t.Run("Read", func(t *testing.T) { t.Parallel(); testRead(t, h) })
