@@ -36,11 +36,11 @@ type recorder struct {
 	// mu is held while a record that carries the waiting ones is written,
 	// so that nothing the run records later can commit before them.
 	mu      sync.Mutex
-	start   bool                // run_started is not written yet
-	startAt time.Time           // when the execution began: run_started's time
+	start   bool                 // run_started is not written yet
+	startAt time.Time            // when the execution began: run_started's time
 	pending *store.AdvanceParams // a step outcome not written yet
-	timer   *time.Timer         // writes pending when StepOutcomeDelay passes
-	err     error               // the failure of a write the timer made, for the next record
+	timer   *time.Timer          // writes pending when StepOutcomeDelay passes
+	err     error                // the failure of a write the timer made, for the next record
 }
 
 // recordErr writes p with whatever waits to be written (recorder), fenced by
