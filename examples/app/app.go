@@ -1,0 +1,71 @@
+// Package app is the workflows the deployment-shape examples run
+// (examples/onebox, examples/workers): what a Go team writes, and
+// registers with weircli.Config.Register.
+package app
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/weirhq/weir"
+)
+
+// Approval is the payload a person delivers to an answer's hook.
+type Approval struct {
+	OK bool `json:"ok"`
+}
+
+// Register registers the workflows on e:
+//
+//   - "answer": a step that streams 50 tokens to the stream "tokens" and
+//     fails once midway (its retry adopts what the first attempt wrote, so
+//     a reader sees each token once), two steps run at once, and a hook,
+//     "approve-<run id>", the run waits on until someone delivers to it;
+//   - "summarize": one step whose output names the process that ran it,
+//     to see which worker executed a run.
+func Register(e *weir.Engine) error {
+	weir.Register(e, "answer", answer)
+	weir.Register(e, "summarize", summarize)
+	return nil
+}
+
+func answer(ctx weir.Context, q string) (string, error) {
+	n, err := weir.Step(ctx, "think", func(sc weir.StepContext) (int, error) {
+		w := sc.Stream("tokens")
+		for i := range 50 {
+			if _, err := fmt.Fprintf(w, "t%02d ", i); err != nil {
+				return 0, err
+			}
+			if i == 24 && sc.Attempt() == 1 {
+				return 0, errors.New("the model's connection dropped")
+			}
+		}
+		return 50, nil
+	})
+	if err != nil {
+		return "", err
+	}
+	search := weir.StepAsync(ctx, "search", func(weir.StepContext) (string, error) { return "found", nil })
+	rank := weir.StepAsync(ctx, "rank", func(weir.StepContext) (string, error) { return "ranked", nil })
+	both, err := weir.All(ctx, search, rank)
+	if err != nil {
+		return "", err
+	}
+	h, err := weir.NewHook[Approval](ctx, "approve-"+ctx.RunID())
+	if err != nil {
+		return "", err
+	}
+	ok, err := h.Receive(ctx)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s: %d tokens, %s, approved=%v", q, n, strings.Join(both, "+"), ok.OK), nil
+}
+
+func summarize(ctx weir.Context, doc string) (string, error) {
+	return weir.Step(ctx, "summarize", func(weir.StepContext) (string, error) {
+		return fmt.Sprintf("%d words, by pid %d", len(strings.Fields(doc)), os.Getpid()), nil
+	})
+}
