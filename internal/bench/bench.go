@@ -346,8 +346,8 @@ type env struct {
 	prog  *progress
 }
 
-// engine returns a started engine on the store executing conc runs at once
-// (register workflows before starting runs). Close it with the returned
+// engine returns an engine on the store executing conc runs at once:
+// register its workflows, then call Work. Close it with the returned
 // function.
 func (v *env) engine(ctx context.Context, conc int) (*weir.Engine, func(), error) {
 	e, err := weir.New(v.store, &weir.Config{
@@ -358,9 +358,6 @@ func (v *env) engine(ctx context.Context, conc int) (*weir.Engine, func(), error
 		Writer:       weir.WriterConfig{Linger: v.cfg.Linger},
 	})
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := e.Work(ctx); err != nil {
 		return nil, nil, err
 	}
 	return e, func() {

@@ -43,6 +43,10 @@ func runSteps(ctx context.Context, v *env) (*Result, error) {
 		}
 		return n, nil
 	})
+	if err := e.Work(ctx); err != nil {
+		closeE()
+		return nil, err
+	}
 	short := weir.Register(e, "bench-short", func(ctx weir.Context, _ int) (int, error) {
 		sum := 0
 		for i := range 3 {
@@ -159,6 +163,10 @@ func runReplay(ctx context.Context, v *env) (*Result, error) {
 		}
 		return sum, nil
 	})
+	if err := e.Work(ctx); err != nil {
+		closeE()
+		return nil, err
+	}
 	v.prog.phase("steps (recording the run)")
 	h, err := wf.Start(ctx, n, nil)
 	if err != nil {
@@ -256,6 +264,10 @@ func runDBOSLike(ctx context.Context, v *env) (*Result, error) {
 			return c.DBOSChunks, nil
 		})
 	})
+	if err := e.Work(ctx); err != nil {
+		closeE()
+		return nil, err
+	}
 	t1 := time.Now()
 	if err := each(ctx, c.DBOSRuns, c.DBOSConcurrency, func(ctx context.Context, _ int) error {
 		h, err := wf.Start(ctx, 0, nil)

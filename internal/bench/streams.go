@@ -80,6 +80,10 @@ func runAppend(ctx context.Context, v *env) (*Result, error) {
 			return i, nil
 		})
 	})
+	if err := e.Work(ctx); err != nil {
+		closeE()
+		return nil, err
+	}
 	writers := func() (time.Duration, error) {
 		v.prog.phase("chunks (step writers)")
 		sp = &span{}
@@ -220,6 +224,10 @@ func retryRun(ctx context.Context, v *env, name string, n int, second func(buf [
 			return n, nil
 		}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: 2}))
 	})
+	if err := e.Work(ctx); err != nil {
+		closeE()
+		return 0, 0, 0, err
+	}
 	h, err := wf.Start(ctx, 0, nil)
 	if err != nil {
 		return 0, 0, 0, err

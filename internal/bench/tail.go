@@ -179,6 +179,10 @@ func tailEngine(ctx context.Context, v *env, n int, gap time.Duration, readerCmd
 			return n, nil
 		}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: 1}))
 	})
+	if err := e.Work(ctx); err != nil {
+		closeE()
+		return nil, err
+	}
 	h, err := wf.Start(ctx, 0, nil)
 	if err != nil {
 		return nil, err

@@ -48,17 +48,19 @@ var (
 func Admin(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	adminOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		cfg, err := pgxpool.ParseConfig(URL())
-		if err != nil {
-			adminErr = err
-			return
-		}
-		cfg.MaxConns = 4
-		admin, adminErr = pgxpool.NewWithConfig(ctx, cfg)
-		if adminErr == nil {
-			adminErr = admin.Ping(ctx)
+		// A server that is restarting (another package's test, opted in
+		// with RestartEnv) is waited for, up to 30 s; one that refuses
+		// connections without such a restart is reported at once.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			adminErr = connectAdmin()
+			if adminErr == nil || time.Now().After(deadline) {
+				return
+			}
+			if os.Getenv(RestartEnv) == "" && !strings.Contains(adminErr.Error(), "57P03") {
+				return // not starting up or shutting down: not coming
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 	})
 	if adminErr != nil {
@@ -88,6 +90,26 @@ var unreachableOnce sync.Once
 
 // oneLine is err's text on one line (pgx puts its cause on the next).
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
+
+func connectAdmin() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(URL())
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return err
+	}
+	admin = pool
+	return nil
+}
 
 // NewSchema returns a fresh schema name, dropped when t ends.
 func NewSchema(t testing.TB) string {
