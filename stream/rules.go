@@ -146,41 +146,18 @@ func chunkBytes(chunks [][]byte) int64 {
 // On error nothing is changed. Errors: ErrClosed, *FencedError,
 // ErrWriterFinished, ErrMode, *GapError, *ConflictError, *FullError.
 func Append(h *Head, w *Writer, req *AppendRequest) ([]Ack, []Record, error) {
-	n := len(req.Chunks)
-	acks := make([]Ack, n)
 	if w == nil {
-		if h.Closed {
-			return nil, nil, ErrClosed
-		}
-		if err := req.room(chunkBytes(req.Chunks)); err != nil {
-			return nil, nil, err
-		}
-		recs := make([]Record, n)
-		for i, c := range req.Chunks {
-			recs[i] = Record{Offset: h.NextOffset, Kind: KindData, Digest: Sum(c), Data: c}
-			acks[i] = Ack{Offset: h.NextOffset, Outcome: Appended}
-			h.NextOffset++
-		}
-		return acks, recs, nil
+		return appendAnonymous(h, req)
 	}
-
-	digests := make([]Digest, n)
+	digests := make([]Digest, len(req.Chunks))
 	for i, c := range req.Chunks {
 		digests[i] = Sum(c)
 	}
-	a, s := req.Attempt, req.FirstSeq
-
+	a := req.Attempt
 	// 1. Closed: only an exact retransmit, by the attempt it was acknowledged
 	// to, is acknowledged.
 	if h.Closed {
-		for i, d := range digests {
-			q := s + int64(i)
-			if a != w.Attempt || q < 0 || q >= w.Next || w.Live[q].Digest != d {
-				return nil, nil, ErrClosed
-			}
-			acks[i] = Ack{Offset: w.Live[q].Offset, Outcome: Retransmit}
-		}
-		return acks, nil, nil
+		return retransmitsOnly(w, req, digests, func(q int64) bool { return a != w.Attempt || q < 0 || q >= w.Next }, nil)
 	}
 	// 2. Zombies.
 	if cur := max(w.Attempt, req.Fence); a < cur {
@@ -189,30 +166,83 @@ func Append(h *Head, w *Writer, req *AppendRequest) ([]Ack, []Record, error) {
 	if a > 0 && w.Attempt == 0 && len(w.Live) > 0 {
 		return nil, nil, fmt.Errorf("%w: writer %q wrote with attempt %d, got attempt %d", ErrMode, w.ID, w.Attempt, a)
 	}
-	// Finished writers acknowledge exact retransmits and nothing else.
 	if w.Status != WriterOpen {
-		if w.Status == WriterAborted || a > w.Attempt {
-			return nil, nil, fmt.Errorf("%w: writer %q is %s at attempt %d", ErrWriterFinished, w.ID, w.Status, w.Attempt)
-		}
-		if s < 0 || (req.Late && s > w.Next) {
-			return nil, nil, &GapError{Expected: w.Next, Got: s}
-		}
-		if req.Late && w.Status == WriterCommitted && s+int64(n) > w.Next {
-			return appendLate(h, w, req, digests)
-		}
-		for i, d := range digests {
-			q := s + int64(i)
-			if q >= w.Next {
-				return nil, nil, fmt.Errorf("%w: writer %q committed %d chunks, got seq %d", ErrWriterFinished, w.ID, w.Next, q)
+		return appendFinished(h, w, req, digests)
+	}
+	return appendOpen(h, w, req, digests)
+}
+
+// appendAnonymous appends every chunk of an anonymous append, committed at
+// once.
+func appendAnonymous(h *Head, req *AppendRequest) ([]Ack, []Record, error) {
+	if h.Closed {
+		return nil, nil, ErrClosed
+	}
+	if err := req.room(chunkBytes(req.Chunks)); err != nil {
+		return nil, nil, err
+	}
+	acks := make([]Ack, len(req.Chunks))
+	recs := make([]Record, len(req.Chunks))
+	for i, c := range req.Chunks {
+		recs[i] = Record{Offset: h.NextOffset, Kind: KindData, Digest: Sum(c), Data: c}
+		acks[i] = Ack{Offset: h.NextOffset, Outcome: Appended}
+		h.NextOffset++
+	}
+	return acks, recs, nil
+}
+
+// retransmitsOnly acknowledges req when every chunk is an exact
+// retransmit of w's live record at its seq; refused(q) says a seq no
+// retransmit may have, refused with ErrClosed, or with past(q) if it is
+// not nil.
+func retransmitsOnly(w *Writer, req *AppendRequest, digests []Digest, refused func(q int64) bool, past func(q int64) error) ([]Ack, []Record, error) {
+	acks := make([]Ack, len(digests))
+	for i, d := range digests {
+		q := req.FirstSeq + int64(i)
+		if refused(q) {
+			if past != nil {
+				return nil, nil, past(q)
 			}
-			if e := w.Live[q]; e.Digest != d {
+			return nil, nil, ErrClosed
+		}
+		e := w.Live[q]
+		if e.Digest != d {
+			if past != nil {
 				return nil, nil, &ConflictError{Seq: q, Offset: e.Offset, Want: e.Digest, Got: d}
 			}
-			acks[i] = Ack{Offset: w.Live[q].Offset, Outcome: Retransmit}
+			return nil, nil, ErrClosed
 		}
-		return acks, nil, nil
+		acks[i] = Ack{Offset: e.Offset, Outcome: Retransmit}
 	}
+	return acks, nil, nil
+}
 
+// appendFinished is an append by a committed or aborted writer: it
+// acknowledges exact retransmits and nothing else, but for a late append
+// (AppendRequest.Late) past a committed attempt's end.
+func appendFinished(h *Head, w *Writer, req *AppendRequest, digests []Digest) ([]Ack, []Record, error) {
+	a, s, n := req.Attempt, req.FirstSeq, int64(len(digests))
+	if w.Status == WriterAborted || a > w.Attempt {
+		return nil, nil, fmt.Errorf("%w: writer %q is %s at attempt %d", ErrWriterFinished, w.ID, w.Status, w.Attempt)
+	}
+	if s < 0 || (req.Late && s > w.Next) {
+		return nil, nil, &GapError{Expected: w.Next, Got: s}
+	}
+	if req.Late && w.Status == WriterCommitted && s+n > w.Next {
+		return appendLate(h, w, req, digests)
+	}
+	return retransmitsOnly(w, req, digests, func(q int64) bool { return q >= w.Next }, func(q int64) error {
+		return fmt.Errorf("%w: writer %q committed %d chunks, got seq %d", ErrWriterFinished, w.ID, w.Next, q)
+	})
+}
+
+// appendOpen is an append by an open writer: retransmits within the
+// attempt first, then chunks adopted while they match the earlier
+// attempts' live records, then, from the first difference, one abort and
+// the new chunks appended.
+func appendOpen(h *Head, w *Writer, req *AppendRequest, digests []Digest) ([]Ack, []Record, error) {
+	n, a, s := len(digests), req.Attempt, req.FirstSeq
+	acks := make([]Ack, n)
 	// 3. A higher attempt begins (applied below, once nothing can fail).
 	next := w.Next
 	begins := a > w.Attempt
