@@ -286,25 +286,37 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 	x.rec.start, x.rec.startAt = x.events == 0, time.Now()
 	defer x.dropDeferred()
 
-	var (
-		out      []byte
-		runErr   error
-		returned bool
-		panicked any
-		stack    []byte
-	)
+	x.conclude(x.runWorkflow(ctx, wf, r.Input))
+}
+
+// workflowExit is how a run's workflow function left: it returned (out,
+// err), panicked, or was left behind (interrupted inside an inline step's
+// function that does not return).
+type workflowExit struct {
+	out      []byte
+	err      error
+	returned bool
+	panicked any
+	stack    []byte
+}
+
+// runWorkflow runs the workflow function on a goroutine of its own until
+// it returns or the run is interrupted, then waits for the steps it
+// started.
+func (x *execution) runWorkflow(ctx context.Context, wf *registered, input []byte) *workflowExit {
+	w := &workflowExit{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer func() {
-			if x.exit == exitNone && !returned {
+			if x.exit == exitNone && !w.returned {
 				if p := recover(); p != nil {
-					panicked, stack = p, debug.Stack()
+					w.panicked, w.stack = p, debug.Stack()
 				}
 			}
 		}()
-		out, runErr = wf.fn(&wfContext{Context: ctx, x: x}, r.Input)
-		returned = true
+		w.out, w.err = wf.fn(&wfContext{Context: ctx, x: x}, input)
+		w.returned = true
 	}()
 	select {
 	case <-done:
@@ -317,15 +329,21 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 			<-done
 		}
 	}
-	if !returned {
+	if !w.returned {
 		// The workflow goroutine left: its steps' goroutines stop too, as
 		// at a crash. A function that returned waits for the steps it
-		// started (Go).
+		// started (StepAsync).
 		x.cancel(errUnwinding)
 	}
 	x.par.wg.Wait()
 	x.ended.Store(true)
+	return w
+}
 
+// conclude ends the execution as the run's exit and its workflow's say:
+// parked, lost, released for another worker, or finished with its outcome.
+func (x *execution) conclude(w *workflowExit) {
+	e, r := x.e, x.run
 	switch {
 	case x.exit == exitPark:
 		// The park was recorded with the sleep or retry.
@@ -342,28 +360,36 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 		x.finishAborted(store.RunFailed, ErrRunTimeout)
 	case x.exit == exitNonDeterminism:
 		x.finish(store.RunFailed, nil, x.exitErr)
-	case panicked != nil:
-		x.finish(store.RunFailed, nil, fmt.Errorf("workflow panicked: %v\n%s", panicked, stack))
-	case returned:
-		if reason, ok := x.interrupted(); ok && reason == exitRunTimeout {
-			x.finishAborted(store.RunFailed, ErrRunTimeout)
-			return
-		} else if ok && reason != exitCancelled {
-			x.release()
-			return
-		} else if ok || errors.Is(runErr, ErrCancelled) {
-			x.finishCancelled()
-			return
-		}
-		if runErr == nil && x.opSeq < x.maxOp {
-			st := x.ops[x.opSeq+1]
-			runErr = &NonDeterminismError{Op: x.opSeq + 1, Recorded: st.describe(), Replayed: "return from the workflow"}
-		}
-		if runErr != nil {
-			x.finish(store.RunFailed, nil, runErr)
-		} else {
-			x.finish(store.RunCompleted, out, nil)
-		}
+	case w.panicked != nil:
+		x.finish(store.RunFailed, nil, fmt.Errorf("workflow panicked: %v\n%s", w.panicked, w.stack))
+	case w.returned:
+		x.concludeReturned(w.out, w.err)
+	}
+}
+
+// concludeReturned finishes a run whose workflow function returned out and
+// runErr: as the run was interrupted meanwhile if it was, failed if its
+// function returned before the operations its log records
+// (non-determinism), else with what it returned.
+func (x *execution) concludeReturned(out []byte, runErr error) {
+	if reason, ok := x.interrupted(); ok && reason == exitRunTimeout {
+		x.finishAborted(store.RunFailed, ErrRunTimeout)
+		return
+	} else if ok && reason != exitCancelled {
+		x.release()
+		return
+	} else if ok || errors.Is(runErr, ErrCancelled) {
+		x.finishCancelled()
+		return
+	}
+	if runErr == nil && x.opSeq < x.maxOp {
+		st := x.ops[x.opSeq+1]
+		runErr = &NonDeterminismError{Op: x.opSeq + 1, Recorded: st.describe(), Replayed: "return from the workflow"}
+	}
+	if runErr != nil {
+		x.finish(store.RunFailed, nil, runErr)
+	} else {
+		x.finish(store.RunCompleted, out, nil)
 	}
 }
 
