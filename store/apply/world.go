@@ -54,111 +54,17 @@ func WorldEvent(tx WorldTx, p *store.WorldEventParams, ids world.IDs) (*store.Wo
 	if err != nil {
 		return nil, err
 	}
-	runID := req.RunID
-	if out.Run != nil {
-		runID = out.Run.RunID
-	}
-	if out.NewRun {
-		// World runs and Go runs share their ids: a World run cannot be
-		// created under a Go run's.
-		if _, err := tx.Run(runID); err == nil {
-			return nil, fmt.Errorf("%w: run %q exists and is not a World run", world.ErrConflict, runID)
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return nil, err
-		}
-	}
-	writer := world.StepWriter(out.StepID)
-	var fence int64
-	if out.Fence > 0 {
-		if fence, err = tx.Fence(runID, writer); err != nil {
-			return nil, err
-		}
-	}
-	var finishes []tried
-	switch {
-	case out.Commit > 0:
-		finishes, err = tryFinishOn(tx, runID, &store.Finish{Writer: writer, Attempt: out.Commit, Commit: true}, 0)
-	case out.Abort > 0:
-		finishes, err = tryFinishOn(tx, runID, &store.Finish{Writer: writer, Attempt: out.Abort}, 0)
-	}
+	plan, err := planWorldEvent(tx, req, out)
 	if err != nil {
 		return nil, err
 	}
-	var closes []*Stream
-	for _, name := range out.Closes {
-		s, err := tx.WorldRunStream(runID, name)
-		if err != nil {
-			return nil, err
-		}
-		if s != nil {
-			closes = append(closes, s)
-		}
-	}
-
 	// Nothing can refuse the event from here on.
 	run := out.Run
 	if run == nil {
 		run = st.Run // Decide refuses an event of no run
 	}
-	next := *run
-	for i := range out.Events {
-		next.Events++
-		out.Events[i].Slot = next.Events
-	}
-	if out.Run != nil || len(out.Events) > 0 {
-		if err := tx.SaveWorldRun(&next, out.NewRun); err != nil {
-			return nil, err
-		}
-	}
-	run = &next
-	if err := tx.AddWorldEvents(out.Events); err != nil {
+	if run, err = saveWorldEvent(tx, plan, out, run); err != nil {
 		return nil, err
-	}
-	if out.Step != nil {
-		if err := tx.SaveWorldStep(out.Step, out.NewStep); err != nil {
-			return nil, err
-		}
-	}
-	switch {
-	case out.Hook != nil && out.DisposeHook:
-		if err := tx.DisposeWorldHooks(runID, out.Hook.HookID); err != nil {
-			return nil, err
-		}
-	case out.Hook != nil:
-		if err := tx.SaveWorldHook(out.Hook); err != nil {
-			return nil, err
-		}
-	}
-	if out.Wait != nil {
-		if err := tx.SaveWorldWait(out.Wait, out.NewWait); err != nil {
-			return nil, err
-		}
-	}
-	if out.Ended {
-		if err := tx.DisposeWorldHooks(runID, ""); err != nil {
-			return nil, err
-		}
-		if err := tx.DeleteWorldWaits(runID); err != nil {
-			return nil, err
-		}
-	}
-	if out.Fence > fence {
-		if err := tx.SaveFence(runID, writer, out.Fence); err != nil {
-			return nil, err
-		}
-	}
-	if err := saveFinishes(tx, finishes); err != nil {
-		return nil, err
-	}
-	for _, s := range closes {
-		for _, f := range finishes {
-			if f.st.ID == s.ID {
-				s = f.st
-			}
-		}
-		if _, err := closeStream(tx, s); err != nil {
-			return nil, err
-		}
 	}
 	res := &store.WorldEventResult{Events: out.Events}
 	if out.Returns.Run {
@@ -174,6 +80,127 @@ func WorldEvent(tx WorldTx, p *store.WorldEventParams, ids world.IDs) (*store.Wo
 		res.Wait = out.Wait
 	}
 	return res, nil
+}
+
+// worldPlan is what a World event's stream effects will do, checked
+// before anything is saved: its run, its step's writer and that writer's
+// fence, the finishes tried on copies, the streams it closes.
+type worldPlan struct {
+	runID, writer string
+	fence         int64
+	finishes      []tried
+	closes        []*Stream
+}
+
+// planWorldEvent checks everything that can refuse the event out decided:
+// a new run under a Go run's id, and the finish of the step's writer on
+// each stream.
+func planWorldEvent(tx WorldTx, req *world.Request, out *world.Outcome) (*worldPlan, error) {
+	pl := &worldPlan{runID: req.RunID}
+	if out.Run != nil {
+		pl.runID = out.Run.RunID
+	}
+	if out.NewRun {
+		// World runs and Go runs share their ids: a World run cannot be
+		// created under a Go run's.
+		if _, err := tx.Run(pl.runID); err == nil {
+			return nil, fmt.Errorf("%w: run %q exists and is not a World run", world.ErrConflict, pl.runID)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+	}
+	pl.writer = world.StepWriter(out.StepID)
+	var err error
+	if out.Fence > 0 {
+		if pl.fence, err = tx.Fence(pl.runID, pl.writer); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case out.Commit > 0:
+		pl.finishes, err = tryFinishOn(tx, pl.runID, &store.Finish{Writer: pl.writer, Attempt: out.Commit, Commit: true}, 0)
+	case out.Abort > 0:
+		pl.finishes, err = tryFinishOn(tx, pl.runID, &store.Finish{Writer: pl.writer, Attempt: out.Abort}, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range out.Closes {
+		s, err := tx.WorldRunStream(pl.runID, name)
+		if err != nil {
+			return nil, err
+		}
+		if s != nil {
+			pl.closes = append(pl.closes, s)
+		}
+	}
+	return pl, nil
+}
+
+// saveWorldEvent saves what out decided and pl planned: the run with its
+// events at its next slots, the step, hook and wait, a run's end, the
+// fence, the finishes and the closes. It returns the run as saved.
+func saveWorldEvent(tx WorldTx, pl *worldPlan, out *world.Outcome, run *world.Run) (*world.Run, error) {
+	next := *run
+	for i := range out.Events {
+		next.Events++
+		out.Events[i].Slot = next.Events
+	}
+	if out.Run != nil || len(out.Events) > 0 {
+		if err := tx.SaveWorldRun(&next, out.NewRun); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.AddWorldEvents(out.Events); err != nil {
+		return nil, err
+	}
+	if out.Step != nil {
+		if err := tx.SaveWorldStep(out.Step, out.NewStep); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case out.Hook != nil && out.DisposeHook:
+		if err := tx.DisposeWorldHooks(pl.runID, out.Hook.HookID); err != nil {
+			return nil, err
+		}
+	case out.Hook != nil:
+		if err := tx.SaveWorldHook(out.Hook); err != nil {
+			return nil, err
+		}
+	}
+	if out.Wait != nil {
+		if err := tx.SaveWorldWait(out.Wait, out.NewWait); err != nil {
+			return nil, err
+		}
+	}
+	if out.Ended {
+		if err := tx.DisposeWorldHooks(pl.runID, ""); err != nil {
+			return nil, err
+		}
+		if err := tx.DeleteWorldWaits(pl.runID); err != nil {
+			return nil, err
+		}
+	}
+	if out.Fence > pl.fence {
+		if err := tx.SaveFence(pl.runID, pl.writer, out.Fence); err != nil {
+			return nil, err
+		}
+	}
+	if err := saveFinishes(tx, pl.finishes); err != nil {
+		return nil, err
+	}
+	for _, s := range pl.closes {
+		for _, f := range pl.finishes {
+			if f.st.ID == s.ID {
+				s = f.st
+			}
+		}
+		if _, err := closeStream(tx, s); err != nil {
+			return nil, err
+		}
+	}
+	return &next, nil
 }
 
 // loadWorld loads what the event's rules read.

@@ -104,11 +104,13 @@ class StreamingResponse:
     was read to its end.
     """
 
-    def __init__(self, transport: Transport, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+    def __init__(
+        self, transport: Transport, conn: _HTTPConnection | _HTTPSConnection, resp: http.client.HTTPResponse
+    ) -> None:
         self.status = resp.status
         self.headers = {k.lower(): v for k, v in resp.getheaders()}
         self._t = transport
-        self._conn: http.client.HTTPConnection | None = conn
+        self._conn: _HTTPConnection | _HTTPSConnection | None = conn
         self._resp = resp
 
     def readline(self, limit: int) -> bytes:

@@ -16,7 +16,7 @@ import dataclasses
 import http.client
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from ._http import StreamingResponse, Transport, stream_url_path
@@ -146,8 +146,8 @@ class Reader:
         self._url = stream_url_path(path)
         #: Where to resume: the offset after the last record handed out.
         self.offset = offset or START
-        self.view = view
-        self.live = live
+        self.view: View = view
+        self.live: LiveMode | None = live
         self._voids = Voids() if apply_aborts and view == "live" else None
         self._live_timeout = live_timeout
         self._wait_for = wait_for
@@ -232,7 +232,7 @@ class Reader:
             self.closed = True
         return rec
 
-    def _one(self, mode: LiveMode | None) -> Iterator[Record]:
+    def _one(self, mode: LiveMode | None) -> Generator[Record, None, bool]:
         """Sends one read and yields its records; returns whether the view
         was up to date at its end."""
         timeout = self._live_timeout if mode else None
@@ -279,7 +279,7 @@ class Reader:
             self.closed = True
         return self._flag(headers, "stream-up-to-date") or closed
 
-    def _sse(self, resp: StreamingResponse) -> Iterator[Record]:
+    def _sse(self, resp: StreamingResponse) -> Generator[Record, None, bool]:
         """Reads one SSE response: data events carry NDJSON records, which go
         out at the control event after them (it says where to resume)."""
         enc = resp.headers.get("weir-data-encoding", "base64")
