@@ -418,7 +418,8 @@ def summary(rounds: list[Round]) -> dict[str, float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    # __doc__ is None under python -OO.
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--weir", default=os.environ.get("WEIR_BIN", ""), help="the weir binary (default $WEIR_BIN): starts a server and runs the Go figure")
     ap.add_argument("--store", help="the server's store (default: a fresh SQLite file); a postgres:// URL gets a fresh schema")
     ap.add_argument("--url", help="a running server instead (no Go figure unless --weir is given too)")

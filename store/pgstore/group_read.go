@@ -98,9 +98,35 @@ func (g *group) lockAndRead() error {
 	if runIDs == nil {
 		runIDs = []string{} // claimIn compares with it
 	}
-	q := g.s.q
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	g.queueLocks(b, &r, runIDs)
+	g.queueStateReads(b, &r)
+	if len(r.world) > 0 {
+		g.queueWorldReads(b, r.world)
+	}
+	// Creations come last: an insert waits only for another transaction
+	// inserting the same key, so every lock the group takes is taken before.
+	if len(r.creates) > 0 {
+		g.queueCreateRuns(b, r.creates)
+	}
+	// Claims come after the creations, so a run created in this group can
+	// be claimed in it, and skip the runs the group holds: the group read
+	// their leases before, and its ops rely on them.
+	for _, o := range r.claims {
+		g.queueClaim(b, o, runIDs)
+	}
+	if len(r.opens) > 0 {
+		g.queueOpenStreams(b, r.opens)
+	}
+	return g.x.c.SendBatch(g.ctx, b).Close()
+}
+
+// queueLocks queues the locks of the hooks, runs and streams the ops
+// touch, in that order (a hook's own transactions lock it before its
+// run), reading their rows.
+func (g *group) queueLocks(b *pgx.Batch, r *readPlan, runIDs []string) {
+	q := g.s.q
 	if len(r.Hooks) > 0 {
 		// Hooks before runs, as a hook's own transactions lock them.
 		b.Queue(q.lockHooks, sortedSet(r.Hooks)).Query(func(rows pgx.Rows) error {
@@ -142,6 +168,12 @@ func (g *group) lockAndRead() error {
 		}
 		return rows.Err()
 	})
+}
+
+// queueStateReads queues the reads of the state the rules decide with:
+// writers, fences, producers, idempotency keys, anonymous appends' tokens.
+func (g *group) queueStateReads(b *pgx.Batch, r *readPlan) {
+	q := g.s.q
 	if len(r.Writers) > 0 || len(r.RunWriters) > 0 {
 		var c cols2[int64, string]
 		for _, w := range r.Writers {
@@ -227,24 +259,6 @@ func (g *group) lockAndRead() error {
 			return rows.Err()
 		})
 	}
-	if len(r.world) > 0 {
-		g.queueWorldReads(b, r.world)
-	}
-	// Creations come last: an insert waits only for another transaction
-	// inserting the same key, so every lock the group takes is taken before.
-	if len(r.creates) > 0 {
-		g.queueCreateRuns(b, r.creates)
-	}
-	// Claims come after the creations, so a run created in this group can
-	// be claimed in it, and skip the runs the group holds: the group read
-	// their leases before, and its ops rely on them.
-	for _, o := range r.claims {
-		g.queueClaim(b, o, runIDs)
-	}
-	if len(r.opens) > 0 {
-		g.queueOpenStreams(b, r.opens)
-	}
-	return g.x.c.SendBatch(g.ctx, b).Close()
 }
 
 func (g *group) queueCreateRuns(b *pgx.Batch, ops []*createRunOp) {
