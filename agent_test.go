@@ -192,6 +192,8 @@ func TestLastAttemptTimesOutAfterWriting(t *testing.T) {
 							}
 							return 20, nil
 						})
+						// On a loaded machine the timeout may strike during
+						// the first flush: that is the late write failing.
 						opt := weir.WithTimeout(60 * time.Millisecond)
 						if kind == "heartbeat" {
 							opt = weir.WithHeartbeatTimeout(60 * time.Millisecond)
@@ -199,9 +201,11 @@ func TestLastAttemptTimesOutAfterWriting(t *testing.T) {
 						_, err := weir.Step(ctx, "slow", func(sc weir.StepContext) (int, error) {
 							w := sc.Stream("out")
 							if _, err := w.WriteString(fmt.Sprintf("slow attempt %d", sc.Attempt())); err != nil {
+								late <- err
 								return 0, err
 							}
 							if err := w.Flush(); err != nil {
+								late <- err
 								return 0, err
 							}
 							wrote <- struct{}{}

@@ -34,13 +34,13 @@ class HookTests(ServerCase):
             timeout=20,
         )
 
-    def deliver_when_ready(self, token: str, payload: object, **kw: str) -> weir.HookDelivery:
+    def deliver_when_ready(self, token: str, payload: object, *, idempotency_key: str | None = None) -> weir.HookDelivery:
         """Delivers as soon as the hook exists: until the run has created it,
         the token answers 404 (and nothing was delivered)."""
 
         def once() -> weir.HookDelivery | None:
             try:
-                return self.client.deliver_hook(token, payload, **kw)  # type: ignore[arg-type]
+                return self.client.deliver_hook(token, payload, idempotency_key=idempotency_key)
             except weir.NotFoundError:
                 return None
 
@@ -72,9 +72,9 @@ class HookTests(ServerCase):
         self.assertIsNotNone(hooks[0].created_at)
 
         # The run ended: its hook takes nothing more, with a key or without.
-        for kw in ({}, {"idempotency_key": "late-" + uuid.uuid4().hex}):
+        for key in (None, "late-" + uuid.uuid4().hex):
             with self.assertRaises(weir.GoneError) as cm:
-                self.client.deliver_hook(token, {"approved_by": "bob"}, **kw)
+                self.client.deliver_hook(token, {"approved_by": "bob"}, idempotency_key=key)
             self.assertEqual((cm.exception.status, cm.exception.code), (410, "gone"))
 
     def test_a_delivery_sent_again_with_its_key_is_a_duplicate(self) -> None:

@@ -13,9 +13,12 @@ import threading
 import unittest
 import zipfile
 from pathlib import Path
+from typing import Any, Literal
 
 import weir
 from weir.types import _time
+
+RecordKind = Literal["data", "abort", "commit", "close"]  # weir.Record.kind
 
 HERE = Path(__file__).resolve().parent
 CLIENT = HERE.parent
@@ -40,10 +43,11 @@ class ErrorTableTests(unittest.TestCase):
     def test_error_from_reply(self) -> None:
         e = weir.error_from_reply(403, {"Weir-Error": "fenced", "Weir-Attempt": "3"}, b"fenced: attempt 2 of w\nmore",
                                   method="POST", path="/v1/stream/s")
-        self.assertIsInstance(e, weir.FencedError)
+        assert isinstance(e, weir.FencedError), e
         self.assertEqual((e.current_attempt, e.message), (3, "fenced: attempt 2 of w"))
         self.assertEqual(str(e), "POST /v1/stream/s: fenced: attempt 2 of w (HTTP 403 fenced)")
         gap = weir.error_from_reply(409, {"weir-error": "gap", "weir-expected-seq": "7"}, b"gap")
+        assert isinstance(gap, weir.GapError), gap
         self.assertEqual((type(gap), gap.expected), (weir.GapError, 7))
         # Without a code: by status and headers.
         self.assertIsInstance(weir.error_from_reply(409, {"Stream-Closed": "true"}, b""), weir.ClosedError)
@@ -53,6 +57,7 @@ class ErrorTableTests(unittest.TestCase):
         self.assertIsInstance(weir.error_from_reply(403, {}, b""), weir.ForbiddenError)
         self.assertIsInstance(weir.error_from_reply(403, {"Weir-Attempt": "2"}, b""), weir.FencedError)
         busy = weir.error_from_reply(503, {"Weir-Error": "busy", "Retry-After": "1"}, b"busy")
+        assert isinstance(busy, weir.BusyError), busy
         self.assertEqual((type(busy), busy.retry_after, busy.retryable), (weir.BusyError, 1, True))
         self.assertIsInstance(busy, weir.UnavailableError)
         in_use = weir.error_from_reply(409, {"Weir-Error": "hook_in_use"}, b"create hook: hook token in use")
@@ -75,7 +80,9 @@ class ValueTests(unittest.TestCase):
     def test_times(self) -> None:
         t = _time("2026-11-29T10:02:48.127456789Z")
         assert t is not None
-        self.assertEqual((t.year, t.microsecond, t.utcoffset().total_seconds()), (2026, 127456, 0))  # type: ignore[union-attr]
+        off = t.utcoffset()
+        assert off is not None, "an aware time"
+        self.assertEqual((t.year, t.microsecond, off.total_seconds()), (2026, 127456, 0))
         self.assertIsNone(_time(None))
 
     def test_hook_values(self) -> None:
@@ -86,13 +93,16 @@ class ValueTests(unittest.TestCase):
         h = weir.Hook.from_json({"token": "t", "op": 2, "received": 1, "disposed": True,
                                  "created_at": "2026-12-01T12:54:59.49Z"})
         self.assertEqual((h.token, h.op, h.received, h.disposed), ("t", 2, 1, True))
-        self.assertEqual(h.created_at.microsecond, 490000)  # type: ignore[union-attr]
+        assert h.created_at is not None
+        self.assertEqual(h.created_at.microsecond, 490000)
 
     def test_voids(self) -> None:
         v = weir.Voids()
 
-        def rec(kind: str, offset: int, writer: str = "w", attempt: int = 1, seq: int = 0, **kw: int) -> weir.Record:
-            return weir.Record(offset, weir.format_offset(offset + 1), kind, writer, attempt, seq, **kw)  # type: ignore[arg-type]
+        def rec(kind: RecordKind, offset: int, writer: str = "w", attempt: int = 1, seq: int = 0,
+                from_seq: int = 0, count: int = 0) -> weir.Record:
+            return weir.Record(offset, weir.format_offset(offset + 1), kind, writer, attempt, seq,
+                               from_seq=from_seq, count=count)
 
         for i in range(3):
             self.assertEqual(v.push(rec("data", i, seq=i)), ())
@@ -112,7 +122,7 @@ class _Fake(http.server.BaseHTTPRequestHandler):
     bodies: list[int] = []
     next_offset = 0
 
-    def log_message(self, *args: object) -> None:
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def do_PUT(self) -> None:

@@ -20,6 +20,7 @@ class WriterTests(ServerCase):
 
     def test_identical_retry_is_adopted(self) -> None:
         p = self.stream("text/plain")
+        first: list[weir.Ack] = []  # set in the block assertRaises ends
         with self.assertRaises(StepFailed):
             with self.client.writer(p, "step/gen", 1, content_type="text/plain", keep_acks=True) as w:
                 w.write("Hello", ",", " world")
@@ -111,7 +112,7 @@ class WriterTests(ServerCase):
         self.assertEqual([a.outcome for a in w.flush()], ["appended"] * 2)
         for i, mode in enumerate(("first_byte", "full_reply")):
             with self.subTest(mode=mode):
-                proxy.cut_replies(1, mode)  # type: ignore[arg-type]
+                proxy.cut_replies(1, mode)
                 w.write(f"p{3 + 2 * i}", f"p{4 + 2 * i}")
                 acks = w.flush()
                 self.assertEqual(proxy.cuts, i + 1, "the proxy cut the reply")

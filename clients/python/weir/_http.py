@@ -19,7 +19,7 @@ import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .errors import WeirConnectionError, WeirError, error_from_reply
@@ -37,7 +37,15 @@ _MAX_IDLE = 8
 _COALESCE_BYTES = 64 << 10
 
 
-class _OneSend:
+if TYPE_CHECKING:
+    # _OneSend is only ever mixed into an HTTPConnection (below): its send()
+    # overrides that one, and calls it.
+    _OneSendBase = http.client.HTTPConnection
+else:
+    _OneSendBase = object
+
+
+class _OneSend(_OneSendBase):
     """http.client sends a request's headers and its body in two writes: two
     packets (TCP_NODELAY), two wakeups of the server. For a small body this
     holds the headers back and sends them with it, ~15% more requests a
@@ -57,8 +65,8 @@ class _OneSend:
             if isinstance(data, bytes):
                 data = held + data
             else:
-                super().send(held)  # type: ignore[misc]
-        super().send(data)  # type: ignore[misc]
+                super().send(held)
+        super().send(data)
 
     def reset_hold(self) -> None:
         """Forgets held headers (after a failed request)."""
