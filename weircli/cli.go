@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/weirhq/weir/client"
 )
@@ -86,4 +87,9 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
+}
+
+// named is a usage text written for weir with the program's name instead.
+func named(usage, name string) string {
+	return strings.ReplaceAll(usage, "  weir ", "  "+name+" ")
 }

@@ -344,6 +344,62 @@ func TestStreamCommands(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "404") {
 		t.Fatalf("stream cat of an unknown run: exit %d %q", code, errOut)
 	}
+	// A name the ended run has no stream by: an error naming the ones it
+	// has, where it used to exit 0 having printed nothing.
+	for _, sub := range []string{"tail", "cat"} {
+		code, out, errOut = runWeir(t, "stream", sub, id, "wrong-name")
+		if code != 1 || out != "" || !strings.Contains(errOut, `has no stream "wrong-name"; its streams: `) || !strings.Contains(errOut, "tokens") {
+			t.Fatalf("stream %s RUN wrong-name: exit %d %q %q", sub, code, out, errOut)
+		}
+	}
+}
+
+// A client command against a server that is not there says what to do.
+func TestRefusedConnectionHint(t *testing.T) {
+	for _, args := range [][]string{{"runs", "ls"}, {"stream", "cat", "r", "s"}, {"runs", "watch", "r"}} {
+		code, _, errOut := runWeir(t, append(args, "--url", "http://127.0.0.1:1")...)
+		if code != 1 || !strings.Contains(errOut, "connection refused") || !strings.Contains(errOut, "start one (weir server), or point --url (or $WEIR_URL) at yours") {
+			t.Fatalf("weir %v against nothing: exit %d %q", args, code, errOut)
+		}
+	}
+}
+
+// weir runs watch shows a run's progress live (its step's failed attempt,
+// the retry, the end) and exits with the run's outcome.
+func TestRunsWatch(t *testing.T) {
+	url := startServer(t)
+	t.Setenv("WEIR_URL", url)
+	id := strings.TrimSpace(mustWeir(t, "runs", "start", "demo.tokens", "--input", `{"text":"watch the retry happen","fail_after":2,"delay":5000000}`))
+	code, out, errOut := runWeir(t, "runs", "watch", id, "--interval", "20ms")
+	if code != 0 {
+		t.Fatalf("runs watch: exit %d %s %s", code, out, errOut)
+	}
+	for _, want := range []string{"step_started", "step_failed", `attempt 2`, "run_completed", "completed in "} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("runs watch printed no %q:\n%s", want, out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^\s+\+\d+\.\d{3}s  step_started`).MatchString(out) {
+		t.Fatalf("runs watch lines are not stamped from the run's start:\n%s", out)
+	}
+	// A run waiting on a hook says so, with the command that delivers to it.
+	hook := strings.TrimSpace(mustWeir(t, "runs", "start", "demo.approval", "--input", `{"token":"order-watch-9"}`))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var buf syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"runs", "watch", hook, "--interval", "20ms"}, &buf, io.Discard) }()
+	waitUntil(t, 10*time.Second, "watch saying the run waits on its hook", func() bool {
+		return strings.Contains(buf.String(), "waiting") && strings.Contains(buf.String(), "weir runs hook ")
+	})
+	m := regexp.MustCompile(`hook "([^"]+)"`).FindStringSubmatch(buf.String())
+	if m == nil {
+		t.Fatalf("no hook token in %q", buf.String())
+	}
+	mustWeir(t, "runs", "hook", m[1], "--data", `{"approved":true}`)
+	if c := <-done; c != 0 {
+		t.Fatalf("runs watch of the approval run: exit %d:\n%s", c, buf.String())
+	}
 }
 
 // weir stream ls lists the standalone streams, all pages, with their size;

@@ -30,7 +30,8 @@ func ExampleRun() {
 	//                                    execute the runs, serve the runs API and every stream over HTTP
 	//   myapp worker --store postgres://…
 	//                                    execute the runs beside API servers (server --no-worker)
-	//   myapp runs ls|show|start|cancel   the runs of a server
+	//   myapp runs ls|show|start|watch|cancel
+	//                                    the runs of a server; watch shows one's progress live
 	//   myapp runs hook|send|event        deliver to a run's hook, send it a message, read its run events
 	//   myapp stream tail|cat|ls          read a run's stream from a server; list the standalone streams
 	//   myapp version                     print the version

@@ -20,6 +20,7 @@ const runsUsage = `Usage:
   weir runs show RUN [--json]          a run, its event log and its streams
   weir runs start WORKFLOW [--input JSON] [--id ID | --idempotency-key KEY] [--wait]
   weir runs cancel RUN
+  weir runs watch RUN [--interval D]   a run's progress, live: its events as recorded, what it waits on, its end
   weir runs hook TOKEN [--data JSON] [--key KEY] [--close]
                                                   deliver a payload to a run's hook (--close: its last)
   weir runs send RUN TOPIC [--data JSON] [--key KEY]
@@ -31,9 +32,9 @@ Every subcommand takes --url (default $WEIR_URL, else http://127.0.0.1:4437)
 and --token (default $WEIR_TOKEN).
 `
 
-func runsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runsCmd(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errUsage(fmt.Errorf("runs: want a subcommand: ls, show, start, cancel, hook, send or event\n\n%s", runsUsage))
+		return errUsage(fmt.Errorf("runs: want a subcommand: ls, show, start, watch, cancel, hook, send or event\n\n%s", named(runsUsage, name)))
 	}
 	switch args[0] {
 	case "ls", "list":
@@ -44,17 +45,19 @@ func runsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runsStart(ctx, args[1:], stdout, stderr)
 	case "cancel":
 		return runsCancel(ctx, args[1:], stdout, stderr)
+	case "watch":
+		return runsWatch(ctx, name, args[1:], stdout, stderr)
 	case "hook":
-		return runsSignal(ctx, args[1:], stdout, stderr)
+		return runsHook(ctx, args[1:], stdout, stderr)
 	case "send":
 		return runsSend(ctx, args[1:], stdout, stderr)
 	case "event":
 		return runsEvent(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, runsUsage)
+		fmt.Fprint(stdout, named(runsUsage, name))
 		return nil
 	}
-	return errUsage(fmt.Errorf("runs: unknown subcommand %q\n\n%s", args[0], runsUsage))
+	return errUsage(fmt.Errorf("runs: unknown subcommand %q\n\n%s", args[0], named(runsUsage, name)))
 }
 
 func runsLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -455,7 +458,7 @@ func runsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-func runsSignal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runsHook(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("runs hook", "Usage: weir runs hook TOKEN [flags]\n\nDelivers a payload (JSON) to the hook holding TOKEN; the run waiting on it resumes.\n", stderr)
 	var cf clientFlags
 	cf.register(fs)

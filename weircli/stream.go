@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/client"
@@ -29,9 +30,9 @@ Every subcommand takes --url (default $WEIR_URL, else http://127.0.0.1:4437)
 and --token (default $WEIR_TOKEN).
 `
 
-func streamCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func streamCmd(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errUsage(fmt.Errorf("stream: want a subcommand: tail, cat or ls\n\n%s", streamUsage))
+		return errUsage(fmt.Errorf("stream: want a subcommand: tail, cat or ls\n\n%s", named(streamUsage, name)))
 	}
 	switch args[0] {
 	case "tail":
@@ -41,10 +42,10 @@ func streamCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case "ls":
 		return streamList(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, streamUsage)
+		fmt.Fprint(stdout, named(streamUsage, name))
 		return nil
 	}
-	return errUsage(fmt.Errorf("stream: unknown subcommand %q\n\n%s", args[0], streamUsage))
+	return errUsage(fmt.Errorf("stream: unknown subcommand %q\n\n%s", args[0], named(streamUsage, name)))
 }
 
 func streamRead(ctx context.Context, name string, follow bool, args []string, stdout, stderr io.Writer) error {
@@ -79,10 +80,18 @@ func streamRead(ctx context.Context, name string, follow bool, args []string, st
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
 	opts := &client.ReadOptions{From: *from, View: view, Follow: follow, SSE: sse}
+	seen := false
 	for rec, err := range c.Read(ctx, pos[0], pos[1], opts) {
+		seen = true
 		if err != nil {
 			if follow && errors.Is(err, context.Canceled) {
 				return nil // interrupted: a normal way to stop tailing
+			}
+			if errors.Is(err, weir.ErrNotFound) {
+				// A run that exists without that stream: say which it has.
+				if nerr := noSuchStream(ctx, c, name, pos[0], pos[1]); nerr != nil && !errors.Is(nerr, weir.ErrNotFound) {
+					return nerr
+				}
 			}
 			return err
 		}
@@ -100,7 +109,32 @@ func streamRead(ctx context.Context, name string, follow bool, args []string, st
 			}
 		}
 	}
+	if !seen {
+		// Nothing at all, not even a close: the run ended without this
+		// stream. Say so, and which it has, rather than print nothing.
+		return noSuchStream(ctx, c, name, pos[0], pos[1])
+	}
 	return out.Flush()
+}
+
+// noSuchStream is the error of a read of stream name of run, which has
+// none by that name: nil if it has one after all (an empty stream).
+func noSuchStream(ctx context.Context, c *client.Client, cmd, run, name string) error {
+	infos, err := c.Streams(ctx, run)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, si := range infos {
+		if si.Name == name {
+			return nil
+		}
+		names = append(names, si.Name)
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("stream %s: run %s has no stream %q: it has none", cmd, run, name)
+	}
+	return fmt.Errorf("stream %s: run %s has no stream %q; its streams: %s", cmd, run, name, strings.Join(names, ", "))
 }
 
 func printRecord(w io.Writer, r *client.Record) {

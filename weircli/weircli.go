@@ -27,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -106,7 +107,8 @@ func (c *Config) usage() string {
 	}
 	fmt.Fprintf(&b, `  %[1]s server [--addr A] [--store sqlite:PATH] [--token T]
                                    execute the runs, serve the runs API and every stream over HTTP
-%[2]s  %[1]s runs ls|show|start|cancel   the runs of a server
+%[2]s  %[1]s runs ls|show|start|watch|cancel
+                                   the runs of a server; watch shows one's progress live
   %[1]s runs hook|send|event        deliver to a run's hook, send it a message, read its run events
   %[1]s stream tail|cat|ls          read a run's stream from a server; list the standalone streams
 `, n, c.workerLine())
@@ -177,9 +179,9 @@ func Run(ctx context.Context, cfg *Config, args []string, stdout, stderr io.Writ
 	case cmd == "worker" && cfg.Register != nil:
 		err = workerCmd(ctx, cfg, args[1:], stdout, stderr)
 	case cmd == "runs":
-		err = runsCmd(ctx, args[1:], stdout, stderr)
+		err = runsCmd(ctx, cfg.name(), args[1:], stdout, stderr)
 	case cmd == "stream":
-		err = streamCmd(ctx, args[1:], stdout, stderr)
+		err = streamCmd(ctx, cfg.name(), args[1:], stdout, stderr)
 	case cmd == "bench" && cfg.Builtin:
 		err = benchCmd(ctx, args[1:], stdout)
 	case cmd == "torture" && cfg.Builtin:
@@ -203,5 +205,22 @@ func Run(ctx context.Context, cfg *Config, args []string, stdout, stderr io.Writ
 		return 2
 	}
 	fmt.Fprintln(stderr, cfg.name()+":", err)
+	if unreachable(err) {
+		fmt.Fprintf(stderr, "%s: no weir server answers there: start one (%s server), or point --url (or $WEIR_URL) at yours\n", cfg.name(), cfg.name())
+	}
 	return 1
+}
+
+// unreachable reports whether err is a client's failure to connect to its
+// server: refused, or no such host.
+func unreachable(err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns)
 }
