@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -320,12 +321,14 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 		}
 		start := newStepStart(x, op, name, attempt)
 		st.lastAttempt, st.open, st.retryAt = attempt, true, time.Time{}
+		x.startAttemptSpan(start)
 
 		out, err := runAttempt(x, start, st, &cfg, env.deferOK, fn)
 		if env.release != nil {
 			env.release()
 		}
 		if r, ok := x.interrupted(); ok {
+			endAttemptSpan(start, "interrupted", context.Cause(x.ctx), 0)
 			if err := x.endInterrupted(r, start, st); err != nil {
 				env.fail(err)
 			}
@@ -333,6 +336,7 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 		}
 		if errors.Is(err, ErrFenced) || errors.Is(err, store.ErrLeaseLost) {
 			// A newer attempt or another worker exists: this one is a zombie.
+			endAttemptSpan(start, "lost", err, 0)
 			start.fold(nil)
 			env.leave(exitLost, err)
 		}
@@ -359,6 +363,7 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 				env.record(p)
 			}
 			st.open, st.completed, st.output = false, true, data
+			endAttemptSpan(start, "completed", nil, 0)
 			return out, nil
 		}
 		// A timed-out attempt may still be running: fence it at once, so
@@ -375,6 +380,7 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 			if fence != nil {
 				p.Fence = fence
 			}
+			endAttemptSpan(start, "retrying", err, time.Until(retryAt))
 			env.record(p)
 			st.open, st.retryAt, st.errMsg = false, retryAt, err.Error()
 			continue
@@ -389,6 +395,7 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 		if fence != nil {
 			p.Fence = fence
 		}
+		endAttemptSpan(start, "failed", err, 0)
 		env.record(p)
 		st.open, st.failedFinal, st.errMsg, st.errKind = false, true, err.Error(), kind
 		return zero, &StepError{Name: name, Attempt: attempt, Message: err.Error(), Err: err}
@@ -408,7 +415,13 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 // time): if the run is interrupted while fn does not return, execute
 // detaches it (execution.detach) and ends the run without it.
 func runAttempt[T any](x *execution, start *stepStart, st *opState, cfg *stepConfig, inline bool, fn func(StepContext) (T, error)) (out T, err error) {
-	ctx, cancel := context.WithCancelCause(x.ctx)
+	parent := x.ctx
+	if start.span != nil {
+		// The step's own spans (an LLM call's, an HTTP client's) are the
+		// attempt's children.
+		parent = trace.ContextWithSpan(parent, start.span)
+	}
+	ctx, cancel := context.WithCancelCause(parent)
 	sc := &stepContext{Context: ctx, x: x, op: start.op, attempt: start.attempt, writers: map[string]*Writer{}, cancel: cancel, start: start}
 	call := func() (out T, err error) {
 		defer func() {
@@ -636,6 +649,10 @@ type stepStart struct {
 	mu          sync.Mutex
 	done        bool
 	err         error
+	// span is the attempt's span; stats what its stream writes did
+	// (tracing.go).
+	span  trace.Span
+	stats streamStats
 }
 
 func newStepStart(x *execution, op int64, name string, attempt int64) *stepStart {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/store"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures an Engine. The zero value is valid: every field has a
@@ -53,6 +55,14 @@ type Config struct {
 	Writer WriterConfig
 	// Logger receives the engine's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// TracerProvider receives the engine's OpenTelemetry spans: one per
+	// execution of a run, one per step attempt (retries are siblings, each
+	// with its error, its backoff and what its stream writes did). Defaults
+	// to otel.GetTracerProvider(), which records nothing until a program
+	// installs one (weircli does when OTEL_* variables configure an
+	// exporter). A step's own spans and attributes (the GenAI conventions'
+	// model and token usage) go on trace.SpanFromContext(stepContext).
+	TracerProvider trace.TracerProvider
 	// NoWorker makes this engine start and read runs but never execute them
 	// (a client of a database other processes work on). Defaults to false.
 	NoWorker bool
@@ -88,6 +98,9 @@ type WriterConfig struct {
 
 // WithDefaults returns a copy of c with defaults applied.
 func (c Config) WithDefaults() Config {
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
 	if c.WorkerID == "" {
 		h, _ := os.Hostname()
 		b := make([]byte, 4)
@@ -161,6 +174,8 @@ type Engine struct {
 	store store.Full // store.Capable: the capabilities it lacks answer ErrUnsupported
 	cfg   Config
 	log   *slog.Logger
+	// tracer makes the engine's spans (Config.TracerProvider).
+	tracer trace.Tracer
 
 	mu        sync.Mutex
 	workflows map[string]*registered
@@ -232,6 +247,7 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 		store:     store.Capable(s),
 		cfg:       c,
 		log:       c.Logger,
+		tracer:    c.TracerProvider.Tracer("github.com/weirhq/weir"),
 		workflows: make(map[string]*registered),
 		running:   make(map[string]*execution),
 		launched:  make(map[string]int),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -91,11 +92,16 @@ func (s *opState) describe() string {
 // execution is one execution of a run by this engine, from a claim to the
 // moment the run ends, parks or is lost.
 type execution struct {
-	e      *Engine
-	run    *store.Run
-	epoch  int64
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	// span is this execution's span (tracing.go); outcome and outcomeErr
+	// are what it ends with.
+	span       trace.Span
+	outcome    string
+	outcomeErr error
+	e          *Engine
+	run        *store.Run
+	epoch      int64
+	ctx        context.Context
+	cancel     context.CancelCauseFunc
 
 	ops    map[int64]*opState
 	maxOp  int64 // highest op in the log
@@ -254,12 +260,17 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 		}
 	}
 	x.load(events)
+	ctx = x.startRunSpan(ctx, len(events))
+	x.ctx = ctx
+	x.outcome = "released"
+	defer func() { x.endRunSpan(x.outcome, x.outcomeErr) }()
 
 	hbDone := make(chan struct{})
 	defer close(hbDone)
 	go x.heartbeat(hbDone)
 
 	if r.CancelRequested {
+		x.outcome = "cancelled"
 		x.finishCancelled()
 		return
 	}
@@ -267,6 +278,7 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 	wf := e.workflows[r.Workflow]
 	e.mu.Unlock()
 	if wf == nil {
+		x.outcome, x.outcomeErr = "failed", ErrUnknownWorkflow
 		x.finish(store.RunFailed, nil, fmt.Errorf("%w: %q is not registered on worker %s", ErrUnknownWorkflow, r.Workflow, e.cfg.WorkerID))
 		return
 	}
@@ -274,6 +286,7 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 	if wf.timeout > 0 {
 		x.deadline = r.CreatedAt.Add(wf.timeout)
 		if !time.Now().Before(x.deadline) {
+			x.outcome, x.outcomeErr = "failed", ErrRunTimeout
 			x.finishAborted(store.RunFailed, ErrRunTimeout)
 			return
 		}
@@ -347,7 +360,9 @@ func (x *execution) conclude(w *workflowExit) {
 	switch {
 	case x.exit == exitPark:
 		// The park was recorded with the sleep or retry.
+		x.outcome = "parked"
 	case x.exit == exitLost:
+		x.outcome = "lost"
 		e.log.Info("weir: run lost to another worker", "run", r.ID, "err", x.exitErr)
 	case x.exit == exitStopping:
 		x.release()
@@ -355,12 +370,16 @@ func (x *execution) conclude(w *workflowExit) {
 		e.log.Warn("weir: store error; run left for resume", "run", r.ID, "err", x.exitErr)
 		x.release()
 	case x.exit == exitCancelled:
+		x.outcome = "cancelled"
 		x.finishCancelled()
 	case x.exit == exitRunTimeout:
+		x.outcome, x.outcomeErr = "failed", ErrRunTimeout
 		x.finishAborted(store.RunFailed, ErrRunTimeout)
 	case x.exit == exitNonDeterminism:
+		x.outcome, x.outcomeErr = "failed", x.exitErr
 		x.finish(store.RunFailed, nil, x.exitErr)
 	case w.panicked != nil:
+		x.outcome, x.outcomeErr = "failed", fmt.Errorf("workflow panicked: %v", w.panicked)
 		x.finish(store.RunFailed, nil, fmt.Errorf("workflow panicked: %v\n%s", w.panicked, w.stack))
 	case w.returned:
 		x.concludeReturned(w.out, w.err)
@@ -373,12 +392,14 @@ func (x *execution) conclude(w *workflowExit) {
 // (non-determinism), else with what it returned.
 func (x *execution) concludeReturned(out []byte, runErr error) {
 	if reason, ok := x.interrupted(); ok && reason == exitRunTimeout {
+		x.outcome, x.outcomeErr = "failed", ErrRunTimeout
 		x.finishAborted(store.RunFailed, ErrRunTimeout)
 		return
 	} else if ok && reason != exitCancelled {
 		x.release()
 		return
 	} else if ok || errors.Is(runErr, ErrCancelled) {
+		x.outcome = "cancelled"
 		x.finishCancelled()
 		return
 	}
@@ -387,8 +408,10 @@ func (x *execution) concludeReturned(out []byte, runErr error) {
 		runErr = &NonDeterminismError{Op: x.opSeq + 1, Recorded: st.describe(), Replayed: "return from the workflow"}
 	}
 	if runErr != nil {
+		x.outcome, x.outcomeErr = "failed", runErr
 		x.finish(store.RunFailed, nil, runErr)
 	} else {
+		x.outcome = "completed"
 		x.finish(store.RunCompleted, out, nil)
 	}
 }

@@ -273,9 +273,13 @@ func (w *Writer) send(first int64, chunks [][]byte) error {
 	for {
 		err := w.open()
 		if err == nil {
-			_, err = w.x.e.store.Append(w.ctx, &store.AppendParams{
+			var res *store.AppendResult
+			res, err = w.x.e.store.Append(w.ctx, &store.AppendParams{
 				StreamID: w.streamID, Writer: w.writer, Attempt: w.attempt, FirstSeq: first, Chunks: chunks,
 			})
+			if err == nil && w.start != nil {
+				w.start.stats.count(res)
+			}
 		}
 		if err != nil && w.ctx.Err() != nil {
 			// The step's context ended under the append: why it did is the

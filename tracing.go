@@ -1,0 +1,135 @@
+package weir
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/stream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+)
+
+// The engine's spans and their attributes. A run's execution is a span
+// (weir.run); each step attempt a child of it (weir.step), so that the
+// attempts of a retried step, and steps run at once, are siblings; a span
+// ends with its outcome, and an attempt's with what its stream writes did.
+const (
+	attrRunID       = attribute.Key("weir.run.id")
+	attrWorkflow    = attribute.Key("weir.workflow")
+	attrEpoch       = attribute.Key("weir.lease.epoch")
+	attrReplayed    = attribute.Key("weir.run.events_replayed")
+	attrRunOutcome  = attribute.Key("weir.run.outcome")
+	attrStep        = attribute.Key("weir.step.name")
+	attrOp          = attribute.Key("weir.step.op")
+	attrAttempt     = attribute.Key("weir.step.attempt")
+	attrStepOutcome = attribute.Key("weir.step.outcome")
+	attrBackoff     = attribute.Key("weir.step.retry_backoff_ms")
+	attrAppended    = attribute.Key("weir.stream.chunks_appended")
+	attrAdopted     = attribute.Key("weir.stream.chunks_adopted")
+	attrResent      = attribute.Key("weir.stream.chunks_retransmitted")
+	attrAborts      = attribute.Key("weir.stream.aborts")
+	attrStreamEnd   = attribute.Key("weir.stream.outcome")
+)
+
+// streamStats counts what one attempt's stream writes did, across its
+// streams: the acknowledgements of its appends.
+type streamStats struct {
+	appended, adopted, resent, aborts atomic.Int64
+}
+
+// count adds an append's acknowledgements.
+func (s *streamStats) count(res *store.AppendResult) {
+	for _, a := range res.Acks {
+		switch a.Outcome {
+		case stream.Appended:
+			s.appended.Add(1)
+		case stream.Adopted:
+			s.adopted.Add(1)
+		case stream.Retransmit:
+			s.resent.Add(1)
+		}
+	}
+	if res.Aborted {
+		s.aborts.Add(1)
+	}
+}
+
+// startRunSpan starts the span of one execution of run r. Attributes and
+// names are only made for a span that records: with no tracer installed a
+// span costs its Start and End alone.
+func (x *execution) startRunSpan(ctx context.Context, replayed int) context.Context {
+	ctx, x.span = x.e.tracer.Start(ctx, "weir.run")
+	if x.span.IsRecording() {
+		x.span.SetName("weir.run " + x.run.Workflow)
+		x.span.SetAttributes(attrRunID.String(x.run.ID), attrWorkflow.String(x.run.Workflow),
+			attrEpoch.Int64(x.epoch), attrReplayed.Int(replayed))
+	}
+	return ctx
+}
+
+// endRunSpan ends the execution's span with how it ended.
+func (x *execution) endRunSpan(outcome string, err error) {
+	if x.span == nil {
+		return
+	}
+	if x.span.IsRecording() {
+		x.span.SetAttributes(attrRunOutcome.String(outcome))
+		if err != nil {
+			x.span.RecordError(err)
+			x.span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	x.span.End()
+}
+
+// startAttemptSpan starts the span of attempt start of a step, a child of
+// the execution's: a retried step's attempts, and steps run at once, are
+// siblings.
+func (x *execution) startAttemptSpan(start *stepStart) {
+	_, start.span = x.e.tracer.Start(x.ctx, "weir.step")
+	if start.span.IsRecording() {
+		start.span.SetName("weir.step " + start.name)
+		start.span.SetAttributes(attrRunID.String(x.run.ID), attrStep.String(start.name), attrOp.Int64(start.op), attrAttempt.Int64(start.attempt))
+	}
+}
+
+// endAttemptSpan ends an attempt's span: its outcome (completed, retrying,
+// failed, interrupted), its error and the backoff before the next attempt,
+// and its stream writes, with whether they were committed or aborted.
+func endAttemptSpan(start *stepStart, outcome string, err error, backoff time.Duration) {
+	sp := start.span
+	if sp == nil {
+		return
+	}
+	if !sp.IsRecording() {
+		sp.End()
+		return
+	}
+	st := &start.stats
+	streamEnd := "aborted"
+	switch outcome {
+	case "completed":
+		streamEnd = "committed"
+	case "retrying":
+		streamEnd = "left for the retry to adopt or abort"
+	case "interrupted":
+		streamEnd = "left for the next owner"
+	}
+	sp.SetAttributes(attrStepOutcome.String(outcome),
+		attrAppended.Int64(st.appended.Load()), attrAdopted.Int64(st.adopted.Load()),
+		attrResent.Int64(st.resent.Load()), attrAborts.Int64(st.aborts.Load()))
+	if st.appended.Load()+st.adopted.Load() > 0 {
+		sp.SetAttributes(attrStreamEnd.String(streamEnd))
+	}
+	if backoff > 0 {
+		sp.SetAttributes(attrBackoff.Int64(backoff.Milliseconds()))
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		sp.RecordError(err)
+		sp.SetStatus(codes.Error, err.Error())
+	}
+	sp.End()
+}

@@ -1,0 +1,120 @@
+package weir_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/store"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+func attrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+// A run's execution is a span; each step attempt a child of it, a retried
+// step's attempts siblings with the failed one's error and backoff, and
+// each attempt says what its stream writes did: the retry adopted the
+// first attempt's chunks. A step sets its own attributes (the GenAI
+// conventions') on its attempt's span.
+func TestTracingSpans(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		exp := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		cfg := fastConfig()
+		cfg.TracerProvider = tp
+		e := newEngine(t, s, cfg)
+		wf := weir.Register(e, "traced", func(ctx weir.Context, _ int) (int, error) {
+			n, err := weir.Step(ctx, "think", func(sc weir.StepContext) (int, error) {
+				trace.SpanFromContext(sc).SetAttributes(attribute.String("gen_ai.request.model", "scripted-1"), attribute.Int("gen_ai.usage.output_tokens", 4))
+				w := sc.Stream("tokens")
+				for i := range 4 {
+					fmt.Fprintf(w, "t%d ", i)
+					if i == 1 && sc.Attempt() == 1 {
+						if err := w.Flush(); err != nil {
+							return 0, err
+						}
+						return 0, errors.New("the model's connection dropped")
+					}
+				}
+				return 4, nil
+			})
+			if err != nil {
+				return 0, err
+			}
+			a := weir.StepAsync(ctx, "a", func(weir.StepContext) (int, error) { return 1, nil })
+			b := weir.StepAsync(ctx, "b", func(weir.StepContext) (int, error) { return 2, nil })
+			ab, err := weir.All(ctx, a, b)
+			return n + ab[0] + ab[1], err
+		})
+		if err := e.Work(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		h, err := wf.Start(testCtx(t), 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := h.Result(testCtx(t)); err != nil || n != 7 {
+			t.Fatalf("result %d, %v", n, err)
+		}
+		waitFor(t, 5e9, "the run's span to end", func() bool {
+			for _, s := range exp.GetSpans() {
+				if s.Name == "weir.run traced" {
+					return true
+				}
+			}
+			return false
+		})
+		var run tracetest.SpanStub
+		var think, async []tracetest.SpanStub
+		for _, s := range exp.GetSpans() {
+			switch s.Name {
+			case "weir.run traced":
+				run = s
+			case "weir.step think":
+				think = append(think, s)
+			case "weir.step a", "weir.step b":
+				async = append(async, s)
+			}
+		}
+		if got := attrs(run)["weir.run.outcome"].AsString(); got != "completed" || attrs(run)["weir.run.id"].AsString() != h.ID {
+			t.Fatalf("run span: outcome %q, attributes %v", got, run.Attributes)
+		}
+		if len(think) != 2 || len(async) != 2 {
+			t.Fatalf("%d attempt spans of think (want 2) and %d of the parallel steps (want 2)", len(think), len(async))
+		}
+		for _, s := range append(think, async...) {
+			if s.Parent.SpanID() != run.SpanContext.SpanID() || s.SpanContext.TraceID() != run.SpanContext.TraceID() {
+				t.Fatalf("span %s is not a child of the run's span", s.Name)
+			}
+		}
+		first, second := think[0], think[1]
+		if attrs(first)["weir.step.attempt"].AsInt64() != 1 {
+			first, second = second, first
+		}
+		fa, sa := attrs(first), attrs(second)
+		if fa["weir.step.outcome"].AsString() != "retrying" || first.Status.Code != codes.Error || fa["weir.step.retry_backoff_ms"].Type() != attribute.INT64 {
+			t.Fatalf("the failed attempt's span: %v, status %v", first.Attributes, first.Status)
+		}
+		if fa["weir.stream.chunks_appended"].AsInt64() != 2 {
+			t.Fatalf("the failed attempt appended %d chunks, want 2", fa["weir.stream.chunks_appended"].AsInt64())
+		}
+		if sa["weir.step.outcome"].AsString() != "completed" || sa["weir.stream.chunks_adopted"].AsInt64() != 2 ||
+			sa["weir.stream.chunks_appended"].AsInt64() != 2 || sa["weir.stream.outcome"].AsString() != "committed" {
+			t.Fatalf("the retry's span: %v", second.Attributes)
+		}
+		if sa["gen_ai.request.model"].AsString() != "scripted-1" || sa["gen_ai.usage.output_tokens"].AsInt64() != 4 {
+			t.Fatalf("the step's own attributes are not on its attempt's span: %v", second.Attributes)
+		}
+	})
+}
