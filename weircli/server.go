@@ -158,6 +158,11 @@ func serverCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	stopTracing, err := setupTracing(ctx, cfg.name(), log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing(context.Background())
 	st, err := openStore(ctx, f.storeSpec)
 	if err != nil {
 		return err

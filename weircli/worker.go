@@ -48,6 +48,11 @@ func workerCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 		return errUsage(fmt.Errorf("worker: --concurrency must be positive"))
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	stopTracing, err := setupTracing(ctx, cfg.name(), log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing(context.Background())
 	st, err := openStore(ctx, *storeSpec)
 	if err != nil {
 		return err

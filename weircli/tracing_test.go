@@ -1,0 +1,151 @@
+package weircli
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// otlpReceiver is a small OTLP/HTTP trace receiver: it decodes each
+// export (protobuf) and keeps its spans.
+type otlpReceiver struct {
+	mu       sync.Mutex
+	spans    []*tracepb.Span
+	services []string
+}
+
+func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
+		http.Error(w, "want POST /v1/traces, application/x-protobuf", http.StatusBadRequest)
+		return
+	}
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	var req coltrace.ExportTraceServiceRequest
+	if err := proto.Unmarshal(b, &req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	o.mu.Lock()
+	for _, rs := range req.ResourceSpans {
+		for _, kv := range rs.GetResource().GetAttributes() {
+			if kv.Key == "service.name" {
+				o.services = append(o.services, kv.Value.GetStringValue())
+			}
+		}
+		for _, ss := range rs.ScopeSpans {
+			o.spans = append(o.spans, ss.Spans...)
+		}
+	}
+	o.mu.Unlock()
+	out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
+func (o *otlpReceiver) byName() map[string][]*tracepb.Span {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	m := map[string][]*tracepb.Span{}
+	for _, s := range o.spans {
+		m[s.Name] = append(m[s.Name], s)
+	}
+	return m
+}
+
+// A program's server configured by the standard OTEL_* variables exports
+// its runs' spans over OTLP/HTTP to a real receiver: the run, the retried
+// step's two attempts (siblings, children of the run's span, the first
+// with its error) and the parallel steps, under the program's service
+// name. Without the variables it exports nothing.
+func TestTracesOverOTLP(t *testing.T) {
+	rcv := &otlpReceiver{}
+	col := httptest.NewServer(rcv)
+	defer col.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.URL)
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+	var attempts atomic.Int64
+	cfg := myapp(&attempts)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	out, errOut, code := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
+	go func() {
+		code <- Run(ctx, cfg, []string{"server", "--addr", "127.0.0.1:0", "--store", "sqlite:" + filepath.Join(t.TempDir(), "t.db")}, out, errOut)
+	}()
+	var url string
+	waitUntil(t, 10*time.Second, "the server to listen", func() bool {
+		if m := listening.FindStringSubmatch(out.String()); m != nil {
+			url = m[1]
+			return true
+		}
+		return false
+	})
+	var run struct{ ID string }
+	postJSON(context.Background(), t, url+"/v1/runs", `{"workflow":"answer","input":"traced"}`, &run)
+	waitUntil(t, 15*time.Second, "the run to reach its hook", func() bool {
+		var hooks struct{ Hooks []struct{ Token string } }
+		getJSON(context.Background(), t, url+"/v1/runs/"+run.ID+"/hooks", &hooks)
+		return len(hooks.Hooks) == 1
+	})
+	hreq, _ := http.NewRequest(http.MethodPost, url+"/v1/hooks/approve-"+run.ID, strings.NewReader(`{"ok":true}`))
+	hreq.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(hreq); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	waitUntil(t, 15*time.Second, "the run to complete", func() bool {
+		var r struct{ Status string }
+		getJSON(context.Background(), t, url+"/v1/runs/"+run.ID, &r)
+		return r.Status == "completed"
+	})
+	cancel() // SIGTERM: the server stops, and flushes its spans
+	if c := <-code; c != 0 {
+		t.Fatalf("server exited %d: %s", c, errOut)
+	}
+	spans := rcv.byName()
+	think, runs := spans["weir.step think"], spans["weir.run answer"]
+	if len(think) != 2 || len(runs) == 0 || len(spans["weir.step search"]) != 1 || len(spans["weir.step rank"]) != 1 {
+		t.Fatalf("spans received: %d think, %d run, of %d names: %v", len(think), len(runs), len(spans), keys(spans))
+	}
+	runSpans := map[string]bool{}
+	for _, r := range runs {
+		runSpans[string(r.SpanId)] = true
+	}
+	failed := 0
+	for _, s := range think {
+		if !runSpans[string(s.ParentSpanId)] {
+			t.Fatalf("an attempt span of think is not a child of a run span")
+		}
+		if s.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("%d of think's attempt spans have an error status, want 1", failed)
+	}
+	if len(rcv.services) == 0 || rcv.services[0] != "myapp" {
+		t.Fatalf("service names %v, want myapp", rcv.services)
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}
