@@ -54,10 +54,12 @@ func runsWatch(ctx context.Context, name string, args []string, stdout, stderr i
 		if run.Status.Terminal() {
 			return watchEnd(stdout, run)
 		}
-		if w := watchWaiting(ctx, c, name, run); w != "" && w != waiting {
-			fmt.Fprintf(stdout, "%9s  %-18s %s\n", since(run.CreatedAt, time.Now()), "waiting", w)
+		if w := watchWaiting(ctx, c, name, run); w != waiting {
+			if w != "" {
+				fmt.Fprintf(stdout, "%9s  %-18s %s\n", since(run.CreatedAt, time.Now()), "waiting", w)
+			}
+			waiting = w
 		}
-		waiting = watchWaiting(ctx, c, name, run)
 		select {
 		case <-ctx.Done():
 			return nil // interrupted: a normal way to stop watching
@@ -84,17 +86,25 @@ func watchEnd(stdout io.Writer, run *client.Run) error {
 // backoff, or a hook (with the command that delivers to it); "" if it is
 // simply running.
 func watchWaiting(ctx context.Context, c *client.Client, name string, run *client.Run) string {
+	until := ""
 	if run.WakeAt != nil && run.WakeAt.After(time.Now()) {
-		return "parked until " + fmtTime(*run.WakeAt)
+		until = "until " + fmtTime(*run.WakeAt)
 	}
-	hooks, err := c.Hooks(ctx, run.ID)
-	if err != nil {
-		return ""
-	}
-	for _, h := range hooks {
-		if !h.Disposed {
-			return fmt.Sprintf("hook %q (%s runs hook %s --data JSON)", h.Token, name, h.Token)
+	// A hook first: a run waiting on one with a timeout is parked until
+	// the timeout, and the hook is what it waits on.
+	if hooks, err := c.Hooks(ctx, run.ID); err == nil {
+		for _, h := range hooks {
+			if !h.Disposed {
+				w := fmt.Sprintf("hook %q (%s runs hook %s --data JSON)", h.Token, name, h.Token)
+				if until != "" {
+					w += ", " + until
+				}
+				return w
+			}
 		}
+	}
+	if until != "" {
+		return "parked " + until
 	}
 	return ""
 }
