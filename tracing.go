@@ -2,7 +2,9 @@ package weir
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -10,6 +12,8 @@ import (
 	"github.com/weirhq/weir/stream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The engine's spans and their attributes. A run's execution is a span
@@ -57,11 +61,37 @@ func (s *streamStats) count(res *store.AppendResult) {
 	}
 }
 
-// startRunSpan starts the span of one execution of run r. Attributes and
-// names are only made for a span that records: with no tracer installed a
-// span costs its Start and End alone.
+// traceParentOf is the W3C traceparent a run started from ctx belongs to:
+// ctx's span's (the caller's, an HTTP start's traceparent, a parent run's
+// execution), or, without one, a trace minted for the run, so that its
+// executions (in any process, across restarts) are spans of one trace.
+func traceParentOf(ctx context.Context) string {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		c := propagation.MapCarrier{}
+		propagation.TraceContext{}.Inject(ctx, c)
+		if tp := c.Get("traceparent"); tp != "" {
+			return tp
+		}
+	}
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("00-%x-%x-01", b[:16], b[16:])
+}
+
+// runTraceContext is ctx with the run's stored trace as its remote parent.
+func runTraceContext(ctx context.Context, traceParent string) context.Context {
+	if traceParent == "" {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": traceParent})
+}
+
+// startRunSpan starts the span of one execution of run r, a child of the
+// run's trace (store.Run.TraceParent). Attributes and names are only made
+// for a span that records: with no tracer installed a span costs its
+// Start and End alone.
 func (x *execution) startRunSpan(ctx context.Context, replayed int) context.Context {
-	ctx, x.span = x.e.tracer.Start(ctx, "weir.run")
+	ctx, x.span = x.e.tracer.Start(runTraceContext(ctx, x.run.TraceParent), "weir.run")
 	if x.span.IsRecording() {
 		x.span.SetName("weir.run " + x.run.Workflow)
 		x.span.SetAttributes(attrRunID.String(x.run.ID), attrWorkflow.String(x.run.Workflow),

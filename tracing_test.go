@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/store"
@@ -67,7 +68,7 @@ func TestTracingSpans(t *testing.T) {
 		if n, err := h.Result(testCtx(t)); err != nil || n != 7 {
 			t.Fatalf("result %d, %v", n, err)
 		}
-		waitFor(t, 5e9, "the run's span to end", func() bool {
+		waitFor(t, 5*time.Second, "the run's span to end", func() bool {
 			for _, s := range exp.GetSpans() {
 				if s.Name == "weir.run traced" {
 					return true
@@ -115,6 +116,60 @@ func TestTracingSpans(t *testing.T) {
 		}
 		if sa["gen_ai.request.model"].AsString() != "scripted-1" || sa["gen_ai.usage.output_tokens"].AsInt64() != 4 {
 			t.Fatalf("the step's own attributes are not on its attempt's span: %v", second.Attributes)
+		}
+	})
+}
+
+// A run is one trace across its executions: a run started under a span
+// belongs to that span's trace, a park and a resume make a second
+// execution span in the same trace, and its child run's executions are in
+// it too, under the parent's execution.
+func TestTracingOneTraceAcrossExecutions(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		exp := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		cfg := fastConfig()
+		cfg.TracerProvider = tp
+		cfg.ParkAfter = weir.NoWait // every sleep parks: the resume is a second execution
+		e := newEngine(t, s, cfg)
+		child := weir.Register(e, "child", func(ctx weir.Context, n int) (int, error) { return n + 1, nil })
+		wf := weir.Register(e, "parent", func(ctx weir.Context, _ int) (int, error) {
+			weir.Sleep(ctx, 20*time.Millisecond)
+			return weir.StartChild(ctx, child, 41, nil).Get(ctx)
+		})
+		if err := e.Work(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		caller, span := tp.Tracer("test").Start(testCtx(t), "caller")
+		h, err := wf.Start(caller, 0, nil)
+		span.End()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := h.Result(testCtx(t)); err != nil || n != 42 {
+			t.Fatalf("result %d, %v", n, err)
+		}
+		want := span.SpanContext().TraceID()
+		var parents, children int
+		waitFor(t, 5*time.Second, "the child's and the parent's last execution spans", func() bool {
+			parents, children = 0, 0
+			for _, s := range exp.GetSpans() {
+				switch s.Name {
+				case "weir.run parent":
+					parents++
+				case "weir.run child":
+					children++
+				}
+			}
+			return parents >= 2 && children >= 1
+		})
+		for _, s := range exp.GetSpans() {
+			if s.Name != "caller" && s.SpanContext.TraceID() != want {
+				t.Fatalf("span %s is in trace %s, not the caller's %s", s.Name, s.SpanContext.TraceID(), want)
+			}
+			if s.Name == "weir.run parent" && s.Parent.SpanID() != span.SpanContext().SpanID() {
+				t.Fatalf("an execution of the run is not a child of the span that started it")
+			}
 		}
 	})
 }

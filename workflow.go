@@ -119,7 +119,7 @@ func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *
 	if !ok {
 		return nil, false, fmt.Errorf("%w: %q", ErrUnknownWorkflow, name)
 	}
-	p := &store.CreateRunParams{Workflow: name, Input: input}
+	p := &store.CreateRunParams{Workflow: name, Input: input, TraceParent: traceParentOf(ctx)}
 	if opts != nil {
 		p.ID = opts.ID
 		if opts.Delay > 0 {

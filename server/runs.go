@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -17,6 +18,8 @@ import (
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // errUnknownPath marks a path nothing is served at (404).
@@ -68,7 +71,7 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request) {
 		}
 		id = idempotentRunID(key)
 	}
-	run, created, err := s.e.StartRun(r.Context(), req.Workflow, req.Input, &weir.StartOptions{ID: id})
+	run, created, err := s.e.StartRun(s.traceContext(r), req.Workflow, req.Input, &weir.StartOptions{ID: id})
 	if key != "" {
 		switch {
 		case errors.Is(err, store.ErrRunConflict):
@@ -471,3 +474,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // writeTimeout bounds writing one runs API reply.
 var writeTimeout = 30 * time.Second
+
+// traceContext is r's context with the trace its traceparent header names
+// (W3C Trace Context), so that a run started by r is a span of the
+// caller's trace. A malformed header is ignored, with a debug log: the
+// run gets a trace of its own.
+func (s *Server) traceContext(r *http.Request) context.Context {
+	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	if h := r.Header.Get("traceparent"); h != "" && !trace.SpanContextFromContext(ctx).IsValid() {
+		s.log.Debug("weir server: a malformed traceparent is ignored", "traceparent", h)
+	}
+	return ctx
+}

@@ -88,6 +88,9 @@ func (p *CreateRunParams) Check() error {
 	if err := checkName("owner", p.Owner, MaxIDLen); err != nil {
 		return err
 	}
+	if err := checkName("traceparent", p.TraceParent, MaxTraceParentLen); err != nil {
+		return err
+	}
 	if p.Owner != "" && p.LeaseTTL <= 0 {
 		return fmt.Errorf("%w: a lease at creation needs a positive LeaseTTL", ErrInvalid)
 	}

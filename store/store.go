@@ -91,6 +91,9 @@ const (
 	MaxEventValue = 1 << 20
 	// MaxTopicLen bounds a message topic and a run event's key.
 	MaxTopicLen = 255
+	// MaxTraceParentLen bounds a run's traceparent (55 bytes in version 00
+	// of the W3C format; later versions may append fields).
+	MaxTraceParentLen = 256
 )
 
 // Store is the core of weir's storage, what every backend implements: runs,
@@ -333,6 +336,10 @@ type Run struct {
 	Kind string
 	// Parent is the run that started this one as its child; "" if none.
 	Parent string
+	// TraceParent is the W3C traceparent of the trace the run belongs to
+	// (the caller's that started it, or one minted for it), so that every
+	// execution of it, in any process, is a span of one trace; "" if none.
+	TraceParent string
 }
 
 // KindWorld is the Kind of a World run.
@@ -343,7 +350,10 @@ type CreateRunParams struct {
 	ID       string // required; the caller's idempotency key
 	Workflow string // required
 	Parent   string // the run starting it as its child; "" if none
-	Input    []byte
+	// TraceParent is the W3C traceparent the run's spans descend from
+	// (Run.TraceParent); at most MaxTraceParentLen bytes of text.
+	TraceParent string
+	Input       []byte
 	WakeAt   time.Time // zero: runnable now
 	// Owner, if set, leases the run to Owner for LeaseTTL as it is created,
 	// as a ClaimRuns by Owner would (status running, LeaseEpoch 1), so that

@@ -2,6 +2,7 @@ package weircli
 
 import (
 	"context"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -93,8 +94,22 @@ func TestTracesOverOTLP(t *testing.T) {
 		}
 		return false
 	})
+	// The start carries the caller's trace (W3C traceparent); a malformed
+	// one is ignored, and the run it starts gets a trace of its own.
+	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	start := func(body, traceparent string) string {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/runs", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("traceparent", traceparent)
+		var r struct{ ID string }
+		doJSON(t, req, &r)
+		return r.ID
+	}
+	if id := start(`{"workflow":"answer","input":"x","id":"malformed-trace"}`, "00-not-a-trace"); id == "" {
+		t.Fatal("a start with a malformed traceparent got no run")
+	}
 	var run struct{ ID string }
-	postJSON(context.Background(), t, url+"/v1/runs", `{"workflow":"answer","input":"traced"}`, &run)
+	run.ID = start(`{"workflow":"answer","input":"traced"}`, "00-"+traceID+"-b7ad6b7169203331-01")
 	waitUntil(t, 15*time.Second, "the run to reach its hook", func() bool {
 		var hooks struct{ Hooks []struct{ Token string } }
 		getJSON(context.Background(), t, url+"/v1/runs/"+run.ID+"/hooks", &hooks)
@@ -117,8 +132,20 @@ func TestTracesOverOTLP(t *testing.T) {
 		t.Fatalf("server exited %d: %s", c, errOut)
 	}
 	spans := rcv.byName()
-	think, runs := spans["weir.step think"], spans["weir.run answer"]
-	if len(think) != 2 || len(runs) == 0 || len(spans["weir.step search"]) != 1 || len(spans["weir.step rank"]) != 1 {
+	var think, runs []*tracepb.Span
+	for _, name := range []string{"weir.step think", "weir.run answer"} {
+		for _, sp := range spans[name] {
+			if runIDOf(sp) != run.ID {
+				continue // the run started with a malformed traceparent
+			}
+			if name == "weir.run answer" {
+				runs = append(runs, sp)
+			} else {
+				think = append(think, sp)
+			}
+		}
+	}
+	if len(think) != 2 || len(runs) == 0 || ofRun(spans["weir.step search"], run.ID) != 1 || ofRun(spans["weir.step rank"], run.ID) != 1 {
 		t.Fatalf("spans received: %d think, %d run, of %d names: %v", len(think), len(runs), len(spans), keys(spans))
 	}
 	runSpans := map[string]bool{}
@@ -137,9 +164,33 @@ func TestTracesOverOTLP(t *testing.T) {
 	if failed != 1 {
 		t.Fatalf("%d of think's attempt spans have an error status, want 1", failed)
 	}
+	for _, r := range runs {
+		if got := hex.EncodeToString(r.TraceId); got != traceID {
+			t.Fatalf("a run span is in trace %s, not the caller's %s", got, traceID)
+		}
+	}
 	if len(rcv.services) == 0 || rcv.services[0] != "myapp" {
 		t.Fatalf("service names %v, want myapp", rcv.services)
 	}
+}
+
+func ofRun(spans []*tracepb.Span, id string) int {
+	n := 0
+	for _, s := range spans {
+		if runIDOf(s) == id {
+			n++
+		}
+	}
+	return n
+}
+
+func runIDOf(s *tracepb.Span) string {
+	for _, kv := range s.Attributes {
+		if kv.Key == "weir.run.id" {
+			return kv.Value.GetStringValue()
+		}
+	}
+	return ""
 }
 
 func keys[V any](m map[string]V) []string {

@@ -262,7 +262,7 @@ func (g *group) queueStateReads(b *pgx.Batch, r *readPlan) {
 }
 
 func (g *group) queueCreateRuns(b *pgx.Batch, ops []*createRunOp) {
-	var id, wf, parent, status, owner []string
+	var id, wf, parent, status, owner, trace []string
 	var input [][]byte
 	var now, wake, expires, epoch []int64
 	for _, o := range ops {
@@ -270,9 +270,10 @@ func (g *group) queueCreateRuns(b *pgx.Batch, ops []*createRunOp) {
 		now, wake, parent = append(now, o.now), append(wake, sqlrow.Nanos(o.p.WakeAt)), append(parent, o.p.Parent)
 		status, owner = append(status, string(o.lease.Status)), append(owner, o.lease.Owner)
 		expires, epoch = append(expires, sqlrow.Nanos(o.lease.Expires)), append(epoch, o.lease.Epoch)
+		trace = append(trace, o.p.TraceParent)
 	}
 	g.inserted, g.existing = map[string]bool{}, map[string]*store.Run{}
-	b.Queue(g.s.q.insertRuns, id, wf, input, now, wake, parent, status, owner, expires, epoch).Query(func(rows pgx.Rows) error {
+	b.Queue(g.s.q.insertRuns, id, wf, input, now, wake, parent, status, owner, expires, epoch, trace).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id string
 			if err := rows.Scan(&id); err != nil {

@@ -439,8 +439,8 @@ func TestDataBytesBackfill(t *testing.T) {
 	}
 	q := pgx.Identifier{schema}.Sanitize()
 	if err := adminDo(t, func(ctx context.Context) error {
-		// Back to version 4: what migrations 5 to 9 made is undone.
-		_, err := adminPool(t).Exec(ctx, `ALTER TABLE `+q+`.runs DROP COLUMN parent_id;
+		// Back to version 4: what migrations 5 to 10 made is undone.
+		_, err := adminPool(t).Exec(ctx, `ALTER TABLE `+q+`.runs DROP COLUMN parent_id, DROP COLUMN trace_parent;
 			DROP TABLE `+q+`.hooks, `+q+`.hook_keys, `+q+`.message_keys, `+q+`.run_events;
 			DROP INDEX `+q+`.streams_standalone;
 			ALTER TABLE `+q+`.streams DROP COLUMN data_bytes;

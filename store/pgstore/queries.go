@@ -271,11 +271,11 @@ func newQueries(schema string) *queries {
 		) h`)
 	set(&q.setHook, `UPDATE $S.hooks SET disposed = $2, received = $3 WHERE token = $1`)
 	set(&q.insertRuns, `INSERT INTO $S.runs (id, workflow, status, input, created_at, updated_at, wake_at, parent_id,
-			lease_owner, lease_expires, lease_epoch)
-		SELECT u.id, u.workflow, u.status, u.input, u.now, u.now, u.wake, u.parent, u.owner, u.expires, u.epoch
+			lease_owner, lease_expires, lease_epoch, trace_parent)
+		SELECT u.id, u.workflow, u.status, u.input, u.now, u.now, u.wake, u.parent, u.owner, u.expires, u.epoch, u.trace
 		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[], $6::text[],
-				$7::text[], $8::text[], $9::bigint[], $10::bigint[])
-			AS u(id, workflow, input, now, wake, parent, status, owner, expires, epoch)
+				$7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[])
+			AS u(id, workflow, input, now, wake, parent, status, owner, expires, epoch, trace)
 		ON CONFLICT (id) DO NOTHING RETURNING id`)
 	set(&q.runsByID, `SELECT r.* FROM unnest($1::text[]) AS k(id), LATERAL (
 			SELECT `+sqlrow.RunCols+` FROM $S.runs WHERE id = k.id
@@ -299,7 +299,7 @@ func newQueries(schema string) *queries {
 	// than claiming more.
 	set(&q.claimIn, `WITH prev AS (
 			SELECT id, workflow, status, input, output, error, created_at, updated_at,
-				wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, seq
+				wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent, seq
 			FROM $S.runs WHERE $7 <> 0 AND record_token = $7 AND lease_owner = $1 AND status IN ('pending', 'running')
 		), c AS (
 			SELECT id FROM $S.runs
@@ -313,7 +313,7 @@ func newQueries(schema string) *queries {
 				lease_epoch = r.lease_epoch + 1, updated_at = $3, record_token = $6
 			FROM c WHERE r.id = c.id
 			RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error, r.created_at, r.updated_at,
-				r.wake_at, r.lease_owner, r.lease_expires, r.lease_epoch, r.cancel_requested, r.kind, r.parent_id, r.seq
+				r.wake_at, r.lease_owner, r.lease_expires, r.lease_epoch, r.cancel_requested, r.kind, r.parent_id, r.trace_parent, r.seq
 		)
 		SELECT * FROM u UNION ALL SELECT * FROM prev`)
 	return q

@@ -47,7 +47,7 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 		}
 		tx.changed = true
 		run, err = sqlrow.ScanRun(tx.w.insertRun.QueryRowContext(bg, p.ID, p.Workflow, string(lease.Status), p.Input, now, now, sqlrow.Nanos(p.WakeAt), p.Parent,
-			lease.Owner, sqlrow.Nanos(lease.Expires), lease.Epoch))
+			lease.Owner, sqlrow.Nanos(lease.Expires), lease.Epoch, p.TraceParent))
 		created = err == nil
 		return translate(err)
 	})

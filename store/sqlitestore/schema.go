@@ -320,6 +320,11 @@ CREATE TABLE run_events (
 	PRIMARY KEY (run_id, key)
 ) WITHOUT ROWID;
 `,
+	// 9: a run's trace (store.Run.TraceParent), so that its executions in
+	// any process are spans of one trace.
+	`
+ALTER TABLE runs ADD COLUMN trace_parent TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // fixups run in a migration's transaction after its SQL, for what SQL

@@ -93,7 +93,7 @@ func TestDataBytesBackfill(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Back to version 4: what migrations 5 to 8 made is undone.
-	for _, q := range []string{`ALTER TABLE runs DROP COLUMN parent_id`, `DROP TABLE hooks`, `DROP TABLE hook_keys`,
+	for _, q := range []string{`ALTER TABLE runs DROP COLUMN parent_id`, `ALTER TABLE runs DROP COLUMN trace_parent`, `DROP TABLE hooks`, `DROP TABLE hook_keys`,
 		`DROP TABLE message_keys`, `DROP TABLE run_events`, `DROP INDEX streams_standalone`,
 		`ALTER TABLE streams DROP COLUMN data_bytes`, `PRAGMA user_version = 4`} {
 		if _, err := db.ExecContext(ctx, q); err != nil {

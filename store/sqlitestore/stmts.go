@@ -89,8 +89,8 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 		p(&w.runLease, `SELECT lease_epoch, lease_owner, status, cancel_requested,
 			(SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) FROM runs WHERE id = ?1`),
 		p(&w.insertRun, `INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at, parent_id,
-				lease_owner, lease_expires, lease_epoch)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+sqlrow.RunCols),
+				lease_owner, lease_expires, lease_epoch, trace_parent)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+sqlrow.RunCols),
 		p(&w.claim, `UPDATE runs SET status = 'running', lease_owner = ?1, lease_expires = ?2,
 				lease_epoch = lease_epoch + 1, updated_at = ?3
 			WHERE seq IN (SELECT seq FROM runs

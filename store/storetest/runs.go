@@ -44,6 +44,32 @@ func testRuns(t *testing.T, h harness) {
 		}
 	})
 
+	// A run keeps its trace: GetRun, a claim, a lease at creation and a
+	// reopen all give it back; one too long is refused.
+	t.Run("TraceParent", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		r, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "traced", Workflow: "wf", TraceParent: tp})
+		must(t, err)
+		if r.TraceParent != tp {
+			t.Fatalf("CreateRun: TraceParent %q", r.TraceParent)
+		}
+		leased, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "traced-leased", Workflow: "wf", TraceParent: tp, Owner: "w", LeaseTTL: time.Minute})
+		must(t, err)
+		if leased.TraceParent != tp {
+			t.Fatalf("CreateRun leased: TraceParent %q", leased.TraceParent)
+		}
+		got, err := s.GetRun(ctx(t), "traced")
+		must(t, err)
+		claimed, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: "w", Limit: 10, LeaseTTL: time.Minute})
+		must(t, err)
+		if got.TraceParent != tp || len(claimed) != 1 || claimed[0].TraceParent != tp {
+			t.Fatalf("GetRun %q, claimed %v", got.TraceParent, claimed)
+		}
+		_, _, err = s.CreateRun(ctx(t), &store.CreateRunParams{ID: "too-long", Workflow: "wf", TraceParent: strings.Repeat("a", store.MaxTraceParentLen+1)})
+		wantErr(t, err, store.ErrInvalid)
+	})
 	t.Run("CreateRunConflict", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
