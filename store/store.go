@@ -354,7 +354,7 @@ type CreateRunParams struct {
 	// (Run.TraceParent); at most MaxTraceParentLen bytes of text.
 	TraceParent string
 	Input       []byte
-	WakeAt   time.Time // zero: runnable now
+	WakeAt      time.Time // zero: runnable now
 	// Owner, if set, leases the run to Owner for LeaseTTL as it is created,
 	// as a ClaimRuns by Owner would (status running, LeaseEpoch 1), so that
 	// the worker starting a run executes it without a claim. A run whose
