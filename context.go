@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"runtime"
 	"runtime/debug"
@@ -624,6 +625,12 @@ func Sleep(ctx Context, d time.Duration) {
 	if st.fired {
 		return
 	}
+	// Its span ends when it fires here, or with the execution (a park).
+	_, sp := x.e.tracer.Start(x.ctx, "weir.sleep")
+	if sp.IsRecording() {
+		sp.SetAttributes(attrRunID.String(x.run.ID), attrOp.Int64(op), attribute.String("weir.wait.until", st.wakeAt.UTC().Format(time.RFC3339Nano)))
+	}
+	defer sp.End()
 	x.waitUntil(st.wakeAt)
 	x.record(&store.AdvanceParams{Events: []store.Event{{Type: store.EventSleepFired, Op: op}}})
 	st.fired = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"runtime"
 	"strconv"
 	"sync"
@@ -444,6 +445,7 @@ func (x *execution) await(fs []*future, any bool) int {
 			demand[f.box]++
 		}
 	}
+	var wait trace.Span
 	for {
 		// The state first: a change after it wakes the wait below.
 		changed, running, wakes := x.par.snapshot()
@@ -492,6 +494,13 @@ func (x *execution) await(fs []*future, any bool) int {
 				chosen = -1
 			}
 			return chosen
+		}
+		if wait == nil {
+			// The run waits: on a hook's payload or a message, a child's
+			// end, a timer. Its span ends when the wait does, or with the
+			// execution (a park, an interruption).
+			wait = x.startWaitSpan(fs, children, next)
+			defer wait.End()
 		}
 		if r, ok := x.interrupted(); ok {
 			x.leave(r, context.Cause(x.ctx))

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -124,6 +125,45 @@ func (x *execution) startAttemptSpan(start *stepStart) {
 		start.span.SetName("weir.step " + start.name)
 		start.span.SetAttributes(attrRunID.String(x.run.ID), attrStep.String(start.name), attrOp.Int64(start.op), attrAttempt.Int64(start.attempt))
 	}
+}
+
+// startWaitSpan starts the span of a wait of the workflow on fs: what it
+// waits on (hooks, topics, children, a timer) in its name and attributes.
+func (x *execution) startWaitSpan(fs []*future, children []string, timer time.Time) trace.Span {
+	_, sp := x.e.tracer.Start(x.ctx, "weir.wait")
+	if !sp.IsRecording() {
+		return sp
+	}
+	var hooks []string
+	for _, f := range fs {
+		if f.resolved() {
+			continue
+		}
+		switch {
+		case f.kind == opHook && f.hook != nil:
+			hooks = append(hooks, f.hook.token)
+		case f.box != nil:
+			hooks = append(hooks, "message")
+		}
+	}
+	var on []string
+	if len(hooks) > 0 {
+		on = append(on, "hook")
+		sp.SetAttributes(attribute.StringSlice("weir.wait.hooks", hooks))
+	}
+	if len(children) > 0 {
+		on = append(on, "child")
+		sp.SetAttributes(attribute.StringSlice("weir.wait.children", children))
+	}
+	if !timer.IsZero() {
+		on = append(on, "timer")
+		sp.SetAttributes(attribute.String("weir.wait.until", timer.UTC().Format(time.RFC3339Nano)))
+	}
+	if len(on) > 0 {
+		sp.SetName("weir.wait " + strings.Join(on, "+"))
+	}
+	sp.SetAttributes(attrRunID.String(x.run.ID))
+	return sp
 }
 
 // endAttemptSpan ends an attempt's span: its outcome (completed, retrying,

@@ -1,13 +1,16 @@
 package weir_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/sqlitestore"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -150,6 +153,14 @@ func TestTracingOneTraceAcrossExecutions(t *testing.T) {
 			t.Fatalf("result %d, %v", n, err)
 		}
 		want := span.SpanContext().TraceID()
+		waitFor(t, 5*time.Second, "the sleep's and the child wait's spans", func() bool {
+			var sleep, wait bool
+			for _, s := range exp.GetSpans() {
+				sleep = sleep || s.Name == "weir.sleep"
+				wait = wait || s.Name == "weir.wait child" && len(attrs(s)["weir.wait.children"].AsStringSlice()) == 1
+			}
+			return sleep && wait
+		})
 		var parents, children int
 		waitFor(t, 5*time.Second, "the child's and the parent's last execution spans", func() bool {
 			parents, children = 0, 0
@@ -172,4 +183,66 @@ func TestTracingOneTraceAcrossExecutions(t *testing.T) {
 			}
 		}
 	})
+}
+
+// discard is an exporter that drops what it is given: the cost of making
+// and recording the spans, without exporting them.
+type discard struct{}
+
+func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkTracing measures a run of three short steps, each writing a
+// chunk to its stream, on SQLite, with tracing off (the default: the
+// global no-op provider) and on (the SDK, every span sampled and
+// recorded, handed to a batcher whose exporter drops them). Compare the
+// two sub-benchmarks of one run: benchstat -col /tracing.
+func BenchmarkTracing(b *testing.B) {
+	for _, mode := range []string{"off", "on"} {
+		b.Run("tracing="+mode, func(b *testing.B) {
+			// Commits not synced: the spans' cost, not the disk's, is what
+			// differs between the two.
+			st, err := sqlitestore.Open(context.Background(), filepath.Join(b.TempDir(), "weir.db"), &sqlitestore.Config{Synchronous: "OFF"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { st.Close() })
+			var s store.Full = st
+			cfg := fastConfig()
+			cfg.Logger = testLogger()
+			if mode == "on" {
+				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
+				b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+				cfg.TracerProvider = tp
+			}
+			e := newEngine(b, s, cfg)
+			wf := weir.Register(e, "three", func(ctx weir.Context, _ int) (int, error) {
+				sum := 0
+				for i := range 3 {
+					v, err := weir.Step(ctx, "s", func(sc weir.StepContext) (int, error) {
+						_, err := sc.Stream("out").Write([]byte("chunk"))
+						return i, err
+					})
+					if err != nil {
+						return 0, err
+					}
+					sum += v
+				}
+				return sum, nil
+			})
+			if err := e.Work(testCtx(b)); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				h, err := wf.Start(testCtx(b), 0, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := h.Result(testCtx(b)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -169,6 +169,19 @@ func TestTracesOverOTLP(t *testing.T) {
 			t.Fatalf("a run span is in trace %s, not the caller's %s", got, traceID)
 		}
 	}
+	hookWait := false
+	for _, sp := range spans["weir.wait hook"] {
+		for _, kv := range sp.Attributes {
+			if kv.Key == "weir.wait.hooks" {
+				for _, v := range kv.Value.GetArrayValue().GetValues() {
+					hookWait = hookWait || v.GetStringValue() == "approve-"+run.ID
+				}
+			}
+		}
+	}
+	if !hookWait {
+		t.Fatalf("no weir.wait hook span names the run's hook approve-%s; spans: %v", run.ID, keys(spans))
+	}
 	if len(rcv.services) == 0 || rcv.services[0] != "myapp" {
 		t.Fatalf("service names %v, want myapp", rcv.services)
 	}
