@@ -105,7 +105,16 @@ func (e *Engine) Read(ctx context.Context, runID, name string, opts *ReadOptions
 				yield(StreamRecord{}, fmt.Errorf("read stream %q: %w", name, err))
 				return
 			case !o.Follow || run.Status.Terminal():
-				return // nothing was ever written
+				// The stream may have been made, written and closed between
+				// the look for it above and this look at the run (a run
+				// that ends at once): look for it once more, after the run's
+				// end, before concluding that nothing was ever written.
+				if info, err := e.store.OpenStream(ctx, &store.OpenStreamParams{RunID: runID, Name: name}); err == nil {
+					readStream(ctx, e.store, info.ID, &o, yield)
+				} else if !errors.Is(err, store.ErrNotFound) {
+					yield(StreamRecord{}, err)
+				}
+				return
 			}
 			select {
 			case <-ctx.Done():
