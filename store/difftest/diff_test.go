@@ -214,6 +214,11 @@ func (g *gen) next() *op {
 		if g.chance(4) {
 			p.Parent = g.pick(runs)
 		}
+		if g.chance(3) {
+			// A run's trace, kept by both stores alike; one too long is
+			// refused by both.
+			p.TraceParent = g.pick([]string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", strings.Repeat("t", store.MaxTraceParentLen+1)})
+		}
 		if g.chance(4) {
 			p.WakeAt = now.Add(time.Duration(g.n(60)) * time.Second)
 		}
@@ -608,9 +613,9 @@ func showRun(r *store.Run) string {
 	if r == nil {
 		return "-"
 	}
-	return fmt.Sprintf("{id=%s wf=%s %s in=%q out=%q err=%q created=%v updated=%v wake=%v owner=%s expires=%v epoch=%d cancel=%v parent=%s}",
+	return fmt.Sprintf("{id=%s wf=%s %s in=%q out=%q err=%q created=%v updated=%v wake=%v owner=%s expires=%v epoch=%d cancel=%v parent=%s trace=%q}",
 		r.ID, r.Workflow, r.Status, r.Input, r.Output, r.Error, r.CreatedAt, r.UpdatedAt, r.WakeAt, r.LeaseOwner,
-		r.LeaseExpires, r.LeaseEpoch, r.CancelRequested, r.Parent)
+		r.LeaseExpires, r.LeaseEpoch, r.CancelRequested, r.Parent, r.TraceParent)
 }
 
 func showRuns(rs []*store.Run) string {
