@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/weirhq/weir/runwait"
 	"github.com/weirhq/weir/store"
 )
 
@@ -184,4 +185,24 @@ type TopicMessages struct {
 type RunState struct {
 	Events   []RunEvent      `json:"events"`
 	Messages []TopicMessages `json:"messages"`
+}
+
+// Waiting is the reply of GET /v1/runs/{id}/waiting: what a run that has
+// not ended waits on now (package runwait). Waits is empty for a run that
+// has ended or that executes workflow code between operations.
+type Waiting struct {
+	Waits []Wait `json:"waits"`
+	// Summary is the waits in one sentence; "" when there are none.
+	Summary string `json:"summary"`
+}
+
+// Wait is one thing a run waits on.
+type Wait struct {
+	Kind    runwait.Kind `json:"kind"`           // worker, step, retry, timer, hook, child, scheduled or park
+	Name    string       `json:"name,omitempty"` // the step's name, the hook's token, the child run's id
+	Op      int64        `json:"op,omitempty"`
+	Attempt int64        `json:"attempt,omitempty"`
+	Since   time.Time    `json:"since"`
+	Until   *time.Time   `json:"until,omitempty"` // when it ends at the latest
+	Text    string       `json:"text"`            // the wait in a sentence
 }

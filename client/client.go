@@ -416,6 +416,16 @@ func (c *Client) State(ctx context.Context, id string) (*api.RunState, error) {
 	return &out, nil
 }
 
+// Waiting returns what run id waits on now (GET /v1/runs/{id}/waiting): a
+// worker, a running step, a retry's backoff, a timer, a hook, a child.
+func (c *Client) Waiting(ctx context.Context, id string) (*api.Waiting, error) {
+	var out api.Waiting
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/waiting", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Workflows returns the names of the workflows the server can start.
 func (c *Client) Workflows(ctx context.Context) ([]string, error) {
 	var out api.WorkflowList

@@ -18,6 +18,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/runs/{id}/messages/{topic}", s.handleSendMessage)
 	s.mux.HandleFunc("GET /v1/runs/{id}/events/{key}", s.handleRunEvent)
 	s.mux.HandleFunc("GET /v1/runs/{id}/state", s.handleRunState)
+	s.mux.HandleFunc("GET /v1/runs/{id}/waiting", s.handleWaiting)
 	s.worldRoutes() // world.go
 
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/runwait"
 	"github.com/weirhq/weir/store"
 )
 
@@ -82,31 +84,26 @@ func watchEnd(stdout io.Writer, run *client.Run) error {
 	return fmt.Errorf("run %s failed after %s: %s", run.ID, took, firstLine(run.Error))
 }
 
-// watchWaiting says what a running run waits on: a timer or a retry's
-// backoff, or a hook (with the command that delivers to it); "" if it is
-// simply running.
+// watchWaiting says what a running run waits on (the server's
+// /v1/runs/{id}/waiting), with the command that delivers to a hook; ""
+// if it waits on nothing but the steps its events show running.
 func watchWaiting(ctx context.Context, c *client.Client, name string, run *client.Run) string {
-	until := ""
-	if run.WakeAt != nil && run.WakeAt.After(time.Now()) {
-		until = "until " + fmtTime(*run.WakeAt)
+	wt, err := c.Waiting(ctx, run.ID)
+	if err != nil {
+		return ""
 	}
-	// A hook first: a run waiting on one with a timeout is parked until
-	// the timeout, and the hook is what it waits on.
-	if hooks, err := c.Hooks(ctx, run.ID); err == nil {
-		for _, h := range hooks {
-			if !h.Disposed {
-				w := fmt.Sprintf("hook %q (%s runs hook %s --data JSON)", h.Token, name, h.Token)
-				if until != "" {
-					w += ", " + until
-				}
-				return w
-			}
+	var parts []string
+	for _, w := range wt.Waits {
+		switch w.Kind {
+		case runwait.Step:
+			continue // its step_started line says so
+		case runwait.Hook:
+			parts = append(parts, fmt.Sprintf("%s (%s runs hook %s --data JSON)", w.Text, name, w.Name))
+		default:
+			parts = append(parts, w.Text)
 		}
 	}
-	if until != "" {
-		return "parked " + until
-	}
-	return ""
+	return strings.Join(parts, "; ")
 }
 
 // since is t as an offset from the run's creation: +1.234s.

@@ -1,0 +1,56 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/weirhq/weir/api"
+	"github.com/weirhq/weir/runwait"
+	"github.com/weirhq/weir/store"
+)
+
+// handleWaiting serves GET /v1/runs/{id}/waiting: what the run waits on
+// now, read from its row, its log and its hooks (package runwait).
+func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	run, err := s.getRun(r)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	out := api.Waiting{Waits: []api.Wait{}}
+	if !run.Status.Terminal() {
+		events, err := s.store.ListEvents(r.Context(), run.ID, 0)
+		if err != nil {
+			httpError(w, err)
+			return
+		}
+		hooks, err := s.store.ListHooks(r.Context(), run.ID)
+		if errors.Is(err, store.ErrUnsupported) {
+			hooks, err = nil, nil // a store without hooks: no hook is waited on
+		}
+		if err != nil {
+			httpError(w, err)
+			return
+		}
+		ws := runwait.Of(run, events, hooks, time.Now())
+		out.Summary = runwait.Summary(ws)
+		for _, wt := range ws {
+			out.Waits = append(out.Waits, waitJSON(wt))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func waitJSON(w runwait.Wait) api.Wait {
+	out := api.Wait{Kind: w.Kind, Name: w.Name, Op: w.Op, Attempt: w.Attempt, Since: w.Since.UTC(), Text: w.String()}
+	if !w.Until.IsZero() {
+		t := w.Until.UTC()
+		out.Until = &t
+	}
+	return out
+}
