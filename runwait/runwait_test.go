@@ -91,7 +91,7 @@ func TestOf(t *testing.T) {
 		{name: "parallel steps after a hook", run: leased(running),
 			events: []store.Event{started, {Type: store.EventHookCreated, Op: 1, Name: "tok", At: at(2)}, step(2, 1, 3), step(3, 1, 4)},
 			hooks:  []*store.HookInfo{{Token: "tok", Op: 1}},
-			want: []Wait{{Kind: Step, Name: "think", Op: 2, Attempt: 1, Since: at(3)}, {Kind: Step, Name: "think", Op: 3, Attempt: 1, Since: at(4)}}},
+			want:   []Wait{{Kind: Step, Name: "think", Op: 2, Attempt: 1, Since: at(3)}, {Kind: Step, Name: "think", Op: 3, Attempt: 1, Since: at(4)}}},
 		{name: "parked for a message", run: &store.Run{Status: store.RunRunning, CreatedAt: t0, UpdatedAt: at(80), WakeAt: at(60_000)},
 			events: []store.Event{started, {Type: store.EventMessagesTaken, At: at(70)}},
 			want:   []Wait{{Kind: Park, Since: at(80), Until: at(60_000)}}},
