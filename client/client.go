@@ -157,6 +157,10 @@ type ListOptions struct {
 	Status   store.RunStatus // empty: any
 	Before   string          // a page's NextCursor: the runs after it
 	Limit    int             // 0: the server's default (50); at most 1000
+	IDPrefix string          // only runs whose id begins with it; empty: any
+	// CreatedSince and CreatedBefore bound the runs' creation time (at or
+	// after, before). Zero: no bound.
+	CreatedSince, CreatedBefore time.Time
 }
 
 // ListRuns returns one page of runs, newest first; its NextCursor, if set,
@@ -175,6 +179,15 @@ func (c *Client) ListRuns(ctx context.Context, opts *ListOptions) (*RunList, err
 		}
 		if opts.Limit != 0 {
 			q.Set("limit", strconv.Itoa(opts.Limit))
+		}
+		if opts.IDPrefix != "" {
+			q.Set("id_prefix", opts.IDPrefix)
+		}
+		if !opts.CreatedSince.IsZero() {
+			q.Set("created_since", opts.CreatedSince.UTC().Format(time.RFC3339Nano))
+		}
+		if !opts.CreatedBefore.IsZero() {
+			q.Set("created_before", opts.CreatedBefore.UTC().Format(time.RFC3339Nano))
 		}
 	}
 	var out RunList

@@ -200,12 +200,24 @@ func sameJSON(a, b []byte) bool {
 
 // handleListRuns serves GET /v1/runs.
 func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
-	q, err := parseQuery(r, "workflow", "status", "before", "limit")
+	q, err := parseQuery(r, "workflow", "status", "before", "limit", "id_prefix", "created_since", "created_before")
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	p := &store.ListRunsParams{Workflow: q.Get("workflow"), Status: store.RunStatus(q.Get("status")), Before: q.Get("before")}
+	p := &store.ListRunsParams{Workflow: q.Get("workflow"), Status: store.RunStatus(q.Get("status")), Before: q.Get("before"), IDPrefix: q.Get("id_prefix")}
+	for name, t := range map[string]*time.Time{"created_since": &p.CreatedSince, "created_before": &p.CreatedBefore} {
+		if v := q.Get(name); v != "" {
+			if *t, err = time.Parse(time.RFC3339Nano, v); err != nil {
+				httpError(w, fmt.Errorf("%w: %s=%q: want a time in RFC 3339 (2026-12-02T15:04:05Z)", api.ErrBadRequest, name, v))
+				return
+			}
+		}
+	}
+	if !p.CreatedSince.IsZero() && !p.CreatedBefore.IsZero() && !p.CreatedSince.Before(p.CreatedBefore) {
+		httpError(w, fmt.Errorf("%w: created_since must be before created_before", api.ErrBadRequest))
+		return
+	}
 	if p.Status != "" && !p.Status.Valid() {
 		httpError(w, fmt.Errorf("%w: status=%q: want pending, running, completed, failed or cancelled", api.ErrBadRequest, p.Status))
 		return

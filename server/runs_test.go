@@ -3,8 +3,11 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/internal/demo"
@@ -135,6 +138,38 @@ func TestListRunsPagesAndFilters(t *testing.T) {
 	s.do("GET", "/v1/runs?workflow=nope", "").want(t, http.StatusOK).decode(t, &none)
 	if none.Runs == nil || len(none.Runs) != 0 {
 		t.Fatalf("empty list %+v: want runs: []", none)
+	}
+}
+
+// GET /v1/runs searches by id prefix and creation time; bad values are 400.
+func TestListRunsSearch(t *testing.T) {
+	s := newTestServer(t, nil)
+	var runs []api.Run
+	for _, id := range []string{"order-1", "order-12", "invoice-1"} {
+		runs = append(runs, s.start(fmt.Sprintf(`{"workflow":"echo","id":%q,"input":1}`, id)))
+	}
+	ids := func(q string) []string {
+		var l api.RunList
+		s.do("GET", "/v1/runs?"+q, "").want(t, http.StatusOK).decode(t, &l)
+		var out []string
+		for _, r := range l.Runs {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	if got := ids("id_prefix=order-1"); !slices.Equal(got, []string{"order-12", "order-1"}) {
+		t.Fatalf("id_prefix: %v", got)
+	}
+	since := url.QueryEscape(runs[1].CreatedAt.Format(time.RFC3339Nano))
+	if got := ids("created_since=" + since); !slices.Equal(got, []string{"invoice-1", "order-12"}) {
+		t.Fatalf("created_since: %v", got)
+	}
+	if got := ids("id_prefix=order&created_before=" + since); !slices.Equal(got, []string{"order-1"}) {
+		t.Fatalf("created_before: %v", got)
+	}
+	for _, q := range []string{"created_since=yesterday", "created_before=2026-13-01T00:00:00Z",
+		"created_since=" + since + "&created_before=" + since} {
+		checkOneLine(t, s.do("GET", "/v1/runs?"+q, "").want(t, http.StatusBadRequest))
 	}
 }
 

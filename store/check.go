@@ -108,6 +108,12 @@ func (p *ListRunsParams) Check() error {
 	if err := checkName("workflow", p.Workflow, MaxIDLen); err != nil {
 		return err
 	}
+	if err := checkName("id prefix", p.IDPrefix, MaxIDLen); err != nil {
+		return err
+	}
+	if !p.CreatedSince.IsZero() && !p.CreatedBefore.IsZero() && !p.CreatedSince.Before(p.CreatedBefore) {
+		return fmt.Errorf("%w: created since %v is not before %v", ErrInvalid, p.CreatedSince, p.CreatedBefore)
+	}
 	return checkName("cursor", p.Before, MaxIDLen)
 }
 

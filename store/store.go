@@ -374,6 +374,11 @@ type ListRunsParams struct {
 	// order). Empty: from the newest.
 	Before string
 	Limit  int // 0: 100
+	// IDPrefix: only runs whose id begins with it. Empty: any.
+	IDPrefix string
+	// CreatedSince and CreatedBefore bound the runs' creation time: at or
+	// after CreatedSince, before CreatedBefore. Zero: no bound.
+	CreatedSince, CreatedBefore time.Time
 }
 
 // ListStandaloneParams filters ListStandaloneStreams.

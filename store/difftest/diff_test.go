@@ -595,6 +595,12 @@ func (g *gen) look() *op {
 		if g.chance(3) {
 			p.Before = g.pick(runs)
 		}
+		if g.chance(3) {
+			// A prefix of a run's id (the runs' creation times differ
+			// between the two sides, so no time bound is drawn here).
+			id := g.pick(runs)
+			p.IDPrefix = id[:1+g.n(max(1, len(id)-1))]
+		}
 		return &op{desc: fmt.Sprintf("ListRuns %+v", p), run: func(ctx context.Context, sd *side) string {
 			rs, err := sd.s.ListRuns(ctx, &p)
 			return showRuns(rs) + " " + sd.norm(err)

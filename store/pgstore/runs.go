@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -69,6 +70,15 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 	}
 	if p.Status != "" {
 		where = append(where, "status = "+arg(string(p.Status)))
+	}
+	if p.IDPrefix != "" {
+		where = append(where, "left(id, "+arg(utf8.RuneCountInString(p.IDPrefix))+") = "+arg(p.IDPrefix))
+	}
+	if !p.CreatedSince.IsZero() {
+		where = append(where, "created_at >= "+arg(sqlrow.Nanos(p.CreatedSince)))
+	}
+	if !p.CreatedBefore.IsZero() {
+		where = append(where, "created_at < "+arg(sqlrow.Nanos(p.CreatedBefore)))
 	}
 	if p.Before != "" {
 		// An unknown cursor must be an error, not an empty page.

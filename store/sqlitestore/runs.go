@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
@@ -90,6 +91,15 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 	}
 	if p.Status != "" {
 		where, args = append(where, "status = ?"), append(args, string(p.Status))
+	}
+	if p.IDPrefix != "" {
+		where, args = append(where, "substr(id, 1, ?) = ?"), append(args, utf8.RuneCountInString(p.IDPrefix), p.IDPrefix)
+	}
+	if !p.CreatedSince.IsZero() {
+		where, args = append(where, "created_at >= ?"), append(args, sqlrow.Nanos(p.CreatedSince))
+	}
+	if !p.CreatedBefore.IsZero() {
+		where, args = append(where, "created_at < ?"), append(args, sqlrow.Nanos(p.CreatedBefore))
 	}
 	if p.Before != "" {
 		var seq int64

@@ -43,6 +43,10 @@ func testHostile(t *testing.T, h harness) {
 				_, err := s.ListRuns(ctx(t), &store.ListRunsParams{Workflow: bad})
 				return err
 			},
+			"ListRuns id prefix": func() error {
+				_, err := s.ListRuns(ctx(t), &store.ListRunsParams{IDPrefix: bad})
+				return err
+			},
 			"ListRuns cursor": func() error {
 				_, err := s.ListRuns(ctx(t), &store.ListRunsParams{Before: bad})
 				return err

@@ -150,6 +150,58 @@ func testRuns(t *testing.T, h harness) {
 		wantErr(t, err, store.ErrInvalid)
 	})
 
+	t.Run("ListRunsSearch", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		ids := []string{"order-1", "order-12", "order_2", "ord%er", "ORDER-3", "näive-1"}
+		created := map[string]time.Time{}
+		for _, id := range ids {
+			r, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: id, Workflow: "wf"})
+			must(t, err)
+			created[id] = r.CreatedAt
+		}
+		list := func(p store.ListRunsParams) []string {
+			t.Helper()
+			runs, err := s.ListRuns(ctx(t), &p)
+			must(t, err)
+			return runIDs(runs)
+		}
+		// The ids whose creation time passes keep, newest first.
+		where := func(keep func(time.Time) bool) []string {
+			var out []string
+			for i := len(ids) - 1; i >= 0; i-- {
+				if keep(created[ids[i]]) {
+					out = append(out, ids[i])
+				}
+			}
+			return out
+		}
+		mid := created["order_2"]
+		for _, c := range []struct {
+			name string
+			p    store.ListRunsParams
+			want []string
+		}{
+			{"prefix", store.ListRunsParams{IDPrefix: "order-1"}, []string{"order-12", "order-1"}},
+			{"prefix is not a pattern", store.ListRunsParams{IDPrefix: "order_"}, []string{"order_2"}},
+			{"nor a percent", store.ListRunsParams{IDPrefix: "ord%"}, []string{"ord%er"}},
+			{"case matters", store.ListRunsParams{IDPrefix: "ORDER"}, []string{"ORDER-3"}},
+			{"characters, not bytes", store.ListRunsParams{IDPrefix: "nä"}, []string{"näive-1"}},
+			{"a whole id", store.ListRunsParams{IDPrefix: "order-12"}, []string{"order-12"}},
+			{"longer than any id", store.ListRunsParams{IDPrefix: "order-123"}, nil},
+			{"since", store.ListRunsParams{CreatedSince: mid}, where(func(c time.Time) bool { return !c.Before(mid) })},
+			{"before", store.ListRunsParams{CreatedBefore: mid}, where(func(c time.Time) bool { return c.Before(mid) })},
+			{"a range and a prefix", store.ListRunsParams{IDPrefix: "order", CreatedSince: created["order-1"], CreatedBefore: mid},
+				[]string{"order-12", "order-1"}},
+		} {
+			if got := list(c.p); !slices.Equal(got, c.want) {
+				t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+			}
+		}
+		_, err := s.ListRuns(ctx(t), &store.ListRunsParams{CreatedSince: mid, CreatedBefore: mid})
+		wantErr(t, err, store.ErrInvalid)
+	})
+
 	t.Run("ListEvents", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
