@@ -146,14 +146,14 @@ func Of(run *store.Run, events []store.Event, hooks []*store.HookInfo, now time.
 }
 
 // fromLog is the open operations of a log, by op: running attempts,
-// backoffs, timers, hooks and children not yet over. A hook whose last
-// event (made, or a payload taken) was followed by operations after it is
-// in idle instead: the workflow went on from it, and may or may not await
-// it again.
+// backoffs, timers, hooks and children not yet over. A hook that took a
+// payload and was followed by operations after it is in idle instead: the
+// workflow went on from it, and may or may not await it again.
 func fromLog(events []store.Event) (open, idle []Wait) {
 	byOp := map[int64]*Wait{}
 	lastOf := map[int64]int{} // hook op -> index of its last event
 	children := map[int64]bool{}
+	received := map[int64]bool{}               // hooks that took a payload
 	maxOpAfter := make([]int64, len(events)+1) // the largest op at or after each index
 	for i := len(events) - 1; i >= 0; i-- {
 		maxOpAfter[i] = maxOpAfter[i+1]
@@ -193,6 +193,7 @@ func fromLog(events []store.Event) (open, idle []Wait) {
 			default:
 				w.Since = ev.At // waiting for the next payload, if at all
 				lastOf[ev.Op] = i
+				received[ev.Op] = true
 			}
 		}
 	}
@@ -200,6 +201,10 @@ func fromLog(events []store.Event) (open, idle []Wait) {
 		last, ok := lastOf[w.Op]
 		switch {
 		case !ok || maxOpAfter[last+1] <= w.Op:
+			open = append(open, *w)
+		case w.Kind == Hook && !received[w.Op]:
+			// Made and not yet given a payload: the run waits for one,
+			// now or once what it went on to do is done.
 			open = append(open, *w)
 		case w.Kind == Hook:
 			idle = append(idle, *w)

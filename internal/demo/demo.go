@@ -60,11 +60,13 @@ func Tokenize(text string) []string {
 
 // Register registers the demo workflows on e.
 //
-// It registers ApprovalWorkflow and ChatWorkflow too.
+// It registers ApprovalWorkflow, ChatWorkflow and AgentWorkflow too.
 func Register(e *weir.Engine) *weir.Workflow[TokensInput, TokensOutput] {
 	weir.Register(e, ApprovalWorkflow, approve)
 	weir.Register(e, ChatWorkflow, chat)
-	return weir.Register(e, TokensWorkflow, tokens)
+	wf := weir.Register(e, TokensWorkflow, tokens)
+	weir.Register(e, AgentWorkflow, agentOf(wf))
+	return wf
 }
 
 // ChatWorkflow is a conversation with a run: it takes the messages sent to

@@ -250,7 +250,7 @@ test("parallel steps and a hook, as a person sees them", { timeout: 90_000 }, as
   await page.locator('#timeline li[data-type="hook_created"]', { hasText: hookToken }).waitFor({ timeout: 20_000 });
   await page.locator("#gantt .gantt-row").nth(1).waitFor({ timeout: 20_000 });
   // The two notices ran at once: their bars overlap on the time axis.
-  const boxes = await page.locator("#gantt .bar").evaluateAll((bars) => bars.map((b) => b.getBoundingClientRect()).map((r) => [r.left, r.right]));
+  const boxes = await page.locator("#gantt .bar.attempt").evaluateAll((bars) => bars.map((b) => b.getBoundingClientRect()).map((r) => [r.left, r.right]));
   assert.equal(boxes.length, 2);
   assert.ok(boxes[0][0] < boxes[1][1] && boxes[1][0] < boxes[0][1], `bars do not overlap: ${JSON.stringify(boxes)}`);
   const d = await fetch(url + `/v1/hooks/${hookToken}`, {

@@ -1,0 +1,153 @@
+// The UI answers the questions a person brings to a run, in headless
+// Chromium against a real `weir server` (WEIR_STORE picks the store; CI runs
+// this on SQLite and on PostgreSQL):
+//
+//   - an agent's run (demo.agent: parallel searches into one stream, a
+//     retried draft, a child run, a hook): what it waits on and since when,
+//     each attempt's duration on one axis, the hook's payload delivered from
+//     the page (a bad one refused first), its input and result;
+//   - hostile inputs and step names are shown as text, never run;
+//   - the runs list searches by id prefix, status and creation time;
+//   - a workflow no worker serves is named in a warning.
+//
+//   WEIR_BIN=/path/to/weir node --test inspect.test.mjs
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { startServer, openPage, until, unique, shots, tag } from "./harness.mjs";
+
+test("an agent's run: parallel steps, a retry, a child, a hook delivered from the page", { timeout: 120_000 }, async (t) => {
+  const { url, call } = await startServer(t);
+  const { page, errors } = await openPage(t, url);
+  const hook = unique("ui-agent-approve");
+  const run = await call("POST", "/v1/runs", { workflow: "demo.agent", input: { topic: "exactly-once streams", token: hook, flaky: true } });
+  await page.goto(`${url}/ui/#/runs/${encodeURIComponent(run.id)}`);
+
+  // What it waits on: the hook, named, with how long and until when.
+  const wait = page.locator('#run-waiting li[data-kind="hook"]');
+  await wait.waitFor({ timeout: 30_000 });
+  const waitText = await wait.textContent();
+  assert.match(waitText, new RegExp(`a payload for hook “${hook}”`));
+  assert.match(waitText, /for \d+ (ms|\.?\d* ?s)/);
+  assert.match(waitText, /until .* \(in \d+(\.\d+)? (s|min)/, `no timeout in: ${waitText}`);
+  assert.equal(await page.locator("#run-status").textContent(), "running");
+
+  // Every attempt with its duration in milliseconds; the two searches in
+  // lanes of their own, side by side on the axis.
+  const attempt = (step, n) => page.locator(`#attempts tr.attempt[data-step="${step}"][data-attempt="${n}"]`);
+  await attempt("draft", 2).waitFor({ timeout: 10_000 });
+  const ms = async (step, n) => Number(await attempt(step, n).locator(".duration").getAttribute("data-ms"));
+  const web = await ms("search web", 1), docs = await ms("search docs", 1);
+  assert.ok(web >= 10 && web < 1000, `search web took ${web} ms`);
+  assert.ok(docs >= 600 && docs < 10_000, `search docs took ${docs} ms`);
+  assert.match(await attempt("search web", 1).locator(".duration").textContent(), /^\d+ ms$/);
+  assert.equal(await attempt("draft", 1).locator(".outcome").textContent(), "failed, retried");
+  assert.match(await attempt("draft", 1).textContent(), /connection to the model dropped/);
+  assert.equal(await attempt("draft", 2).locator(".outcome").textContent(), "completed");
+  assert.equal(await page.locator("#attempts tr.backoff").count(), 1);
+  const lane = (name) => page.locator("#gantt .gantt-row", { has: page.locator(".lane-name", { hasText: new RegExp(`^${name}$`) }) });
+  assert.match(await lane("search web").locator(".dur").textContent(), /· \d+ ms$/);
+  const boxes = await Promise.all(["search web", "search docs"].map((n) => lane(n).locator(".bar.attempt").boundingBox()));
+  assert.ok(boxes[0].width >= 3, `a 10 ms bar is ${boxes[0].width} px wide`);
+  assert.ok(boxes[0].x < boxes[1].x + boxes[1].width && boxes[1].x < boxes[0].x + boxes[0].width, `the searches do not overlap: ${JSON.stringify(boxes)}`);
+  assert.equal(await lane("draft").locator(".bar.attempt").count(), 2);
+  assert.equal(await lane("draft").locator(".bar.backoff").count(), 1);
+  assert.ok(await page.locator("#gantt .tick").count() >= 3, "the axis has no ticks");
+  // The child: a lane, and a link in the timeline.
+  const child = page.locator('#gantt .gantt-row[data-kind="child"]');
+  await child.waitFor({ timeout: 10_000 });
+  assert.equal(await page.locator("#timeline a.child-link").count(), 1);
+  // Its input, its run events, its streams: the notes by writer, in lanes.
+  assert.match(await page.locator("#run-input").textContent(), /exactly-once streams/);
+  await page.locator('#run-state tr[data-key="status"]', { hasText: "waiting for approval" }).waitFor({ timeout: 10_000 });
+  await page.getByLabel("by writer").check();
+  const notes = page.locator('.stream[data-stream="notes"]');
+  await until("two writers' lanes in the notes", async () => (await notes.locator(".lane").count()) === 2);
+  await page.screenshot({ path: join(shots, `ui-agent-waiting${tag}.png`), fullPage: true });
+
+  // The hook's form: a payload that is not JSON is refused in the page;
+  // a JSON one is delivered, and the run ends with it.
+  const form = page.locator(`#hooks li[data-hook="${hook}"] form`);
+  await form.locator("textarea").fill("{approved: yes");
+  await form.getByRole("button", { name: "Deliver payload" }).click();
+  await form.locator(".form-msg.error", { hasText: "not JSON" }).waitFor({ timeout: 5_000 });
+  assert.equal(await page.locator("#run-status").textContent(), "running");
+  await form.locator("textarea").fill('{"approved": true, "by": "ann"}');
+  await form.getByRole("button", { name: "Deliver payload" }).click();
+  await form.locator(".form-msg", { hasText: "delivered" }).waitFor({ timeout: 10_000 });
+  await page.locator("#run-status.completed").waitFor({ timeout: 30_000 });
+  await until("the result", async () => /"by": "ann"/.test(await page.locator("#run-result").textContent()));
+  assert.match(await page.locator("#run-meta").textContent(), /took \d/);
+  assert.equal(await page.locator("#run-waiting li").count(), 0);
+  await page.getByLabel("committed").check();
+  const answer = page.locator('.stream[data-stream="answer"] .body');
+  await until("the committed answer", async () => (await answer.textContent()).startsWith("Here is what I found about exactly-once streams"));
+  await page.screenshot({ path: join(shots, `ui-agent-done${tag}.png`), fullPage: true });
+
+  // The child's page links back to its parent.
+  await page.locator("#timeline a.child-link").click();
+  await page.locator("#run-meta a.parent-link", { hasText: run.id }).waitFor({ timeout: 10_000 });
+  await page.locator("#run-status.completed").waitFor({ timeout: 10_000 });
+  assert.deepEqual(errors, []);
+});
+
+test("hostile inputs, outputs and step names are shown as text", { timeout: 90_000 }, async (t) => {
+  const { url, call } = await startServer(t);
+  const { page, errors } = await openPage(t, url);
+  const evil = ['<img src=x onerror="window.__pwned=1">', "<script>window.__pwned=2</script>", '"><svg onload=window.__pwned=3>'];
+  const hook = unique("ui-hostile");
+  const run = await call("POST", "/v1/runs", { workflow: "demo.agent", input: { topic: evil[0], sources: evil, token: hook } });
+  await page.goto(`${url}/ui/#/runs/${encodeURIComponent(run.id)}`);
+  await page.locator('#run-waiting li[data-kind="hook"]').waitFor({ timeout: 30_000 });
+  await call("POST", `/v1/hooks/${encodeURIComponent(hook)}`, { note: evil[1] });
+  await page.locator("#run-status.completed").waitFor({ timeout: 30_000 });
+  await until("the result", async () => (await page.locator("#run-result").textContent()).includes("window.__pwned=2"));
+  for (const s of evil) {
+    assert.ok(await page.locator("#gantt .lane-name", { hasText: `search ${s}` }).count() === 1, `no lane named search ${s}`);
+  }
+  assert.ok((await page.locator("#run-input").textContent()).includes(JSON.stringify(evil[0])), "the input is not shown as it is");
+  assert.ok((await page.locator('.stream[data-stream="notes"] .body').textContent()).includes(evil[2]));
+  assert.equal(await page.evaluate(() => window.__pwned), undefined);
+  assert.equal(await page.locator("#main img, #main svg, #main script").count(), 0);
+  await page.screenshot({ path: join(shots, `ui-hostile${tag}.png`), fullPage: true });
+  assert.deepEqual(errors, []);
+});
+
+test("the runs list searches by id prefix, status and creation time", { timeout: 60_000 }, async (t) => {
+  const { url, call } = await startServer(t);
+  const prefix = unique("ui-search");
+  const text = { text: "a b", delay: 0 };
+  for (const s of ["a-1", "a-2", "b-1"]) await call("POST", "/v1/runs", { workflow: "demo.tokens", id: `${prefix}-${s}`, input: text });
+  const { page, errors } = await openPage(t, url);
+  const rows = () => page.locator("table.runs tbody tr").evaluateAll((trs) => trs.map((tr) => tr.dataset.run));
+  await page.locator("#f-q").fill(`${prefix}-a`);
+  await until("the a runs", async () => JSON.stringify(await rows()) === JSON.stringify([`${prefix}-a-2`, `${prefix}-a-1`]));
+  assert.match(page.url(), /q=ui-search/); // the search is in the link
+  await page.locator("#f-q").fill(prefix);
+  await page.locator("#f-status").selectOption("completed");
+  await until("three completed runs", async () => (await rows()).length === 3);
+  // A range that ends before the runs were made finds none.
+  await page.locator("#f-before").fill("2020-01-01T00:00:00");
+  await page.locator("#f-before").dispatchEvent("change");
+  await page.locator("#runs-more", { hasText: "No run matches this search." }).waitFor({ timeout: 10_000 });
+  await page.getByRole("button", { name: "Clear" }).click();
+  await until("every run again", async () => (await rows()).length >= 3);
+  assert.deepEqual(errors, []);
+});
+
+test("a workflow that no worker serves is named in a warning", { timeout: 60_000 }, async (t) => {
+  // A server that claims nothing (--no-worker) on a store of its own.
+  const { url, call } = await startServer(t, { args: ["--no-worker"], sqlite: true });
+  const run = await call("POST", "/v1/runs", { workflow: "demo.tokens", input: { text: "never runs" } });
+  const { page, errors } = await openPage(t, url);
+  const warning = page.locator('#no-worker .warning[data-workflow="demo.tokens"]');
+  await warning.waitFor({ timeout: 30_000 });
+  assert.match(await warning.textContent(), /No worker has claimed a run of demo\.tokens for \d+(\.\d+)? s .*Is a worker running with demo\.tokens registered\?/);
+  await page.screenshot({ path: join(shots, `ui-no-worker${tag}.png`), fullPage: true });
+  await warning.locator("a").click();
+  const wait = page.locator('#run-waiting li[data-kind="worker"]');
+  await wait.waitFor({ timeout: 10_000 });
+  assert.match(await wait.textContent(), /a worker to claim it/);
+  assert.equal(await page.locator("#run-id").textContent(), run.id);
+  assert.deepEqual(errors, []);
+});
