@@ -47,7 +47,7 @@ func setupTracing(ctx context.Context, service string, log *slog.Logger) (func(c
 	if s := os.Getenv("OTEL_SERVICE_NAME"); s != "" {
 		service = s
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", service)))
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", service), attribute.Int("process.pid", os.Getpid())))
 	if err != nil {
 		return nil, err
 	}

@@ -3,69 +3,18 @@ package weircli
 import (
 	"context"
 	"encoding/hex"
-	"io"
 	"net/http"
-	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/weirhq/weir/internal/otlptest"
 )
-
-// otlpReceiver is a small OTLP/HTTP trace receiver: it decodes each
-// export (protobuf) and keeps its spans.
-type otlpReceiver struct {
-	mu       sync.Mutex
-	spans    []*tracepb.Span
-	services []string
-}
-
-func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
-		http.Error(w, "want POST /v1/traces, application/x-protobuf", http.StatusBadRequest)
-		return
-	}
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		return
-	}
-	var req coltrace.ExportTraceServiceRequest
-	if err := proto.Unmarshal(b, &req); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	o.mu.Lock()
-	for _, rs := range req.ResourceSpans {
-		for _, kv := range rs.GetResource().GetAttributes() {
-			if kv.Key == "service.name" {
-				o.services = append(o.services, kv.Value.GetStringValue())
-			}
-		}
-		for _, ss := range rs.ScopeSpans {
-			o.spans = append(o.spans, ss.Spans...)
-		}
-	}
-	o.mu.Unlock()
-	out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	_, _ = w.Write(out)
-}
-
-func (o *otlpReceiver) byName() map[string][]*tracepb.Span {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	m := map[string][]*tracepb.Span{}
-	for _, s := range o.spans {
-		m[s.Name] = append(m[s.Name], s)
-	}
-	return m
-}
 
 // A program's server configured by the standard OTEL_* variables exports
 // its runs' spans over OTLP/HTTP to a real receiver: the run, the retried
@@ -73,10 +22,9 @@ func (o *otlpReceiver) byName() map[string][]*tracepb.Span {
 // with its error) and the parallel steps, under the program's service
 // name. Without the variables it exports nothing.
 func TestTracesOverOTLP(t *testing.T) {
-	rcv := &otlpReceiver{}
-	col := httptest.NewServer(rcv)
-	defer col.Close()
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.URL)
+	rcv := otlptest.Start()
+	defer rcv.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL)
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
 	var attempts atomic.Int64
 	cfg := myapp(&attempts)
@@ -131,8 +79,8 @@ func TestTracesOverOTLP(t *testing.T) {
 	if c := <-code; c != 0 {
 		t.Fatalf("server exited %d: %s", c, errOut)
 	}
-	spans := rcv.byName()
-	var think, runs []*tracepb.Span
+	spans := rcv.ByName()
+	var think, runs []otlptest.Span
 	for _, name := range []string{"weir.step think", "weir.run answer"} {
 		for _, sp := range spans[name] {
 			if runIDOf(sp) != run.ID {
@@ -182,29 +130,24 @@ func TestTracesOverOTLP(t *testing.T) {
 	if !hookWait {
 		t.Fatalf("no weir.wait hook span names the run's hook approve-%s; spans: %v", run.ID, keys(spans))
 	}
-	if len(rcv.services) == 0 || rcv.services[0] != "myapp" {
-		t.Fatalf("service names %v, want myapp", rcv.services)
+	for _, sp := range rcv.Spans() {
+		if sp.Service != "myapp" || sp.Pid != int64(os.Getpid()) {
+			t.Fatalf("a span of service %q, pid %d: want myapp, %d", sp.Service, sp.Pid, os.Getpid())
+		}
 	}
 }
 
-func ofRun(spans []*tracepb.Span, id string) int {
+func ofRun(spans []otlptest.Span, id string) int {
 	n := 0
 	for _, s := range spans {
-		if runIDOf(s) == id {
+		if s.Attr("weir.run.id") == id {
 			n++
 		}
 	}
 	return n
 }
 
-func runIDOf(s *tracepb.Span) string {
-	for _, kv := range s.Attributes {
-		if kv.Key == "weir.run.id" {
-			return kv.Value.GetStringValue()
-		}
-	}
-	return ""
-}
+func runIDOf(s otlptest.Span) string { return s.Attr("weir.run.id") }
 
 func keys[V any](m map[string]V) []string {
 	var ks []string

@@ -38,6 +38,7 @@ func workerCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 	metricsAddr := fs.String("metrics-addr", "", "serve /healthz and /metrics on this address (default: serve nothing)")
 	concurrency := fs.Int("concurrency", 64, "runs executed at once")
 	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "how long SIGTERM waits for the runs to stop")
+	leaseTTL := fs.Duration("lease-ttl", 15*time.Second, "how long a run this worker claimed stays its without a heartbeat (one every third of it): how soon another worker takes over the runs of one that died")
 	if err := fs.Parse(args); err != nil {
 		return errUsage(err)
 	}
@@ -46,6 +47,9 @@ func workerCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 	}
 	if *concurrency <= 0 {
 		return errUsage(fmt.Errorf("worker: --concurrency must be positive"))
+	}
+	if *leaseTTL < 100*time.Millisecond {
+		return errUsage(fmt.Errorf("worker: --lease-ttl %v: at least 100ms", *leaseTTL))
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	stopTracing, err := setupTracing(ctx, cfg.name(), log)
@@ -63,7 +67,7 @@ func workerCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 		}
 	}()
 	ist := server.InstrumentStore(st)
-	e, err := weir.New(ist, &weir.Config{Logger: log, Concurrency: *concurrency})
+	e, err := weir.New(ist, &weir.Config{Logger: log, Concurrency: *concurrency, LeaseTTL: *leaseTTL})
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/weirhq/weir"
 )
@@ -24,11 +25,52 @@ type Approval struct {
 //     a reader sees each token once), two steps run at once, and a hook,
 //     "approve-<run id>", the run waits on until someone delivers to it;
 //   - "summarize": one step whose output names the process that ran it,
-//     to see which worker executed a run.
+//     to see which worker executed a run;
+//   - "research": a step that streams 20 tokens, 50 ms apart, and fails
+//     once at the fifth (long enough to kill a worker during its next
+//     attempt), a child run of "summarize", and the hook
+//     "approve-<run id>": every kind of span a trace of a run holds.
 func Register(e *weir.Engine) error {
 	weir.Register(e, "answer", answer)
-	weir.Register(e, "summarize", summarize)
+	sum := weir.Register(e, "summarize", summarize)
+	weir.Register(e, "research", func(ctx weir.Context, topic string) (string, error) { return research(ctx, sum, topic) })
 	return nil
+}
+
+func research(ctx weir.Context, sum *weir.Workflow[string, string], topic string) (string, error) {
+	n, err := weir.Step(ctx, "draft", func(sc weir.StepContext) (int, error) {
+		w := sc.Stream("draft")
+		for i := range 20 {
+			if _, err := fmt.Fprintf(w, "%s%02d ", topic, i); err != nil {
+				return 0, err
+			}
+			if i == 4 && sc.Attempt() == 1 {
+				return 0, errors.New("the model's connection dropped")
+			}
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-sc.Done():
+				return 0, sc.Err()
+			}
+		}
+		return 20, nil
+	}, weir.WithRetry(weir.RetryPolicy{MaxAttempts: 5, InitialInterval: 100 * time.Millisecond}))
+	if err != nil {
+		return "", err
+	}
+	summary, err := weir.StartChild(ctx, sum, fmt.Sprintf("%d tokens on %s", n, topic), nil).Get(ctx)
+	if err != nil {
+		return "", err
+	}
+	h, err := weir.NewHook[Approval](ctx, "approve-"+ctx.RunID())
+	if err != nil {
+		return "", err
+	}
+	ok, err := h.Receive(ctx)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s: %d tokens, summary %q, approved=%v", topic, n, summary, ok.OK), nil
 }
 
 func answer(ctx weir.Context, q string) (string, error) {
