@@ -37,17 +37,28 @@ const (
 	attrResent      = attribute.Key("weir.stream.chunks_retransmitted")
 	attrAborts      = attribute.Key("weir.stream.aborts")
 	attrStreamEnd   = attribute.Key("weir.stream.outcome")
+	attrBytes       = attribute.Key("weir.stream.bytes_written")
+	attrFirstChunk  = attribute.Key("weir.stream.first_chunk_ms")
 )
 
 // streamStats counts what one attempt's stream writes did, across its
 // streams: the acknowledgements of its appends.
 type streamStats struct {
 	appended, adopted, resent, aborts atomic.Int64
+	bytes                             atomic.Int64
+	// firstChunk is when the attempt's first chunk was acknowledged, in ns
+	// from its start: a token stream's time to first token.
+	firstChunk atomic.Int64
 }
 
-// count adds an append's acknowledgements.
-func (s *streamStats) count(res *store.AppendResult) {
-	for _, a := range res.Acks {
+// count adds an append's acknowledgements (res, one per chunk of chunks),
+// made since after the attempt's start.
+func (s *streamStats) count(res *store.AppendResult, chunks [][]byte, since time.Duration) {
+	if len(res.Acks) > 0 {
+		s.firstChunk.CompareAndSwap(0, max(1, int64(since)))
+	}
+	n := 0
+	for i, a := range res.Acks {
 		switch a.Outcome {
 		case stream.Appended:
 			s.appended.Add(1)
@@ -55,8 +66,13 @@ func (s *streamStats) count(res *store.AppendResult) {
 			s.adopted.Add(1)
 		case stream.Retransmit:
 			s.resent.Add(1)
+			continue // its bytes were counted when they landed
+		}
+		if i < len(chunks) {
+			n += len(chunks[i])
 		}
 	}
+	s.bytes.Add(int64(n))
 	if res.Aborted {
 		s.aborts.Add(1)
 	}
@@ -192,7 +208,8 @@ func endAttemptSpan(start *stepStart, outcome string, err error, backoff time.Du
 		attrAppended.Int64(st.appended.Load()), attrAdopted.Int64(st.adopted.Load()),
 		attrResent.Int64(st.resent.Load()), attrAborts.Int64(st.aborts.Load()))
 	if st.appended.Load()+st.adopted.Load() > 0 {
-		sp.SetAttributes(attrStreamEnd.String(streamEnd))
+		sp.SetAttributes(attrStreamEnd.String(streamEnd), attrBytes.Int64(st.bytes.Load()),
+			attrFirstChunk.Float64(float64(st.firstChunk.Load())/1e6))
 	}
 	if backoff > 0 {
 		sp.SetAttributes(attrBackoff.Int64(backoff.Milliseconds()))
@@ -202,4 +219,61 @@ func endAttemptSpan(start *stepStart, outcome string, err error, backoff time.Du
 		sp.SetStatus(codes.Error, err.Error())
 	}
 	sp.End()
+}
+
+// GenAI describes a step's call to a generative model in the terms of
+// OpenTelemetry's semantic conventions for generative AI (gen_ai.*), for
+// RecordGenAI. Zero fields are left out.
+type GenAI struct {
+	// Provider is gen_ai.provider.name: "openai", "anthropic", "aws.bedrock".
+	Provider string
+	// Operation is gen_ai.operation.name; "" is "chat".
+	Operation string
+	// RequestModel and ResponseModel are gen_ai.request.model and
+	// gen_ai.response.model: the model asked for, the one that answered.
+	RequestModel, ResponseModel string
+	// InputTokens and OutputTokens are gen_ai.usage.input_tokens and
+	// gen_ai.usage.output_tokens.
+	InputTokens, OutputTokens int64
+	// FinishReasons is gen_ai.response.finish_reasons: "stop", "length".
+	FinishReasons []string
+	// ResponseID is gen_ai.response.id.
+	ResponseID string
+}
+
+// RecordGenAI sets g's attributes on the span of sc's attempt, so that a
+// trace says which model each attempt of a step called and what it used:
+// a retried LLM step's attempts each carry their own usage. Call it when
+// the usage is known (again to update it); it does nothing when tracing is
+// off. The attempt's span already summarizes its stream (chunks, bytes,
+// the time to its first chunk).
+func RecordGenAI(sc StepContext, g GenAI) {
+	sp := trace.SpanFromContext(sc)
+	if !sp.IsRecording() {
+		return
+	}
+	op := g.Operation
+	if op == "" {
+		op = "chat"
+	}
+	attrs := []attribute.KeyValue{attribute.String("gen_ai.operation.name", op)}
+	str := func(k, v string) {
+		if v != "" {
+			attrs = append(attrs, attribute.String(k, v))
+		}
+	}
+	str("gen_ai.provider.name", g.Provider)
+	str("gen_ai.request.model", g.RequestModel)
+	str("gen_ai.response.model", g.ResponseModel)
+	str("gen_ai.response.id", g.ResponseID)
+	if g.InputTokens > 0 {
+		attrs = append(attrs, attribute.Int64("gen_ai.usage.input_tokens", g.InputTokens))
+	}
+	if g.OutputTokens > 0 {
+		attrs = append(attrs, attribute.Int64("gen_ai.usage.output_tokens", g.OutputTokens))
+	}
+	if len(g.FinishReasons) > 0 {
+		attrs = append(attrs, attribute.StringSlice("gen_ai.response.finish_reasons", g.FinishReasons))
+	}
+	sp.SetAttributes(attrs...)
 }

@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
 )
 
 func attrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
@@ -40,7 +39,7 @@ func TestTracingSpans(t *testing.T) {
 		e := newEngine(t, s, cfg)
 		wf := weir.Register(e, "traced", func(ctx weir.Context, _ int) (int, error) {
 			n, err := weir.Step(ctx, "think", func(sc weir.StepContext) (int, error) {
-				trace.SpanFromContext(sc).SetAttributes(attribute.String("gen_ai.request.model", "scripted-1"), attribute.Int("gen_ai.usage.output_tokens", 4))
+				weir.RecordGenAI(sc, weir.GenAI{Provider: "scripted", RequestModel: "scripted-1", InputTokens: 12, OutputTokens: 4, FinishReasons: []string{"stop"}})
 				w := sc.Stream("tokens")
 				for i := range 4 {
 					fmt.Fprintf(w, "t%d ", i)
@@ -117,7 +116,11 @@ func TestTracingSpans(t *testing.T) {
 			sa["weir.stream.chunks_appended"].AsInt64() != 2 || sa["weir.stream.outcome"].AsString() != "committed" {
 			t.Fatalf("the retry's span: %v", second.Attributes)
 		}
-		if sa["gen_ai.request.model"].AsString() != "scripted-1" || sa["gen_ai.usage.output_tokens"].AsInt64() != 4 {
+		if sa["weir.stream.bytes_written"].AsInt64() != int64(len("t0 t1 t2 t3 ")) || sa["weir.stream.first_chunk_ms"].AsFloat64() <= 0 {
+			t.Fatalf("the retry's stream summary: %d bytes written, first chunk at %v ms", sa["weir.stream.bytes_written"].AsInt64(), sa["weir.stream.first_chunk_ms"].AsFloat64())
+		}
+		if sa["gen_ai.request.model"].AsString() != "scripted-1" || sa["gen_ai.usage.output_tokens"].AsInt64() != 4 ||
+			sa["gen_ai.usage.input_tokens"].AsInt64() != 12 || sa["gen_ai.provider.name"].AsString() != "scripted" || sa["gen_ai.operation.name"].AsString() != "chat" {
 			t.Fatalf("the step's own attributes are not on its attempt's span: %v", second.Attributes)
 		}
 	})

@@ -278,7 +278,7 @@ func (w *Writer) send(first int64, chunks [][]byte) error {
 				StreamID: w.streamID, Writer: w.writer, Attempt: w.attempt, FirstSeq: first, Chunks: chunks,
 			})
 			if err == nil && w.start != nil {
-				w.start.stats.count(res)
+				w.start.stats.count(res, chunks, time.Since(w.start.at))
 			}
 		}
 		if err != nil && w.ctx.Err() != nil {

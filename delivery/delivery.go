@@ -35,6 +35,10 @@
 package delivery
 
 import (
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"bytes"
 	"context"
 	"crypto/hmac"
@@ -106,6 +110,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// TracerProvider makes the deliveries' spans (weir.world.deliver), one
+	// trace per run, whose traceparent each delivery carries to the app.
+	// Defaults to otel.GetTracerProvider(), which records nothing until a
+	// provider is installed; the traceparent goes out either way.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultBackoff is Config.Backoff's default.
@@ -162,10 +171,11 @@ func (c *Config) WithDefaults() *Config {
 
 // Deliverer pushes queue messages to apps. Run it with Run.
 type Deliverer struct {
-	cfg  *Config
-	sem  chan struct{}
-	wg   sync.WaitGroup
-	done chan struct{} // a delivery ended: a slot is free
+	cfg    *Config
+	tracer trace.Tracer
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	done   chan struct{} // a delivery ended: a slot is free
 
 	mu      sync.Mutex
 	busy    map[string]time.Time // run -> when its workflow delivery in flight began
@@ -234,7 +244,11 @@ func New(cfg *Config) (*Deliverer, error) {
 			return nil, fmt.Errorf("%w: a Backoff of %v", ErrConfig, b)
 		}
 	}
-	return &Deliverer{cfg: c, sem: make(chan struct{}, c.Concurrency), done: make(chan struct{}, 1), busy: map[string]time.Time{},
+	tp := c.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return &Deliverer{cfg: c, tracer: tp.Tracer("github.com/weirhq/weir/delivery"), sem: make(chan struct{}, c.Concurrency), done: make(chan struct{}, 1), busy: map[string]time.Time{},
 		targets: map[string]int{}, warned: map[string]time.Time{}}, nil
 }
 
@@ -401,7 +415,9 @@ func (d *Deliverer) deliver(ctx context.Context, m *store.Message) {
 	// claimed again after a stall) cuts the delivery.
 	lost := make(chan struct{})
 	go d.renew(dctx, m, cancel, lost)
+	dctx, sp := d.startSpan(dctx, m)
 	status, timeout, err := d.post(dctx, m)
+	endSpan(sp, status, err)
 	cancel()
 	<-lost
 	if err != nil && ctx.Err() != nil {
@@ -504,6 +520,7 @@ func (d *Deliverer) post(ctx context.Context, m *store.Message) (int, time.Durat
 	h.Set("x-vqs-message-id", m.ID)
 	h.Set("x-vqs-message-attempt", attempt)
 	h.Set(SignatureHeader, Sign(d.cfg.Secret, d.cfg.Now(), m.QueueName, m.ID, m.Attempt, m.Payload))
+	inject(ctx, propagation.HeaderCarrier(h))
 	resp, err := d.cfg.Client.Do(req)
 	if err != nil {
 		return 0, 0, err

@@ -53,6 +53,7 @@ type delivered struct {
 	attempt         int64
 	body            string
 	sigErr          error
+	traceparent     string
 }
 
 // app is an app's two routes: each request is verified, reported on got,
@@ -71,7 +72,7 @@ func newApp(t *testing.T, reply func(n int, d delivered) (int, string)) *app {
 		body, _ := io.ReadAll(r.Body)
 		att, _ := strconv.ParseInt(r.Header.Get("x-vqs-message-attempt"), 10, 64)
 		d := delivered{path: r.URL.Path, queue: r.Header.Get("x-vqs-queue-name"), id: r.Header.Get("x-vqs-message-id"),
-			attempt: att, body: string(body)}
+			attempt: att, body: string(body), traceparent: r.Header.Get("traceparent")}
 		d.sigErr = delivery.Verify(secret, time.Now(), r.Header.Get(delivery.SignatureHeader), d.queue, d.id, d.attempt, body)
 		a.mu.Lock()
 		a.n++
