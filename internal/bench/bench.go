@@ -88,6 +88,9 @@ type Config struct {
 	// ScaleRounds is how many times scale measures each process count (the
 	// figures are the medians). Defaults to 1.
 	ScaleRounds int
+	// TracingRounds is how many times tracing measures each variant (the
+	// figures are the medians). Defaults to 3.
+	TracingRounds int
 	// ScaleTimeout bounds one round's runs. Defaults to 5 minutes.
 	ScaleTimeout time.Duration
 	// ServerCommand runs `weir server` for scale, which adds its flags
@@ -134,6 +137,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.ScaleChunks, 20)
 	def(&c.ScaleConcurrency, 16)
 	def(&c.ScaleRounds, 1)
+	def(&c.TracingRounds, 3)
 	if c.ScaleTimeout <= 0 {
 		c.ScaleTimeout = 5 * time.Minute
 	}
@@ -210,6 +214,7 @@ var workloads = []workload{
 	{"replay", "replay of a run of 1,000 completed steps; vs loading its log", true, runReplay},
 	{"fanout", "N live readers on one stream: delivery p99, memory per reader; vs one reader", true, runFanout},
 	{"dbos-like", "500 runs × 20 chunks, 16 at a time, through the engine; vs plain appends", true, runDBOSLike},
+	{"tracing", "steps' runs and dbos-like's with tracing off, on with a no-op exporter, on over OTLP/HTTP, interleaved rounds; vs off (named only)", true, runTracing},
 	{"scale", "N weir server processes on one PostgreSQL database (--processes 1,2,3): runs/s through the runs API; vs N=1 (named only)", false, runScale},
 }
 

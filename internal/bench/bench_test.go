@@ -118,3 +118,29 @@ func TestNum(t *testing.T) {
 		}
 	}
 }
+
+// The tracing workload (named only) reports each variant's rate and
+// overhead, and its OTLP variant really exports.
+func TestTracingWorkload(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := tiny()
+	c.TracingRounds = 1
+	rs, err := Run(ctx, c, []string{"tracing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs[0]
+	for _, k := range []string{"steps_runs_per_sec_off", "steps_runs_per_sec_noop-exporter", "steps_runs_per_sec_otlp",
+		"dbos_chunks_per_sec_otlp", "steps_overhead_pct_otlp", "dbos_overhead_pct_noop-exporter"} {
+		if _, ok := r.Extra[k]; !ok {
+			t.Errorf("no %s in %v", k, r.Extra)
+		}
+	}
+	if r.Extra["otlp_exports"] < 1 || r.Extra["otlp_export_bytes"] < 100 {
+		t.Errorf("the OTLP variant exported %v times, %v bytes", r.Extra["otlp_exports"], r.Extra["otlp_export_bytes"])
+	}
+	if r.TargetMet == nil || r.Ratio <= 0 {
+		t.Errorf("no target or ratio: %+v", r)
+	}
+}
