@@ -55,8 +55,9 @@ func (discardExporter) Shutdown(context.Context) error                          
 // runTracing measures what tracing costs: the steps workload's runs (three
 // steps each, RunConcurrency at once) and dbos-like's (a step writing
 // DBOSChunks chunks), with tracing off, on with a no-op exporter, and on
-// exporting over OTLP/HTTP, in interleaved rounds (off, noop, otlp, off, …)
-// so that drift hits them alike; the figures are each variant's median.
+// exporting over OTLP/HTTP, in interleaved rounds whose order rotates (off,
+// noop, otlp; noop, otlp, off; …) so that drift and the store's growth hit
+// them alike; the figures are each variant's median.
 func runTracing(ctx context.Context, v *env) (*Result, error) {
 	c := v.cfg
 	var exports, exportBytes atomic.Int64
@@ -71,7 +72,11 @@ func runTracing(ctx context.Context, v *env) (*Result, error) {
 	steps := map[string][]float64{} // variant -> runs/s, one per round
 	dbos := map[string][]float64{}  // variant -> chunks/s
 	for round := range rounds {
-		for _, tv := range tracingVariants {
+		// Each round starts with the next variant: the store grows as the
+		// rounds go, and a fixed order would slow the last variant of
+		// every round more than the first.
+		for i := range tracingVariants {
+			tv := tracingVariants[(round+i)%len(tracingVariants)]
 			v.prog.phase(fmt.Sprintf("round %d/%d, tracing %s", round+1, rounds, tv.name))
 			tp, stop, err := tv.provider(ctx, col.URL)
 			if err != nil {
