@@ -66,7 +66,7 @@ func TestDeliveriesCarryTheRunsTrace(t *testing.T) {
 			}
 			attrs := map[string]string{}
 			for _, kv := range sp.Attributes {
-				attrs[string(kv.Key)] = kv.Value.Emit()
+				attrs[string(kv.Key)] = kv.Value.String()
 			}
 			id := attrs["weir.world.message.id"]
 			if id != "msg_norun" && (sp.SpanContext.TraceID().String() != run || attrs["weir.run.id"] != "wrun_1") {
