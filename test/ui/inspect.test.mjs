@@ -151,3 +151,20 @@ test("a workflow that no worker serves is named in a warning", { timeout: 60_000
   assert.equal(await page.locator("#run-id").textContent(), run.id);
   assert.deepEqual(errors, []);
 });
+
+test("the time axis reads for 10 ms steps and for 10 minute ones", { timeout: 60_000 }, async (t) => {
+  const { url } = await startServer(t, { sqlite: true });
+  const { page, errors } = await openPage(t, url);
+  const got = await page.evaluate(() => ({
+    durs: [fmtDur(0.4), fmtDur(10), fmtDur(1234), fmtDur(12_345), fmtDur(603_000), fmtDur(7_500_000)],
+    offsets: [fmtOffset(12), fmtOffset(12_345), fmtOffset(600_000)],
+    ticks: [5, 10, 250, 9_000, 600_000, 7_200_000].map((span) => { const ts = ticks(span); return [ts.length, ts[1]]; }),
+  }));
+  assert.deepEqual(got.durs, ["<1 ms", "10 ms", "1.23 s", "12.3 s", "10 min 3 s", "2 h 5 min"]);
+  assert.deepEqual(got.offsets, ["0.012 s", "12.3 s", "10:00"]);
+  for (const [i, [n, step]] of got.ticks.entries()) {
+    assert.ok(n >= 2 && n <= 9, `span ${i}: ${n} ticks`);
+    assert.ok([1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 15e3, 3e4, 6e4, 12e4, 3e5, 6e5, 9e5, 18e5, 36e5].includes(step), `span ${i}: a tick every ${step} ms`);
+  }
+  assert.deepEqual(errors, []);
+});
