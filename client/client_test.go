@@ -77,7 +77,7 @@ func TestRunsAPI(t *testing.T) {
 	ctx := ctxT(t)
 
 	wfs, err := c.Workflows(ctx)
-	if err != nil || len(wfs) != 5 {
+	if err != nil || len(wfs) != 6 {
 		t.Fatalf("workflows %v %v", wfs, err)
 	}
 	if err := c.Health(ctx); err != nil {

@@ -212,7 +212,7 @@ func TestEventsStreamsAndWorkflows(t *testing.T) {
 
 	var wl api.WorkflowList
 	s.do("GET", "/v1/workflows", "").want(t, http.StatusOK).decode(t, &wl)
-	if strings.Join(wl.Workflows, ",") != "block,demo.approval,demo.chat,demo.tokens,echo" {
+	if strings.Join(wl.Workflows, ",") != "block,demo.agent,demo.approval,demo.chat,demo.tokens,echo" {
 		t.Fatalf("workflows %v", wl.Workflows)
 	}
 }

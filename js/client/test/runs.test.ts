@@ -15,7 +15,7 @@ import {
 import { Proxy, startWeir, stores, text, texts, until, within, type WeirServer } from './helpers.js';
 
 // The runs API, hooks, messages and run events against weir server's demo
-// workflows: demo.tokens, demo.approval, demo.chat.
+// workflows: demo.tokens, demo.approval, demo.chat, demo.agent.
 
 const ms = 1_000_000; // a Go time.Duration's millisecond
 const rand = () => randomBytes(6).toString('hex');
@@ -38,7 +38,7 @@ for (const { name, store } of stores()) {
     test('start (idempotent), get, list, events, streams, cancel', async () => {
       assert.deepEqual(
         (await c.workflows()).filter((w) => w.startsWith('demo.')),
-        ['demo.approval', 'demo.chat', 'demo.tokens'],
+        ['demo.agent', 'demo.approval', 'demo.chat', 'demo.tokens'],
       );
       const key = `k-${rand()}`;
       const input = { text: 'one two three', fail_after: 1 };
