@@ -1,0 +1,341 @@
+// Package limit holds the rules of weir's limiters, written once for every
+// store: a named limiter bounds how many slots are held at once
+// (concurrency), how many are taken per period (rate), and how much cost
+// is charged per period (a budget: tokens, dollars), and it decides who of
+// those waiting goes next (priority, then a fair share between keys, then
+// age).
+//
+// A store keeps a limiter's State (its holds, its recent uses, its
+// waiters) and, under its own lock, passes it here with a request and the
+// time; it saves the State that comes back. Nothing here does I/O or reads
+// a clock, so the rules are tested alone (table and property tests) and
+// hold alike on every backend: on PostgreSQL across every process on the
+// database, on SQLite within its one process.
+//
+// Crash safety comes from leases: a hold lasts until its Until unless it
+// is renewed, and a waiter stays in line only while it asks again within
+// its lease, so the slots and places of a killed worker come back within
+// one lease.
+package limit
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+	"unicode/utf8"
+)
+
+// ErrInvalid is a configuration or request the rules refuse.
+var ErrInvalid = errors.New("limit: invalid")
+
+// MaxNameLen bounds a limiter's name and a request's key and holder, in
+// bytes.
+const MaxNameLen = 256
+
+// Config is one limiter. Zero fields are no bound; at least one bound is
+// required.
+type Config struct {
+	Name string
+	// Concurrency bounds the slots held at once.
+	Concurrency int
+	// Rate bounds the slots taken per Period.
+	Rate int
+	// Budget bounds the cost charged per Period. A slot's cost is charged
+	// when it is released (a step reports the tokens it used), so the
+	// slots in flight can overspend it; the next ones then wait until
+	// enough of it ages out of the window.
+	Budget int64
+	// Period is the sliding window of Rate and Budget; required with
+	// either, at least a millisecond.
+	Period time.Duration
+}
+
+// Check refuses a config that bounds nothing or bounds by a negative.
+func (c *Config) Check() error {
+	if err := checkName("limiter name", c.Name); err != nil {
+		return err
+	}
+	switch {
+	case c.Concurrency < 0 || c.Rate < 0 || c.Budget < 0:
+		return fmt.Errorf("%w: limiter %q: a negative limit", ErrInvalid, c.Name)
+	case c.Concurrency == 0 && c.Rate == 0 && c.Budget == 0:
+		return fmt.Errorf("%w: limiter %q limits nothing: set a concurrency, a rate or a budget", ErrInvalid, c.Name)
+	case (c.Rate > 0 || c.Budget > 0) && c.Period < time.Millisecond:
+		return fmt.Errorf("%w: limiter %q: a rate or a budget needs a period of at least 1ms", ErrInvalid, c.Name)
+	case c.Period < 0:
+		return fmt.Errorf("%w: limiter %q: a negative period", ErrInvalid, c.Name)
+	}
+	return nil
+}
+
+func checkName(what, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: an empty %s", ErrInvalid, what)
+	case len(s) > MaxNameLen:
+		return fmt.Errorf("%w: a %s of %d bytes, the limit is %d", ErrInvalid, what, len(s), MaxNameLen)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: a %s that is not UTF-8", ErrInvalid, what)
+	}
+	return nil
+}
+
+// Hold is a slot held by Holder (a step attempt) until Until.
+type Hold struct {
+	Holder, Key string
+	At, Until   time.Time
+}
+
+// Use is one slot taken at At, and the cost charged for it (0 until it is
+// released with one).
+type Use struct {
+	Holder string
+	At     time.Time
+	Cost   int64
+}
+
+// Waiter is a holder in line since Since, there until Until unless it asks
+// again.
+type Waiter struct {
+	Holder, Key  string
+	Priority     int
+	Since, Until time.Time
+}
+
+// State is what a store keeps of one limiter.
+type State struct {
+	Holds   []Hold
+	Uses    []Use
+	Waiters []Waiter
+}
+
+// Request asks for a slot.
+type Request struct {
+	// Holder names the asker, the same every time it asks (a step
+	// attempt: "<run>/<op>/<attempt>"): asking again while holding is
+	// granted again, and keeps its place while waiting.
+	Holder string
+	// Key is the fair-share group (a tenant): of waiters of one priority,
+	// those whose key holds fewer slots go first.
+	Key string
+	// Priority: higher goes first.
+	Priority int
+	// Lease is how long a granted slot is held without a Renew, and how
+	// long a waiter keeps its place without asking again.
+	Lease time.Duration
+}
+
+// Check refuses a request without a holder or a lease.
+func (r *Request) Check() error {
+	if err := checkName("holder", r.Holder); err != nil {
+		return err
+	}
+	if len(r.Key) > MaxNameLen || !utf8.ValidString(r.Key) {
+		return fmt.Errorf("%w: a key of %d bytes or not UTF-8 (at most %d bytes)", ErrInvalid, len(r.Key), MaxNameLen)
+	}
+	if r.Lease <= 0 {
+		return fmt.Errorf("%w: a request needs a positive lease", ErrInvalid)
+	}
+	return nil
+}
+
+// Reason says which bound keeps a request waiting.
+type Reason string
+
+// The reasons.
+const (
+	Concurrency Reason = "concurrency" // every slot is held
+	Rate        Reason = "rate"        // Rate slots were taken in the last Period
+	Budget      Reason = "budget"      // the Budget of the last Period is spent
+	Queue       Reason = "queue"       // others go first (priority, fair share, age)
+)
+
+// Decision is what Acquire decided.
+type Decision struct {
+	Granted bool
+	// Until is when the granted slot's hold ends without a Renew.
+	Until time.Time
+	// Reason is why the request waits; "" when granted.
+	Reason Reason
+	// Ahead is how many waiters go before this one.
+	Ahead int
+	// RetryAt is the soonest the bound that holds it back can let it go:
+	// when a rate or budget window frees enough, when a hold's lease ends
+	// (a release comes sooner). A store wakes waiters on releases too.
+	RetryAt time.Time
+}
+
+// Acquire decides req at now against st, and returns the decision and the
+// state after it: a grant adds a hold and a use and takes the holder out of
+// line; a wait puts it in line, or refreshes its place.
+func Acquire(c *Config, st State, req Request, now time.Time) (Decision, State) {
+	st = Prune(c, st, now)
+	for i, h := range st.Holds {
+		if h.Holder == req.Holder {
+			// Asked again while holding (a lost reply): the same slot,
+			// its lease renewed.
+			st.Holds[i].Until = now.Add(req.Lease)
+			return Decision{Granted: true, Until: st.Holds[i].Until}, st
+		}
+	}
+	// req in line, its place kept.
+	w := Waiter{Holder: req.Holder, Key: req.Key, Priority: req.Priority, Since: now, Until: now.Add(req.Lease)}
+	if i := slices.IndexFunc(st.Waiters, func(x Waiter) bool { return x.Holder == req.Holder }); i >= 0 {
+		w.Since = st.Waiters[i].Since
+		st.Waiters[i] = w
+	} else {
+		st.Waiters = append(st.Waiters, w)
+	}
+	order := Order(st)
+	pos := slices.IndexFunc(order, func(x Waiter) bool { return x.Holder == req.Holder })
+	free, reason, retry := capacity(c, st, now)
+	if pos >= free {
+		d := Decision{Reason: reason, Ahead: pos, RetryAt: retry}
+		if free > 0 {
+			d.Reason = Queue // the free slots are the ones ahead's
+		}
+		return d, st
+	}
+	st.Waiters = slices.DeleteFunc(st.Waiters, func(x Waiter) bool { return x.Holder == req.Holder })
+	until := now.Add(req.Lease)
+	st.Holds = append(st.Holds, Hold{Holder: req.Holder, Key: req.Key, At: now, Until: until})
+	if c.Rate > 0 || c.Budget > 0 {
+		st.Uses = append(st.Uses, Use{Holder: req.Holder, At: now})
+	}
+	return Decision{Granted: true, Until: until}, st
+}
+
+// Order is the line: by priority (higher first), then the number of slots
+// the waiter's key holds (fewer first: each key gets its share), then
+// time in line.
+func Order(st State) []Waiter {
+	held := map[string]int{}
+	for _, h := range st.Holds {
+		held[h.Key]++
+	}
+	out := slices.Clone(st.Waiters)
+	slices.SortStableFunc(out, func(a, b Waiter) int {
+		switch {
+		case a.Priority != b.Priority:
+			return b.Priority - a.Priority
+		case held[a.Key] != held[b.Key]:
+			return held[a.Key] - held[b.Key]
+		}
+		return a.Since.Compare(b.Since)
+	})
+	return out
+}
+
+// capacity is how many slots can be granted now, and, when none, which
+// bound holds them back and when it can let one go.
+func capacity(c *Config, st State, now time.Time) (int, Reason, time.Time) {
+	free := int(^uint(0) >> 1)
+	var reason Reason
+	var retry time.Time
+	if c.Concurrency > 0 {
+		if n := c.Concurrency - len(st.Holds); n < free {
+			free = max(0, n)
+			if free == 0 {
+				reason = Concurrency
+				for _, h := range st.Holds {
+					if retry.IsZero() || h.Until.Before(retry) {
+						retry = h.Until
+					}
+				}
+			}
+		}
+	}
+	uses := usesSince(st, now.Add(-c.Period))
+	if c.Rate > 0 {
+		if n := c.Rate - len(uses); n < free || n <= 0 {
+			free = max(0, n)
+			if free == 0 {
+				// The use whose aging out leaves room for one more.
+				reason, retry = Rate, uses[len(uses)-c.Rate].At.Add(c.Period)
+			}
+		}
+	}
+	if c.Budget > 0 {
+		var spent int64
+		for _, u := range uses {
+			spent += u.Cost
+		}
+		if spent >= c.Budget {
+			free, reason = 0, Budget
+			for _, u := range uses { // oldest first: spend left as each ages out
+				spent -= u.Cost
+				if spent < c.Budget {
+					retry = u.At.Add(c.Period)
+					break
+				}
+			}
+		}
+	}
+	return free, reason, retry
+}
+
+// usesSince is st's uses after since, oldest first.
+func usesSince(st State, since time.Time) []Use {
+	out := make([]Use, 0, len(st.Uses))
+	for _, u := range st.Uses {
+		if u.At.After(since) {
+			out = append(out, u)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Use) int { return a.At.Compare(b.At) })
+	return out
+}
+
+// Release ends holder's hold and charges cost to its use; ok is false if
+// it held nothing (its lease had run out: the slot was given back then,
+// and its cost is still charged, for it was spent).
+func Release(c *Config, st State, holder string, cost int64, now time.Time) (State, bool, error) {
+	if cost < 0 {
+		return st, false, fmt.Errorf("%w: a negative cost %d", ErrInvalid, cost)
+	}
+	ok := false
+	st.Holds = slices.DeleteFunc(slices.Clone(st.Holds), func(h Hold) bool {
+		if h.Holder == holder {
+			ok = true
+			return true
+		}
+		return false
+	})
+	if cost > 0 {
+		st.Uses = slices.Clone(st.Uses)
+		for i := len(st.Uses) - 1; i >= 0; i-- {
+			if st.Uses[i].Holder == holder {
+				st.Uses[i].Cost += cost
+				break
+			}
+		}
+	}
+	return Prune(c, st, now), ok, nil
+}
+
+// Renew extends holder's hold to until; false if it holds nothing (its
+// lease ran out).
+func Renew(st State, holder string, until time.Time, now time.Time) (State, bool) {
+	st.Holds = slices.Clone(st.Holds)
+	for i, h := range st.Holds {
+		if h.Holder == holder && h.Until.After(now) {
+			st.Holds[i].Until = until
+			return st, true
+		}
+	}
+	return st, false
+}
+
+// Prune drops what no decision needs: holds and waiters whose lease has
+// run out, uses older than the window.
+func Prune(c *Config, st State, now time.Time) State {
+	out := State{
+		Holds:   slices.DeleteFunc(slices.Clone(st.Holds), func(h Hold) bool { return !h.Until.After(now) }),
+		Waiters: slices.DeleteFunc(slices.Clone(st.Waiters), func(w Waiter) bool { return !w.Until.After(now) }),
+	}
+	if c.Rate > 0 || c.Budget > 0 {
+		out.Uses = usesSince(st, now.Add(-c.Period))
+	}
+	return out
+}

@@ -1,0 +1,293 @@
+package limit
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func req(holder, key string) Request {
+	return Request{Holder: holder, Key: key, Lease: 10 * time.Second}
+}
+
+func TestConfigCheck(t *testing.T) {
+	for _, c := range []struct {
+		cfg Config
+		ok  bool
+	}{
+		{Config{Name: "openai", Concurrency: 4}, true},
+		{Config{Name: "openai", Rate: 60, Period: time.Minute}, true},
+		{Config{Name: "openai", Budget: 100_000, Period: time.Minute}, true},
+		{Config{Name: "openai"}, false},
+		{Config{Name: "", Concurrency: 1}, false},
+		{Config{Name: "x", Concurrency: -1}, false},
+		{Config{Name: "x", Rate: 5}, false},
+		{Config{Name: "x", Budget: 5, Period: time.Microsecond}, false},
+		{Config{Name: "x", Rate: -5, Period: time.Second}, false},
+		{Config{Name: string([]byte{0xff}), Concurrency: 1}, false},
+		{Config{Name: string(make([]byte, MaxNameLen+1)), Concurrency: 1}, false},
+	} {
+		err := c.cfg.Check()
+		if (err == nil) != c.ok || err != nil && !errors.Is(err, ErrInvalid) {
+			t.Errorf("%+v: %v", c.cfg, err)
+		}
+	}
+	for _, r := range []Request{{Holder: "", Lease: time.Second}, {Holder: "h"}, {Holder: "h", Key: string([]byte{0xfe}), Lease: time.Second}} {
+		if err := r.Check(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("request %+v: %v", r, err)
+		}
+	}
+}
+
+func TestConcurrency(t *testing.T) {
+	c := &Config{Name: "l", Concurrency: 2}
+	var st State
+	var d Decision
+	for i, h := range []string{"a", "b"} {
+		if d, st = Acquire(c, st, req(h, ""), at(i)); !d.Granted {
+			t.Fatalf("%s: %+v", h, d)
+		}
+	}
+	d, st = Acquire(c, st, req("c", ""), at(5))
+	if d.Granted || d.Reason != Concurrency || d.Ahead != 0 || d.RetryAt != at(10_000) {
+		t.Fatalf("c with both slots held: %+v", d)
+	}
+	// Asking again while holding is the same slot (a lost reply).
+	if d, st = Acquire(c, st, req("a", ""), at(6)); !d.Granted || len(st.Holds) != 2 {
+		t.Fatalf("a again: %+v, %d holds", d, len(st.Holds))
+	}
+	st, ok, err := Release(c, st, "b", 0, at(7))
+	if !ok || err != nil {
+		t.Fatal("b released nothing")
+	}
+	// A newcomer does not take the slot c waits for.
+	if d, st = Acquire(c, st, req("d", ""), at(8)); d.Granted || d.Reason != Queue || d.Ahead != 1 {
+		t.Fatalf("d jumped the line: %+v", d)
+	}
+	if d, st = Acquire(c, st, req("c", ""), at(9)); !d.Granted {
+		t.Fatalf("c after b's release: %+v", d)
+	}
+	// A holder whose worker died: its slot comes back with its lease.
+	if d, _ = Acquire(c, st, req("d", ""), at(10_007)); !d.Granted {
+		t.Fatalf("d after a's lease ran out: %+v", d)
+	}
+}
+
+func TestRate(t *testing.T) {
+	c := &Config{Name: "l", Rate: 3, Period: time.Second}
+	var st State
+	var d Decision
+	for i := range 3 {
+		h := fmt.Sprint("h", i)
+		if d, st = Acquire(c, st, req(h, ""), at(100*i)); !d.Granted {
+			t.Fatalf("%s: %+v", h, d)
+		}
+		st, _, _ = Release(c, st, h, 0, at(100*i+1))
+	}
+	d, st = Acquire(c, st, req("x", ""), at(500))
+	if d.Granted || d.Reason != Rate || d.RetryAt != at(1000) {
+		t.Fatalf("a fourth in the window: %+v", d)
+	}
+	if d, st = Acquire(c, st, req("x", ""), at(999)); d.Granted {
+		t.Fatal("granted before the first use aged out")
+	}
+	if d, _ = Acquire(c, st, req("x", ""), at(1000)); !d.Granted {
+		t.Fatalf("at the retry time: %+v", d)
+	}
+}
+
+func TestBudgetIsChargedAfter(t *testing.T) {
+	c := &Config{Name: "tokens", Budget: 1000, Period: time.Minute}
+	var st State
+	var d Decision
+	// Two calls in flight at once: the budget is charged when they report.
+	d, st = Acquire(c, st, req("a", ""), at(0))
+	d2, st2 := Acquire(c, st, req("b", ""), at(1))
+	if !d.Granted || !d2.Granted {
+		t.Fatal("nothing spent yet, and refused")
+	}
+	st = st2
+	st, _, _ = Release(c, st, "a", 700, at(10))
+	if d, st = Acquire(c, st, req("c", ""), at(11)); !d.Granted {
+		t.Fatalf("700 of 1000 spent: %+v", d)
+	}
+	st, _, _ = Release(c, st, "b", 500, at(20)) // overspent: 1200
+	st, _, _ = Release(c, st, "c", 100, at(21))
+	d, st = Acquire(c, st, req("d", ""), at(30))
+	if d.Granted || d.Reason != Budget {
+		t.Fatalf("1300 of 1000 spent: %+v", d)
+	}
+	// a's 700 ages out at 60 s: 600 left spent, under the budget.
+	if d.RetryAt != at(60_000) {
+		t.Fatalf("retry at %v, want when a's cost ages out", d.RetryAt)
+	}
+	if _, _, err := Release(c, st, "d", -1, at(31)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a negative cost: %v", err)
+	}
+	if d, _ = Acquire(c, st, req("d", ""), at(60_000)); !d.Granted {
+		t.Fatalf("after the window: %+v", d)
+	}
+}
+
+func TestPriorityThenFairShareThenAge(t *testing.T) {
+	c := &Config{Name: "l", Concurrency: 1}
+	var st State
+	_, st = Acquire(c, st, req("busy", "a"), at(0))
+	// Tenant a queues many, tenant b one, later; c a high priority one, last.
+	for i := range 5 {
+		_, st = Acquire(c, st, req(fmt.Sprint("a", i), "a"), at(1+i))
+	}
+	_, st = Acquire(c, st, req("b0", "b"), at(10))
+	hi := req("c0", "c")
+	hi.Priority = 10
+	_, st = Acquire(c, st, hi, at(11))
+	var got []string
+	for _, w := range Order(st) {
+		got = append(got, w.Holder)
+	}
+	// a holds the slot: b's one goes before a's older ones.
+	if fmt.Sprint(got) != "[c0 b0 a0 a1 a2 a3 a4]" {
+		t.Fatalf("order %v", got)
+	}
+	d, _ := Acquire(c, st, req("a0", "a"), at(12))
+	if d.Granted || d.Ahead != 2 {
+		t.Fatalf("a0: %+v", d)
+	}
+}
+
+func TestAWaiterThatStopsAskingLosesItsPlace(t *testing.T) {
+	c := &Config{Name: "l", Concurrency: 1}
+	var st State
+	_, st = Acquire(c, st, req("holder", ""), at(0))
+	_, st = Acquire(c, st, Request{Holder: "gone", Lease: time.Second}, at(1))
+	st, _, _ = Release(c, st, "holder", 0, at(2))
+	if d, _ := Acquire(c, st, req("next", ""), at(500)); d.Granted {
+		t.Fatal("the slot went to a newcomer while the first waiter's place held")
+	}
+	if d, _ := Acquire(c, st, req("next", ""), at(1001)); !d.Granted {
+		t.Fatalf("the gone waiter's place outlived its lease: %+v", d)
+	}
+}
+
+func TestRenew(t *testing.T) {
+	c := &Config{Name: "l", Concurrency: 1}
+	_, st := Acquire(c, State{}, req("a", ""), at(0))
+	st, ok := Renew(st, "a", at(30_000), at(9_000))
+	if !ok {
+		t.Fatal("renew of a live hold failed")
+	}
+	if d, _ := Acquire(c, st, req("b", ""), at(20_000)); d.Granted {
+		t.Fatal("a renewed hold was given away")
+	}
+	if _, ok := Renew(st, "a", at(60_000), at(30_001)); ok {
+		t.Fatal("renewed a hold whose lease had run out")
+	}
+}
+
+// TestLimitsHold plays random programs of acquires (holders that come
+// back, give up, die holding), releases with costs, and time passing
+// against a limiter with every bound, and checks after each step what the
+// limiter promises: never more holds than its concurrency, never more
+// grants in any window than its rate, a grant only while the budget's
+// window is under budget, and a grant only to one of the first of the line
+// that could go. (Mutating the rate's or the budget's comparison by one
+// fails it.)
+func TestLimitsHold(t *testing.T) {
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		c := &Config{Name: "l", Concurrency: 1 + rng.IntN(3), Rate: 2 + rng.IntN(5), Budget: int64(50 + rng.IntN(200)), Period: time.Duration(200+rng.IntN(800)) * time.Millisecond}
+		var st State
+		now := t0
+		var grants []time.Time
+		type cost struct {
+			at time.Time
+			n  int64
+		}
+		var costs []cost
+		holders := []string{"a", "b", "c", "d", "e", "f"}
+		for step := range 400 {
+			now = now.Add(time.Duration(rng.IntN(60)) * time.Millisecond)
+			h := holders[rng.IntN(len(holders))]
+			switch rng.IntN(3) {
+			case 0, 1:
+				r := Request{Holder: h, Key: h[:1], Priority: rng.IntN(2), Lease: time.Duration(100+rng.IntN(400)) * time.Millisecond}
+				before := Prune(c, st, now)
+				held := false
+				for _, x := range before.Holds {
+					held = held || x.Holder == h
+				}
+				var d Decision
+				d, st = Acquire(c, st, r, now)
+				if !d.Granted || held {
+					continue
+				}
+				// A new grant: was the asker first among those who could go?
+				order := Order(withWaiter(before, r, now))
+				free, _, _ := capacity(c, before, now)
+				pos := -1
+				for i, w := range order {
+					if w.Holder == h {
+						pos = i
+					}
+				}
+				if pos >= free {
+					t.Fatalf("seed %d step %d: %s granted at place %d with %d free", seed, step, h, pos, free)
+				}
+				grants = append(grants, now)
+				var spent int64
+				for _, x := range costs {
+					if x.at.After(now.Add(-c.Period)) {
+						spent += x.n
+					}
+				}
+				if spent >= c.Budget {
+					t.Fatalf("seed %d step %d: granted with %d of %d spent in the window", seed, step, spent, c.Budget)
+				}
+			case 2:
+				n := int64(rng.IntN(80))
+				var ok bool
+				st, ok, _ = Release(c, st, h, n, now)
+				_ = ok
+				// The charge falls on the use of the holder's last grant.
+				for i := len(st.Uses) - 1; i >= 0; i-- {
+					if st.Uses[i].Holder == h && n > 0 {
+						costs = append(costs, cost{st.Uses[i].At, n})
+						break
+					}
+				}
+			}
+			live := Prune(c, st, now)
+			if len(live.Holds) > c.Concurrency {
+				t.Fatalf("seed %d step %d: %d holds, concurrency %d", seed, step, len(live.Holds), c.Concurrency)
+			}
+			in := 0
+			for _, g := range grants {
+				if g.After(now.Add(-c.Period)) {
+					in++
+				}
+			}
+			if in > c.Rate {
+				t.Fatalf("seed %d step %d: %d grants in the last %v, rate %d", seed, step, in, c.Period, c.Rate)
+			}
+		}
+	}
+}
+
+// withWaiter is st with r in line as Acquire puts it.
+func withWaiter(st State, r Request, now time.Time) State {
+	for i, w := range st.Waiters {
+		if w.Holder == r.Holder {
+			st.Waiters = append([]Waiter(nil), st.Waiters...)
+			st.Waiters[i] = Waiter{Holder: r.Holder, Key: r.Key, Priority: r.Priority, Since: w.Since, Until: now.Add(r.Lease)}
+			return st
+		}
+	}
+	st.Waiters = append(append([]Waiter(nil), st.Waiters...), Waiter{Holder: r.Holder, Key: r.Key, Priority: r.Priority, Since: now, Until: now.Add(r.Lease)})
+	return st
+}
