@@ -93,6 +93,9 @@ type Use struct {
 	Holder string
 	At     time.Time
 	Cost   int64
+	// Charged: a release charged its cost (once: a release sent again,
+	// after a reply was lost, charges nothing more).
+	Charged bool
 }
 
 // Waiter is a holder in line since Since, there until Until unless it asks
@@ -287,9 +290,10 @@ func usesSince(st State, since time.Time) []Use {
 	return out
 }
 
-// Release ends holder's hold and charges cost to its use; ok is false if
-// it held nothing (its lease had run out: the slot was given back then,
-// and its cost is still charged, for it was spent).
+// Release ends holder's hold and charges cost to its use, once (a release
+// sent again changes nothing); ok is false if it held nothing (its lease
+// had run out: the slot was given back then, and its cost is still
+// charged, for it was spent).
 func Release(c *Config, st State, holder string, cost int64, now time.Time) (State, bool, error) {
 	if cost < 0 {
 		return st, false, fmt.Errorf("%w: a negative cost %d", ErrInvalid, cost)
@@ -302,13 +306,13 @@ func Release(c *Config, st State, holder string, cost int64, now time.Time) (Sta
 		}
 		return false
 	})
-	if cost > 0 {
-		st.Uses = slices.Clone(st.Uses)
-		for i := len(st.Uses) - 1; i >= 0; i-- {
-			if st.Uses[i].Holder == holder {
-				st.Uses[i].Cost += cost
-				break
+	st.Uses = slices.Clone(st.Uses)
+	for i := len(st.Uses) - 1; i >= 0; i-- {
+		if st.Uses[i].Holder == holder {
+			if !st.Uses[i].Charged {
+				st.Uses[i].Cost, st.Uses[i].Charged = cost, true
 			}
+			break
 		}
 	}
 	return Prune(c, st, now), ok, nil

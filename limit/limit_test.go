@@ -118,6 +118,7 @@ func TestBudgetIsChargedAfter(t *testing.T) {
 		t.Fatalf("700 of 1000 spent: %+v", d)
 	}
 	st, _, _ = Release(c, st, "b", 500, at(20)) // overspent: 1200
+	st, _, _ = Release(c, st, "b", 500, at(20)) // sent again: charged once
 	st, _, _ = Release(c, st, "c", 100, at(21))
 	d, st = Acquire(c, st, req("d", ""), at(30))
 	if d.Granted || d.Reason != Budget {
@@ -251,16 +252,19 @@ func TestLimitsHold(t *testing.T) {
 				}
 			case 2:
 				n := int64(rng.IntN(80))
-				var ok bool
-				st, ok, _ = Release(c, st, h, n, now)
-				_ = ok
-				// The charge falls on the use of the holder's last grant.
+				// The charge falls on the use of the holder's last grant,
+				// once.
+				var charged *Use
 				for i := len(st.Uses) - 1; i >= 0; i-- {
-					if st.Uses[i].Holder == h && n > 0 {
-						costs = append(costs, cost{st.Uses[i].At, n})
+					if st.Uses[i].Holder == h {
+						charged = &st.Uses[i]
 						break
 					}
 				}
+				if charged != nil && !charged.Charged && n > 0 && charged.At.After(now.Add(-c.Period)) {
+					costs = append(costs, cost{charged.At, n})
+				}
+				st, _, _ = Release(c, st, h, n, now)
 			}
 			live := Prune(c, st, now)
 			if len(live.Holds) > c.Concurrency {
