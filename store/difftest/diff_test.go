@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/store/sqlitestore"
@@ -208,7 +209,7 @@ func (g *gen) learn(o *op, out string) {
 
 func (g *gen) next() *op {
 	now := g.clk.Now()
-	switch g.n(34) {
+	switch g.n(36) {
 	case 0, 1:
 		p := store.CreateRunParams{ID: g.pick(runs), Workflow: g.pick(workflows), Input: []byte(g.pick(runs))}
 		if g.chance(4) {
@@ -325,8 +326,48 @@ func (g *gen) next() *op {
 		return g.hookOp(now)
 	case 31, 32:
 		return g.messageOp(now)
+	case 34, 35:
+		return g.limiterOp(now)
 	default:
 		return g.look()
+	}
+}
+
+// limiterOp is a limiter's: set (sometimes to what is refused), a slot
+// asked for, released with a cost, renewed, the state looked at; at the
+// generator's clock, so both stores decide at the same instant.
+func (g *gen) limiterOp(now time.Time) *op {
+	name := g.pick([]string{"openai", "tokens"})
+	holder := g.pick([]string{"h1", "h2", "h3", "h4"})
+	lim := func(sd *side) store.Limits { return sd.s.(store.Limits) }
+	switch g.n(5) {
+	case 0:
+		c := limit.Config{Name: name, Concurrency: g.n(3), Rate: g.n(4), Budget: int64(g.n(3) * 50), Period: time.Duration(g.n(3)) * time.Second}
+		return &op{desc: fmt.Sprintf("SetLimiter %+v", c), run: func(ctx context.Context, sd *side) string {
+			err := lim(sd).SetLimiter(ctx, &c)
+			got, gerr := lim(sd).GetLimiter(ctx, name)
+			return fmt.Sprintf("%s %+v %s", sd.norm(err), got, sd.norm(gerr))
+		}}
+	case 1, 2:
+		p := store.AcquireSlotParams{Limiter: name, Request: limit.Request{Holder: holder, Key: holder[:2], Priority: g.n(2),
+			Lease: time.Duration(1+g.n(20)) * time.Second}, Now: now}
+		return &op{desc: fmt.Sprintf("AcquireSlot %+v", p), run: func(ctx context.Context, sd *side) string {
+			d, err := lim(sd).AcquireSlot(ctx, &p)
+			return fmt.Sprintf("%+v %s", d, sd.norm(err))
+		}}
+	case 3:
+		p := store.ReleaseSlotParams{Limiter: name, Holder: holder, Cost: int64(g.n(3)*30 - 10), Now: now}
+		return &op{desc: fmt.Sprintf("ReleaseSlot %+v", p), run: func(ctx context.Context, sd *side) string {
+			ok, err := lim(sd).ReleaseSlot(ctx, &p)
+			return fmt.Sprintf("%v %s", ok, sd.norm(err))
+		}}
+	default:
+		p := store.RenewSlotParams{Limiter: name, Holder: holder, Lease: time.Duration(g.n(10)) * time.Second, Now: now}
+		return &op{desc: fmt.Sprintf("RenewSlot %+v, LimiterState", p), run: func(ctx context.Context, sd *side) string {
+			ok, err := lim(sd).RenewSlot(ctx, &p)
+			st, serr := lim(sd).LimiterState(ctx, name, now)
+			return fmt.Sprintf("%v %s %+v %s", ok, sd.norm(err), st, sd.norm(serr))
+		}}
 	}
 }
 

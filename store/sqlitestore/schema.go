@@ -325,6 +325,15 @@ CREATE TABLE run_events (
 	`
 ALTER TABLE runs ADD COLUMN trace_parent TEXT NOT NULL DEFAULT '';
 `,
+	// 10: limiters (store.Limits): each one's configuration and its state
+	// (package limit's, as JSON), decided and saved by one transaction.
+	`
+CREATE TABLE limiters (
+	name   TEXT PRIMARY KEY,
+	config BLOB NOT NULL,
+	state  BLOB NOT NULL DEFAULT ''
+) WITHOUT ROWID;
+`,
 }
 
 // fixups run in a migration's transaction after its SQL, for what SQL

@@ -1,0 +1,121 @@
+package apply
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/weirhq/weir/limit"
+	"github.com/weirhq/weir/store"
+)
+
+// LimiterTx is what the limiter functions need of a transaction. A
+// limiter is one row: its configuration and its state (limit.State, as
+// EncodeLimiterState writes it).
+type LimiterTx interface {
+	// LockLimiter loads limiter name and locks it until the transaction
+	// ends (PostgreSQL: FOR UPDATE); found is false if there is none.
+	LockLimiter(name string) (c *limit.Config, state []byte, found bool, err error)
+	// SaveLimiter saves limiter c.Name (creating it if new).
+	SaveLimiter(c *limit.Config, state []byte) error
+}
+
+// EncodeLimiterState is how a limiter's state is kept.
+func EncodeLimiterState(st limit.State) ([]byte, error) { return json.Marshal(st) }
+
+// DecodeLimiterState reads a kept state; empty is a new limiter's.
+func DecodeLimiterState(b []byte) (limit.State, error) {
+	var st limit.State
+	if len(b) == 0 {
+		return st, nil
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("limiter state: %w", err)
+	}
+	return st, nil
+}
+
+// SetLimiter creates or changes a limiter, keeping its state.
+func SetLimiter(tx LimiterTx, c *limit.Config) error {
+	if err := store.CheckLimiter(c); err != nil {
+		return err
+	}
+	_, state, _, err := tx.LockLimiter(c.Name)
+	if err != nil {
+		return err
+	}
+	if state == nil {
+		state = []byte{} // a new limiter's: nothing held, no one in line
+	}
+	return tx.SaveLimiter(c, state)
+}
+
+// lockLimiter loads limiter name with its state, ErrNotFound if none.
+func lockLimiter(tx LimiterTx, name string) (*limit.Config, limit.State, error) {
+	c, b, found, err := tx.LockLimiter(name)
+	if err != nil {
+		return nil, limit.State{}, err
+	}
+	if !found {
+		return nil, limit.State{}, fmt.Errorf("%w: no limiter %q", store.ErrNotFound, name)
+	}
+	st, err := DecodeLimiterState(b)
+	return c, st, err
+}
+
+func saveLimiter(tx LimiterTx, c *limit.Config, st limit.State) error {
+	b, err := EncodeLimiterState(st)
+	if err != nil {
+		return err
+	}
+	return tx.SaveLimiter(c, b)
+}
+
+// AcquireSlot decides an AcquireSlot call (limit.Acquire) and saves the
+// limiter's state. p.Now must be set.
+func AcquireSlot(tx LimiterTx, p *store.AcquireSlotParams) (*limit.Decision, error) {
+	c, st, err := lockLimiter(tx, p.Limiter)
+	if err != nil {
+		return nil, err
+	}
+	d, st := limit.Acquire(c, st, p.Request, p.Now)
+	return &d, saveLimiter(tx, c, st)
+}
+
+// ReleaseSlot applies a ReleaseSlot call (limit.Release). p.Now must be
+// set.
+func ReleaseSlot(tx LimiterTx, p *store.ReleaseSlotParams) (bool, error) {
+	c, st, err := lockLimiter(tx, p.Limiter)
+	if err != nil {
+		return false, err
+	}
+	st, ok, err := limit.Release(c, st, p.Holder, p.Cost, p.Now)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", store.ErrInvalid, err)
+	}
+	return ok, saveLimiter(tx, c, st)
+}
+
+// RenewSlot applies a RenewSlot call (limit.Renew). p.Now must be set.
+func RenewSlot(tx LimiterTx, p *store.RenewSlotParams) (bool, error) {
+	c, st, err := lockLimiter(tx, p.Limiter)
+	if err != nil {
+		return false, err
+	}
+	st, ok := limit.Renew(st, p.Holder, p.Now.Add(p.Lease), p.Now)
+	if !ok {
+		return false, nil
+	}
+	return true, saveLimiter(tx, c, st)
+}
+
+// LimiterNow is the time a limiter call decides at: p's, or now.
+func LimiterNow(t time.Time, now func() time.Time) time.Time {
+	if !t.IsZero() {
+		return t
+	}
+	if now != nil {
+		return now()
+	}
+	return time.Now()
+}

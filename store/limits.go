@@ -1,0 +1,116 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/weirhq/weir/limit"
+)
+
+// Limits is the capability of limiters (package limit): the store keeps
+// each limiter's configuration and state and decides every request under
+// its lock with package limit's rules, so that on PostgreSQL every process
+// on the database keeps to one limit, and on SQLite the one process does.
+// A changed configuration applies to the next request, in every process.
+type Limits interface {
+	// SetLimiter creates limiter c.Name or changes its configuration; its
+	// holds, uses and line are kept.
+	SetLimiter(ctx context.Context, c *limit.Config) error
+	// GetLimiter returns a limiter's configuration; ErrNotFound.
+	GetLimiter(ctx context.Context, name string) (*limit.Config, error)
+	// ListLimiters returns every limiter's configuration, by name.
+	ListLimiters(ctx context.Context) ([]*limit.Config, error)
+	// AcquireSlot asks limiter p.Limiter for a slot (limit.Acquire):
+	// granted, or not yet, with why and when to ask again. Asking again
+	// with the same holder is idempotent. ErrNotFound for no such limiter.
+	AcquireSlot(ctx context.Context, p *AcquireSlotParams) (*limit.Decision, error)
+	// ReleaseSlot gives a slot back and charges its cost (limit.Release),
+	// once; false if the holder held nothing (its lease had run out).
+	ReleaseSlot(ctx context.Context, p *ReleaseSlotParams) (bool, error)
+	// RenewSlot extends a held slot's lease; false if its lease had run
+	// out.
+	RenewSlot(ctx context.Context, p *RenewSlotParams) (bool, error)
+	// LimiterState returns what a limiter holds at now (zero: the store's
+	// clock): its live holds, its uses in the window, its line (for
+	// /metrics and the UI).
+	LimiterState(ctx context.Context, name string, now time.Time) (*limit.State, error)
+}
+
+// AcquireSlotParams is an AcquireSlot call.
+type AcquireSlotParams struct {
+	Limiter string
+	limit.Request
+	Now time.Time // zero: the store's clock
+}
+
+// ReleaseSlotParams is a ReleaseSlot call.
+type ReleaseSlotParams struct {
+	Limiter, Holder string
+	// Cost is what the slot used (tokens), charged to the limiter's
+	// budget; 0 or more.
+	Cost int64
+	Now  time.Time // zero: the store's clock
+}
+
+// RenewSlotParams is a RenewSlot call.
+type RenewSlotParams struct {
+	Limiter, Holder string
+	Lease           time.Duration // the hold lasts until now + Lease
+	Now             time.Time     // zero: the store's clock
+}
+
+// Check validates an AcquireSlot call.
+func (p *AcquireSlotParams) Check() error {
+	if err := checkLimiterName(p.Limiter); err != nil {
+		return err
+	}
+	if err := p.Request.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// Check validates a ReleaseSlot call.
+func (p *ReleaseSlotParams) Check() error {
+	if err := checkLimiterName(p.Limiter); err != nil {
+		return err
+	}
+	if p.Cost < 0 {
+		return fmt.Errorf("%w: a negative cost %d", ErrInvalid, p.Cost)
+	}
+	return checkHolder(p.Holder)
+}
+
+// Check validates a RenewSlot call.
+func (p *RenewSlotParams) Check() error {
+	if err := checkLimiterName(p.Limiter); err != nil {
+		return err
+	}
+	if p.Lease <= 0 {
+		return fmt.Errorf("%w: a renew needs a positive lease", ErrInvalid)
+	}
+	return checkHolder(p.Holder)
+}
+
+// CheckLimiter validates a limiter's configuration for SetLimiter.
+func CheckLimiter(c *limit.Config) error {
+	if err := c.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+func checkLimiterName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: no limiter named", ErrInvalid)
+	}
+	return checkName("limiter", name, limit.MaxNameLen)
+}
+
+func checkHolder(h string) error {
+	if h == "" {
+		return fmt.Errorf("%w: no holder", ErrInvalid)
+	}
+	return checkName("holder", h, limit.MaxNameLen)
+}

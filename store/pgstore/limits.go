@@ -1,0 +1,228 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/limit"
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/apply"
+)
+
+// Limiters: the rules are package limit's, applied by package apply;
+// limiterTx loads a limiter's row FOR UPDATE, so that the requests of
+// every process on the database are decided one at a time, against one
+// state.
+
+var (
+	_ store.Limits    = (*Store)(nil)
+	_ apply.LimiterTx = (*limiterTx)(nil)
+)
+
+// errNoLimiter marks a name no limiter has.
+var errNoLimiter = errors.New("no limiter")
+
+type limiterTx struct {
+	ctx context.Context
+	x   *txn
+	s   *Store
+}
+
+// LockLimiter loads limiter name and locks its row.
+func (t *limiterTx) LockLimiter(name string) (*limit.Config, []byte, bool, error) {
+	var cfg, state []byte
+	err := t.x.c.QueryRow(t.ctx, `SELECT config, state FROM `+t.s.q.schema+`.limiters WHERE name = $1 FOR UPDATE`, name).Scan(&cfg, &state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, false, nil
+	}
+	if err != nil {
+		return nil, nil, false, err
+	}
+	c, err := decodeLimiter(cfg)
+	return c, state, err == nil, err
+}
+
+// SaveLimiter saves limiter c.Name.
+func (t *limiterTx) SaveLimiter(c *limit.Config, state []byte) error {
+	cfg, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	_, err = t.x.c.Exec(t.ctx, `INSERT INTO `+t.s.q.schema+`.limiters (name, config, state) VALUES ($1, $2, $3)
+		ON CONFLICT (name) DO UPDATE SET config = excluded.config, state = excluded.state`, c.Name, cfg, state)
+	return err
+}
+
+func decodeLimiter(b []byte) (*limit.Config, error) {
+	var c limit.Config
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("limiter config: %w", err)
+	}
+	return &c, nil
+}
+
+// limiterWrite runs fn in a transaction; every limiter call is idempotent
+// (asking again, releasing again, renewing again change nothing more), so
+// one whose commit went unheard is retried.
+func (s *Store) limiterWrite(ctx context.Context, fn func(t *limiterTx) error) error {
+	return s.do(ctx, true, func(ctx context.Context, tr *try) error {
+		x, err := s.acquire(ctx, tr)
+		if err != nil {
+			return err
+		}
+		defer x.release()
+		if _, err := x.c.Exec(ctx, "BEGIN"); err != nil {
+			return err
+		}
+		if err := fn(&limiterTx{ctx: ctx, x: x, s: s}); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		b.Queue("COMMIT")
+		return x.commit(ctx, b)
+	})
+}
+
+// SetLimiter creates or changes a limiter.
+func (s *Store) SetLimiter(ctx context.Context, c *limit.Config) error {
+	if err := store.CheckLimiter(c); err != nil {
+		return fmt.Errorf("set limiter: %w", err)
+	}
+	if err := s.limiterWrite(ctx, func(t *limiterTx) error { return apply.SetLimiter(t, c) }); err != nil {
+		return fmt.Errorf("set limiter: %w", err)
+	}
+	return nil
+}
+
+// GetLimiter returns a limiter's configuration.
+func (s *Store) GetLimiter(ctx context.Context, name string) (*limit.Config, error) {
+	c, _, err := s.readLimiter(ctx, name)
+	return c, err
+}
+
+func (s *Store) readLimiter(ctx context.Context, name string) (*limit.Config, []byte, error) {
+	if name == "" || len(name) > limit.MaxNameLen {
+		return nil, nil, fmt.Errorf("get limiter: %w: a limiter name of %d bytes", store.ErrInvalid, len(name))
+	}
+	var cfg, state []byte
+	err := s.do(ctx, true, func(ctx context.Context, _ *try) error {
+		err := s.pool.QueryRow(ctx, `SELECT config, state FROM `+s.q.schema+`.limiters WHERE name = $1`, name).Scan(&cfg, &state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errNoLimiter
+		}
+		return err
+	})
+	if errors.Is(err, errNoLimiter) {
+		return nil, nil, fmt.Errorf("get limiter: %w: no limiter %q", store.ErrNotFound, name)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("get limiter: %w", err)
+	}
+	c, err := decodeLimiter(cfg)
+	return c, state, err
+}
+
+// ListLimiters returns every limiter's configuration, by name.
+func (s *Store) ListLimiters(ctx context.Context) ([]*limit.Config, error) {
+	var out []*limit.Config
+	err := s.do(ctx, true, func(ctx context.Context, _ *try) error {
+		out = out[:0]
+		rows, err := s.pool.Query(ctx, `SELECT config FROM `+s.q.schema+`.limiters ORDER BY name COLLATE "C"`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var b []byte
+			if err := rows.Scan(&b); err != nil {
+				return err
+			}
+			c, err := decodeLimiter(b)
+			if err != nil {
+				return err
+			}
+			out = append(out, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list limiters: %w", err)
+	}
+	return out, nil
+}
+
+// AcquireSlot asks a limiter for a slot.
+func (s *Store) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*limit.Decision, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("acquire slot: %w", err)
+	}
+	q := *p
+	q.Now = apply.LimiterNow(p.Now, s.cfg.Now)
+	var d *limit.Decision
+	err := s.limiterWrite(ctx, func(t *limiterTx) error {
+		var err error
+		d, err = apply.AcquireSlot(t, &q)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("acquire slot: %w", err)
+	}
+	return d, nil
+}
+
+// ReleaseSlot gives a slot back and charges its cost.
+func (s *Store) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bool, error) {
+	if err := p.Check(); err != nil {
+		return false, fmt.Errorf("release slot: %w", err)
+	}
+	q := *p
+	q.Now = apply.LimiterNow(p.Now, s.cfg.Now)
+	var ok bool
+	err := s.limiterWrite(ctx, func(t *limiterTx) error {
+		var err error
+		ok, err = apply.ReleaseSlot(t, &q)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("release slot: %w", err)
+	}
+	return ok, nil
+}
+
+// RenewSlot extends a held slot's lease.
+func (s *Store) RenewSlot(ctx context.Context, p *store.RenewSlotParams) (bool, error) {
+	if err := p.Check(); err != nil {
+		return false, fmt.Errorf("renew slot: %w", err)
+	}
+	q := *p
+	q.Now = apply.LimiterNow(p.Now, s.cfg.Now)
+	var ok bool
+	err := s.limiterWrite(ctx, func(t *limiterTx) error {
+		var err error
+		ok, err = apply.RenewSlot(t, &q)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("renew slot: %w", err)
+	}
+	return ok, nil
+}
+
+// LimiterState returns what a limiter holds at now.
+func (s *Store) LimiterState(ctx context.Context, name string, now time.Time) (*limit.State, error) {
+	c, b, err := s.readLimiter(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	st, err := apply.DecodeLimiterState(b)
+	if err != nil {
+		return nil, err
+	}
+	st = limit.Prune(c, st, apply.LimiterNow(now, s.cfg.Now))
+	return &st, nil
+}

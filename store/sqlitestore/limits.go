@@ -1,0 +1,193 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/weirhq/weir/limit"
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/apply"
+)
+
+// Limiters: the rules are package limit's, applied by package apply; wtx
+// loads and saves a limiter's row for them. The committer's one write
+// transaction at a time is the lock.
+
+var (
+	_ store.Limits    = (*Store)(nil)
+	_ apply.LimiterTx = (*wtx)(nil)
+)
+
+// LockLimiter loads limiter name.
+func (tx *wtx) LockLimiter(name string) (*limit.Config, []byte, bool, error) {
+	st, err := tx.stmt(`SELECT config, state FROM limiters WHERE name = ?`)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	var cfg, state []byte
+	err = st.QueryRowContext(bg, name).Scan(&cfg, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil, false, nil
+	}
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("load limiter: %w", translate(err))
+	}
+	c, err := decodeLimiter(cfg)
+	return c, state, err == nil, err
+}
+
+// SaveLimiter saves limiter c.Name.
+func (tx *wtx) SaveLimiter(c *limit.Config, state []byte) error {
+	tx.changed = true
+	cfg, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	st, err := tx.stmt(`INSERT INTO limiters (name, config, state) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET config = excluded.config, state = excluded.state`)
+	if err != nil {
+		return err
+	}
+	if _, err := st.ExecContext(bg, c.Name, cfg, state); err != nil {
+		return fmt.Errorf("save limiter: %w", translate(err))
+	}
+	return nil
+}
+
+func decodeLimiter(b []byte) (*limit.Config, error) {
+	var c limit.Config
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("limiter config: %w", err)
+	}
+	return &c, nil
+}
+
+// SetLimiter creates or changes a limiter.
+func (s *Store) SetLimiter(ctx context.Context, c *limit.Config) error {
+	if err := store.CheckLimiter(c); err != nil {
+		return fmt.Errorf("set limiter: %w", err)
+	}
+	if err := s.write(ctx, func(tx *wtx) error { return apply.SetLimiter(tx, c) }); err != nil {
+		return fmt.Errorf("set limiter: %w", err)
+	}
+	return nil
+}
+
+// GetLimiter returns a limiter's configuration.
+func (s *Store) GetLimiter(ctx context.Context, name string) (*limit.Config, error) {
+	c, _, err := s.readLimiter(ctx, name)
+	return c, err
+}
+
+func (s *Store) readLimiter(ctx context.Context, name string) (*limit.Config, []byte, error) {
+	if name == "" || len(name) > limit.MaxNameLen {
+		return nil, nil, fmt.Errorf("get limiter: %w: a limiter name of %d bytes", store.ErrInvalid, len(name))
+	}
+	var cfg, state []byte
+	err := s.rdb.QueryRowContext(ctx, `SELECT config, state FROM limiters WHERE name = ?`, name).Scan(&cfg, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil, fmt.Errorf("get limiter: %w: no limiter %q", store.ErrNotFound, name)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("get limiter: %w", s.readErr(err))
+	}
+	c, err := decodeLimiter(cfg)
+	return c, state, err
+}
+
+// ListLimiters returns every limiter's configuration, by name.
+func (s *Store) ListLimiters(ctx context.Context) ([]*limit.Config, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT config FROM limiters ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list limiters: %w", s.readErr(err))
+	}
+	defer rows.Close()
+	var out []*limit.Config
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			return nil, fmt.Errorf("list limiters: %w", s.readErr(err))
+		}
+		c, err := decodeLimiter(b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// AcquireSlot asks a limiter for a slot.
+func (s *Store) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*limit.Decision, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("acquire slot: %w", err)
+	}
+	q := *p
+	q.Now = apply.LimiterNow(p.Now, s.cfg.Now)
+	var d *limit.Decision
+	err := s.write(ctx, func(tx *wtx) error {
+		var err error
+		d, err = apply.AcquireSlot(tx, &q)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("acquire slot: %w", err)
+	}
+	return d, nil
+}
+
+// ReleaseSlot gives a slot back and charges its cost.
+func (s *Store) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bool, error) {
+	if err := p.Check(); err != nil {
+		return false, fmt.Errorf("release slot: %w", err)
+	}
+	q := *p
+	q.Now = apply.LimiterNow(p.Now, s.cfg.Now)
+	var ok bool
+	err := s.write(ctx, func(tx *wtx) error {
+		var err error
+		ok, err = apply.ReleaseSlot(tx, &q)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("release slot: %w", err)
+	}
+	return ok, nil
+}
+
+// RenewSlot extends a held slot's lease.
+func (s *Store) RenewSlot(ctx context.Context, p *store.RenewSlotParams) (bool, error) {
+	if err := p.Check(); err != nil {
+		return false, fmt.Errorf("renew slot: %w", err)
+	}
+	q := *p
+	q.Now = apply.LimiterNow(p.Now, s.cfg.Now)
+	var ok bool
+	err := s.write(ctx, func(tx *wtx) error {
+		var err error
+		ok, err = apply.RenewSlot(tx, &q)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("renew slot: %w", err)
+	}
+	return ok, nil
+}
+
+// LimiterState returns what a limiter holds now.
+func (s *Store) LimiterState(ctx context.Context, name string, now time.Time) (*limit.State, error) {
+	c, b, err := s.readLimiter(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	st, err := apply.DecodeLimiterState(b)
+	if err != nil {
+		return nil, err
+	}
+	st = limit.Prune(c, st, apply.LimiterNow(now, s.cfg.Now))
+	return &st, nil
+}

@@ -1,0 +1,227 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/limit"
+	"github.com/weirhq/weir/store"
+)
+
+// testLimits: limiters (store.Limits) as package limit decides them, kept
+// by the store: a configuration set, read and changed (the change applies
+// to the next request); slots granted, refused with why and when, given
+// back, charged once, taken back with their lease; the state kept across a
+// reopen; concurrent requests never granted beyond the limit; bad input
+// refused with nothing changed.
+func testLimits(t *testing.T, h harness) {
+	newLimits := func(t *testing.T) store.Limits {
+		s, ok := h.Harness.New(t).(store.Limits)
+		if !ok {
+			t.Skip("the store has no store.Limits")
+		}
+		return s
+	}
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	acq := func(t *testing.T, s store.Limits, name, holder string, ms int) *limit.Decision {
+		t.Helper()
+		d, err := s.AcquireSlot(ctx(t), &store.AcquireSlotParams{Limiter: name, Request: limit.Request{Holder: holder, Key: holder[:1], Lease: 10 * time.Second}, Now: at(ms)})
+		must(t, err)
+		return d
+	}
+
+	t.Run("Config", func(t *testing.T) {
+		t.Parallel()
+		s := newLimits(t)
+		_, err := s.GetLimiter(ctx(t), "openai")
+		wantErr(t, err, store.ErrNotFound)
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "openai", Concurrency: 2, Rate: 60, Period: time.Minute}))
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "anthropic", Budget: 1000, Period: time.Minute}))
+		for _, bad := range []*limit.Config{{Name: "openai"}, {Name: "openai", Concurrency: -1}, {Name: "", Concurrency: 1}, {Name: "openai", Rate: 5}} {
+			wantErr(t, s.SetLimiter(ctx(t), bad), store.ErrInvalid)
+		}
+		c, err := s.GetLimiter(ctx(t), "openai")
+		must(t, err)
+		if *c != (limit.Config{Name: "openai", Concurrency: 2, Rate: 60, Period: time.Minute}) {
+			t.Fatalf("openai is %+v after refused changes", c)
+		}
+		all, err := s.ListLimiters(ctx(t))
+		must(t, err)
+		if len(all) != 2 || all[0].Name != "anthropic" || all[1].Name != "openai" {
+			t.Fatalf("ListLimiters: %v", all)
+		}
+		_, err = s.AcquireSlot(ctx(t), &store.AcquireSlotParams{Limiter: "nope", Request: limit.Request{Holder: "h", Lease: time.Second}})
+		wantErr(t, err, store.ErrNotFound)
+		_, err = s.ReleaseSlot(ctx(t), &store.ReleaseSlotParams{Limiter: "nope", Holder: "h"})
+		wantErr(t, err, store.ErrNotFound)
+	})
+
+	t.Run("Slots", func(t *testing.T) {
+		t.Parallel()
+		s := newLimits(t)
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "l", Concurrency: 2}))
+		if !acq(t, s, "l", "a1", 0).Granted || !acq(t, s, "l", "b1", 1).Granted {
+			t.Fatal("free slots refused")
+		}
+		if d := acq(t, s, "l", "c1", 2); d.Granted || d.Reason != limit.Concurrency || d.Ahead != 0 || !d.RetryAt.Equal(at(10_000)) {
+			t.Fatalf("a third: %+v", d)
+		}
+		if !acq(t, s, "l", "a1", 3).Granted {
+			t.Fatal("asking again while holding was refused")
+		}
+		ok, err := s.ReleaseSlot(ctx(t), &store.ReleaseSlotParams{Limiter: "l", Holder: "b1", Now: at(4)})
+		must(t, err)
+		if !ok {
+			t.Fatal("b1 released nothing")
+		}
+		if d := acq(t, s, "l", "d1", 5); d.Granted || d.Reason != limit.Queue || d.Ahead != 1 {
+			t.Fatalf("a newcomer took c1's slot: %+v", d)
+		}
+		if !acq(t, s, "l", "c1", 6).Granted {
+			t.Fatal("c1 after the release")
+		}
+		// A change applies to the next request.
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "l", Concurrency: 3}))
+		if !acq(t, s, "l", "d1", 7).Granted {
+			t.Fatal("d1 after the limit was raised")
+		}
+		st, err := s.LimiterState(ctx(t), "l", at(7))
+		must(t, err)
+		if len(st.Holds) != 3 || len(st.Waiters) != 0 {
+			t.Fatalf("state %+v", st)
+		}
+		renewed, err := s.RenewSlot(ctx(t), &store.RenewSlotParams{Limiter: "l", Holder: "a1", Lease: time.Minute, Now: at(8)})
+		must(t, err)
+		// The others' leases run out at 10 s; a1's was renewed.
+		if !renewed || !acq(t, s, "l", "e1", 10_010).Granted || !acq(t, s, "l", "f1", 10_011).Granted {
+			t.Fatal("slots did not come back with their leases")
+		}
+		if d := acq(t, s, "l", "g1", 10_012); d.Granted {
+			t.Fatal("a renewed slot was given away")
+		}
+		ok, err = s.ReleaseSlot(ctx(t), &store.ReleaseSlotParams{Limiter: "l", Holder: "b1", Now: at(10_013)})
+		must(t, err)
+		if ok {
+			t.Fatal("a second release of b1 released something")
+		}
+	})
+
+	t.Run("Budget", func(t *testing.T) {
+		t.Parallel()
+		s := newLimits(t)
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "tokens", Budget: 1000, Period: time.Minute}))
+		if !acq(t, s, "tokens", "a", 0).Granted {
+			t.Fatal("refused with nothing spent")
+		}
+		for range 2 { // a release sent again charges once
+			_, err := s.ReleaseSlot(ctx(t), &store.ReleaseSlotParams{Limiter: "tokens", Holder: "a", Cost: 600, Now: at(10)})
+			must(t, err)
+		}
+		if !acq(t, s, "tokens", "b", 20).Granted {
+			t.Fatal("600 of 1000 spent, and refused")
+		}
+		_, err := s.ReleaseSlot(ctx(t), &store.ReleaseSlotParams{Limiter: "tokens", Holder: "b", Cost: 500, Now: at(30)})
+		must(t, err)
+		if d := acq(t, s, "tokens", "c", 40); d.Granted || d.Reason != limit.Budget || !d.RetryAt.Equal(at(60_000)) {
+			t.Fatalf("1100 of 1000 spent: %+v", d)
+		}
+		_, err = s.ReleaseSlot(ctx(t), &store.ReleaseSlotParams{Limiter: "tokens", Holder: "c", Cost: -1})
+		wantErr(t, err, store.ErrInvalid)
+		if !acq(t, s, "tokens", "c", 60_001).Granted {
+			t.Fatal("the window moved on, and refused")
+		}
+	})
+
+	t.Run("Hostile", func(t *testing.T) {
+		t.Parallel()
+		s := newLimits(t)
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "l", Concurrency: 1}))
+		bad := string([]byte{0xff, 0xfe})
+		for _, p := range []*store.AcquireSlotParams{
+			{Limiter: "l", Request: limit.Request{Holder: bad, Lease: time.Second}},
+			{Limiter: "l", Request: limit.Request{Holder: "h", Key: bad, Lease: time.Second}},
+			{Limiter: "l", Request: limit.Request{Holder: "h", Lease: 0}},
+			{Limiter: bad, Request: limit.Request{Holder: "h", Lease: time.Second}},
+			{Limiter: "", Request: limit.Request{Holder: "h", Lease: time.Second}},
+		} {
+			_, err := s.AcquireSlot(ctx(t), p)
+			wantErr(t, err, store.ErrInvalid)
+		}
+		_, err := s.RenewSlot(ctx(t), &store.RenewSlotParams{Limiter: "l", Holder: "h"})
+		wantErr(t, err, store.ErrInvalid)
+		st, err := s.LimiterState(ctx(t), "l", time.Time{})
+		must(t, err)
+		if len(st.Holds)+len(st.Waiters) != 0 {
+			t.Fatalf("refused requests changed the state: %+v", st)
+		}
+	})
+
+	t.Run("NeverBeyondTheLimit", func(t *testing.T) {
+		t.Parallel()
+		s := newLimits(t)
+		const limitN = 3
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "l", Concurrency: limitN}))
+		var in, most atomic.Int64
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 6 {
+					holder := fmt.Sprintf("w%d-%d", w, i)
+					deadline := time.Now().Add(20 * time.Second)
+					for {
+						d, err := s.AcquireSlot(ctx(t), &store.AcquireSlotParams{Limiter: "l", Request: limit.Request{Holder: holder, Key: fmt.Sprint(w), Lease: time.Minute}})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Granted {
+							break
+						}
+						if time.Now().After(deadline) {
+							t.Errorf("%s waited 20 s for a slot", holder)
+							return
+						}
+						time.Sleep(time.Millisecond)
+					}
+					n := in.Add(1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					time.Sleep(time.Millisecond)
+					in.Add(-1)
+					if _, err := s.ReleaseSlot(ctx(t), &store.ReleaseSlotParams{Limiter: "l", Holder: holder}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if m := most.Load(); m > limitN || m == 0 {
+			t.Fatalf("%d slots held at once, limit %d", m, limitN)
+		}
+	})
+
+	if h.Harness.Reopen != nil {
+		t.Run("Reopen", func(t *testing.T) {
+			t.Parallel()
+			s := newLimits(t)
+			must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "l", Concurrency: 1}))
+			if !acq(t, s, "l", "a", 0).Granted {
+				t.Fatal("refused")
+			}
+			r, ok := h.Harness.Reopen(t, s.(store.Store)).(store.Limits)
+			if !ok {
+				t.Fatal("the reopened store has no store.Limits")
+			}
+			if d := acq(t, r, "l", "b", 1); d.Granted {
+				t.Fatal("a's slot was lost in the reopen")
+			}
+		})
+	}
+}
