@@ -13,7 +13,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
+	"github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/store"
 )
 
@@ -128,11 +130,22 @@ type stepConfig struct {
 	retry     RetryPolicy
 	timeout   time.Duration // start-to-close; 0: none
 	heartbeat time.Duration // the longest silence between heartbeats; 0: none
+	limiter   string        // the limiter each attempt takes a slot of; "": none
+	limitOpts LimitOptions
 }
 
 func (c *stepConfig) validate() error {
 	if c.timeout < 0 || c.heartbeat < 0 {
 		return fmt.Errorf("weir: negative step timeout (%v, heartbeat %v)", c.timeout, c.heartbeat)
+	}
+	if c.limiter != "" {
+		r := limit.Request{Holder: "h", Key: c.limitOpts.Key, Lease: time.Second}
+		if err := r.Check(); err != nil {
+			return fmt.Errorf("weir: WithLimiter(%q): %w", c.limiter, err)
+		}
+		if len(c.limiter) > limit.MaxNameLen || !utf8.ValidString(c.limiter) {
+			return fmt.Errorf("weir: WithLimiter: a limiter name of %d bytes or not UTF-8", len(c.limiter))
+		}
 	}
 	return c.retry.validate()
 }
@@ -320,11 +333,33 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 			}
 			return zero, &StepError{Name: name, Attempt: st.lastAttempt, Message: msg}
 		}
+		var giveBack func(cost int64)
+		if cfg.limiter != "" {
+			var err error
+			if giveBack, err = env.takeSlot(op, attempt, &cfg); err != nil {
+				// No slot to be had, ever: the step fails for good, and
+				// an earlier attempt's output with it.
+				msg := err.Error()
+				p := &store.AdvanceParams{Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: attempt, Error: msg, Final: true}}}
+				if st.lastAttempt > 0 {
+					p.Finish = &store.Finish{Writer: stepWriter(op), Attempt: st.lastAttempt}
+				}
+				env.record(p)
+				st.lastAttempt, st.open, st.failedFinal, st.errMsg = attempt, false, true, msg
+				if env.release != nil {
+					env.release()
+				}
+				return zero, &StepError{Name: name, Attempt: attempt, Message: msg, Err: err}
+			}
+		}
 		start := newStepStart(x, op, name, attempt)
 		st.lastAttempt, st.open, st.retryAt = attempt, true, time.Time{}
 		x.startAttemptSpan(start)
 
 		out, err := runAttempt(x, start, st, &cfg, env.deferOK, fn)
+		if giveBack != nil {
+			giveBack(start.cost.Load())
+		}
 		if env.release != nil {
 			env.release()
 		}
@@ -660,6 +695,9 @@ type stepStart struct {
 	// (tracing.go).
 	span  trace.Span
 	stats streamStats
+	// cost is what ChargeLimiter reported, charged to the step's limiter
+	// when the attempt ends.
+	cost atomic.Int64
 }
 
 func newStepStart(x *execution, op int64, name string, attempt int64) *stepStart {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/world"
 )
 
@@ -323,6 +324,7 @@ func Capable(s Store) Full {
 	c.standalone, _ = s.(Standalone)
 	c.purger, _ = s.(Purger)
 	c.world, _ = s.(WorldStore)
+	c.limits, _ = s.(Limits)
 	return c
 }
 
@@ -335,4 +337,61 @@ type capable struct {
 	standalone Standalone
 	purger     Purger
 	world      WorldStore
+	limits     Limits
+}
+
+// SetLimiter is Limits.SetLimiter, or ErrUnsupported.
+func (c *capable) SetLimiter(ctx context.Context, l *limit.Config) error {
+	if c.limits == nil {
+		return unsupported("limiters")
+	}
+	return c.limits.SetLimiter(ctx, l)
+}
+
+// GetLimiter is Limits.GetLimiter, or ErrUnsupported.
+func (c *capable) GetLimiter(ctx context.Context, name string) (*limit.Config, error) {
+	if c.limits == nil {
+		return nil, unsupported("limiters")
+	}
+	return c.limits.GetLimiter(ctx, name)
+}
+
+// ListLimiters is Limits.ListLimiters, or ErrUnsupported.
+func (c *capable) ListLimiters(ctx context.Context) ([]*limit.Config, error) {
+	if c.limits == nil {
+		return nil, unsupported("limiters")
+	}
+	return c.limits.ListLimiters(ctx)
+}
+
+// AcquireSlot is Limits.AcquireSlot, or ErrUnsupported.
+func (c *capable) AcquireSlot(ctx context.Context, p *AcquireSlotParams) (*limit.Decision, error) {
+	if c.limits == nil {
+		return nil, unsupported("limiters")
+	}
+	return c.limits.AcquireSlot(ctx, p)
+}
+
+// ReleaseSlot is Limits.ReleaseSlot, or ErrUnsupported.
+func (c *capable) ReleaseSlot(ctx context.Context, p *ReleaseSlotParams) (bool, error) {
+	if c.limits == nil {
+		return false, unsupported("limiters")
+	}
+	return c.limits.ReleaseSlot(ctx, p)
+}
+
+// RenewSlot is Limits.RenewSlot, or ErrUnsupported.
+func (c *capable) RenewSlot(ctx context.Context, p *RenewSlotParams) (bool, error) {
+	if c.limits == nil {
+		return false, unsupported("limiters")
+	}
+	return c.limits.RenewSlot(ctx, p)
+}
+
+// LimiterState is Limits.LimiterState, or ErrUnsupported.
+func (c *capable) LimiterState(ctx context.Context, name string, now time.Time) (*limit.State, error) {
+	if c.limits == nil {
+		return nil, unsupported("limiters")
+	}
+	return c.limits.LimiterState(ctx, name, now)
 }

@@ -291,6 +291,7 @@ type Full interface {
 	Standalone
 	Purger
 	WorldStore
+	Limits
 }
 
 // RunStatus is a run's state.

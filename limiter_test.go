@@ -1,0 +1,162 @@
+package weir_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/limit"
+	"github.com/weirhq/weir/store"
+)
+
+// Steps with WithLimiter keep to their limiter, on both stores: eight
+// parallel steps of a concurrency-2 limiter never run more than two at
+// once (counted by the steps themselves) and all complete; every slot is
+// given back.
+func TestLimiterBoundsParallelSteps(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 2}))
+		e := newEngine(t, s, fastConfig())
+		var in, most atomic.Int64
+		wf := weir.Register(e, "fan", func(ctx weir.Context, _ int) (int, error) {
+			var fs []*weir.Future[int]
+			for i := range 8 {
+				fs = append(fs, weir.StepAsync(ctx, fmt.Sprint("call ", i), func(sc weir.StepContext) (int, error) {
+					n := in.Add(1)
+					defer in.Add(-1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					time.Sleep(20 * time.Millisecond) // the call's duration, not a sync
+					return i, nil
+				}, weir.WithLimiter("llm", &weir.LimitOptions{Key: fmt.Sprint("tenant", i%2)})))
+			}
+			out, err := weir.All(ctx, fs...)
+			return len(out), err
+		})
+		if err := e.Work(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		h, err := wf.Start(testCtx(t), 0, nil)
+		must(t, err)
+		if n, err := h.Result(testCtx(t)); err != nil || n != 8 {
+			t.Fatalf("result %d, %v", n, err)
+		}
+		if m := most.Load(); m != 2 {
+			t.Fatalf("%d steps ran at once, the limiter allows 2", m)
+		}
+		st, err := s.LimiterState(testCtx(t), "llm", time.Time{})
+		must(t, err)
+		if len(st.Holds) != 0 || len(st.Waiters) != 0 {
+			t.Fatalf("after the run the limiter holds %+v", st)
+		}
+	})
+}
+
+// A budget is charged after each attempt with what it reported
+// (ChargeLimiter): two steps of 60 tokens spend a budget of 100, so the
+// third starts only once the first's charge has left the window.
+func TestLimiterBudgetChargedAfter(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		const period = 400 * time.Millisecond
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "tokens", Budget: 100, Period: period}))
+		e := newEngine(t, s, fastConfig())
+		var mu sync.Mutex
+		var starts []time.Time
+		wf := weir.Register(e, "spend", func(ctx weir.Context, _ int) (int, error) {
+			for i := range 3 {
+				if _, err := weir.Step(ctx, fmt.Sprint("call ", i), func(sc weir.StepContext) (int, error) {
+					mu.Lock()
+					starts = append(starts, time.Now())
+					mu.Unlock()
+					weir.ChargeLimiter(sc, 60)
+					return 60, nil
+				}, weir.WithLimiter("tokens", nil)); err != nil {
+					return 0, err
+				}
+			}
+			return 3, nil
+		})
+		if err := e.Work(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		h, err := wf.Start(testCtx(t), 0, nil)
+		must(t, err)
+		if _, err := h.Result(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if len(starts) != 3 {
+			t.Fatalf("%d starts", len(starts))
+		}
+		// The first slot was granted before its step started: the third
+		// may start no sooner than a period after the first did, less the
+		// time from grant to start.
+		if gap := starts[2].Sub(starts[0]); gap < period-50*time.Millisecond {
+			t.Fatalf("the third call started %v after the first; the budget's window is %v", gap, period)
+		}
+		if gap := starts[1].Sub(starts[0]); gap > period/2 {
+			t.Fatalf("the second call waited %v with budget left", gap)
+		}
+	})
+}
+
+// A retried step with a limiter takes a slot per attempt and gives each
+// back; its stream is still exactly-once (the retry's output, once). A
+// limiter that does not exist fails the step for good, with its name.
+func TestLimitedStepRetriesAndUnknownLimiter(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1, Rate: 100, Period: time.Second}))
+		e := newEngine(t, s, fastConfig())
+		wf := weir.Register(e, "retry", func(ctx weir.Context, _ int) (string, error) {
+			return weir.Step(ctx, "answer", func(sc weir.StepContext) (string, error) {
+				w := sc.Stream("tokens")
+				if sc.Attempt() == 1 {
+					w.WriteString("Hel")
+					if err := w.Flush(); err != nil {
+						return "", err
+					}
+					return "", errors.New("the model's connection dropped")
+				}
+				_, err := w.WriteString("Hello")
+				return "ok", err
+			}, weir.WithLimiter("llm", nil))
+		})
+		bad := weir.Register(e, "nolimiter", func(ctx weir.Context, _ int) (string, error) {
+			return weir.Step(ctx, "answer", func(sc weir.StepContext) (string, error) { return "ran", nil }, weir.WithLimiter("nope", nil))
+		})
+		if err := e.Work(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		h, err := wf.Start(testCtx(t), 0, nil)
+		must(t, err)
+		if out, err := h.Result(testCtx(t)); err != nil || out != "ok" {
+			t.Fatalf("result %q, %v", out, err)
+		}
+		if got := strings.Join(dataOf(readAll(t, e, h.ID, "tokens", weir.CommittedView)), ""); got != "Hello" {
+			t.Fatalf("committed %q", got)
+		}
+		st, err := s.LimiterState(testCtx(t), "llm", time.Time{})
+		must(t, err)
+		if len(st.Holds) != 0 || len(st.Uses) != 2 {
+			t.Fatalf("after two attempts the limiter has %d holds, %d uses: want 0, 2", len(st.Holds), len(st.Uses))
+		}
+		hb, err := bad.Start(testCtx(t), 0, nil)
+		must(t, err)
+		_, err = hb.Result(testCtx(t))
+		var se *weir.StepError
+		if !errors.As(err, &se) || !strings.Contains(err.Error(), `"nope"`) {
+			t.Fatalf("a step of a missing limiter: %v", err)
+		}
+	})
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
