@@ -336,7 +336,7 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 		var giveBack func(cost int64)
 		if cfg.limiter != "" {
 			var err error
-			if giveBack, err = env.takeSlot(op, attempt, &cfg); err != nil {
+			if giveBack, err = env.takeSlot(op, st, attempt, &cfg); err != nil {
 				// No slot to be had, ever: the step fails for good, and
 				// an earlier attempt's output with it.
 				msg := err.Error()

@@ -2,9 +2,9 @@ package weir
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/weirhq/weir/limit"
@@ -56,13 +56,6 @@ func stepStartOf(sc StepContext) *stepStart {
 	return nil
 }
 
-// limitHolder names an attempt in a limiter: the same on every replay and
-// in every process, so an attempt that asks again (after a park, a lost
-// reply) keeps its place and its slot.
-func limitHolder(run string, op, attempt int64) string {
-	return run + "/" + strconv.FormatInt(op, 10) + "/" + strconv.FormatInt(attempt, 10)
-}
-
 // errLimiter marks a limiter the step cannot use: none by that name, or a
 // store without limiters. It fails the step for good.
 var errLimiter = errors.New("weir: step limiter")
@@ -70,12 +63,12 @@ var errLimiter = errors.New("weir: step limiter")
 // takeSlot waits until attempt of step op holds a slot of its limiter,
 // and returns what gives it back. Waits are env's (a long one parks the
 // run); a limiter that cannot be used is an error.
-func (env *stepEnv) takeSlot(op, attempt int64, cfg *stepConfig) (func(cost int64), error) {
+func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConfig) (func(cost int64), error) {
 	x := env.x
 	lim := x.e.store
 	lease := x.e.cfg.LeaseTTL
 	p := &store.AcquireSlotParams{Limiter: cfg.limiter, Request: limit.Request{
-		Holder: limitHolder(x.run.ID, op, attempt), Key: cfg.limitOpts.Key, Priority: cfg.limitOpts.Priority, Lease: lease}}
+		Holder: limit.StepHolder(x.run.ID, op, attempt), Key: cfg.limitOpts.Key, Priority: cfg.limitOpts.Priority, Lease: lease}}
 	poll := 5 * time.Millisecond
 	for {
 		d, err := lim.AcquireSlot(x.ctx, p)
@@ -86,6 +79,13 @@ func (env *stepEnv) takeSlot(op, attempt int64, cfg *stepConfig) (func(cost int6
 			env.fail(err)
 		case d.Granted:
 			return x.holdSlot(lim, cfg.limiter, p.Holder, lease), nil
+		}
+		if st.limitWait < attempt {
+			// The log says the attempt waits, once: what the UI and
+			// `runs watch` show ("waiting for openai: 3 ahead").
+			data, _ := json.Marshal(map[string]string{"limiter": cfg.limiter, "reason": string(d.Reason)})
+			env.record(&store.AdvanceParams{Events: []store.Event{{Type: store.EventLimitWaiting, Op: op, Name: st.name, Attempt: attempt, Data: data}}})
+			st.limitWait = attempt
 		}
 		// A rate or budget window says when; a held slot comes back on a
 		// release, which polling finds (up to the engine's poll interval).

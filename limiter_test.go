@@ -54,6 +54,25 @@ func TestLimiterBoundsParallelSteps(t *testing.T) {
 		if len(st.Holds) != 0 || len(st.Waiters) != 0 {
 			t.Fatalf("after the run the limiter holds %+v", st)
 		}
+		// The steps that waited say so in the log, once each, before they
+		// started.
+		evs, err := s.ListEvents(testCtx(t), h.ID, 0)
+		must(t, err)
+		waited, waits := map[int64]bool{}, 0
+		for _, ev := range evs {
+			switch ev.Type {
+			case store.EventLimitWaiting:
+				if waited[ev.Op] || !strings.Contains(string(ev.Data), `"limiter":"llm"`) {
+					t.Fatalf("limit_waiting %+v (again: %v)", ev, waited[ev.Op])
+				}
+				waited[ev.Op], waits = true, waits+1
+			case store.EventStepStarted:
+				delete(waited, ev.Op)
+			}
+		}
+		if len(waited) != 0 || waits == 0 {
+			t.Fatalf("%d limit_waiting events (8 steps, 2 at once: some wait); steps that waited and never started: %v", waits, waited)
+		}
 	})
 }
 

@@ -55,7 +55,8 @@ type opState struct {
 	kind        opKind
 	name        string
 	lastAttempt int64
-	open        bool // lastAttempt started and has no outcome (it crashed, or runs now)
+	limitWait   int64 // the last attempt whose wait for its limiter is in the log
+	open        bool  // lastAttempt started and has no outcome (it crashed, or runs now)
 	completed   bool
 	output      []byte
 	failedFinal bool
@@ -183,6 +184,8 @@ func (x *execution) load(events []store.Event) {
 			st.kind, st.child, st.errMsg, st.output = opSend, ev.Name, ev.Error, ev.Data
 		case store.EventSet:
 			st.kind, st.name = opEvent, ev.Name
+		case store.EventLimitWaiting:
+			st.kind, st.name, st.limitWait = opStep, ev.Name, ev.Attempt
 		default:
 			x.loadHook(st, ev)
 		}

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -141,6 +142,14 @@ func (r *Request) Check() error {
 		return fmt.Errorf("%w: a request needs a positive lease", ErrInvalid)
 	}
 	return nil
+}
+
+// StepHolder is how the engine names an attempt of a step in a limiter
+// (weir.WithLimiter): the same on every replay and in every process, so an
+// attempt that asks again (after a park, a lost reply) keeps its place and
+// its slot.
+func StepHolder(run string, op, attempt int64) string {
+	return run + "/" + strconv.FormatInt(op, 10) + "/" + strconv.FormatInt(attempt, 10)
 }
 
 // Reason says which bound keeps a request waiting.

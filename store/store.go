@@ -548,7 +548,12 @@ const (
 	// messages of each topic the run took ({"topic": n}); the others of
 	// its log it left.
 	EventMessagesTaken EventType = "messages_taken"
-	EventRunCompleted  EventType = "run_completed"
+	// EventLimitWaiting: an attempt of a step (Op, Name, Attempt) waits
+	// for a slot of its limiter (weir.WithLimiter); Data is {"limiter",
+	// "reason"}. Once per attempt that waits; its step_started ends the
+	// wait.
+	EventLimitWaiting EventType = "limit_waiting"
+	EventRunCompleted EventType = "run_completed"
 	EventRunFailed     EventType = "run_failed"
 	EventRunCancelled  EventType = "run_cancelled"
 )
