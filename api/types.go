@@ -198,11 +198,15 @@ type Waiting struct {
 
 // Wait is one thing a run waits on.
 type Wait struct {
-	Kind    runwait.Kind `json:"kind"`           // worker, step, retry, timer, hook, child, scheduled or park
+	Kind    runwait.Kind `json:"kind"`           // worker, step, retry, timer, hook, child, limiter, scheduled or park
 	Name    string       `json:"name,omitempty"` // the step's name, the hook's token, the child run's id
 	Op      int64        `json:"op,omitempty"`
 	Attempt int64        `json:"attempt,omitempty"`
 	Since   time.Time    `json:"since"`
 	Until   *time.Time   `json:"until,omitempty"` // when it ends at the latest
 	Text    string       `json:"text"`            // the wait in a sentence
+	// Limiter and Ahead, of a limiter wait: the limiter, and how many of
+	// its line go first (-1: not in line now).
+	Limiter string `json:"limiter,omitempty"`
+	Ahead   *int   `json:"ahead,omitempty"`
 }

@@ -11,6 +11,7 @@
 package runwait
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -38,6 +39,9 @@ const (
 	Hook Kind = "hook"
 	// Child: a child run's end.
 	Child Kind = "child"
+	// Limiter: an attempt of a step waits for a slot of its limiter
+	// (weir.WithLimiter).
+	Limiter Kind = "limiter"
 	// Scheduled: a run not yet started, whose start is in the future.
 	Scheduled Kind = "scheduled"
 	// Park: the run is parked until a time for nothing the log names (a
@@ -59,6 +63,10 @@ type Wait struct {
 	// Until is when it ends at the latest: a retry's next attempt, a
 	// timer, a hook's timeout, a parked run's wake-up. Zero: no bound.
 	Until time.Time
+	// Limit is the limiter a Limiter wait is for, and Ahead how many of
+	// its line go first (-1: not known; the server fills it in).
+	Limit string
+	Ahead int
 }
 
 // String is the wait in a sentence, for a person.
@@ -77,6 +85,11 @@ func (w Wait) String() string {
 		s = fmt.Sprintf("a payload for hook %q", w.Name)
 	case Child:
 		s = fmt.Sprintf("child run %s to end", w.Name)
+	case Limiter:
+		s = fmt.Sprintf("step %q, attempt %d, waiting for the limiter %q", w.Name, w.Attempt, w.Limit)
+		if w.Ahead >= 0 {
+			s += fmt.Sprintf(": %d ahead", w.Ahead)
+		}
 	case Scheduled:
 		s = "its scheduled start"
 	default:
@@ -167,6 +180,10 @@ func fromLog(events []store.Event) (open, idle []Wait) {
 		switch ev.Type {
 		case store.EventStepStarted:
 			byOp[ev.Op] = &Wait{Kind: Step, Name: ev.Name, Op: ev.Op, Attempt: ev.Attempt, Since: ev.At}
+		case store.EventLimitWaiting:
+			var d struct{ Limiter string }
+			_ = json.Unmarshal(ev.Data, &d)
+			byOp[ev.Op] = &Wait{Kind: Limiter, Name: ev.Name, Op: ev.Op, Attempt: ev.Attempt, Since: ev.At, Limit: d.Limiter, Ahead: -1}
 		case store.EventStepFailed:
 			if ev.Final {
 				delete(byOp, ev.Op)

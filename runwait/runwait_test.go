@@ -77,6 +77,12 @@ func TestOf(t *testing.T) {
 				{Type: store.EventHookReceived, Op: 1, Name: "tok", At: at(50)}, {Type: store.EventSelected, Op: 3, At: at(51)}, step(4, 1, 60)},
 			hooks: []*store.HookInfo{{Token: "tok", Op: 1, Received: 1}},
 			want:  []Wait{{Kind: Step, Name: "think", Op: 4, Attempt: 1, Since: at(60)}}},
+		{name: "waiting for a limiter", run: leased(running),
+			events: []store.Event{started, {Type: store.EventLimitWaiting, Op: 1, Name: "think", Attempt: 1, At: at(5), Data: []byte(`{"limiter":"openai","reason":"rate"}`)}},
+			want:   []Wait{{Kind: Limiter, Name: "think", Op: 1, Attempt: 1, Since: at(5), Limit: "openai", Ahead: -1}}},
+		{name: "the limiter let it go", run: leased(running),
+			events: []store.Event{started, {Type: store.EventLimitWaiting, Op: 1, Name: "think", Attempt: 1, At: at(5), Data: []byte(`{"limiter":"openai"}`)}, step(1, 1, 9)},
+			want:   []Wait{{Kind: Step, Name: "think", Op: 1, Attempt: 1, Since: at(9)}}},
 		{name: "a hook disposed", run: leased(running),
 			events: []store.Event{started, {Type: store.EventHookCreated, Op: 1, Name: "tok", At: at(40)}, {Type: store.EventHookDisposed, Op: 1, Name: "tok", At: at(50)}},
 			hooks:  []*store.HookInfo{{Token: "tok", Op: 1, Disposed: true}}},
@@ -123,6 +129,7 @@ func TestString(t *testing.T) {
 		{Wait{Kind: Retry, Name: "think", Attempt: 1, Until: until}, `the retry of step "think" after attempt 1 failed, until 2026-12-02T12:00:01.5Z`},
 		{Wait{Kind: Hook, Name: "approve"}, `a payload for hook "approve"`},
 		{Wait{Kind: Child, Name: "r-2"}, "child run r-2 to end"},
+		{Wait{Kind: Limiter, Name: "think", Attempt: 1, Limit: "openai", Ahead: 3}, `step "think", attempt 1, waiting for the limiter "openai": 3 ahead`},
 	} {
 		if got := c.w.String(); !strings.HasPrefix(got, c.want) {
 			t.Errorf("%+v: %q, want it to begin %q", c.w, got, c.want)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/api"
+	limits "github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/runwait"
 	"github.com/weirhq/weir/store"
 )
@@ -38,6 +39,7 @@ func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ws := runwait.Of(run, events, hooks, time.Now())
+		s.limiterPlaces(r, run.ID, ws)
 		out.Summary = runwait.Summary(ws)
 		for _, wt := range ws {
 			out.Waits = append(out.Waits, waitJSON(wt))
@@ -48,9 +50,35 @@ func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request) {
 
 func waitJSON(w runwait.Wait) api.Wait {
 	out := api.Wait{Kind: w.Kind, Name: w.Name, Op: w.Op, Attempt: w.Attempt, Since: w.Since.UTC(), Text: w.String()}
+	if w.Kind == runwait.Limiter {
+		ahead := w.Ahead
+		out.Limiter, out.Ahead = w.Limit, &ahead
+	}
 	if !w.Until.IsZero() {
 		t := w.Until.UTC()
 		out.Until = &t
 	}
 	return out
+}
+
+// limiterPlaces fills in how many go before each of ws's waits for a
+// limiter: its place in the limiter's line now (-1 if it is not in it,
+// say after a long park, until it asks again).
+func (s *Server) limiterPlaces(r *http.Request, runID string, ws []runwait.Wait) {
+	for i := range ws {
+		w := &ws[i]
+		if w.Kind != runwait.Limiter {
+			continue
+		}
+		st, err := s.store.LimiterState(r.Context(), w.Limit, time.Time{})
+		if err != nil {
+			continue
+		}
+		holder := limits.StepHolder(runID, w.Op, w.Attempt)
+		for n, x := range limits.Order(*st) {
+			if x.Holder == holder {
+				w.Ahead = n
+			}
+		}
+	}
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/api"
+	limits "github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/runwait"
+	"github.com/weirhq/weir/store"
 )
 
 // GET /v1/runs/{id}/waiting says what a run waits on as it goes, on both
@@ -102,5 +105,53 @@ func TestWaitingOverHTTP(t *testing.T) {
 		}
 		d.runsCall("GET", "/v1/runs/nope/waiting").must(t, http.StatusNotFound)
 		d.runsCall("GET", "/v1/runs/"+run.ID+"/waiting?x=1").must(t, http.StatusBadRequest)
+	})
+}
+
+// A step waiting for its limiter: /waiting names the limiter and the
+// step's place in its line, on both stores.
+func TestWaitingForALimiter(t *testing.T) {
+	onEveryStoreWith(t, nil, func(t *testing.T, d *dsServer) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := d.st.SetLimiter(ctx, &limits.Config{Name: "slow-llm", Concurrency: 1}); err != nil {
+			t.Fatal(err)
+		}
+		// Someone else holds the only slot.
+		if g, err := d.st.AcquireSlot(ctx, &store.AcquireSlotParams{Limiter: "slow-llm", Request: limits.Request{Holder: "other", Lease: time.Minute}}); err != nil || !g.Granted {
+			t.Fatalf("%+v %v", g, err)
+		}
+		wf := weir.Register(d.e, "limited", func(ctx weir.Context, _ int) (int, error) {
+			return weir.Step(ctx, "call", func(weir.StepContext) (int, error) { return 1, nil }, weir.WithLimiter("slow-llm", nil))
+		})
+		if err := d.e.Work(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var runs []string
+		for _, id := range []string{"lim-a", "lim-b"} {
+			r, err := wf.Start(ctx, 0, &weir.StartOptions{ID: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runs = append(runs, r.ID)
+			var w api.Waiting
+			eventually(t, id+" waiting for the limiter", func() bool {
+				if err := json.Unmarshal(d.runsCall("GET", "/v1/runs/"+r.ID+"/waiting").must(t, http.StatusOK).body, &w); err != nil {
+					t.Fatal(err)
+				}
+				return len(w.Waits) == 1 && w.Waits[0].Kind == runwait.Limiter && w.Waits[0].Ahead != nil && *w.Waits[0].Ahead == len(runs)-1
+			})
+			if w.Waits[0].Limiter != "slow-llm" || !strings.Contains(w.Summary, `waiting for the limiter "slow-llm"`) {
+				t.Fatalf("%s waits on %+v", id, w)
+			}
+		}
+		if _, err := d.st.ReleaseSlot(ctx, &store.ReleaseSlotParams{Limiter: "slow-llm", Holder: "other"}); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range runs {
+			if _, err := d.e.Wait(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
 	})
 }

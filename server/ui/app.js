@@ -359,6 +359,7 @@ function waitText(x) {
     case "timer": return "a timer (a durable sleep)";
     case "hook": return `a payload for hook “${x.name}”`;
     case "child": return `child run ${x.name} to end`;
+    case "limiter": return `step “${x.name}”, attempt ${x.attempt}, waiting for the limiter “${x.limiter}”` + (x.ahead >= 0 ? `: ${x.ahead} ahead` : "");
     case "scheduled": return "its scheduled start";
     default: return x.text || "a wake-up";
   }
@@ -435,6 +436,7 @@ function renderTimeline(events, t0) {
       case "messages_taken": text = "messages taken"; break;
       case "message_sent": text = `message sent to ${name}`; break;
       case "event_set": text = `run event “${name}” set`; break;
+      case "limit_waiting": cls = "wait"; text = `step “${name}” · attempt ${attempt} waiting for the limiter “${limiterOf(e)}”`; break;
       case "run_completed": cls = "ok"; text = "run completed"; break;
       case "run_failed": cls = "bad"; text = "run failed"; break;
       case "run_cancelled": cls = "bad"; text = "run cancelled"; break;
@@ -447,6 +449,12 @@ function renderTimeline(events, t0) {
     return li;
   });
   $("#timeline").replaceChildren(...items);
+}
+
+// limiterOf is the limiter a limit_waiting event names.
+function limiterOf(e) {
+  const d = evField(e, "data", "Data");
+  return (d && typeof d === "object" && d.limiter) || "";
 }
 
 // b64bytes decodes an event's data, which Go's JSON encodes as base64 when
