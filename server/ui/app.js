@@ -482,7 +482,7 @@ function stepRows(events) {
     switch (type) {
       case "step_started": {
         const r = row(op, "step", name), b = open(r);
-        if (b && b.kind === "backoff") b.end = at;
+        if (b && (b.kind === "backoff" || b.kind === "limit")) b.end = at;
         r.segs.push({ kind: "attempt", start: at, end: null, state: "running", attempt });
         break;
       }
@@ -494,6 +494,12 @@ function stepRows(events) {
         if (type === "step_completed") { s.state = "ok"; s.output = evField(e, "data", "Data"); break; }
         s.state = evField(e, "final", "Final") ? "bad" : "retry";
         if (s.state === "retry") r.segs.push({ kind: "backoff", start: at, end: null, until: wake ? new Date(wake).getTime() : null });
+        break;
+      }
+      case "limit_waiting": {
+        const r = row(op, "step", name), b = open(r);
+        if (b && b.kind === "backoff") b.end = at;
+        r.segs.push({ kind: "limit", start: at, end: null, limiter: limiterOf(e) });
         break;
       }
       case "sleep_scheduled":
@@ -547,7 +553,7 @@ function renderSteps(events, t0, tEnd) {
       const end = s.end ?? (s.kind === "backoff" && s.until ? Math.min(s.until, tEnd) : tEnd);
       const ms = Math.max(0, end - s.start);
       if (s.kind === "attempt") total += ms;
-      const cls = s.kind === "attempt" ? `bar attempt ${s.state}` : s.kind === "backoff" ? "bar backoff" : `bar wait ${r.kind}${s.end == null ? " open" : ""}`;
+      const cls = s.kind === "attempt" ? `bar attempt ${s.state}` : s.kind === "backoff" ? "bar backoff" : s.kind === "limit" ? "bar limit" : `bar wait ${r.kind}${s.end == null ? " open" : ""}`;
       const bar = el("span", { class: cls, title: segTitle(r, s, ms) });
       bar.style.left = pct(s.start);
       bar.style.width = `${(100 * ms) / span}%`;
@@ -570,6 +576,7 @@ function renderSteps(events, t0, tEnd) {
 
 function segTitle(r, s, ms) {
   if (s.kind === "attempt") return `${r.name} · attempt ${s.attempt} · ${fmtDur(ms)} · ${s.state === "ok" ? "completed" : s.state === "running" ? "running" : "failed"}${s.error ? ": " + s.error : ""}`;
+  if (s.kind === "limit") return `waiting for the limiter ${s.limiter} · ${fmtDur(ms)}`;
   if (s.kind === "backoff") return `backoff before attempt ${(r.segs.filter((x) => x.kind === "attempt" && x.start <= s.start).length) + 1} · ${fmtDur(ms)}`;
   return `${r.kind} ${r.name} · ${fmtDur(ms)}${s.end == null ? " so far" : ""}`;
 }
@@ -592,8 +599,8 @@ function renderAttempts(rows, t0, tEnd) {
     if (r.kind !== "step") continue;
     let n = 0;
     for (const s of r.segs) {
-      if (s.kind === "backoff") {
-        body.push(el("tr", { class: "backoff" }, el("td", {}), el("td", { class: "muted", text: "backoff" }), el("td", { class: "num", text: `+${fmtOffset(s.start - t0)}` }),
+      if (s.kind === "backoff" || s.kind === "limit") {
+        body.push(el("tr", { class: s.kind }, el("td", {}), el("td", { class: "muted", text: s.kind === "limit" ? `limiter ${s.limiter}` : "backoff" }), el("td", { class: "num", text: `+${fmtOffset(s.start - t0)}` }),
           el("td", { class: "num", text: fmtDur((s.end ?? Math.min(s.until ?? tEnd, tEnd)) - s.start) }), el("td", { class: "muted", text: s.end ? "" : "waiting" }), el("td", {})));
         continue;
       }
