@@ -210,3 +210,30 @@ type Wait struct {
 	Limiter string `json:"limiter,omitempty"`
 	Ahead   *int   `json:"ahead,omitempty"`
 }
+
+// Limiter is a limiter as the limiters API gives and takes it (GET and PUT
+// /v1/limiters/{name}). Zero bounds are none; Period is a Go duration
+// ("1m", "500ms"), required with a rate or a budget.
+type Limiter struct {
+	Name        string `json:"name"`
+	Concurrency int    `json:"concurrency,omitempty"`
+	Rate        int    `json:"rate,omitempty"`
+	Budget      int64  `json:"budget,omitempty"`
+	Period      string `json:"period,omitempty"`
+	// State is what it holds now (GET only).
+	State *LimiterState `json:"state,omitempty"`
+}
+
+// LimiterState is what a limiter holds now: the slots held, the waiters in
+// line, the slots taken and the cost charged in its window.
+type LimiterState struct {
+	Held    int   `json:"held"`
+	Waiting int   `json:"waiting"`
+	Taken   int   `json:"taken"`
+	Spent   int64 `json:"spent"`
+}
+
+// LimiterList is the reply of GET /v1/limiters.
+type LimiterList struct {
+	Limiters []Limiter `json:"limiters"`
+}

@@ -439,6 +439,41 @@ func (c *Client) Waiting(ctx context.Context, id string) (*api.Waiting, error) {
 	return &out, nil
 }
 
+// Limiters returns the server's limiters with their state (GET
+// /v1/limiters).
+func (c *Client) Limiters(ctx context.Context) ([]api.Limiter, error) {
+	var out api.LimiterList
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/limiters", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Limiters, nil
+}
+
+// Limiter returns one limiter with its state (GET /v1/limiters/{name}).
+func (c *Client) Limiter(ctx context.Context, name string) (*api.Limiter, error) {
+	var out api.Limiter
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/limiters/"+url.PathEscape(name), nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SetLimiter creates limiter l.Name or changes its bounds (PUT
+// /v1/limiters/{name}); every process on the server's store keeps to them
+// from its next request.
+func (c *Client) SetLimiter(ctx context.Context, l *api.Limiter) (*api.Limiter, error) {
+	body, err := json.Marshal(api.Limiter{Concurrency: l.Concurrency, Rate: l.Rate, Budget: l.Budget, Period: l.Period})
+	if err != nil {
+		return nil, err
+	}
+	var out api.Limiter
+	h := http.Header{"Content-Type": {"application/json"}}
+	if _, err := c.doJSON(ctx, http.MethodPut, "/v1/limiters/"+url.PathEscape(l.Name), nil, h, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Workflows returns the names of the workflows the server can start.
 func (c *Client) Workflows(ctx context.Context) ([]string, error) {
 	var out api.WorkflowList

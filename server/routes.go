@@ -19,6 +19,9 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/runs/{id}/events/{key}", s.handleRunEvent)
 	s.mux.HandleFunc("GET /v1/runs/{id}/state", s.handleRunState)
 	s.mux.HandleFunc("GET /v1/runs/{id}/waiting", s.handleWaiting)
+	s.mux.HandleFunc("GET /v1/limiters", s.handleLimiters)
+	s.mux.HandleFunc("GET /v1/limiters/{name}", s.handleLimiter)
+	s.mux.HandleFunc("PUT /v1/limiters/{name}", s.handleSetLimiter)
 	s.worldRoutes() // world.go
 
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)

@@ -703,3 +703,32 @@ func TestRunsShowSaysWhyAWorldRunWaits(t *testing.T) {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return Run(ctx, &Config{Name: "weir", Builtin: true}, args, stdout, stderr)
 }
+
+// weir limiters set, ls and show against a server; bad bounds are refused
+// with the server's reason and exit 1; no subcommand is a usage error.
+func TestLimitersCommands(t *testing.T) {
+	url := startServer(t, "--long-poll-timeout", "1s")
+	t.Setenv("WEIR_URL", url)
+	out := mustWeir(t, "limiters", "set", "openai", "--concurrency", "4", "--rate", "60", "--period", "1m")
+	if !regexp.MustCompile(`(?m)^openai\s+4\s+60\s+-\s+1m0s\s+0\s+0\s+0\s+0$`).MatchString(out) {
+		t.Fatalf("limiters set printed:\n%s", out)
+	}
+	mustWeir(t, "limiters", "set", "tokens", "--budget", "100000", "--period", "1m")
+	out = mustWeir(t, "limiters", "ls")
+	if !strings.Contains(out, "openai") || !strings.Contains(out, "100000") || strings.Count(out, "\n") != 3 {
+		t.Fatalf("limiters ls printed:\n%s", out)
+	}
+	if out := mustWeir(t, "limiters", "show", "tokens"); !strings.Contains(out, "tokens") {
+		t.Fatalf("limiters show printed:\n%s", out)
+	}
+	code, _, errOut := runWeir(t, "limiters", "set", "openai", "--rate", "5")
+	if code != 1 || !strings.Contains(errOut, "period") {
+		t.Fatalf("a rate without a period: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := runWeir(t, "limiters", "show", "nope"); code != 1 || !strings.Contains(errOut, "nope") {
+		t.Fatalf("show of no limiter: exit %d, %s", code, errOut)
+	}
+	if code, _, _ := runWeir(t, "limiters"); code != 2 {
+		t.Fatalf("limiters with no subcommand: exit %d", code)
+	}
+}

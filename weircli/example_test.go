@@ -34,6 +34,7 @@ func ExampleRun() {
 	//                                    the runs of a server; watch shows one's progress live
 	//   myapp runs hook|send|event        deliver to a run's hook, send it a message, read its run events
 	//   myapp stream tail|cat|ls          read a run's stream from a server; list the standalone streams
+	//   myapp limiters ls|show|set        the limiters steps take slots of: concurrency, rate, token budget
 	//   myapp version                     print the version
 	//
 	// 'myapp COMMAND -h' tells more.

@@ -111,6 +111,7 @@ func (c *Config) usage() string {
                                    the runs of a server; watch shows one's progress live
   %[1]s runs hook|send|event        deliver to a run's hook, send it a message, read its run events
   %[1]s stream tail|cat|ls          read a run's stream from a server; list the standalone streams
+  %[1]s limiters ls|show|set        the limiters steps take slots of: concurrency, rate, token budget
 `, n, c.workerLine())
 	if c.Builtin {
 		fmt.Fprintf(&b, `  %[1]s bench [WORKLOAD…] [--store S] [--url U] [--json]
@@ -182,6 +183,8 @@ func Run(ctx context.Context, cfg *Config, args []string, stdout, stderr io.Writ
 		err = runsCmd(ctx, cfg.name(), args[1:], stdout, stderr)
 	case cmd == "stream":
 		err = streamCmd(ctx, cfg.name(), args[1:], stdout, stderr)
+	case cmd == "limiters":
+		err = limitersCmd(ctx, cfg.name(), args[1:], stdout, stderr)
 	case cmd == "bench" && cfg.Builtin:
 		err = benchCmd(ctx, args[1:], stdout)
 	case cmd == "torture" && cfg.Builtin:

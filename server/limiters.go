@@ -1,0 +1,103 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/weirhq/weir/api"
+	limits "github.com/weirhq/weir/limit"
+)
+
+// The limiters API: the store's limiters (store.Limits) that steps take
+// slots of (weir.WithLimiter). A PUT applies to the next request of every
+// process on the store at once.
+
+// handleLimiters serves GET /v1/limiters: every limiter with its state.
+func (s *Server) handleLimiters(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	cs, err := s.store.ListLimiters(r.Context())
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	out := api.LimiterList{Limiters: make([]api.Limiter, 0, len(cs))}
+	for _, c := range cs {
+		out.Limiters = append(out.Limiters, s.limiterJSON(r, c))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleLimiter serves GET /v1/limiters/{name}.
+func (s *Server) handleLimiter(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	c, err := s.store.GetLimiter(r.Context(), r.PathValue("name"))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.limiterJSON(r, c))
+}
+
+// handleSetLimiter serves PUT /v1/limiters/{name}: creates the limiter or
+// changes its bounds (its holds and line are kept).
+func (s *Server) handleSetLimiter(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := requireJSON(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	body, err := readBody(w, r, 64<<10)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	var in api.Limiter
+	if err := decodeJSON(body, &in); err != nil {
+		httpError(w, err)
+		return
+	}
+	name := r.PathValue("name")
+	if in.Name != "" && in.Name != name {
+		httpError(w, fmt.Errorf("%w: the body names limiter %q, the path %q", api.ErrBadRequest, in.Name, name))
+		return
+	}
+	c := limits.Config{Name: name, Concurrency: in.Concurrency, Rate: in.Rate, Budget: in.Budget}
+	if in.Period != "" {
+		if c.Period, err = time.ParseDuration(in.Period); err != nil {
+			httpError(w, fmt.Errorf("%w: period %q: want a duration (1m, 500ms)", api.ErrBadRequest, in.Period))
+			return
+		}
+	}
+	if err := s.store.SetLimiter(r.Context(), &c); err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.limiterJSON(r, &c))
+}
+
+// limiterJSON is c as the API gives it, with its state now (left out if
+// it cannot be read).
+func (s *Server) limiterJSON(r *http.Request, c *limits.Config) api.Limiter {
+	out := api.Limiter{Name: c.Name, Concurrency: c.Concurrency, Rate: c.Rate, Budget: c.Budget}
+	if c.Period > 0 {
+		out.Period = c.Period.String()
+	}
+	if st, err := s.store.LimiterState(r.Context(), c.Name, time.Time{}); err == nil {
+		ls := &api.LimiterState{Held: len(st.Holds), Waiting: len(st.Waiters), Taken: len(st.Uses)}
+		for _, u := range st.Uses {
+			ls.Spent += u.Cost
+		}
+		out.State = ls
+	}
+	return out
+}

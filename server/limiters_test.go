@@ -1,0 +1,88 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/api"
+)
+
+// send sends method to path (from the server's root) with body.
+func (d *dsServer) send(method, path, body string, hdr ...string) *dsReply {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, d.ts.URL+path, bytes.NewReader([]byte(body)))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := d.ts.Client().Do(req)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return &dsReply{status: resp.StatusCode, h: resp.Header, body: b}
+}
+
+// The limiters API on both stores: a limiter set, listed, read with its
+// state, changed; bad bounds, periods, fields and media refused with a
+// one-line reason and nothing changed; an unknown one is 404.
+func TestLimitersAPI(t *testing.T) {
+	onEveryStoreWith(t, nil, func(t *testing.T, d *dsServer) {
+		js := []string{"Content-Type", "application/json"}
+		var l api.Limiter
+		if err := json.Unmarshal(d.send("PUT", "/v1/limiters/openai", `{"concurrency":4,"rate":60,"period":"1m"}`, js...).must(t, http.StatusOK).body, &l); err != nil {
+			t.Fatal(err)
+		}
+		if l.Name != "openai" || l.Concurrency != 4 || l.Rate != 60 || l.Period != "1m0s" || l.State == nil || l.State.Held != 0 {
+			t.Fatalf("PUT answered %+v", l)
+		}
+		d.send("PUT", "/v1/limiters/tokens", `{"name":"tokens","budget":100000,"period":"1m"}`, js...).must(t, http.StatusOK)
+		for _, bad := range []struct {
+			body string
+			hdr  []string
+			code int
+		}{
+			{`{"concurrency":-1}`, js, http.StatusBadRequest},
+			{`{}`, js, http.StatusBadRequest},
+			{`{"rate":5}`, js, http.StatusBadRequest},
+			{`{"rate":5,"period":"soon"}`, js, http.StatusBadRequest},
+			{`{"concurrency":"four"}`, js, http.StatusBadRequest},
+			{`{"concurrency":2,"colour":"red"}`, js, http.StatusBadRequest},
+			{`{"name":"other","concurrency":2}`, js, http.StatusBadRequest},
+			{`{"concurrency":2}`, []string{"Content-Type", "text/plain"}, http.StatusUnsupportedMediaType},
+		} {
+			r := d.send("PUT", "/v1/limiters/openai", bad.body, bad.hdr...).must(t, bad.code)
+			if n := bytes.Count(bytes.TrimSpace(r.body), []byte("\n")); n != 0 {
+				t.Fatalf("%s: a reason of %d lines", bad.body, n+1)
+			}
+		}
+		d.send("PUT", "/v1/limiters/"+strings.Repeat("n", 300), `{"concurrency":1}`, js...).must(t, http.StatusBadRequest)
+		var one api.Limiter
+		if err := json.Unmarshal(d.runsCall("GET", "/v1/limiters/openai").must(t, http.StatusOK).body, &one); err != nil {
+			t.Fatal(err)
+		}
+		if one.Concurrency != 4 || one.Rate != 60 {
+			t.Fatalf("openai after refused changes: %+v", one)
+		}
+		var all api.LimiterList
+		if err := json.Unmarshal(d.runsCall("GET", "/v1/limiters").must(t, http.StatusOK).body, &all); err != nil {
+			t.Fatal(err)
+		}
+		if len(all.Limiters) != 2 || all.Limiters[0].Name != "openai" || all.Limiters[1].Name != "tokens" || all.Limiters[1].Budget != 100000 {
+			t.Fatalf("GET /v1/limiters: %+v", all)
+		}
+		d.runsCall("GET", "/v1/limiters/nope").must(t, http.StatusNotFound)
+		d.runsCall("GET", "/v1/limiters/openai?x=1").must(t, http.StatusBadRequest)
+	})
+}
