@@ -554,8 +554,8 @@ const (
 	// wait.
 	EventLimitWaiting EventType = "limit_waiting"
 	EventRunCompleted EventType = "run_completed"
-	EventRunFailed     EventType = "run_failed"
-	EventRunCancelled  EventType = "run_cancelled"
+	EventRunFailed    EventType = "run_failed"
+	EventRunCancelled EventType = "run_cancelled"
 )
 
 // Event is one entry of a run's log.
