@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -100,4 +102,53 @@ func (s *Server) limiterJSON(r *http.Request, c *limits.Config) api.Limiter {
 		out.State = ls
 	}
 	return out
+}
+
+// maxLimiterSeries bounds the limiters /metrics reports, so that a store
+// with very many does not make every scrape slow.
+const maxLimiterSeries = 200
+
+// writeLimiterMetrics writes each limiter's state, read from the store:
+// the same for every process on it.
+func (s *Server) writeLimiterMetrics(w io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	cs, err := s.store.ListLimiters(ctx)
+	if err != nil || len(cs) == 0 {
+		return
+	}
+	cs = cs[:min(len(cs), maxLimiterSeries)]
+	type row struct {
+		name                 string
+		held, waiting, taken int
+		spent                int64
+		c                    *limits.Config
+	}
+	rows := make([]row, 0, len(cs))
+	for _, c := range cs {
+		st, err := s.store.LimiterState(ctx, c.Name, time.Time{})
+		if err != nil {
+			continue
+		}
+		r := row{name: c.Name, held: len(st.Holds), waiting: len(st.Waiters), taken: len(st.Uses), c: c}
+		for _, u := range st.Uses {
+			r.spent += u.Cost
+		}
+		rows = append(rows, r)
+	}
+	gauge := func(name, help string, v func(r row) (float64, bool)) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name)
+		for _, r := range rows {
+			if x, ok := v(r); ok {
+				fmt.Fprintf(w, "%s{limiter=\"%s\"} %g\n", name, labelValue(r.name), x)
+			}
+		}
+	}
+	gauge("weir_limiter_held", "Slots of the limiter held now, by every process on the store.", func(r row) (float64, bool) { return float64(r.held), true })
+	gauge("weir_limiter_waiting", "Step attempts in the limiter's line now.", func(r row) (float64, bool) { return float64(r.waiting), true })
+	gauge("weir_limiter_taken", "Slots taken in the limiter's window (its rate's count).", func(r row) (float64, bool) { return float64(r.taken), r.c.Rate > 0 || r.c.Budget > 0 })
+	gauge("weir_limiter_spent", "Cost charged in the limiter's window (its budget's count).", func(r row) (float64, bool) { return float64(r.spent), r.c.Budget > 0 })
+	gauge("weir_limiter_concurrency", "The limiter's concurrency bound.", func(r row) (float64, bool) { return float64(r.c.Concurrency), r.c.Concurrency > 0 })
+	gauge("weir_limiter_rate", "The limiter's rate bound (slots per period).", func(r row) (float64, bool) { return float64(r.c.Rate), r.c.Rate > 0 })
+	gauge("weir_limiter_budget", "The limiter's budget (cost per period).", func(r row) (float64, bool) { return float64(r.c.Budget), r.c.Budget > 0 })
 }

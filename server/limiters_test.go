@@ -83,6 +83,13 @@ func TestLimitersAPI(t *testing.T) {
 			t.Fatalf("GET /v1/limiters: %+v", all)
 		}
 		d.runsCall("GET", "/v1/limiters/nope").must(t, http.StatusNotFound)
+		m := string(d.runsCall("GET", "/metrics").must(t, http.StatusOK).body)
+		for _, want := range []string{`weir_limiter_held{limiter="openai"} 0`, `weir_limiter_concurrency{limiter="openai"} 4`,
+			`weir_limiter_budget{limiter="tokens"} 100000`, `weir_limiter_spent{limiter="tokens"} 0`} {
+			if !strings.Contains(m, want) {
+				t.Fatalf("/metrics has no %s", want)
+			}
+		}
 		d.runsCall("GET", "/v1/limiters/openai?x=1").must(t, http.StatusBadRequest)
 	})
 }

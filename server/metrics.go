@@ -284,6 +284,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	s.metrics.write(bw)
 	s.writeEngineMetrics(bw)
 	s.writeWorldMetrics(bw)
+	s.writeLimiterMetrics(bw)
 	_ = bw.Flush()
 }
 
