@@ -29,12 +29,33 @@ type Approval struct {
 //   - "research": a step that streams 20 tokens, 50 ms apart, and fails
 //     once at the fifth (long enough to kill a worker during its next
 //     attempt), a child run of "summarize", and the hook
-//     "approve-<run id>": every kind of span a trace of a run holds.
+//     "approve-<run id>": every kind of span a trace of a run holds;
+//   - "limited": one step that takes a slot of the limiter "app.llm"
+//     (create it first: weir limiters set app.llm --concurrency 2), holds
+//     it for the input's milliseconds and writes to its stream "spans"
+//     when it began and ended, to check the limit from the outside.
 func Register(e *weir.Engine) error {
 	weir.Register(e, "answer", answer)
 	sum := weir.Register(e, "summarize", summarize)
 	weir.Register(e, "research", func(ctx weir.Context, topic string) (string, error) { return research(ctx, sum, topic) })
+	weir.Register(e, "limited", limited)
 	return nil
+}
+
+func limited(ctx weir.Context, ms int) (string, error) {
+	return weir.Step(ctx, "call", func(sc weir.StepContext) (string, error) {
+		w := sc.Stream("spans")
+		if _, err := fmt.Fprintf(w, "start %d\n", time.Now().UnixNano()); err != nil {
+			return "", err
+		}
+		select {
+		case <-time.After(time.Duration(ms) * time.Millisecond):
+		case <-sc.Done():
+			return "", sc.Err()
+		}
+		_, err := fmt.Fprintf(w, "end %d\n", time.Now().UnixNano())
+		return fmt.Sprintf("by pid %d", os.Getpid()), err
+	}, weir.WithLimiter("app.llm", nil))
 }
 
 func research(ctx weir.Context, sum *weir.Workflow[string, string], topic string) (string, error) {
