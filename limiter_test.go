@@ -3,6 +3,7 @@ package weir_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -178,4 +179,60 @@ func must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Fairness: tenant a has 60 limited steps in line (concurrency 1) when
+// tenant b's one arrives; b's key holds no slot, so it goes next: at most
+// two of a's steps start between b's wait and b's start (the one whose
+// slot b waits for, and one granted before b asked).
+func TestLimiterFairShare(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1}))
+		cfg := fastConfig()
+		cfg.Concurrency = 128
+		e := newEngine(t, s, cfg)
+		var mu sync.Mutex
+		var order []string // tenants in the order their steps started
+		wf := weir.Register(e, "call", func(ctx weir.Context, tenant string) (int, error) {
+			return weir.Step(ctx, "call", func(sc weir.StepContext) (int, error) {
+				mu.Lock()
+				order = append(order, tenant)
+				mu.Unlock()
+				time.Sleep(3 * time.Millisecond) // the call, not a sync
+				return 1, nil
+			}, weir.WithLimiter("llm", &weir.LimitOptions{Key: tenant}))
+		})
+		if err := e.Work(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		var hs []*weir.Handle[int]
+		for range 60 {
+			h, err := wf.Start(testCtx(t), "a", nil)
+			must(t, err)
+			hs = append(hs, h)
+		}
+		waitFor(t, 20*time.Second, "a's steps in line", func() bool {
+			st, err := s.LimiterState(testCtx(t), "llm", time.Time{})
+			return err == nil && len(st.Waiters) >= 20
+		})
+		mu.Lock()
+		before := len(order)
+		mu.Unlock()
+		hb, err := wf.Start(testCtx(t), "b", nil)
+		must(t, err)
+		if _, err := hb.Result(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		at := slices.Index(order, "b")
+		mu.Unlock()
+		if at < 0 || at-before > 2 {
+			t.Fatalf("b's step started after %d of a's that were in line before it (a had %d started when b came)", at-before, before)
+		}
+		for _, h := range hs {
+			if _, err := h.Result(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }

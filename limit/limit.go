@@ -112,6 +112,10 @@ type State struct {
 	Holds   []Hold
 	Uses    []Use
 	Waiters []Waiter
+	// Served is when each key in line or holding was last granted a
+	// slot: of keys holding as many slots, the one served longest ago goes
+	// first (round robin between tenants).
+	Served map[string]time.Time `json:",omitempty"`
 }
 
 // Request asks for a slot.
@@ -210,6 +214,10 @@ func Acquire(c *Config, st State, req Request, now time.Time) (Decision, State) 
 		return d, st
 	}
 	st.Waiters = slices.DeleteFunc(st.Waiters, func(x Waiter) bool { return x.Holder == req.Holder })
+	if st.Served == nil {
+		st.Served = map[string]time.Time{}
+	}
+	st.Served[req.Key] = now
 	until := now.Add(req.Lease)
 	st.Holds = append(st.Holds, Hold{Holder: req.Holder, Key: req.Key, At: now, Until: until})
 	if c.Rate > 0 || c.Budget > 0 {
@@ -219,8 +227,9 @@ func Acquire(c *Config, st State, req Request, now time.Time) (Decision, State) 
 }
 
 // Order is the line: by priority (higher first), then the number of slots
-// the waiter's key holds (fewer first: each key gets its share), then
-// time in line.
+// the waiter's key holds (fewer first: each key gets its share), then when
+// the key was last served (longest ago first: keys take turns), then time
+// in line.
 func Order(st State) []Waiter {
 	held := map[string]int{}
 	for _, h := range st.Holds {
@@ -233,6 +242,9 @@ func Order(st State) []Waiter {
 			return b.Priority - a.Priority
 		case held[a.Key] != held[b.Key]:
 			return held[a.Key] - held[b.Key]
+		}
+		if c := st.Served[a.Key].Compare(st.Served[b.Key]); c != 0 {
+			return c
 		}
 		return a.Since.Compare(b.Since)
 	})
@@ -349,6 +361,17 @@ func Prune(c *Config, st State, now time.Time) State {
 	}
 	if c.Rate > 0 || c.Budget > 0 {
 		out.Uses = usesSince(st, now.Add(-c.Period))
+	}
+	// A key's turn is kept while it holds or waits; an idle key's is
+	// forgotten (it comes back as one never served, first in its turn).
+	for k, t := range st.Served {
+		if slices.ContainsFunc(out.Holds, func(h Hold) bool { return h.Key == k }) ||
+			slices.ContainsFunc(out.Waiters, func(w Waiter) bool { return w.Key == k }) {
+			if out.Served == nil {
+				out.Served = map[string]time.Time{}
+			}
+			out.Served[k] = t
+		}
 	}
 	return out
 }

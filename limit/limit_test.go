@@ -295,3 +295,28 @@ func withWaiter(st State, r Request, now time.Time) State {
 	st.Waiters = append(append([]Waiter(nil), st.Waiters...), Waiter{Holder: r.Holder, Key: r.Key, Priority: r.Priority, Since: now, Until: now.Add(r.Lease)})
 	return st
 }
+
+// With every slot given back, the keys take turns: the one served longest
+// ago (or never) goes first, however many the other has in line.
+func TestKeysTakeTurns(t *testing.T) {
+	c := &Config{Name: "l", Concurrency: 1}
+	var st State
+	var d Decision
+	for i := range 4 {
+		_, st = Acquire(c, st, req(fmt.Sprint("a", i), "a"), at(i))
+	}
+	// a0 holds; a1..a3 wait; b0 comes last.
+	_, st = Acquire(c, st, req("b0", "b"), at(10))
+	st, _, _ = Release(c, st, "a0", 0, at(20))
+	// a1 asks first, but b has never been served.
+	if d, st = Acquire(c, st, req("a1", "a"), at(21)); d.Granted || d.Ahead != 1 {
+		t.Fatalf("a1 went before b0: %+v", d)
+	}
+	if d, st = Acquire(c, st, req("b0", "b"), at(22)); !d.Granted {
+		t.Fatalf("b0: %+v", d)
+	}
+	st, _, _ = Release(c, st, "b0", 0, at(30))
+	if d, _ = Acquire(c, st, req("a1", "a"), at(31)); !d.Granted {
+		t.Fatalf("a's turn after b's: %+v", d)
+	}
+}
