@@ -92,9 +92,9 @@ func TestDataBytesBackfill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Back to version 4: what migrations 5 to 8 made is undone.
+	// Back to version 4: what migrations 5 to 10 made is undone.
 	for _, q := range []string{`ALTER TABLE runs DROP COLUMN parent_id`, `ALTER TABLE runs DROP COLUMN trace_parent`, `DROP TABLE hooks`, `DROP TABLE hook_keys`,
-		`DROP TABLE message_keys`, `DROP TABLE run_events`, `DROP INDEX streams_standalone`,
+		`DROP TABLE message_keys`, `DROP TABLE run_events`, `DROP TABLE limiters`, `DROP INDEX streams_standalone`,
 		`ALTER TABLE streams DROP COLUMN data_bytes`, `PRAGMA user_version = 4`} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
