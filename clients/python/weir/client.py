@@ -22,6 +22,7 @@ from .types import (
     Event,
     Hook,
     HookDelivery,
+    Limiter,
     LiveMode,
     MessageSent,
     Run,
@@ -565,6 +566,39 @@ class Client:
         """
         _, d = self._json("GET", f"/v1/runs/{_seg(run_id, 'run id')}/hooks", idempotent=True)
         return [Hook.from_json(x) for x in d.get("hooks") or []]
+
+    # Limiters.
+
+    def limiters(self) -> list[Limiter]:
+        """Every limiter of the server's store, by name, with what it holds now
+        (``GET /v1/limiters``)."""
+        _, d = self._json("GET", "/v1/limiters", idempotent=True)
+        return [Limiter.from_json(x) for x in d.get("limiters") or []]
+
+    def limiter(self, name: str) -> Limiter:
+        """One limiter, with what it holds now (``GET /v1/limiters/{name}``).
+
+        Raises:
+            NotFoundError: no such limiter.
+        """
+        _, d = self._json("GET", f"/v1/limiters/{_seg(name, 'limiter name')}", idempotent=True)
+        return Limiter.from_json(d)
+
+    def set_limiter(self, name: str, *, concurrency: int = 0, rate: int = 0, budget: int = 0,
+                    period: float | None = None) -> Limiter:
+        """Creates limiter ``name`` or changes its bounds (``PUT
+        /v1/limiters/{name}``); every process on the store keeps to them from
+        its next step. Zero is no bound; ``period`` (seconds) is required with
+        a rate or a budget.
+
+        Raises:
+            InvalidError: a negative bound, no bound, a rate or budget without a period.
+        """
+        body: dict[str, Any] = {"concurrency": concurrency, "rate": rate, "budget": budget}
+        if period is not None:
+            body["period"] = _go_duration(period)
+        _, d = self._json("PUT", f"/v1/limiters/{_seg(name, 'limiter name')}", idempotent=True, body=body)
+        return Limiter.from_json(d)
 
     # Messages and run events.
 

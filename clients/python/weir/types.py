@@ -480,3 +480,48 @@ class RunState:
 def compact_json(value: Any) -> bytes:
     """Encodes a JSON value the compact way weir stores JSON chunks."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class Limiter:
+    """A limiter: the bounds the steps that take its slots keep to
+    (``weir.WithLimiter`` in Go; ``GET /v1/limiters/{name}``), across every
+    process on the server's store, and what it holds now.
+
+    Attributes:
+        name: its name.
+        concurrency: slots held at once; 0: no bound.
+        rate: slots taken per ``period``; 0: no bound.
+        budget: cost (tokens) charged per ``period``; 0: no bound.
+        period: the window of ``rate`` and ``budget``, a Go duration (``1m0s``); "" if none.
+        held: slots held now.
+        waiting: step attempts in its line now.
+        taken: slots taken in its window.
+        spent: cost charged in its window.
+    """
+
+    name: str
+    concurrency: int = 0
+    rate: int = 0
+    budget: int = 0
+    period: str = ""
+    held: int = 0
+    waiting: int = 0
+    taken: int = 0
+    spent: int = 0
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Limiter:
+        """Builds a limiter from the limiters API's JSON object."""
+        st = d.get("state") or {}
+        return cls(
+            name=str(d.get("name", "")),
+            concurrency=int(d.get("concurrency", 0)),
+            rate=int(d.get("rate", 0)),
+            budget=int(d.get("budget", 0)),
+            period=str(d.get("period", "")),
+            held=int(st.get("held", 0)),
+            waiting=int(st.get("waiting", 0)),
+            taken=int(st.get("taken", 0)),
+            spent=int(st.get("spent", 0)),
+        )
