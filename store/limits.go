@@ -93,6 +93,33 @@ func (p *RenewSlotParams) Check() error {
 	return checkHolder(p.Holder)
 }
 
+// WithDefaults returns a copy of p with Now from clock if unset.
+func (p *AcquireSlotParams) WithDefaults(clock func() time.Time) *AcquireSlotParams {
+	out := *p
+	if out.Now.IsZero() {
+		out.Now = clock()
+	}
+	return &out
+}
+
+// WithDefaults returns a copy of p with Now from clock if unset.
+func (p *ReleaseSlotParams) WithDefaults(clock func() time.Time) *ReleaseSlotParams {
+	out := *p
+	if out.Now.IsZero() {
+		out.Now = clock()
+	}
+	return &out
+}
+
+// WithDefaults returns a copy of p with Now from clock if unset.
+func (p *RenewSlotParams) WithDefaults(clock func() time.Time) *RenewSlotParams {
+	out := *p
+	if out.Now.IsZero() {
+		out.Now = clock()
+	}
+	return &out
+}
+
 // CheckLimiter validates a limiter's configuration for SetLimiter.
 func CheckLimiter(c *limit.Config) error {
 	if err := c.Check(); err != nil {
@@ -100,6 +127,11 @@ func CheckLimiter(c *limit.Config) error {
 	}
 	return nil
 }
+
+// CheckLimiterName checks the limiter a lookup names (GetLimiter,
+// LimiterState): one that could never have been set is ErrInvalid, on
+// every backend, before any query.
+func CheckLimiterName(name string) error { return checkLimiterName(name) }
 
 func checkLimiterName(name string) error {
 	if name == "" {

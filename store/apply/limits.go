@@ -109,13 +109,29 @@ func RenewSlot(tx LimiterTx, p *store.RenewSlotParams) (bool, error) {
 	return true, saveLimiter(tx, c, st)
 }
 
-// LimiterNow is the time a limiter call decides at: p's, or now.
-func LimiterNow(t time.Time, now func() time.Time) time.Time {
-	if !t.IsZero() {
-		return t
+// EncodeLimiterConfig is how a limiter's configuration is kept.
+func EncodeLimiterConfig(c *limit.Config) ([]byte, error) { return json.Marshal(c) }
+
+// DecodeLimiterConfig reads a kept configuration.
+func DecodeLimiterConfig(b []byte) (*limit.Config, error) {
+	var c limit.Config
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("limiter config: %w", err)
 	}
-	if now != nil {
-		return now()
+	return &c, nil
+}
+
+// LimiterView is what a limiter kept as (config, state) holds at now: its
+// live holds, its uses in the window, its line.
+func LimiterView(config, state []byte, now time.Time) (*limit.State, error) {
+	c, err := DecodeLimiterConfig(config)
+	if err != nil {
+		return nil, err
 	}
-	return time.Now()
+	st, err := DecodeLimiterState(state)
+	if err != nil {
+		return nil, err
+	}
+	st = limit.Prune(c, st, now)
+	return &st, nil
 }

@@ -117,6 +117,13 @@ func (t *hookTx) SaveHookKey(token, key string, k *apply.Key) error {
 // hookWrite runs fn in one transaction. idempotent: fn may be applied again
 // after a commit whose reply was lost.
 func (s *Store) hookWrite(ctx context.Context, idempotent bool, fn func(t *hookTx) error) error {
+	return s.inTx(ctx, idempotent, func(ctx context.Context, x *txn) error { return fn(&hookTx{ctx: ctx, x: x, s: s}) })
+}
+
+// inTx runs fn in one transaction on a connection of its own, retried as
+// do retries. idempotent: fn may be applied again after a commit whose
+// reply was lost.
+func (s *Store) inTx(ctx context.Context, idempotent bool, fn func(ctx context.Context, x *txn) error) error {
 	return s.do(ctx, idempotent, func(ctx context.Context, tr *try) error {
 		x, err := s.acquire(ctx, tr)
 		if err != nil {
@@ -126,7 +133,7 @@ func (s *Store) hookWrite(ctx context.Context, idempotent bool, fn func(t *hookT
 		if _, err := x.c.Exec(ctx, "BEGIN"); err != nil {
 			return err
 		}
-		if err := fn(&hookTx{ctx: ctx, x: x, s: s}); err != nil {
+		if err := fn(ctx, x); err != nil {
 			return err
 		}
 		b := &pgx.Batch{}

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -43,13 +42,13 @@ func (t *limiterTx) LockLimiter(name string) (*limit.Config, []byte, bool, error
 	if err != nil {
 		return nil, nil, false, err
 	}
-	c, err := decodeLimiter(cfg)
+	c, err := apply.DecodeLimiterConfig(cfg)
 	return c, state, err == nil, err
 }
 
 // SaveLimiter saves limiter c.Name.
 func (t *limiterTx) SaveLimiter(c *limit.Config, state []byte) error {
-	cfg, err := json.Marshal(c)
+	cfg, err := apply.EncodeLimiterConfig(c)
 	if err != nil {
 		return err
 	}
@@ -58,34 +57,11 @@ func (t *limiterTx) SaveLimiter(c *limit.Config, state []byte) error {
 	return err
 }
 
-func decodeLimiter(b []byte) (*limit.Config, error) {
-	var c limit.Config
-	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("limiter config: %w", err)
-	}
-	return &c, nil
-}
-
 // limiterWrite runs fn in a transaction; every limiter call is idempotent
 // (asking again, releasing again, renewing again change nothing more), so
 // one whose commit went unheard is retried.
 func (s *Store) limiterWrite(ctx context.Context, fn func(t *limiterTx) error) error {
-	return s.do(ctx, true, func(ctx context.Context, tr *try) error {
-		x, err := s.acquire(ctx, tr)
-		if err != nil {
-			return err
-		}
-		defer x.release()
-		if _, err := x.c.Exec(ctx, "BEGIN"); err != nil {
-			return err
-		}
-		if err := fn(&limiterTx{ctx: ctx, x: x, s: s}); err != nil {
-			return err
-		}
-		b := &pgx.Batch{}
-		b.Queue("COMMIT")
-		return x.commit(ctx, b)
-	})
+	return s.inTx(ctx, true, func(ctx context.Context, x *txn) error { return fn(&limiterTx{ctx: ctx, x: x, s: s}) })
 }
 
 // SetLimiter creates or changes a limiter.
@@ -101,13 +77,18 @@ func (s *Store) SetLimiter(ctx context.Context, c *limit.Config) error {
 
 // GetLimiter returns a limiter's configuration.
 func (s *Store) GetLimiter(ctx context.Context, name string) (*limit.Config, error) {
-	c, _, err := s.readLimiter(ctx, name)
-	return c, err
+	cfg, _, err := s.readLimiter(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return apply.DecodeLimiterConfig(cfg)
 }
 
-func (s *Store) readLimiter(ctx context.Context, name string) (*limit.Config, []byte, error) {
-	if name == "" || len(name) > limit.MaxNameLen {
-		return nil, nil, fmt.Errorf("get limiter: %w: a limiter name of %d bytes", store.ErrInvalid, len(name))
+// readLimiter reads limiter name's row as it is kept: its configuration
+// and its state.
+func (s *Store) readLimiter(ctx context.Context, name string) ([]byte, []byte, error) {
+	if err := store.CheckLimiterName(name); err != nil {
+		return nil, nil, fmt.Errorf("get limiter: %w", err)
 	}
 	var cfg, state []byte
 	err := s.do(ctx, true, func(ctx context.Context, _ *try) error {
@@ -123,8 +104,7 @@ func (s *Store) readLimiter(ctx context.Context, name string) (*limit.Config, []
 	if err != nil {
 		return nil, nil, fmt.Errorf("get limiter: %w", err)
 	}
-	c, err := decodeLimiter(cfg)
-	return c, state, err
+	return cfg, state, nil
 }
 
 // ListLimiters returns every limiter's configuration, by name.
@@ -142,7 +122,7 @@ func (s *Store) ListLimiters(ctx context.Context) ([]*limit.Config, error) {
 			if err := rows.Scan(&b); err != nil {
 				return err
 			}
-			c, err := decodeLimiter(b)
+			c, err := apply.DecodeLimiterConfig(b)
 			if err != nil {
 				return err
 			}
@@ -161,12 +141,11 @@ func (s *Store) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*l
 	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("acquire slot: %w", err)
 	}
-	q := *p
-	q.Now = apply.LimiterNow(p.Now, s.cfg.Now)
+	q := p.WithDefaults(s.cfg.Now)
 	var d *limit.Decision
 	err := s.limiterWrite(ctx, func(t *limiterTx) error {
 		var err error
-		d, err = apply.AcquireSlot(t, &q)
+		d, err = apply.AcquireSlot(t, q)
 		return err
 	})
 	if err != nil {
@@ -180,12 +159,11 @@ func (s *Store) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bo
 	if err := p.Check(); err != nil {
 		return false, fmt.Errorf("release slot: %w", err)
 	}
-	q := *p
-	q.Now = apply.LimiterNow(p.Now, s.cfg.Now)
+	q := p.WithDefaults(s.cfg.Now)
 	var ok bool
 	err := s.limiterWrite(ctx, func(t *limiterTx) error {
 		var err error
-		ok, err = apply.ReleaseSlot(t, &q)
+		ok, err = apply.ReleaseSlot(t, q)
 		return err
 	})
 	if err != nil {
@@ -199,12 +177,11 @@ func (s *Store) RenewSlot(ctx context.Context, p *store.RenewSlotParams) (bool, 
 	if err := p.Check(); err != nil {
 		return false, fmt.Errorf("renew slot: %w", err)
 	}
-	q := *p
-	q.Now = apply.LimiterNow(p.Now, s.cfg.Now)
+	q := p.WithDefaults(s.cfg.Now)
 	var ok bool
 	err := s.limiterWrite(ctx, func(t *limiterTx) error {
 		var err error
-		ok, err = apply.RenewSlot(t, &q)
+		ok, err = apply.RenewSlot(t, q)
 		return err
 	})
 	if err != nil {
@@ -215,14 +192,12 @@ func (s *Store) RenewSlot(ctx context.Context, p *store.RenewSlotParams) (bool, 
 
 // LimiterState returns what a limiter holds at now.
 func (s *Store) LimiterState(ctx context.Context, name string, now time.Time) (*limit.State, error) {
-	c, b, err := s.readLimiter(ctx, name)
+	cfg, state, err := s.readLimiter(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	st, err := apply.DecodeLimiterState(b)
-	if err != nil {
-		return nil, err
+	if now.IsZero() {
+		now = s.cfg.Now()
 	}
-	st = limit.Prune(c, st, apply.LimiterNow(now, s.cfg.Now))
-	return &st, nil
+	return apply.LimiterView(cfg, state, now)
 }

@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -36,14 +35,14 @@ func (tx *wtx) LockLimiter(name string) (*limit.Config, []byte, bool, error) {
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("load limiter: %w", translate(err))
 	}
-	c, err := decodeLimiter(cfg)
+	c, err := apply.DecodeLimiterConfig(cfg)
 	return c, state, err == nil, err
 }
 
 // SaveLimiter saves limiter c.Name.
 func (tx *wtx) SaveLimiter(c *limit.Config, state []byte) error {
 	tx.changed = true
-	cfg, err := json.Marshal(c)
+	cfg, err := apply.EncodeLimiterConfig(c)
 	if err != nil {
 		return err
 	}
@@ -56,14 +55,6 @@ func (tx *wtx) SaveLimiter(c *limit.Config, state []byte) error {
 		return fmt.Errorf("save limiter: %w", translate(err))
 	}
 	return nil
-}
-
-func decodeLimiter(b []byte) (*limit.Config, error) {
-	var c limit.Config
-	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("limiter config: %w", err)
-	}
-	return &c, nil
 }
 
 // SetLimiter creates or changes a limiter.
@@ -79,13 +70,18 @@ func (s *Store) SetLimiter(ctx context.Context, c *limit.Config) error {
 
 // GetLimiter returns a limiter's configuration.
 func (s *Store) GetLimiter(ctx context.Context, name string) (*limit.Config, error) {
-	c, _, err := s.readLimiter(ctx, name)
-	return c, err
+	cfg, _, err := s.readLimiter(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return apply.DecodeLimiterConfig(cfg)
 }
 
-func (s *Store) readLimiter(ctx context.Context, name string) (*limit.Config, []byte, error) {
-	if name == "" || len(name) > limit.MaxNameLen {
-		return nil, nil, fmt.Errorf("get limiter: %w: a limiter name of %d bytes", store.ErrInvalid, len(name))
+// readLimiter reads limiter name's row as it is kept: its configuration
+// and its state.
+func (s *Store) readLimiter(ctx context.Context, name string) ([]byte, []byte, error) {
+	if err := store.CheckLimiterName(name); err != nil {
+		return nil, nil, fmt.Errorf("get limiter: %w", err)
 	}
 	var cfg, state []byte
 	err := s.rdb.QueryRowContext(ctx, `SELECT config, state FROM limiters WHERE name = ?`, name).Scan(&cfg, &state)
@@ -95,8 +91,7 @@ func (s *Store) readLimiter(ctx context.Context, name string) (*limit.Config, []
 	if err != nil {
 		return nil, nil, fmt.Errorf("get limiter: %w", s.readErr(err))
 	}
-	c, err := decodeLimiter(cfg)
-	return c, state, err
+	return cfg, state, nil
 }
 
 // ListLimiters returns every limiter's configuration, by name.
@@ -112,7 +107,7 @@ func (s *Store) ListLimiters(ctx context.Context) ([]*limit.Config, error) {
 		if err := rows.Scan(&b); err != nil {
 			return nil, fmt.Errorf("list limiters: %w", s.readErr(err))
 		}
-		c, err := decodeLimiter(b)
+		c, err := apply.DecodeLimiterConfig(b)
 		if err != nil {
 			return nil, err
 		}
@@ -126,12 +121,11 @@ func (s *Store) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*l
 	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("acquire slot: %w", err)
 	}
-	q := *p
-	q.Now = apply.LimiterNow(p.Now, s.cfg.Now)
+	q := p.WithDefaults(s.cfg.Now)
 	var d *limit.Decision
 	err := s.write(ctx, func(tx *wtx) error {
 		var err error
-		d, err = apply.AcquireSlot(tx, &q)
+		d, err = apply.AcquireSlot(tx, q)
 		return err
 	})
 	if err != nil {
@@ -145,12 +139,11 @@ func (s *Store) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bo
 	if err := p.Check(); err != nil {
 		return false, fmt.Errorf("release slot: %w", err)
 	}
-	q := *p
-	q.Now = apply.LimiterNow(p.Now, s.cfg.Now)
+	q := p.WithDefaults(s.cfg.Now)
 	var ok bool
 	err := s.write(ctx, func(tx *wtx) error {
 		var err error
-		ok, err = apply.ReleaseSlot(tx, &q)
+		ok, err = apply.ReleaseSlot(tx, q)
 		return err
 	})
 	if err != nil {
@@ -164,12 +157,11 @@ func (s *Store) RenewSlot(ctx context.Context, p *store.RenewSlotParams) (bool, 
 	if err := p.Check(); err != nil {
 		return false, fmt.Errorf("renew slot: %w", err)
 	}
-	q := *p
-	q.Now = apply.LimiterNow(p.Now, s.cfg.Now)
+	q := p.WithDefaults(s.cfg.Now)
 	var ok bool
 	err := s.write(ctx, func(tx *wtx) error {
 		var err error
-		ok, err = apply.RenewSlot(tx, &q)
+		ok, err = apply.RenewSlot(tx, q)
 		return err
 	})
 	if err != nil {
@@ -180,14 +172,12 @@ func (s *Store) RenewSlot(ctx context.Context, p *store.RenewSlotParams) (bool, 
 
 // LimiterState returns what a limiter holds now.
 func (s *Store) LimiterState(ctx context.Context, name string, now time.Time) (*limit.State, error) {
-	c, b, err := s.readLimiter(ctx, name)
+	cfg, state, err := s.readLimiter(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	st, err := apply.DecodeLimiterState(b)
-	if err != nil {
-		return nil, err
+	if now.IsZero() {
+		now = s.cfg.Now()
 	}
-	st = limit.Prune(c, st, apply.LimiterNow(now, s.cfg.Now))
-	return &st, nil
+	return apply.LimiterView(cfg, state, now)
 }
