@@ -11,9 +11,9 @@
 //     queues, …/step for __[ns_]wkf_step_…; the body is the payload as
 //     queued.
 //   - Headers x-vqs-queue-name, x-vqs-message-id (stable across
-//     deliveries), x-vqs-message-attempt (1, 2, …), and Weir-Signature
+//     deliveries), x-vqs-message-attempt (1, 2, …), Weir-Signature
 //     (see Sign), which the World package checks: unsigned or stale
-//     deliveries get 401.
+//     deliveries get 401; and traceparent, the run's trace (tracing.go).
 //   - A 2xx with {"timeoutSeconds": n} delivers the same message again in n
 //     seconds (sleeps, step retries); any other 2xx is done. Anything else
 //     (another status, a timeout, a refused connection) is retried after

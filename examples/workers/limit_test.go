@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/examples/app/apptest"
-	"github.com/weirhq/weir/internal/pgtest"
 )
 
 // A limiter holds across processes, and through a kill: three worker
@@ -24,15 +22,7 @@ import (
 // (the committed output of each, written by the step itself, not by the
 // limiter) never has more than two at once.
 func TestLimiterAcrossProcesses(t *testing.T) {
-	dsn := pgtest.URL()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("schema", pgtest.NewSchema(t))
-	u.RawQuery = q.Encode()
-	dsn = u.String()
+	dsn := schemaDSN(t)
 
 	bin := apptest.Build(t, "github.com/weirhq/weir/examples/workers")
 	workerLine := regexp.MustCompile(`worker executing runs of`)

@@ -20,15 +20,7 @@ import (
 // delivered through the server; with one worker SIGKILLed the other
 // executes what comes next.
 func TestWorkers(t *testing.T) {
-	dsn := pgtest.URL()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("schema", pgtest.NewSchema(t))
-	u.RawQuery = q.Encode()
-	dsn = u.String()
+	dsn := schemaDSN(t)
 
 	bin := apptest.Build(t, "github.com/weirhq/weir/examples/workers")
 	workerLine := regexp.MustCompile(`worker executing runs of answer, limited, research, summarize`)
@@ -92,4 +84,17 @@ func TestWorkers(t *testing.T) {
 	}
 	api.Stop(t)
 	w2.Stop(t)
+}
+
+// schemaDSN is the test database's URL with a fresh schema of this test's
+// (dropped when it ends).
+func schemaDSN(t *testing.T) string {
+	u, err := url.Parse(pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("schema", pgtest.NewSchema(t))
+	u.RawQuery = q.Encode()
+	return u.String()
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/weirhq/weir/examples/app/apptest"
 	"github.com/weirhq/weir/internal/otlptest"
-	"github.com/weirhq/weir/internal/pgtest"
 )
 
 // One trace for a run that outlives the worker executing it: three real
@@ -26,15 +24,7 @@ import (
 // error, the spans worker 2 sent hang together under the caller's span,
 // and the two workers' spans are told apart by their process.
 func TestOneTraceAcrossAKilledWorker(t *testing.T) {
-	dsn := pgtest.URL()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("schema", pgtest.NewSchema(t))
-	u.RawQuery = q.Encode()
-	dsn = u.String()
+	dsn := schemaDSN(t)
 
 	rcv := otlptest.Start()
 	defer rcv.Close()

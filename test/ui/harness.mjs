@@ -21,7 +21,8 @@ export function freePort() {
   });
 }
 
-async function waitHealthy(url, ms = 15000) {
+// waitHealthy waits for the server at url to answer /healthz.
+export async function waitHealthy(url, ms = 15000) {
   const end = Date.now() + ms;
   while (Date.now() < end) {
     try { if ((await fetch(url + "/healthz")).ok) return; } catch { /* not yet */ }

@@ -19,30 +19,8 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import net from "node:net";
 import { chromium } from "playwright-core";
-
-const bin = process.env.WEIR_BIN || "weir";
-const chromePath = process.env.CHROMIUM || "/usr/bin/chromium";
-const shots = process.env.SCREENSHOT_DIR || new URL(".", import.meta.url).pathname;
-const token = process.env.WEIR_UI_TOKEN || "";
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => resolve(p)); });
-    s.on("error", reject);
-  });
-}
-
-async function waitHealthy(url, ms = 15000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    try { if ((await fetch(url + "/healthz")).ok) return; } catch { /* not yet */ }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error("weir server did not become healthy at " + url);
-}
+import { bin, chromePath, shots, token, freePort, waitHealthy } from "./harness.mjs";
 
 test("the UI shows a retried step's stream live, with the abort struck through", { timeout: 90_000 }, async (t) => {
   const dir = mkdtempSync(join(tmpdir(), "weir-ui-"));
