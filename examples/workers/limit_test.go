@@ -18,7 +18,9 @@ import (
 // A limiter holds across processes, and through a kill: three worker
 // processes on one PostgreSQL database run twelve steps of the limiter
 // "app.llm" (concurrency 2); the first worker is SIGKILLed while it holds a
-// slot. Every run completes, and the steps' own record of when they ran
+// slot. Every run completes (the dead worker's slots came back with their
+// leases, or the last runs could never have had one), and the steps' own
+// record of when they ran
 // (the committed output of each, written by the step itself, not by the
 // limiter) never has more than two at once.
 func TestLimiterAcrossProcesses(t *testing.T) {
@@ -49,6 +51,13 @@ func TestLimiterAcrossProcesses(t *testing.T) {
 		return l.State.Held == 2
 	})
 	w1.Kill(t)
+	// What the limiter holds now is the dead worker's: no other process
+	// has run yet. Those slots come back only with their leases.
+	var dead struct{ State struct{ Held int } }
+	apptest.Do(t, "GET", base+"/v1/limiters/app.llm", "", &dead)
+	if dead.State.Held == 0 {
+		t.Fatal("worker 1 gave its slots back before it was killed: the kill tests nothing")
+	}
 	w2 := apptest.Start(t, bin, "worker", "--store", dsn, "--lease-ttl", "1s")
 	w3 := apptest.Start(t, bin, "worker", "--store", dsn, "--lease-ttl", "1s")
 	w2.WaitLine(t, workerLine, 20*time.Second)
@@ -59,22 +68,10 @@ func TestLimiterAcrossProcesses(t *testing.T) {
 		delta int
 	}
 	var edges []edge
-	retried := 0
 	for _, id := range ids {
 		done := apptest.WaitRun(t, base, id, "completed", 60*time.Second)
 		if !strings.Contains(string(done.Output), "by pid") {
 			t.Fatalf("%s: output %s", id, done.Output)
-		}
-		var evs struct{ Events []struct{ Type string } }
-		apptest.Do(t, "GET", base+"/v1/runs/"+id+"/events", "", &evs)
-		starts := 0
-		for _, e := range evs.Events {
-			if e.Type == "step_started" {
-				starts++
-			}
-		}
-		if starts > 1 {
-			retried++
 		}
 		lines := strings.Fields(committed(t, base, id, "spans"))
 		if len(lines) != 4 || lines[0] != "start" || lines[2] != "end" {
@@ -98,10 +95,7 @@ func TestLimiterAcrossProcesses(t *testing.T) {
 	if most > 2 {
 		t.Fatalf("%d steps ran at once; the limiter allows 2", most)
 	}
-	if retried == 0 {
-		t.Fatalf("no step was run again after worker 1 was killed holding slots")
-	}
-	t.Logf("12 steps, at most %d at once, %d run again after the kill", most, retried)
+	t.Logf("12 steps, at most %d at once; worker 1 died holding %d slots", most, dead.State.Held)
 	api.Stop(t)
 	w2.Stop(t)
 	w3.Stop(t)
