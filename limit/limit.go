@@ -40,6 +40,9 @@ type Config struct {
 	Name string
 	// Concurrency bounds the slots held at once.
 	Concurrency int
+	// PerKey bounds the slots one key (a tenant) holds at once: a tenant's
+	// steps or runs share their own limit inside the limiter's.
+	PerKey int
 	// Rate bounds the slots taken per Period.
 	Rate int
 	// Budget bounds the cost charged per Period. A slot's cost is charged
@@ -58,10 +61,10 @@ func (c *Config) Check() error {
 		return err
 	}
 	switch {
-	case c.Concurrency < 0 || c.Rate < 0 || c.Budget < 0:
+	case c.Concurrency < 0 || c.PerKey < 0 || c.Rate < 0 || c.Budget < 0:
 		return fmt.Errorf("%w: limiter %q: a negative limit", ErrInvalid, c.Name)
-	case c.Concurrency == 0 && c.Rate == 0 && c.Budget == 0:
-		return fmt.Errorf("%w: limiter %q limits nothing: set a concurrency, a rate or a budget", ErrInvalid, c.Name)
+	case c.Concurrency == 0 && c.PerKey == 0 && c.Rate == 0 && c.Budget == 0:
+		return fmt.Errorf("%w: limiter %q limits nothing: set a concurrency, a per-key concurrency, a rate or a budget", ErrInvalid, c.Name)
 	case (c.Rate > 0 || c.Budget > 0) && c.Period < time.Millisecond:
 		return fmt.Errorf("%w: limiter %q: a rate or a budget needs a period of at least 1ms", ErrInvalid, c.Name)
 	case c.Period < 0:
@@ -82,10 +85,14 @@ func checkName(what, s string) error {
 	return nil
 }
 
-// Hold is a slot held by Holder (a step attempt) until Until.
+// Hold is a slot held by Holder (a step attempt) until Until, or, for a
+// run admitted from a queue (Admit), until the run ends.
 type Hold struct {
 	Holder, Key string
 	At, Until   time.Time
+	// Run: held by a run until it ends, not by a lease (Admit gives it
+	// back when its run is no longer in flight).
+	Run bool `json:",omitempty"`
 }
 
 // Use is one slot taken at At, and the cost charged for it (0 until it is
@@ -162,6 +169,7 @@ type Reason string
 // The reasons.
 const (
 	Concurrency Reason = "concurrency" // every slot is held
+	Key         Reason = "key"         // the request's key holds its PerKey slots
 	Rate        Reason = "rate"        // Rate slots were taken in the last Period
 	Budget      Reason = "budget"      // the Budget of the last Period is spent
 	Queue       Reason = "queue"       // others go first (priority, fair share, age)
@@ -203,7 +211,12 @@ func Acquire(c *Config, st State, req Request, now time.Time) (Decision, State) 
 	} else {
 		st.Waiters = append(st.Waiters, w)
 	}
-	order := Order(st)
+	if c.PerKey > 0 && heldBy(st, req.Key) >= c.PerKey {
+		d := Decision{Reason: Key, RetryAt: keyRetry(st, req.Key)}
+		return d, st
+	}
+	// Waiters whose key holds its share take no free slot.
+	order := slices.DeleteFunc(Order(st), func(x Waiter) bool { return c.PerKey > 0 && heldBy(st, x.Key) >= c.PerKey })
 	pos := slices.IndexFunc(order, func(x Waiter) bool { return x.Holder == req.Holder })
 	free, reason, retry := capacity(c, st, now)
 	if pos >= free {
@@ -224,6 +237,29 @@ func Acquire(c *Config, st State, req Request, now time.Time) (Decision, State) 
 		st.Uses = append(st.Uses, Use{Holder: req.Holder, At: now})
 	}
 	return Decision{Granted: true, Until: until}, st
+}
+
+// heldBy is how many slots key holds.
+func heldBy(st State, key string) int {
+	n := 0
+	for _, h := range st.Holds {
+		if h.Key == key {
+			n++
+		}
+	}
+	return n
+}
+
+// keyRetry is when a lease of key's holds ends, the soonest (zero if
+// only runs hold them: they end when the runs do).
+func keyRetry(st State, key string) time.Time {
+	var t time.Time
+	for _, h := range st.Holds {
+		if h.Key == key && !h.Run && (t.IsZero() || h.Until.Before(t)) {
+			t = h.Until
+		}
+	}
+	return t
 }
 
 // Order is the line: by priority (higher first), then the number of slots
@@ -263,7 +299,7 @@ func capacity(c *Config, st State, now time.Time) (int, Reason, time.Time) {
 			if free == 0 {
 				reason = Concurrency
 				for _, h := range st.Holds {
-					if retry.IsZero() || h.Until.Before(retry) {
+					if !h.Run && (retry.IsZero() || h.Until.Before(retry)) {
 						retry = h.Until
 					}
 				}
@@ -344,7 +380,7 @@ func Release(c *Config, st State, holder string, cost int64, now time.Time) (Sta
 func Renew(st State, holder string, until time.Time, now time.Time) (State, bool) {
 	st.Holds = slices.Clone(st.Holds)
 	for i, h := range st.Holds {
-		if h.Holder == holder && h.Until.After(now) {
+		if h.Holder == holder && !h.Run && h.Until.After(now) {
 			st.Holds[i].Until = until
 			return st, true
 		}
@@ -354,9 +390,13 @@ func Renew(st State, holder string, until time.Time, now time.Time) (State, bool
 
 // Prune drops what no decision needs: holds and waiters whose lease has
 // run out, uses older than the window.
-func Prune(c *Config, st State, now time.Time) State {
+func Prune(c *Config, st State, now time.Time) State { return prune(c, st, now, nil) }
+
+// prune is Prune keeping the turns of the keys in line too (a queue's
+// waiting runs, which are not Waiters).
+func prune(c *Config, st State, now time.Time, inLine map[string]bool) State {
 	out := State{
-		Holds:   slices.DeleteFunc(slices.Clone(st.Holds), func(h Hold) bool { return !h.Until.After(now) }),
+		Holds:   slices.DeleteFunc(slices.Clone(st.Holds), func(h Hold) bool { return !h.Run && !h.Until.After(now) }),
 		Waiters: slices.DeleteFunc(slices.Clone(st.Waiters), func(w Waiter) bool { return !w.Until.After(now) }),
 	}
 	if c.Rate > 0 || c.Budget > 0 {
@@ -365,7 +405,7 @@ func Prune(c *Config, st State, now time.Time) State {
 	// A key's turn is kept while it holds or waits; an idle key's is
 	// forgotten (it comes back as one never served, first in its turn).
 	for k, t := range st.Served {
-		if slices.ContainsFunc(out.Holds, func(h Hold) bool { return h.Key == k }) ||
+		if inLine[k] || slices.ContainsFunc(out.Holds, func(h Hold) bool { return h.Key == k }) ||
 			slices.ContainsFunc(out.Waiters, func(w Waiter) bool { return w.Key == k }) {
 			if out.Served == nil {
 				out.Served = map[string]time.Time{}
