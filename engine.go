@@ -66,6 +66,11 @@ type Config struct {
 	// NoWorker makes this engine start and read runs but never execute them
 	// (a client of a database other processes work on). Defaults to false.
 	NoWorker bool
+	// QueueConcurrency bounds how many runs of each queue it names
+	// (StartOptions.Queue) this engine executes at once, within
+	// Concurrency; the queue's own limiter bounds them across every
+	// process. Defaults to none: a queue's runs take any free slot.
+	QueueConcurrency map[string]int
 	// Retention is how long a finished run (completed, failed or cancelled)
 	// is kept, with its event log and streams, after it ends. A worker
 	// engine deletes older ones in the background, a batch at a time (see
@@ -184,6 +189,7 @@ type Engine struct {
 	running   map[string]*execution  // run id -> its execution here
 	launched  map[string]int         // run id -> its executions launched here and not returned
 	inflight  int                    // runs launched and not yet ended
+	inQueue   map[string]int         // of them, those of each queue
 	done      map[string]*ending     // run id -> its waiters here, told when this engine ends it
 	events    map[string]*eventWaits // run id -> its GetEvent waiters here
 
@@ -251,6 +257,7 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 		workflows: make(map[string]*registered),
 		running:   make(map[string]*execution),
 		launched:  make(map[string]int),
+		inQueue:   make(map[string]int),
 		done:      make(map[string]*ending),
 		wake:      make(chan struct{}, 1),
 	}, nil
@@ -363,11 +370,25 @@ func (e *Engine) claimLoop(ctx context.Context) {
 		}
 		e.mu.Lock()
 		free := e.cfg.Concurrency - e.inflight
+		room, full := e.queueRoom()
 		e.mu.Unlock()
-		claimed := 0
+		claimed, want := 0, min(free, 32)
 		if free > 0 {
+			// Queued runs first: an admission leases them here.
+			runs, err := e.store.AdmitRuns(ctx, &store.AdmitRunsParams{
+				Owner: e.cfg.WorkerID, Limit: want, LeaseTTL: e.cfg.LeaseTTL, Workflows: e.Workflows(), Room: room,
+			})
+			if err != nil && ctx.Err() == nil {
+				e.log.Warn("weir: admit queued runs", "err", err)
+			}
+			for _, r := range runs {
+				e.launch(ctx, r)
+			}
+			claimed = len(runs)
+		}
+		if claimed < want {
 			runs, err := e.store.ClaimRuns(ctx, &store.ClaimRunsParams{
-				Owner: e.cfg.WorkerID, Limit: min(free, 32), LeaseTTL: e.cfg.LeaseTTL, Workflows: e.Workflows(),
+				Owner: e.cfg.WorkerID, Limit: want - claimed, LeaseTTL: e.cfg.LeaseTTL, Workflows: e.Workflows(), SkipQueues: full,
 			})
 			if err != nil && ctx.Err() == nil {
 				e.log.Warn("weir: claim runs", "err", err)
@@ -375,9 +396,9 @@ func (e *Engine) claimLoop(ctx context.Context) {
 			for _, r := range runs {
 				e.launch(ctx, r)
 			}
-			claimed = len(runs)
+			claimed += len(runs)
 		}
-		if claimed > 0 && claimed == min(free, 32) {
+		if claimed > 0 && claimed == want {
 			// There may be more: look again at once.
 			t.Reset(0)
 			continue
@@ -392,10 +413,31 @@ func (e *Engine) claimLoop(ctx context.Context) {
 	}
 }
 
+// queueRoom is how many more runs of each queue of
+// Config.QueueConcurrency this engine may execute, and the queues it has
+// no room for. e.mu held.
+func (e *Engine) queueRoom() (map[string]int, []string) {
+	if len(e.cfg.QueueConcurrency) == 0 {
+		return nil, nil
+	}
+	room := make(map[string]int, len(e.cfg.QueueConcurrency))
+	var full []string
+	for q, n := range e.cfg.QueueConcurrency {
+		room[q] = max(0, n-e.inQueue[q])
+		if room[q] == 0 {
+			full = append(full, q)
+		}
+	}
+	return room, full
+}
+
 // launch executes r, which a claim leased to this engine.
 func (e *Engine) launch(ctx context.Context, r *store.Run) {
 	e.mu.Lock()
 	e.inflight++
+	if r.Queue != "" {
+		e.inQueue[r.Queue]++
+	}
 	e.launched[r.ID]++
 	e.mu.Unlock()
 	e.spawn(ctx, r, false)
@@ -447,6 +489,11 @@ func (e *Engine) spawn(ctx context.Context, r *store.Run, fresh bool) {
 	free := sync.OnceFunc(func() {
 		e.mu.Lock()
 		e.inflight--
+		if r.Queue != "" {
+			if e.inQueue[r.Queue]--; e.inQueue[r.Queue] <= 0 {
+				delete(e.inQueue, r.Queue)
+			}
+		}
 		e.mu.Unlock()
 		e.nudge()
 	})

@@ -85,6 +85,30 @@ type StartOptions struct {
 	ID string
 	// Delay postpones the run's start.
 	Delay time.Duration
+
+	// Queue names the limiter (store.Limits; `weir limiters set`) the run
+	// waits in before it starts: its concurrency (runs in flight, counted
+	// from admission to the run's end, parks included), its per-key
+	// concurrency, its rate of starts, across every process on the
+	// database. A queued run is admitted in line order: Priority, then the
+	// key that holds fewer of the queue's slots, then the key served
+	// longest ago, then age. Starting in a queue that does not exist
+	// returns ErrNotFound.
+	Queue string
+	// QueueKey is the run's group in its queue (a tenant): its runs share
+	// the queue's per-key bound, and keys take turns.
+	QueueKey string
+	// Priority: higher starts first.
+	Priority int
+	// Dedupe folds starts: while a run of Queue with this key is queued
+	// or running, a start returns that run (created false) instead of a
+	// new one, and its input is dropped.
+	Dedupe string
+	// Debounce, with Dedupe, waits for starts to stop: the run starts
+	// Debounce after the latest start of its key, with that start's input
+	// (a start while it waits replaces its input); once it started, starts
+	// are folded as with Dedupe.
+	Debounce time.Duration
 }
 
 // Start starts a run of w with input in (or returns the run opts.ID names).
@@ -125,9 +149,19 @@ func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *
 		if opts.Delay > 0 {
 			p.WakeAt = time.Now().Add(opts.Delay)
 		}
+		p.Queue, p.QueueKey, p.Priority, p.Dedupe, p.Debounce = opts.Queue, opts.QueueKey, opts.Priority, opts.Dedupe, opts.Debounce
 	}
 	if p.ID == "" {
 		p.ID = newRunID()
+	}
+	if p.Queue != "" {
+		// It waits in its queue: an admission leases it to a worker.
+		r, created, err := e.store.CreateRun(ctx, p)
+		if err != nil {
+			return nil, false, fmt.Errorf("start run: %w", err)
+		}
+		e.nudge()
+		return r, created, nil
 	}
 	// With a slot free here, the run is leased to this engine as it is
 	// created and executed at once: no claim, no look at an empty log.

@@ -123,6 +123,9 @@ type State struct {
 	// slot: of keys holding as many slots, the one served longest ago goes
 	// first (round robin between tenants).
 	Served map[string]time.Time `json:",omitempty"`
+	// Queued is how many runs wait in the limiter as a queue: not kept
+	// here (a store counts its queued runs), filled in by a store's view.
+	Queued int `json:"-"`
 }
 
 // Request asks for a slot.

@@ -395,3 +395,12 @@ func (c *capable) LimiterState(ctx context.Context, name string, now time.Time) 
 	}
 	return c.limits.LimiterState(ctx, name, now)
 }
+
+// AdmitRuns is Limits.AdmitRuns; without limiters nothing is queued, so
+// nothing is admitted.
+func (c *capable) AdmitRuns(ctx context.Context, p *AdmitRunsParams) ([]*Run, error) {
+	if c.limits == nil {
+		return nil, nil
+	}
+	return c.limits.AdmitRuns(ctx, p)
+}

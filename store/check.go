@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/stream"
 )
 
@@ -94,7 +95,36 @@ func (p *CreateRunParams) Check() error {
 	if p.Owner != "" && p.LeaseTTL <= 0 {
 		return fmt.Errorf("%w: a lease at creation needs a positive LeaseTTL", ErrInvalid)
 	}
+	if err := p.checkQueue(); err != nil {
+		return err
+	}
 	return CheckID("workflow", p.Workflow)
+}
+
+// checkQueue refuses queue options without a queue, a key that is too
+// long or not UTF-8, a negative debounce.
+func (p *CreateRunParams) checkQueue() error {
+	if p.Queue == "" {
+		if p.QueueKey != "" || p.Priority != 0 || p.Dedupe != "" || p.Debounce != 0 {
+			return fmt.Errorf("%w: a queue key, a priority, a dedupe key or a debounce needs a queue", ErrInvalid)
+		}
+		return nil
+	}
+	if err := checkLimiterName(p.Queue); err != nil {
+		return fmt.Errorf("queue: %w", err)
+	}
+	for _, k := range []struct{ what, v string }{{"queue key", p.QueueKey}, {"dedupe key", p.Dedupe}} {
+		if len(k.v) > limit.MaxNameLen || !utf8.ValidString(k.v) {
+			return fmt.Errorf("%w: a %s of %d bytes or not UTF-8 (at most %d bytes)", ErrInvalid, k.what, len(k.v), limit.MaxNameLen)
+		}
+	}
+	switch {
+	case p.Debounce < 0:
+		return fmt.Errorf("%w: a negative debounce %v", ErrInvalid, p.Debounce)
+	case p.Debounce > 0 && p.Dedupe == "":
+		return fmt.Errorf("%w: a debounce needs a dedupe key (the starts it folds)", ErrInvalid)
+	}
+	return nil
 }
 
 // Check validates a ListRuns call.
@@ -136,6 +166,11 @@ func (p *ClaimRunsParams) Check() error {
 	}
 	for _, w := range p.Workflows {
 		if err := CheckID("workflow", w); err != nil {
+			return err
+		}
+	}
+	for _, q := range p.SkipQueues {
+		if err := checkLimiterName(q); err != nil {
 			return err
 		}
 	}

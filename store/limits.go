@@ -35,7 +35,50 @@ type Limits interface {
 	// clock): its live holds, its uses in the window, its line (for
 	// /metrics and the UI).
 	LimiterState(ctx context.Context, name string, now time.Time) (*limit.State, error)
+	// AdmitRuns lets queued runs (CreateRunParams.Queue) start, in each
+	// queue's line order (limit.Admit) while its bounds allow, up to
+	// p.Limit in all, and leases them to p.Owner as ClaimRuns would. A
+	// queue's admitted runs that ended give their slots back here. With
+	// no run queued it returns at once and writes nothing.
+	AdmitRuns(ctx context.Context, p *AdmitRunsParams) ([]*Run, error)
 }
+
+// AdmitRunsParams is an AdmitRuns call.
+type AdmitRunsParams struct {
+	Owner    string        // required: the worker's id
+	Limit    int           // at least 1
+	LeaseTTL time.Duration // required
+	// Workflows, if not nil: only runs of these workflows.
+	Workflows []string
+	// Room bounds the runs admitted from each queue it names (the
+	// worker's room for them, Config.QueueConcurrency); a queue it does
+	// not name takes up to Limit.
+	Room map[string]int
+	Now  time.Time // zero: the store's clock
+}
+
+// Check validates an AdmitRuns call.
+func (p *AdmitRunsParams) Check() error {
+	c := ClaimRunsParams{Owner: p.Owner, Limit: p.Limit, LeaseTTL: p.LeaseTTL, Workflows: p.Workflows}
+	return c.Check()
+}
+
+// WithDefaults returns p with its clock set.
+func (p *AdmitRunsParams) WithDefaults(clock func() time.Time) *AdmitRunsParams {
+	q := *p
+	if q.Now.IsZero() {
+		q.Now = clock()
+	}
+	return &q
+}
+
+// HeadsPerKey is how many of each key's first queued runs AdmitRuns
+// weighs at once: enough for one call's Limit, few enough that a key with
+// a thousand queued runs costs a read of its first ones only.
+const HeadsPerKey = 32
+
+// MaxQueueHeads bounds the candidates AdmitRuns weighs per queue.
+const MaxQueueHeads = 1024
 
 // AcquireSlotParams is an AcquireSlot call.
 type AcquireSlotParams struct {

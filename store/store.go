@@ -341,6 +341,15 @@ type Run struct {
 	// (the caller's that started it, or one minted for it), so that every
 	// execution of it, in any process, is a span of one trace; "" if none.
 	TraceParent string
+	// Queue is the limiter the run waited in before it started ("" if
+	// none: CreateRunParams.Queue), QueueKey its fair-share group there,
+	// Priority its place, Dedupe its deduplication key.
+	Queue, QueueKey string
+	Priority        int
+	Dedupe          string
+	// Queued: the run waits in its queue, not yet admitted (no claim
+	// takes it until AdmitRuns does).
+	Queued bool
 }
 
 // KindWorld is the Kind of a World run.
@@ -365,6 +374,28 @@ type CreateRunParams struct {
 	// LeaseEpoch 1.
 	Owner    string
 	LeaseTTL time.Duration // required with Owner
+
+	// Queue, if set, names the limiter (store.Limits; ErrNotFound if none)
+	// the run waits in before it starts: it is created Queued, and only
+	// AdmitRuns lets it start, in line order, when the limiter's bounds
+	// allow (Owner is then ignored). A queued run holds its queue's slot
+	// from its admission until it ends.
+	Queue string
+	// QueueKey is the run's group in its queue (a tenant): its runs share
+	// the queue's PerKey bound, and the keys take turns. At most
+	// limit.MaxNameLen bytes of UTF-8.
+	QueueKey string
+	// Priority: in its queue, runs of a higher priority start first.
+	Priority int
+	// Dedupe, with Queue, folds starts: while a run of Queue with this
+	// Dedupe key is queued or running, a create with another id returns
+	// that run (created false) and changes nothing, unless Debounce.
+	Dedupe string
+	// Debounce, with Dedupe, delays the run: it cannot start until
+	// Debounce after the latest create of its key, and a create with its
+	// key while it is still queued gives it that create's input and its
+	// new start time. Once it started, creates are folded as with Dedupe.
+	Debounce time.Duration
 }
 
 // ListRunsParams filters ListRuns.
@@ -501,6 +532,9 @@ type ClaimRunsParams struct {
 	// an engine claims only what it can run, so engines with different
 	// workflows can share a database.
 	Workflows []string
+	// SkipQueues: runs of these queues are not claimed (the worker runs
+	// as many of them as it may, Config.QueueConcurrency).
+	SkipQueues []string
 }
 
 // RenewLeaseParams extends a lease.

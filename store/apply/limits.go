@@ -3,6 +3,8 @@ package apply
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/weirhq/weir/limit"
@@ -122,8 +124,9 @@ func DecodeLimiterConfig(b []byte) (*limit.Config, error) {
 }
 
 // LimiterView is what a limiter kept as (config, state) holds at now: its
-// live holds, its uses in the window, its line.
-func LimiterView(config, state []byte, now time.Time) (*limit.State, error) {
+// live holds (a run's while inFlight says it has not ended), its uses in
+// the window, its line, and queued, its queued runs.
+func LimiterView(config, state []byte, now time.Time, inFlight func(ids []string) (map[string]bool, error), queued int) (*limit.State, error) {
 	c, err := DecodeLimiterConfig(config)
 	if err != nil {
 		return nil, err
@@ -132,6 +135,18 @@ func LimiterView(config, state []byte, now time.Time) (*limit.State, error) {
 	if err != nil {
 		return nil, err
 	}
+	if holds := limit.RunHolds(st); len(holds) > 0 {
+		ids := make([]string, len(holds))
+		for i, h := range holds {
+			ids[i] = strings.TrimPrefix(h, "run:")
+		}
+		live, err := inFlight(ids)
+		if err != nil {
+			return nil, err
+		}
+		st.Holds = slices.DeleteFunc(st.Holds, func(h limit.Hold) bool { return h.Run && !live[strings.TrimPrefix(h.Holder, "run:")] })
+	}
 	st = limit.Prune(c, st, now)
+	st.Queued = queued
 	return &st, nil
 }

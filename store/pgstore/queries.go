@@ -299,13 +299,15 @@ func newQueries(schema string) *queries {
 	// than claiming more.
 	set(&q.claimIn, `WITH prev AS (
 			SELECT id, workflow, status, input, output, error, created_at, updated_at,
-				wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent, seq
+				wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
+				queue, queue_key, priority, dedupe, queued, seq
 			FROM $S.runs WHERE $7 <> 0 AND record_token = $7 AND lease_owner = $1 AND status IN ('pending', 'running')
 		), c AS (
 			SELECT id FROM $S.runs
 			WHERE NOT EXISTS (SELECT 1 FROM prev) AND id <> ALL ($5::text[])
 				AND status IN ('pending', 'running') AND kind = '' AND wake_at <= $3 AND (lease_owner = '' OR lease_expires <= $3)
 				AND ($8::text[] IS NULL OR workflow = ANY ($8::text[]))
+				AND (NOT queued OR cancel_requested) AND ($9::text[] IS NULL OR queue <> ALL ($9::text[]))
 			ORDER BY wake_at, seq LIMIT $4
 			FOR NO KEY UPDATE SKIP LOCKED
 		), u AS (
@@ -313,7 +315,8 @@ func newQueries(schema string) *queries {
 				lease_epoch = r.lease_epoch + 1, updated_at = $3, record_token = $6
 			FROM c WHERE r.id = c.id
 			RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error, r.created_at, r.updated_at,
-				r.wake_at, r.lease_owner, r.lease_expires, r.lease_epoch, r.cancel_requested, r.kind, r.parent_id, r.trace_parent, r.seq
+				r.wake_at, r.lease_owner, r.lease_expires, r.lease_epoch, r.cancel_requested, r.kind, r.parent_id, r.trace_parent,
+				r.queue, r.queue_key, r.priority, r.dedupe, r.queued, r.seq
 		)
 		SELECT * FROM u UNION ALL SELECT * FROM prev`)
 	return q

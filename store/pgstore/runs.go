@@ -27,6 +27,9 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 	if err := p.Check(); err != nil {
 		return nil, false, fmt.Errorf("create run: %w", err)
 	}
+	if p.Queue != "" {
+		return s.enqueueRun(ctx, p)
+	}
 	now := s.cfg.Now()
 	o := &createRunOp{p: p, now: sqlrow.Nanos(now), lease: apply.CreateLease(p, now)}
 	if err := s.exec(ctx, o); err != nil {

@@ -179,5 +179,25 @@ func (s *Store) LimiterState(ctx context.Context, name string, now time.Time) (*
 	if now.IsZero() {
 		now = s.cfg.Now()
 	}
-	return apply.LimiterView(cfg, state, now)
+	var queued int
+	if err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE queue = ? AND queued = 1`, name).Scan(&queued); err != nil {
+		return nil, fmt.Errorf("limiter state: %w", s.readErr(err))
+	}
+	inFlight := func(ids []string) (map[string]bool, error) {
+		rows, err := s.rdb.QueryContext(ctx, `SELECT id FROM runs WHERE id IN (SELECT value FROM json_each(?)) AND status IN ('pending', 'running')`, jsonList(ids))
+		if err != nil {
+			return nil, s.readErr(err)
+		}
+		defer rows.Close()
+		out := map[string]bool{}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return nil, s.readErr(err)
+			}
+			out[id] = true
+		}
+		return out, s.readErr(rows.Err())
+	}
+	return apply.LimiterView(cfg, state, now, inFlight, queued)
 }

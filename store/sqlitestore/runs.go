@@ -23,6 +23,9 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 	if s.isClosed() {
 		return nil, false, store.ErrClosedStore
 	}
+	if p.Queue != "" {
+		return s.enqueueRun(ctx, p)
+	}
 	// A retried create finds its run without queueing for the writer.
 	run, err := sqlrow.ScanRun(s.r.run.QueryRowContext(ctx, p.ID))
 	switch {
@@ -142,19 +145,12 @@ func (s *Store) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*sto
 	}
 	p = p.WithDefaults(s.cfg.Now)
 	now := p.Now
-	var workflows any // SQL NULL: any workflow
-	if p.Workflows != nil {
-		b, err := json.Marshal(p.Workflows)
-		if err != nil {
-			return nil, fmt.Errorf("claim runs: %w", err)
-		}
-		workflows = string(b)
-	}
+	workflows, skip := jsonList(p.Workflows), jsonList(p.SkipQueues)
 	var out []*store.Run
 	err := s.write(ctx, func(tx *wtx) error {
 		out = out[:0]
 		tx.changed = true
-		rows, err := tx.w.claim.QueryContext(bg, p.Owner, sqlrow.Nanos(now.Add(p.LeaseTTL)), sqlrow.Nanos(now), p.Limit, workflows)
+		rows, err := tx.w.claim.QueryContext(bg, p.Owner, sqlrow.Nanos(now.Add(p.LeaseTTL)), sqlrow.Nanos(now), p.Limit, workflows, skip)
 		if err != nil {
 			return translate(err)
 		}
@@ -179,6 +175,15 @@ func (s *Store) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*sto
 		return a.CreatedAt.Compare(b.CreatedAt)
 	})
 	return out, nil
+}
+
+// jsonList is l as a JSON array for json_each, or SQL NULL if l is nil.
+func jsonList(l []string) any {
+	if l == nil {
+		return nil
+	}
+	b, _ := json.Marshal(l) // strings always encode
+	return string(b)
 }
 
 // RenewLease extends a lease by p.LeaseTTL from now. An unknown run returns

@@ -334,6 +334,18 @@ CREATE TABLE limiters (
 	state  BLOB NOT NULL DEFAULT ''
 ) WITHOUT ROWID;
 `,
+	// 11: queues for runs (store.CreateRunParams.Queue): a queued run
+	// waits, unclaimable, until AdmitRuns lets it start; while a run of a
+	// queue is pending or running, its dedupe key is its own.
+	`
+ALTER TABLE runs ADD COLUMN queue TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN queue_key TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN dedupe TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN queued INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX runs_queued ON runs (queue, queue_key, priority DESC, seq) WHERE queued = 1;
+CREATE UNIQUE INDEX runs_dedupe ON runs (queue, dedupe) WHERE dedupe <> '' AND status IN ('pending', 'running');
+`,
 }
 
 // fixups run in a migration's transaction after its SQL, for what SQL

@@ -97,6 +97,8 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 				WHERE status IN ('pending', 'running') AND kind = '' AND wake_at <= ?3
 					AND (lease_owner = '' OR lease_expires <= ?3)
 					AND (?5 IS NULL OR workflow IN (SELECT value FROM json_each(?5)))
+					AND (queued = 0 OR cancel_requested)
+					AND (?6 IS NULL OR queue NOT IN (SELECT value FROM json_each(?6)))
 				ORDER BY wake_at, seq LIMIT ?4)
 			RETURNING `+sqlrow.RunCols),
 		p(&w.renew, `UPDATE runs SET lease_expires = ?, updated_at = ?

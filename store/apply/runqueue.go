@@ -1,0 +1,141 @@
+package apply
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/weirhq/weir/limit"
+	"github.com/weirhq/weir/store"
+)
+
+// QueueTx is what queued runs (store.CreateRunParams.Queue) need of a
+// transaction: their queue's limiter row and the runs of the queue. The
+// rules (what a dedupe folds, who is admitted) are here and in package
+// limit; a backend holds only the SQL.
+type QueueTx interface {
+	LimiterTx
+	// FindRun returns run id, nil if there is none.
+	FindRun(id string) (*store.Run, error)
+	// DedupeRun returns the run of queue with dedupe key that is pending
+	// or running, nil if none.
+	DedupeRun(queue, dedupe string) (*store.Run, error)
+	// InsertQueuedRun inserts p's run, queued, runnable from wake.
+	InsertQueuedRun(p *store.CreateRunParams, wake, now time.Time) (*store.Run, error)
+	// FoldRun gives queued run id input and wake (a debounced start).
+	FoldRun(id string, input []byte, wake, now time.Time) (*store.Run, error)
+	// ReadyQueues returns the queues with queued runs of workflows (nil:
+	// any) that can start at now: awake, no cancel asked.
+	ReadyQueues(workflows []string, now time.Time) ([]string, error)
+	// QueueHeads returns queue's queued runs of workflows that can start
+	// at now, each key's first store.HeadsPerKey by priority then
+	// creation, at most store.MaxQueueHeads.
+	QueueHeads(queue string, workflows []string, now time.Time) ([]*store.Run, error)
+	// InFlight returns which of runs ids are pending or running.
+	InFlight(ids []string) (map[string]bool, error)
+	// AdmitRun marks queued run id admitted and leases it to owner until
+	// expires, as a claim would (status running, its epoch up by one).
+	AdmitRun(id, owner string, expires, now time.Time) (*store.Run, error)
+}
+
+// EnqueueRun creates p's run in queue p.Queue (p checked), or returns the
+// run it is folded into: the run at p.ID, or the queue's run with p.Dedupe
+// that is queued or running. A debounced start (p.Debounce) folded into a
+// run still queued gives it p's input and moves its start to now +
+// p.Debounce.
+func EnqueueRun(tx QueueTx, p *store.CreateRunParams, now time.Time) (*store.Run, bool, error) {
+	if run, err := tx.FindRun(p.ID); err != nil || run != nil {
+		if err == nil {
+			err = RunConflict(run, p)
+		}
+		return run, false, err
+	}
+	if _, _, found, err := tx.LockLimiter(p.Queue); err != nil {
+		return nil, false, err
+	} else if !found {
+		return nil, false, fmt.Errorf("%w: no queue %q: a queue is a limiter (set it first)", store.ErrNotFound, p.Queue)
+	}
+	wake := p.WakeAt
+	if p.Debounce > 0 && wake.Before(now.Add(p.Debounce)) {
+		wake = now.Add(p.Debounce)
+	}
+	if p.Dedupe != "" {
+		run, err := tx.DedupeRun(p.Queue, p.Dedupe)
+		if err != nil {
+			return nil, false, err
+		}
+		if run != nil {
+			if run.Workflow != p.Workflow {
+				return nil, false, fmt.Errorf("%w: dedupe key %q of queue %q is run %q's, of workflow %q, not %q",
+					store.ErrRunConflict, p.Dedupe, p.Queue, run.ID, run.Workflow, p.Workflow)
+			}
+			if p.Debounce > 0 && run.Queued {
+				run, err = tx.FoldRun(run.ID, p.Input, wake, now)
+			}
+			return run, false, err
+		}
+	}
+	run, err := tx.InsertQueuedRun(p, wake, now)
+	return run, err == nil, err
+}
+
+// AdmitRuns applies an AdmitRuns call (p checked, p.Now set): queue by
+// queue, in name order, limit.Admit over each one's heads, until p.Limit
+// runs are admitted.
+func AdmitRuns(tx QueueTx, p *store.AdmitRunsParams) ([]*store.Run, error) {
+	queues, err := tx.ReadyQueues(p.Workflows, p.Now)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(queues)
+	var out []*store.Run
+	for _, q := range queues {
+		room := p.Limit - len(out)
+		if r, ok := p.Room[q]; ok {
+			room = min(room, r)
+		}
+		if room <= 0 {
+			continue
+		}
+		c, b, found, err := tx.LockLimiter(q)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			continue // runs of a queue that is gone wait until it is set again
+		}
+		st, err := DecodeLimiterState(b)
+		if err != nil {
+			return nil, err
+		}
+		heads, err := tx.QueueHeads(q, p.Workflows, p.Now)
+		if err != nil {
+			return nil, err
+		}
+		cands := make([]limit.Candidate, len(heads))
+		for i, r := range heads {
+			cands[i] = limit.Candidate{Holder: limit.RunHolder(r.ID), Key: r.QueueKey, Priority: r.Priority, Since: r.CreatedAt}
+		}
+		var ids []string
+		for _, h := range limit.RunHolds(st) {
+			ids = append(ids, strings.TrimPrefix(h, "run:"))
+		}
+		live, err := tx.InFlight(ids)
+		if err != nil {
+			return nil, err
+		}
+		a, st := limit.Admit(c, st, cands, func(h string) bool { return live[strings.TrimPrefix(h, "run:")] }, p.Now, room)
+		for _, x := range a.Runs {
+			run, err := tx.AdmitRun(strings.TrimPrefix(x.Holder, "run:"), p.Owner, p.Now.Add(p.LeaseTTL), p.Now)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, run)
+		}
+		if err := saveLimiter(tx, c, st); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,203 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/sqlrow"
+)
+
+// Queued runs: the rules are package apply's (EnqueueRun, AdmitRuns) and
+// package limit's; wtx holds the SQL. The committer's one write
+// transaction at a time is the queue's lock.
+
+var _ apply.QueueTx = (*wtx)(nil)
+
+// enqueueRun is CreateRun of a run in a queue.
+func (s *Store) enqueueRun(ctx context.Context, p *store.CreateRunParams) (*store.Run, bool, error) {
+	var run *store.Run
+	var created bool
+	err := s.write(ctx, func(tx *wtx) error {
+		var err error
+		run, created, err = apply.EnqueueRun(tx, p, s.cfg.Now())
+		return err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("create run: %w", err)
+	}
+	return run, created, nil
+}
+
+// AdmitRuns lets queued runs start.
+func (s *Store) AdmitRuns(ctx context.Context, p *store.AdmitRunsParams) ([]*store.Run, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("admit runs: %w", err)
+	}
+	q := p.WithDefaults(s.cfg.Now)
+	// Most polls find nothing queued: a read says so without a write.
+	var one int
+	err := s.rdb.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE queued = 1 AND NOT cancel_requested AND wake_at <= ? LIMIT 1`, sqlrow.Nanos(q.Now)).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("admit runs: %w", s.readErr(err))
+	}
+	var out []*store.Run
+	err = s.write(ctx, func(tx *wtx) error {
+		var err error
+		out, err = apply.AdmitRuns(tx, q)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("admit runs: %w", err)
+	}
+	return out, nil
+}
+
+// FindRun returns run id, nil if none.
+func (tx *wtx) FindRun(id string) (*store.Run, error) {
+	run, err := sqlrow.ScanRun(tx.w.run.QueryRowContext(bg, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	return run, translate(err)
+}
+
+// oneRun runs query q for at most one run.
+func (tx *wtx) oneRun(q string, args ...any) (*store.Run, error) {
+	st, err := tx.stmt(q)
+	if err != nil {
+		return nil, err
+	}
+	run, err := sqlrow.ScanRun(st.QueryRowContext(bg, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	return run, translate(err)
+}
+
+// DedupeRun returns the pending or running run of queue with dedupe.
+func (tx *wtx) DedupeRun(queue, dedupe string) (*store.Run, error) {
+	return tx.oneRun(`SELECT `+sqlrow.RunCols+` FROM runs
+		WHERE queue = ? AND dedupe = ? AND dedupe <> '' AND status IN ('pending', 'running')`, queue, dedupe)
+}
+
+// InsertQueuedRun inserts p's run, queued.
+func (tx *wtx) InsertQueuedRun(p *store.CreateRunParams, wake, now time.Time) (*store.Run, error) {
+	tx.changed = true
+	n := sqlrow.Nanos(now)
+	return tx.oneRun(`INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at, parent_id,
+			trace_parent, queue, queue_key, priority, dedupe, queued)
+		VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) RETURNING `+sqlrow.RunCols,
+		p.ID, p.Workflow, p.Input, n, n, sqlrow.Nanos(wake), p.Parent, p.TraceParent, p.Queue, p.QueueKey, p.Priority, p.Dedupe)
+}
+
+// FoldRun gives queued run id a new input and wake.
+func (tx *wtx) FoldRun(id string, input []byte, wake, now time.Time) (*store.Run, error) {
+	tx.changed = true
+	return tx.oneRun(`UPDATE runs SET input = ?, wake_at = ?, updated_at = ? WHERE id = ? AND queued = 1 RETURNING `+sqlrow.RunCols,
+		input, sqlrow.Nanos(wake), sqlrow.Nanos(now), id)
+}
+
+// workflowsClause is the filter of runs by workflows (nil: any), with
+// its argument.
+func workflowsClause(workflows []string) (string, []any) {
+	if workflows == nil {
+		return "", nil
+	}
+	return ` AND workflow IN (SELECT value FROM json_each(?))`, []any{jsonList(workflows)}
+}
+
+// ReadyQueues returns the queues with runs that can start at now.
+func (tx *wtx) ReadyQueues(workflows []string, now time.Time) ([]string, error) {
+	wf, args := workflowsClause(workflows)
+	st, err := tx.stmt(`SELECT DISTINCT queue FROM runs WHERE queued = 1 AND NOT cancel_requested AND wake_at <= ?` + wf)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.QueryContext(bg, append([]any{sqlrow.Nanos(now)}, args...)...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var q string
+		if err := rows.Scan(&q); err != nil {
+			return nil, translate(err)
+		}
+		out = append(out, q)
+	}
+	return out, translate(rows.Err())
+}
+
+// QueueHeads returns each key's first runs of queue that can start.
+func (tx *wtx) QueueHeads(queue string, workflows []string, now time.Time) ([]*store.Run, error) {
+	wf, args := workflowsClause(workflows)
+	st, err := tx.stmt(`SELECT ` + sqlrow.RunCols + ` FROM (
+			SELECT *, row_number() OVER (PARTITION BY queue_key ORDER BY priority DESC, seq) AS rank FROM runs
+			WHERE queue = ? AND queued = 1 AND NOT cancel_requested AND wake_at <= ?` + wf + `
+		) WHERE rank <= ? ORDER BY priority DESC, seq LIMIT ?`)
+	if err != nil {
+		return nil, err
+	}
+	a := append(append([]any{queue, sqlrow.Nanos(now)}, args...), store.HeadsPerKey, store.MaxQueueHeads)
+	rows, err := st.QueryContext(bg, a...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []*store.Run
+	for rows.Next() {
+		r, err := sqlrow.ScanRun(rows)
+		if err != nil {
+			return nil, translate(err)
+		}
+		out = append(out, r)
+	}
+	return out, translate(rows.Err())
+}
+
+// InFlight returns which of ids are pending or running.
+func (tx *wtx) InFlight(ids []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	st, err := tx.stmt(`SELECT id FROM runs WHERE id IN (SELECT value FROM json_each(?)) AND status IN ('pending', 'running')`)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.QueryContext(bg, jsonList(ids))
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, translate(err)
+		}
+		out[id] = true
+	}
+	return out, translate(rows.Err())
+}
+
+// AdmitRun admits queued run id and leases it to owner.
+func (tx *wtx) AdmitRun(id, owner string, expires, now time.Time) (*store.Run, error) {
+	tx.changed = true
+	run, err := tx.oneRun(`UPDATE runs SET queued = 0, status = 'running', lease_owner = ?, lease_expires = ?,
+			lease_epoch = lease_epoch + 1, updated_at = ?
+		WHERE id = ? AND queued = 1 RETURNING `+sqlrow.RunCols, owner, sqlrow.Nanos(expires), sqlrow.Nanos(now), id)
+	if err == nil && run == nil {
+		err = fmt.Errorf("%w: run %q is not queued", store.ErrNotFound, id)
+	}
+	return run, err
+}
+

@@ -1,0 +1,287 @@
+package storetest
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/limit"
+	"github.com/weirhq/weir/store"
+)
+
+// testQueues: runs that wait in a queue (CreateRunParams.Queue) until
+// AdmitRuns lets them start, in line order while the queue's limiter
+// allows; dedupe and debounce folding starts; a cancel reaching a queued
+// run; concurrent admissions by many workers never beyond the limit; bad
+// input refused with nothing changed.
+func testQueues(t *testing.T, h harness) {
+	newStore := func(t *testing.T) (store.Store, store.Limits) {
+		s := h.Harness.New(t)
+		l, ok := s.(store.Limits)
+		if !ok {
+			t.Skip("the store has no store.Limits")
+		}
+		return s, l
+	}
+	enqueue := func(t *testing.T, s store.Store, p store.CreateRunParams) *store.Run {
+		t.Helper()
+		if p.Workflow == "" {
+			p.Workflow = "wf"
+		}
+		r, created, err := s.CreateRun(ctx(t), &p)
+		must(t, err)
+		if !created {
+			t.Fatalf("run %q was not created (folded into %q)", p.ID, r.ID)
+		}
+		if !r.Queued || r.Queue != p.Queue || r.QueueKey != p.QueueKey || r.Priority != p.Priority || r.Status != store.RunPending {
+			t.Fatalf("queued run %+v", r)
+		}
+		return r
+	}
+	admit := func(t *testing.T, l store.Limits, owner string, n int, now time.Time) []string {
+		t.Helper()
+		runs, err := l.AdmitRuns(ctx(t), &store.AdmitRunsParams{Owner: owner, Limit: n, LeaseTTL: time.Minute, Now: now})
+		must(t, err)
+		var ids []string
+		for _, r := range runs {
+			if r.Queued || r.Status != store.RunRunning || r.LeaseOwner != owner || r.LeaseEpoch != 1 {
+				t.Fatalf("admitted run %+v", r)
+			}
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	end := func(t *testing.T, s store.Store, id string) {
+		t.Helper()
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: id, LeaseEpoch: 1, Status: store.RunCompleted, Output: []byte(`1`),
+			Events: []store.Event{{Type: store.EventRunCompleted}}}))
+	}
+	soon := func() time.Time { return time.Now().Add(time.Second) }
+
+	t.Run("AdmitInOrder", func(t *testing.T) {
+		t.Parallel()
+		s, l := newStore(t)
+		must(t, l.SetLimiter(ctx(t), &limit.Config{Name: "q", Concurrency: 2}))
+		enqueue(t, s, store.CreateRunParams{ID: "low", Queue: "q"})
+		enqueue(t, s, store.CreateRunParams{ID: "high", Queue: "q", Priority: 5})
+		enqueue(t, s, store.CreateRunParams{ID: "mid", Queue: "q", Priority: 1})
+		// Queued runs are not claimed.
+		claimed, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: "w", Limit: 10, LeaseTTL: time.Minute, Now: soon()})
+		must(t, err)
+		if len(claimed) != 0 {
+			t.Fatalf("claimed %d queued runs", len(claimed))
+		}
+		if got := admit(t, l, "w", 10, soon()); !slices.Equal(got, []string{"high", "mid"}) {
+			t.Fatalf("admitted %v, want high then mid", got)
+		}
+		if got := admit(t, l, "w", 10, soon()); len(got) != 0 {
+			t.Fatalf("admitted %v beyond the concurrency", got)
+		}
+		st, err := l.LimiterState(ctx(t), "q", soon())
+		must(t, err)
+		if len(st.Holds) != 2 {
+			t.Fatalf("holds %+v", st.Holds)
+		}
+		end(t, s, "high")
+		if got := admit(t, l, "w", 10, soon()); !slices.Equal(got, []string{"low"}) {
+			t.Fatalf("after high ended: %v", got)
+		}
+		// A changed limit applies to the next admission.
+		must(t, l.SetLimiter(ctx(t), &limit.Config{Name: "q", Concurrency: 3}))
+		enqueue(t, s, store.CreateRunParams{ID: "late", Queue: "q"})
+		if got := admit(t, l, "w", 10, soon()); !slices.Equal(got, []string{"late"}) {
+			t.Fatalf("after the limit rose: %v", got)
+		}
+	})
+
+	t.Run("FairShareAndPerKey", func(t *testing.T) {
+		t.Parallel()
+		s, l := newStore(t)
+		must(t, l.SetLimiter(ctx(t), &limit.Config{Name: "q", Concurrency: 3, PerKey: 2}))
+		for i := range 5 {
+			enqueue(t, s, store.CreateRunParams{ID: fmt.Sprint("a", i), Queue: "q", QueueKey: "a"})
+		}
+		enqueue(t, s, store.CreateRunParams{ID: "b0", Queue: "q", QueueKey: "b"})
+		if got := admit(t, l, "w", 10, soon()); !slices.Equal(got, []string{"a0", "b0", "a1"}) {
+			t.Fatalf("admitted %v, want a0 b0 a1 (b's one run does not wait for a's five)", got)
+		}
+		end(t, s, "b0")
+		if got := admit(t, l, "w", 10, soon()); len(got) != 0 {
+			t.Fatalf("a holds its 2: admitted %v", got)
+		}
+	})
+
+	t.Run("Rate", func(t *testing.T) {
+		t.Parallel()
+		s, l := newStore(t)
+		must(t, l.SetLimiter(ctx(t), &limit.Config{Name: "q", Rate: 2, Period: time.Hour}))
+		for i := range 3 {
+			enqueue(t, s, store.CreateRunParams{ID: fmt.Sprint("r", i), Queue: "q"})
+		}
+		now := soon()
+		if got := admit(t, l, "w", 10, now); len(got) != 2 {
+			t.Fatalf("admitted %v, rate 2", got)
+		}
+		if got := admit(t, l, "w", 10, now.Add(59*time.Minute)); len(got) != 0 {
+			t.Fatalf("admitted %v within the hour", got)
+		}
+		if got := admit(t, l, "w", 10, now.Add(61*time.Minute)); !slices.Equal(got, []string{"r2"}) {
+			t.Fatalf("after the hour: %v", got)
+		}
+	})
+
+	t.Run("Dedupe", func(t *testing.T) {
+		t.Parallel()
+		s, l := newStore(t)
+		must(t, l.SetLimiter(ctx(t), &limit.Config{Name: "q", Concurrency: 5}))
+		first := enqueue(t, s, store.CreateRunParams{ID: "first", Queue: "q", Dedupe: "order-7", Input: []byte(`1`)})
+		for _, id := range []string{"second", "third"} {
+			r, created, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: id, Workflow: "wf", Queue: "q", Dedupe: "order-7", Input: []byte(`2`)})
+			must(t, err)
+			if created || r.ID != first.ID || string(r.Input) != `1` {
+				t.Fatalf("%s folded into %+v (created %v)", id, r, created)
+			}
+			if _, err := s.GetRun(ctx(t), id); err == nil {
+				t.Fatalf("folded start %s made a run", id)
+			}
+		}
+		// Of another workflow: refused.
+		_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "other", Workflow: "wf2", Queue: "q", Dedupe: "order-7"})
+		wantErr(t, err, store.ErrRunConflict)
+		// Folded while running too; once it ended the key is free.
+		admit(t, l, "w", 10, soon())
+		r, created, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "fourth", Workflow: "wf", Queue: "q", Dedupe: "order-7"})
+		must(t, err)
+		if created || r.ID != "first" {
+			t.Fatalf("while running: %+v", r)
+		}
+		end(t, s, "first")
+		enqueue(t, s, store.CreateRunParams{ID: "fifth", Queue: "q", Dedupe: "order-7"})
+	})
+
+	t.Run("Debounce", func(t *testing.T) {
+		t.Parallel()
+		s, l := newStore(t)
+		must(t, l.SetLimiter(ctx(t), &limit.Config{Name: "q", Concurrency: 5}))
+		p := store.CreateRunParams{ID: "d1", Queue: "q", Dedupe: "doc-1", Debounce: time.Hour, Input: []byte(`"v1"`)}
+		first := enqueue(t, s, p)
+		if first.WakeAt.Before(time.Now().Add(59 * time.Minute)) {
+			t.Fatalf("debounced run wakes at %v", first.WakeAt)
+		}
+		p.ID, p.Input, p.Workflow = "d2", []byte(`"v2"`), "wf"
+		r, created, err := s.CreateRun(ctx(t), &p)
+		must(t, err)
+		if created || r.ID != "d1" || string(r.Input) != `"v2"` || !r.WakeAt.After(first.WakeAt) {
+			t.Fatalf("a debounced start folded into %+v (created %v), want d1 with v2, later", r, created)
+		}
+		if got := admit(t, l, "w", 10, soon()); len(got) != 0 {
+			t.Fatalf("admitted %v before its debounce", got)
+		}
+		if got := admit(t, l, "w", 10, r.WakeAt.Add(time.Millisecond)); !slices.Equal(got, []string{"d1"}) {
+			t.Fatalf("after its debounce: %v", got)
+		}
+	})
+
+	t.Run("CancelAQueuedRun", func(t *testing.T) {
+		t.Parallel()
+		s, l := newStore(t)
+		must(t, l.SetLimiter(ctx(t), &limit.Config{Name: "q", Concurrency: 1}))
+		enqueue(t, s, store.CreateRunParams{ID: "holder", Queue: "q"})
+		admit(t, l, "w", 10, soon())
+		enqueue(t, s, store.CreateRunParams{ID: "waiting", Queue: "q"})
+		must(t, s.RequestCancel(ctx(t), "waiting"))
+		// The queue is full, but a claim takes the cancelled run to end it.
+		claimed, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: "w", Limit: 10, LeaseTTL: time.Minute, Now: soon()})
+		must(t, err)
+		if len(claimed) != 1 || claimed[0].ID != "waiting" || !claimed[0].CancelRequested {
+			t.Fatalf("claimed %+v", claimed)
+		}
+	})
+
+	t.Run("SkipQueues", func(t *testing.T) {
+		t.Parallel()
+		s, l := newStore(t)
+		must(t, l.SetLimiter(ctx(t), &limit.Config{Name: "q", Concurrency: 5}))
+		enqueue(t, s, store.CreateRunParams{ID: "a", Queue: "q"})
+		admit(t, l, "w1", 10, soon())
+		// Its worker died: the lease runs out; a claim skipping q leaves it.
+		later := soon().Add(2 * time.Minute)
+		claimed, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: "w2", Limit: 10, LeaseTTL: time.Minute, Now: later, SkipQueues: []string{"q"}})
+		must(t, err)
+		if len(claimed) != 0 {
+			t.Fatalf("claimed %+v of a skipped queue", claimed)
+		}
+		claimed, err = s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: "w2", Limit: 10, LeaseTTL: time.Minute, Now: later})
+		must(t, err)
+		if len(claimed) != 1 || claimed[0].ID != "a" || claimed[0].Queued {
+			t.Fatalf("claimed %+v", claimed)
+		}
+		// Room bounds what one admission takes from a queue.
+		for i := range 3 {
+			enqueue(t, s, store.CreateRunParams{ID: fmt.Sprint("b", i), Queue: "q"})
+		}
+		runs, err := l.AdmitRuns(ctx(t), &store.AdmitRunsParams{Owner: "w3", Limit: 10, LeaseTTL: time.Minute, Room: map[string]int{"q": 1}})
+		must(t, err)
+		if len(runs) != 1 {
+			t.Fatalf("admitted %d with room for 1", len(runs))
+		}
+	})
+
+	t.Run("ConcurrentAdmissionsKeepTheLimit", func(t *testing.T) {
+		t.Parallel()
+		s, l := newStore(t)
+		must(t, l.SetLimiter(ctx(t), &limit.Config{Name: "q", Concurrency: 3}))
+		for i := range 12 {
+			enqueue(t, s, store.CreateRunParams{ID: fmt.Sprint("r", i), Queue: "q"})
+		}
+		var mu sync.Mutex
+		var got []string
+		var wg sync.WaitGroup
+		for w := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				runs, err := l.AdmitRuns(ctx(t), &store.AdmitRunsParams{Owner: fmt.Sprint("w", w), Limit: 2, LeaseTTL: time.Minute})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for _, r := range runs {
+					got = append(got, r.ID)
+				}
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		if len(got) != 3 {
+			t.Fatalf("6 workers admitted %v, concurrency 3", got)
+		}
+	})
+
+	t.Run("Invalid", func(t *testing.T) {
+		t.Parallel()
+		s, l := newStore(t)
+		must(t, l.SetLimiter(ctx(t), &limit.Config{Name: "q", Concurrency: 1}))
+		for _, p := range []store.CreateRunParams{
+			{ID: "x", Workflow: "wf", Queue: "nope"},
+			{ID: "x", Workflow: "wf", QueueKey: "tenant"},
+			{ID: "x", Workflow: "wf", Queue: "q", QueueKey: string([]byte{0xff})},
+			{ID: "x", Workflow: "wf", Queue: "q", QueueKey: string(make([]byte, limit.MaxNameLen+1))},
+			{ID: "x", Workflow: "wf", Queue: "q", Debounce: time.Second},
+			{ID: "x", Workflow: "wf", Queue: "q", Dedupe: "k", Debounce: -time.Second},
+		} {
+			_, _, err := s.CreateRun(ctx(t), &p)
+			if err == nil {
+				t.Fatalf("%+v: created", p)
+			}
+		}
+		_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "x", Workflow: "wf", Queue: "nope"})
+		wantErr(t, err, store.ErrNotFound)
+		if _, err := s.GetRun(ctx(t), "x"); err == nil {
+			t.Fatal("a refused start made a run")
+		}
+	})
+}
