@@ -200,4 +200,3 @@ func (tx *wtx) AdmitRun(id, owner string, expires, now time.Time) (*store.Run, e
 	}
 	return run, err
 }
-
