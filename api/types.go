@@ -20,6 +20,19 @@ type StartRequest struct {
 	// that run (200) instead of a new one (201). Optional; exclusive with an
 	// Idempotency-Key header.
 	ID string `json:"id,omitempty"`
+	// Queue names the limiter the run waits in before it starts
+	// (weir.StartOptions.Queue; 404 if there is none); QueueKey is its
+	// fair-share group there (a tenant), Priority its place (higher
+	// first). Optional.
+	Queue    string `json:"queue,omitempty"`
+	QueueKey string `json:"queue_key,omitempty"`
+	Priority int    `json:"priority,omitempty"`
+	// Dedupe folds starts: while a run of Queue with this key is queued or
+	// running, a start returns that run (200, its own id) instead of a new
+	// one. DebounceMS, with Dedupe, starts the run that many milliseconds
+	// after the latest start of its key, with that start's input.
+	Dedupe     string `json:"dedupe,omitempty"`
+	DebounceMS int64  `json:"debounce_ms,omitempty"`
 }
 
 // Run is a run, as the runs API shows it.
@@ -39,6 +52,13 @@ type Run struct {
 	Kind string `json:"kind,omitempty"`
 	// Parent is the run that started this one as its child (weir.StartChild).
 	Parent string `json:"parent,omitempty"`
+	// Queue, QueueKey, Priority and Dedupe are what the run was started
+	// with (StartRequest); Queued: it waits in its queue, not yet admitted.
+	Queue    string `json:"queue,omitempty"`
+	QueueKey string `json:"queue_key,omitempty"`
+	Priority int    `json:"priority,omitempty"`
+	Dedupe   string `json:"dedupe,omitempty"`
+	Queued   bool   `json:"queued,omitempty"`
 }
 
 // WorldEvent is one event of a World run's log (GET
@@ -217,9 +237,11 @@ type Wait struct {
 type Limiter struct {
 	Name        string `json:"name"`
 	Concurrency int    `json:"concurrency,omitempty"`
-	Rate        int    `json:"rate,omitempty"`
-	Budget      int64  `json:"budget,omitempty"`
-	Period      string `json:"period,omitempty"`
+	// PerKey bounds the slots one key (a tenant) holds at once.
+	PerKey int    `json:"per_key,omitempty"`
+	Rate   int    `json:"rate,omitempty"`
+	Budget int64  `json:"budget,omitempty"`
+	Period string `json:"period,omitempty"`
 	// State is what it holds now (GET only).
 	State *LimiterState `json:"state,omitempty"`
 }
@@ -231,6 +253,8 @@ type LimiterState struct {
 	Waiting int   `json:"waiting"`
 	Taken   int   `json:"taken"`
 	Spent   int64 `json:"spent"`
+	// Queued is how many runs wait in it as a queue.
+	Queued int `json:"queued"`
 }
 
 // LimiterList is the reply of GET /v1/limiters.

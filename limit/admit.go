@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"maps"
 	"slices"
 	"time"
 )
@@ -125,6 +126,38 @@ func RunHolds(st State) []string {
 		if h.Run {
 			out = append(out, h.Holder)
 		}
+	}
+	return out
+}
+
+// Line is the order Admit would let cands in if its bounds let them all
+// in now: what a queued run's place is ("3 ahead").
+func Line(st State, cands []Candidate) []Candidate {
+	held := map[string]int{}
+	for _, h := range st.Holds {
+		held[h.Key]++
+	}
+	served := maps.Clone(st.Served)
+	if served == nil {
+		served = map[string]time.Time{}
+	}
+	line := slices.Clone(cands)
+	out := make([]Candidate, 0, len(line))
+	// Each pick is served after the one before it: a tick apart.
+	tick := time.Unix(1<<40, 0)
+	for len(line) > 0 {
+		best := 0
+		for i := range line {
+			if before(line[i], line[best], held, served) {
+				best = i
+			}
+		}
+		x := line[best]
+		line = slices.Delete(line, best, best+1)
+		out = append(out, x)
+		held[x.Key]++
+		tick = tick.Add(time.Nanosecond)
+		served[x.Key] = tick
 	}
 	return out
 }

@@ -42,6 +42,9 @@ const (
 	// Limiter: an attempt of a step waits for a slot of its limiter
 	// (weir.WithLimiter).
 	Limiter Kind = "limiter"
+	// Queue: a run waits in its queue to be admitted
+	// (weir.StartOptions.Queue).
+	Queue Kind = "queue"
 	// Scheduled: a run not yet started, whose start is in the future.
 	Scheduled Kind = "scheduled"
 	// Park: the run is parked until a time for nothing the log names (a
@@ -63,8 +66,8 @@ type Wait struct {
 	// Until is when it ends at the latest: a retry's next attempt, a
 	// timer, a hook's timeout, a parked run's wake-up. Zero: no bound.
 	Until time.Time
-	// Limit is the limiter a Limiter wait is for, and Ahead how many of
-	// its line go first (-1: not known; the server fills it in).
+	// Limit is the limiter a Limiter or Queue wait is for, and Ahead how
+	// many of its line go first (-1: not known; the server fills it in).
 	Limit string
 	Ahead int
 }
@@ -89,6 +92,14 @@ func (w Wait) String() string {
 		s = fmt.Sprintf("step %q, attempt %d, waiting for the limiter %q", w.Name, w.Attempt, w.Limit)
 		if w.Ahead >= 0 {
 			s += fmt.Sprintf(": %d ahead", w.Ahead)
+		}
+	case Queue:
+		s = fmt.Sprintf("its turn in the queue %q", w.Limit)
+		if w.Ahead >= 0 {
+			s += fmt.Sprintf(": %d ahead", w.Ahead)
+		}
+		if !w.Until.IsZero() {
+			s += " (debounced: more starts of its key push it back)"
 		}
 	case Scheduled:
 		s = "its scheduled start"
@@ -116,6 +127,13 @@ func Of(run *store.Run, events []store.Event, hooks []*store.HookInfo, now time.
 	wake := run.WakeAt
 	if !wake.IsZero() && wake.Sub(now) > noBound {
 		wake = time.Time{}
+	}
+	if run.Queued && !run.CancelRequested {
+		w := Wait{Kind: Queue, Since: run.CreatedAt, Limit: run.Queue, Ahead: -1}
+		if wake.After(now) {
+			w.Until = wake
+		}
+		return []Wait{w}
 	}
 	if run.Status == store.RunPending {
 		if wake.After(now) {

@@ -73,7 +73,7 @@ func (s *Server) handleSetLimiter(w http.ResponseWriter, r *http.Request) {
 		httpError(w, fmt.Errorf("%w: the body names limiter %q, the path %q", api.ErrBadRequest, in.Name, name))
 		return
 	}
-	c := limits.Config{Name: name, Concurrency: in.Concurrency, Rate: in.Rate, Budget: in.Budget}
+	c := limits.Config{Name: name, Concurrency: in.Concurrency, PerKey: in.PerKey, Rate: in.Rate, Budget: in.Budget}
 	if in.Period != "" {
 		if c.Period, err = time.ParseDuration(in.Period); err != nil {
 			httpError(w, fmt.Errorf("%w: period %q: want a duration (1m, 500ms)", api.ErrBadRequest, in.Period))
@@ -90,12 +90,12 @@ func (s *Server) handleSetLimiter(w http.ResponseWriter, r *http.Request) {
 // limiterJSON is c as the API gives it, with its state now (left out if
 // it cannot be read).
 func (s *Server) limiterJSON(r *http.Request, c *limits.Config) api.Limiter {
-	out := api.Limiter{Name: c.Name, Concurrency: c.Concurrency, Rate: c.Rate, Budget: c.Budget}
+	out := api.Limiter{Name: c.Name, Concurrency: c.Concurrency, PerKey: c.PerKey, Rate: c.Rate, Budget: c.Budget}
 	if c.Period > 0 {
 		out.Period = c.Period.String()
 	}
 	if st, err := s.store.LimiterState(r.Context(), c.Name, time.Time{}); err == nil {
-		ls := &api.LimiterState{Held: len(st.Holds), Waiting: len(st.Waiters), Taken: len(st.Uses)}
+		ls := &api.LimiterState{Held: len(st.Holds), Waiting: len(st.Waiters), Taken: len(st.Uses), Queued: st.Queued}
 		for _, u := range st.Uses {
 			ls.Spent += u.Cost
 		}
@@ -121,7 +121,9 @@ func (s *Server) writeLimiterMetrics(w io.Writer) {
 	type row struct {
 		name                 string
 		held, waiting, taken int
+		queued               int
 		spent                int64
+		oldest               time.Time
 		c                    *limits.Config
 	}
 	rows := make([]row, 0, len(cs))
@@ -130,7 +132,12 @@ func (s *Server) writeLimiterMetrics(w io.Writer) {
 		if err != nil {
 			continue
 		}
-		r := row{name: c.Name, held: len(st.Holds), waiting: len(st.Waiters), taken: len(st.Uses), c: c}
+		r := row{name: c.Name, held: len(st.Holds), waiting: len(st.Waiters), taken: len(st.Uses), queued: st.Queued, c: c}
+		for _, w := range st.Waiters {
+			if r.oldest.IsZero() || w.Since.Before(r.oldest) {
+				r.oldest = w.Since
+			}
+		}
 		for _, u := range st.Uses {
 			r.spent += u.Cost
 		}
@@ -146,9 +153,15 @@ func (s *Server) writeLimiterMetrics(w io.Writer) {
 	}
 	gauge("weir_limiter_held", "Slots of the limiter held now, by every process on the store.", func(r row) (float64, bool) { return float64(r.held), true })
 	gauge("weir_limiter_waiting", "Step attempts in the limiter's line now.", func(r row) (float64, bool) { return float64(r.waiting), true })
+	gauge("weir_limiter_queued", "Runs waiting in the limiter as a queue (not yet admitted).", func(r row) (float64, bool) { return float64(r.queued), true })
+	now := time.Now()
+	gauge("weir_limiter_wait_seconds", "How long the step attempt longest in the limiter's line has waited.", func(r row) (float64, bool) {
+		return now.Sub(r.oldest).Seconds(), !r.oldest.IsZero()
+	})
 	gauge("weir_limiter_taken", "Slots taken in the limiter's window (its rate's count).", func(r row) (float64, bool) { return float64(r.taken), r.c.Rate > 0 || r.c.Budget > 0 })
 	gauge("weir_limiter_spent", "Cost charged in the limiter's window (its budget's count).", func(r row) (float64, bool) { return float64(r.spent), r.c.Budget > 0 })
 	gauge("weir_limiter_concurrency", "The limiter's concurrency bound.", func(r row) (float64, bool) { return float64(r.c.Concurrency), r.c.Concurrency > 0 })
+	gauge("weir_limiter_per_key", "The limiter's per-key concurrency bound.", func(r row) (float64, bool) { return float64(r.c.PerKey), r.c.PerKey > 0 })
 	gauge("weir_limiter_rate", "The limiter's rate bound (slots per period).", func(r row) (float64, bool) { return float64(r.c.Rate), r.c.Rate > 0 })
 	gauge("weir_limiter_budget", "The limiter's budget (cost per period).", func(r row) (float64, bool) { return float64(r.c.Budget), r.c.Budget > 0 })
 }

@@ -34,6 +34,9 @@ const (
 // maxRunIDLen bounds a run id chosen by a client.
 const maxRunIDLen = 128
 
+// maxDebounceMS bounds a start's debounce: a day.
+const maxDebounceMS = 24 * 60 * 60 * 1000
+
 // handleStartRun serves POST /v1/runs.
 func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request) {
 	if err := checkQuery(r); err != nil {
@@ -71,12 +74,15 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request) {
 		}
 		id = idempotentRunID(key)
 	}
-	run, created, err := s.e.StartRun(s.traceContext(r), req.Workflow, req.Input, &weir.StartOptions{ID: id})
+	run, created, err := s.e.StartRun(s.traceContext(r), req.Workflow, req.Input, &weir.StartOptions{
+		ID: id, Queue: req.Queue, QueueKey: req.QueueKey, Priority: req.Priority, Dedupe: req.Dedupe,
+		Debounce: time.Duration(req.DebounceMS) * time.Millisecond,
+	})
 	if key != "" {
 		switch {
-		case errors.Is(err, store.ErrRunConflict):
+		case errors.Is(err, store.ErrRunConflict) && req.Dedupe == "":
 			err = fmt.Errorf("%w: this Idempotency-Key started a run of another workflow", store.ErrKeyReused)
-		case err == nil && !created && !sameJSON(run.Input, req.Input):
+		case err == nil && !created && run.ID == id && !sameJSON(run.Input, req.Input):
 			err = fmt.Errorf("%w: this Idempotency-Key started run %s with another input", store.ErrKeyReused, run.ID)
 		}
 	}
@@ -108,6 +114,9 @@ func parseStartRequest(body []byte) (*api.StartRequest, error) {
 		if err := checkRunID(req.ID); err != nil {
 			return nil, err
 		}
+	}
+	if req.DebounceMS < 0 || req.DebounceMS > maxDebounceMS {
+		return nil, fmt.Errorf("%w: \"debounce_ms\" %d, want 0 to %d", api.ErrBadRequest, req.DebounceMS, int64(maxDebounceMS))
 	}
 	if len(req.Input) > 0 {
 		var buf bytes.Buffer

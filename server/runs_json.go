@@ -21,6 +21,11 @@ func runJSON(r *store.Run) api.Run {
 		CancelRequested: r.CancelRequested,
 		Kind:            r.Kind,
 		Parent:          r.Parent,
+		Queue:           r.Queue,
+		QueueKey:        r.QueueKey,
+		Priority:        r.Priority,
+		Dedupe:          r.Dedupe,
+		Queued:          r.Queued,
 	}
 	if !r.WakeAt.IsZero() && !r.Status.Terminal() && r.WakeAt.After(r.UpdatedAt) {
 		t := r.WakeAt.UTC()

@@ -40,6 +40,7 @@ func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request) {
 		}
 		ws := runwait.Of(run, events, hooks, time.Now())
 		s.limiterPlaces(r, run.ID, ws)
+		s.queuePlace(r, run, ws)
 		out.Summary = runwait.Summary(ws)
 		for _, wt := range ws {
 			out.Waits = append(out.Waits, waitJSON(wt))
@@ -50,7 +51,7 @@ func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request) {
 
 func waitJSON(w runwait.Wait) api.Wait {
 	out := api.Wait{Kind: w.Kind, Name: w.Name, Op: w.Op, Attempt: w.Attempt, Since: w.Since.UTC(), Text: w.String()}
-	if w.Kind == runwait.Limiter {
+	if w.Kind == runwait.Limiter || w.Kind == runwait.Queue {
 		ahead := w.Ahead
 		out.Limiter, out.Ahead = w.Limit, &ahead
 	}
@@ -77,6 +78,37 @@ func (s *Server) limiterPlaces(r *http.Request, runID string, ws []runwait.Wait)
 		holder := limits.StepHolder(runID, w.Op, w.Attempt)
 		for n, x := range limits.Order(*st) {
 			if x.Holder == holder {
+				w.Ahead = n
+			}
+		}
+	}
+}
+
+// queuePlace fills in how many of its queue's line go before a queued
+// run (limit.Line over the queue's first queued runs; -1 past them).
+func (s *Server) queuePlace(r *http.Request, run *store.Run, ws []runwait.Wait) {
+	for i := range ws {
+		w := &ws[i]
+		if w.Kind != runwait.Queue {
+			continue
+		}
+		st, err := s.store.LimiterState(r.Context(), w.Limit, time.Time{})
+		if err != nil {
+			continue
+		}
+		queued, err := s.store.ListRuns(r.Context(), &store.ListRunsParams{Queue: w.Limit, Queued: true, Limit: 1000})
+		if err != nil {
+			continue
+		}
+		cands := make([]limits.Candidate, 0, len(queued))
+		now := time.Now()
+		for _, q := range queued {
+			if !q.WakeAt.After(now) || q.ID == run.ID {
+				cands = append(cands, limits.Candidate{Holder: limits.RunHolder(q.ID), Key: q.QueueKey, Priority: q.Priority, Since: q.CreatedAt})
+			}
+		}
+		for n, x := range limits.Line(*st, cands) {
+			if x.Holder == limits.RunHolder(run.ID) {
 				w.Ahead = n
 			}
 		}

@@ -138,6 +138,11 @@ func (p *ListRunsParams) Check() error {
 	if err := checkName("workflow", p.Workflow, MaxIDLen); err != nil {
 		return err
 	}
+	if p.Queue != "" {
+		if err := checkLimiterName(p.Queue); err != nil {
+			return err
+		}
+	}
 	if err := checkName("id prefix", p.IDPrefix, MaxIDLen); err != nil {
 		return err
 	}

@@ -411,6 +411,10 @@ type ListRunsParams struct {
 	// CreatedSince and CreatedBefore bound the runs' creation time: at or
 	// after CreatedSince, before CreatedBefore. Zero: no bound.
 	CreatedSince, CreatedBefore time.Time
+	// Queue: only runs started in this queue. Empty: any.
+	Queue string
+	// Queued: only runs waiting in their queue, not yet admitted.
+	Queued bool
 }
 
 // ListStandaloneParams filters ListStandaloneStreams.

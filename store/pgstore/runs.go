@@ -74,6 +74,12 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 	if p.Status != "" {
 		where = append(where, "status = "+arg(string(p.Status)))
 	}
+	if p.Queue != "" {
+		where = append(where, "queue = "+arg(p.Queue))
+	}
+	if p.Queued {
+		where = append(where, "queued")
+	}
 	if p.IDPrefix != "" {
 		where = append(where, "left(id, "+arg(utf8.RuneCountInString(p.IDPrefix))+") = "+arg(p.IDPrefix))
 	}

@@ -95,6 +95,12 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 	if p.Status != "" {
 		where, args = append(where, "status = ?"), append(args, string(p.Status))
 	}
+	if p.Queue != "" {
+		where, args = append(where, "queue = ?"), append(args, p.Queue)
+	}
+	if p.Queued {
+		where = append(where, "queued = 1")
+	}
 	if p.IDPrefix != "" {
 		where, args = append(where, "substr(id, 1, ?) = ?"), append(args, utf8.RuneCountInString(p.IDPrefix), p.IDPrefix)
 	}
