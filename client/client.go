@@ -106,6 +106,13 @@ type StartOptions struct {
 	// the same run; the same key with another workflow or input is refused
 	// (store.ErrKeyReused). Exclusive with ID.
 	IdempotencyKey string
+	// Queue, QueueKey, Priority, Dedupe and Debounce start the run in a
+	// queue (weir.StartOptions): a start Dedupe folds returns the run it
+	// folded into (created false, its own id).
+	Queue, QueueKey string
+	Priority        int
+	Dedupe          string
+	Debounce        time.Duration
 }
 
 // Start starts a run of workflow with input (encoded as JSON; a
@@ -117,7 +124,8 @@ func (c *Client) Start(ctx context.Context, workflow string, input any, opts *St
 	if opts != nil {
 		o = *opts
 	}
-	req := api.StartRequest{Workflow: workflow, ID: o.ID}
+	req := api.StartRequest{Workflow: workflow, ID: o.ID, Queue: o.Queue, QueueKey: o.QueueKey, Priority: o.Priority,
+		Dedupe: o.Dedupe, DebounceMS: o.Debounce.Milliseconds()}
 	if input != nil {
 		b, err := json.Marshal(input)
 		if err != nil {
@@ -462,7 +470,7 @@ func (c *Client) Limiter(ctx context.Context, name string) (*api.Limiter, error)
 // /v1/limiters/{name}); every process on the server's store keeps to them
 // from its next request.
 func (c *Client) SetLimiter(ctx context.Context, l *api.Limiter) (*api.Limiter, error) {
-	body, err := json.Marshal(api.Limiter{Concurrency: l.Concurrency, Rate: l.Rate, Budget: l.Budget, Period: l.Period})
+	body, err := json.Marshal(api.Limiter{Concurrency: l.Concurrency, PerKey: l.PerKey, Rate: l.Rate, Budget: l.Budget, Period: l.Period})
 	if err != nil {
 		return nil, err
 	}

@@ -710,7 +710,7 @@ func TestLimitersCommands(t *testing.T) {
 	url := startServer(t, "--long-poll-timeout", "1s")
 	t.Setenv("WEIR_URL", url)
 	out := mustWeir(t, "limiters", "set", "openai", "--concurrency", "4", "--rate", "60", "--period", "1m")
-	if !regexp.MustCompile(`(?m)^openai\s+4\s+60\s+-\s+1m0s\s+0\s+0\s+0\s+0$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^openai\s+4\s+-\s+60\s+-\s+1m0s\s+0\s+0\s+0\s+0\s+0$`).MatchString(out) {
 		t.Fatalf("limiters set printed:\n%s", out)
 	}
 	mustWeir(t, "limiters", "set", "tokens", "--budget", "100000", "--period", "1m")
@@ -730,5 +730,25 @@ func TestLimitersCommands(t *testing.T) {
 	}
 	if code, _, _ := runWeir(t, "limiters"); code != 2 {
 		t.Fatalf("limiters with no subcommand: exit %d", code)
+	}
+
+	// A queue: runs start in it, a dedupe key folds a second start.
+	mustWeir(t, "limiters", "set", "q", "--concurrency", "1", "--per-key", "1")
+	code, first, errOut := runWeir(t, "runs", "start", "demo.tokens", "--queue", "q", "--queue-key", "acme", "--dedupe", "doc-1", "--debounce", "1h")
+	if code != 0 || !strings.Contains(errOut, `waits in queue "q"`) {
+		t.Fatalf("runs start --queue: exit %d, %s %s", code, first, errOut)
+	}
+	code, second, errOut := runWeir(t, "runs", "start", "demo.tokens", "--queue", "q", "--dedupe", "doc-1", "--debounce", "1h")
+	if code != 0 || second != first || !strings.Contains(errOut, "folded into run") {
+		t.Fatalf("a deduped start: exit %d, %q (first %q), %s", code, second, first, errOut)
+	}
+	if out := mustWeir(t, "limiters", "show", "q"); !regexp.MustCompile(`(?m)^q\s+1\s+1\s+.*\s1\s+0\s+0$`).MatchString(out) {
+		t.Fatalf("limiters show q printed:\n%s", out)
+	}
+	if code, _, _ := runWeir(t, "runs", "start", "demo.tokens", "--priority", "2"); code != 2 {
+		t.Fatalf("--priority without --queue: exit %d", code)
+	}
+	if code, _, errOut := runWeir(t, "runs", "start", "demo.tokens", "--queue", "nope"); code != 1 || !strings.Contains(errOut, "nope") {
+		t.Fatalf("an unknown queue: exit %d, %s", code, errOut)
 	}
 }

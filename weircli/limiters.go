@@ -14,15 +14,17 @@ import (
 const limitersUsage = `Usage:
   weir limiters ls
   weir limiters show NAME
-  weir limiters set NAME [--concurrency N] [--rate N] [--budget N] [--period D]
+  weir limiters set NAME [--concurrency N] [--per-key N] [--rate N] [--budget N] [--period D]
 
-A limiter bounds the steps that take its slots (weir.WithLimiter): how many
-run at once (--concurrency), how many start per period (--rate), and how
+A limiter bounds the steps that take its slots (weir.WithLimiter) and the
+runs started in it as a queue (weir runs start --queue): how many run at
+once (--concurrency), how many of one key (a tenant) at once (--per-key),
+how many start per period (--rate), and how
 much cost they may charge per period (--budget: the tokens a step reports
 with weir.ChargeLimiter). On PostgreSQL every process keeps to it; a change
 applies to the next step of every process. ls and show print each one's
 bounds and what it holds now: slots held, steps in line, slots taken and
-cost charged in its window.
+cost charged in its window, runs queued.
 
 Every subcommand takes --url (default $WEIR_URL, else http://127.0.0.1:4437)
 and --token (default $WEIR_TOKEN).
@@ -39,6 +41,7 @@ func limitersCmd(ctx context.Context, name string, args []string, stdout, stderr
 	var period time.Duration
 	if args[0] == "set" {
 		fs.IntVar(&set.Concurrency, "concurrency", 0, "steps holding a slot at once (0: no bound)")
+		fs.IntVar(&set.PerKey, "per-key", 0, "slots one key (a tenant) holds at once (0: no bound)")
 		fs.IntVar(&set.Rate, "rate", 0, "slots taken per period (0: no bound)")
 		fs.Int64Var(&set.Budget, "budget", 0, "cost charged per period (0: no bound)")
 		fs.DurationVar(&period, "period", 0, "the window of --rate and --budget")
@@ -92,14 +95,14 @@ func limitersCmd(ctx context.Context, name string, args []string, stdout, stderr
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tCONCURRENCY\tRATE\tBUDGET\tPERIOD\tHELD\tWAITING\tTAKEN\tSPENT")
+	fmt.Fprintln(tw, "NAME\tCONCURRENCY\tPER-KEY\tRATE\tBUDGET\tPERIOD\tHELD\tWAITING\tQUEUED\tTAKEN\tSPENT")
 	for _, l := range ls {
 		st := api.LimiterState{}
 		if l.State != nil {
 			st = *l.State
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", l.Name, bound(int64(l.Concurrency)), bound(int64(l.Rate)), bound(l.Budget),
-			or(l.Period, "-"), st.Held, st.Waiting, st.Taken, st.Spent)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", l.Name, bound(int64(l.Concurrency)), bound(int64(l.PerKey)), bound(int64(l.Rate)), bound(l.Budget),
+			or(l.Period, "-"), st.Held, st.Waiting, st.Queued, st.Taken, st.Spent)
 	}
 	return tw.Flush()
 }

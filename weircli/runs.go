@@ -389,12 +389,20 @@ func runsStart(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	id := fs.String("id", "", "the run's id (an existing run with it is returned instead)")
 	key := fs.String("idempotency-key", "", "an Idempotency-Key: the same key returns the same run")
 	wait := fs.Bool("wait", false, "wait for the run to end and print its output")
+	queue := fs.String("queue", "", "the queue (a limiter: weir limiters set) the run waits in before it starts")
+	queueKey := fs.String("queue-key", "", "the run's group in its queue (a tenant): its share and its per-key bound")
+	priority := fs.Int("priority", 0, "the run's priority in its queue: higher starts first")
+	dedupe := fs.String("dedupe", "", "fold this start into the queue's queued or running run with this key")
+	debounce := fs.Duration("debounce", 0, "with --dedupe: start the run this long after the latest start of its key, with its input")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
 		return errUsage(fmt.Errorf("runs start: want one workflow name"))
+	}
+	if *queue == "" && (*queueKey != "" || *priority != 0 || *dedupe != "" || *debounce != 0) {
+		return errUsage(fmt.Errorf("runs start: --queue-key, --priority, --dedupe and --debounce need --queue"))
 	}
 	var in any
 	if *input != "" {
@@ -407,12 +415,18 @@ func runsStart(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	run, created, err := c.Start(ctx, pos[0], in, &client.StartOptions{ID: *id, IdempotencyKey: *key})
+	run, created, err := c.Start(ctx, pos[0], in, &client.StartOptions{ID: *id, IdempotencyKey: *key,
+		Queue: *queue, QueueKey: *queueKey, Priority: *priority, Dedupe: *dedupe, Debounce: *debounce})
 	if err != nil {
 		return err
 	}
-	if !created {
+	switch {
+	case !created && *dedupe != "" && run.ID != *id:
+		fmt.Fprintf(stderr, "folded into run %s (dedupe key %q)\n", run.ID, *dedupe)
+	case !created:
 		fmt.Fprintf(stderr, "run %s existed already\n", run.ID)
+	case run.Queued:
+		fmt.Fprintf(stderr, "run %s waits in queue %q\n", run.ID, run.Queue)
 	}
 	fmt.Fprintln(stdout, run.ID)
 	if !*wait {

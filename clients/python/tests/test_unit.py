@@ -1,4 +1,4 @@
-"""What needs no server: the error table, offsets, voids, the build backend."""
+"""What needs no server: the error table, offsets, values, voids, the build backend."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import weir
+from weir.client import _millis
 from weir.types import _time
 
 RecordKind = Literal["data", "abort", "commit", "close"]  # weir.Record.kind
@@ -95,6 +96,21 @@ class ValueTests(unittest.TestCase):
         self.assertEqual((h.token, h.op, h.received, h.disposed), ("t", 2, 1, True))
         assert h.created_at is not None
         self.assertEqual(h.created_at.microsecond, 490000)
+
+    def test_queue_values(self) -> None:
+        r = weir.Run.from_json({"id": "run_1", "workflow": "w", "status": "pending", "queue": "q",
+                                "queue_key": "tenant-a", "priority": 5, "dedupe": "order-1", "queued": True})
+        self.assertEqual((r.queue, r.queue_key, r.priority, r.dedupe, r.queued), ("q", "tenant-a", 5, "order-1", True))
+        r = weir.Run.from_json({"id": "run_2", "workflow": "w", "status": "running"})
+        self.assertEqual((r.queue, r.queue_key, r.priority, r.dedupe, r.queued), ("", "", 0, "", False))
+        lim = weir.Limiter.from_json({"name": "q", "concurrency": 4, "per_key": 1,
+                                      "state": {"held": 4, "waiting": 0, "taken": 0, "spent": 0, "queued": 7}})
+        self.assertEqual((lim.per_key, lim.held, lim.queued), (1, 4, 7))
+        # A debounce goes in whole milliseconds; one under a millisecond stays nonzero.
+        self.assertEqual([_millis(s, "d") for s in (0, 0.25, 1.5, 0.0001, -0.0001, -2)], [0, 250, 1500, 1, -1, -2000])
+        for bad in (float("nan"), float("inf")):
+            with self.assertRaises(ValueError):
+                _millis(bad, "d")
 
     def test_voids(self) -> None:
         v = weir.Voids()

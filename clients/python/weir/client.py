@@ -6,6 +6,7 @@ to a run and the run events it publishes."""
 from __future__ import annotations
 
 import json
+import math
 import struct
 import time
 import urllib.parse
@@ -72,6 +73,17 @@ def _go_duration(seconds: float) -> str:
     """Seconds as a Go duration (``2.5s``, ``0.2s``, ``60s``), to the nanosecond."""
     s = f"{seconds:.9f}".rstrip("0").rstrip(".")
     return (s or "0") + "s"
+
+
+def _millis(seconds: float, what: str) -> int:
+    """Seconds as whole milliseconds, rounded; a nonzero value under half a
+    millisecond stays nonzero (1 or -1), for the server to judge."""
+    if not math.isfinite(seconds):
+        raise ValueError(f"{what}={seconds!r}: a finite number of seconds")
+    ms = round(seconds * 1000)
+    if ms == 0 and seconds:
+        ms = 1 if seconds > 0 else -1
+    return ms
 
 
 class Client:
@@ -347,6 +359,11 @@ class Client:
         *,
         idempotency_key: str | None = None,
         id: str | None = None,
+        queue: str | None = None,
+        queue_key: str | None = None,
+        priority: int = 0,
+        dedupe: str | None = None,
+        debounce: float | None = None,
     ) -> Run:
         """Starts a run of ``workflow`` with ``input`` (any JSON value).
 
@@ -355,10 +372,31 @@ class Client:
         itself; without either it is sent once. :attr:`Run.created` says
         whether this call created the run.
 
+        **Queues.** With ``queue`` (a limiter's name: :meth:`set_limiter`)
+        the run waits in that queue before it starts, :attr:`Run.queued`
+        until the limiter admits it; it holds its slot until it ends.
+        ``queue_key`` is its fair-share group there (a tenant: the limiter's
+        ``per_key`` bounds each), ``priority`` its place (higher starts
+        first). With ``dedupe`` a start folds into the run of the queue
+        started with the same key while that run is queued or running: the
+        reply is that run (its own id, :attr:`Run.created` false) and no new
+        one is made. ``debounce`` (seconds, with ``dedupe``; sent to the
+        millisecond) starts the run that long after the latest start of its
+        key, with that start's input. A dedupe key does not make a start safe
+        to send again (the run it found may have ended in between): only an
+        ``idempotency_key`` or an ``id`` does.
+
         Raises:
             UnknownWorkflowError: no such workflow on the server.
+            NotFoundError: no limiter is named ``queue``.
             KeyReusedError: the key started a run of another workflow or input.
             RunConflictError: ``id`` names a run of another workflow.
+            BadRequestError: a debounce below 0 or over a day; an
+                :class:`InvalidError` for queue options without a queue, a
+                debounce without a dedupe key, a queue key or dedupe key too
+                long.
+            ValueError: an idempotency key and an id; a ``debounce`` that is
+                NaN or infinite.
         """
         if idempotency_key is not None and id is not None:
             raise ValueError("start: an idempotency key or an id, not both")
@@ -367,6 +405,16 @@ class Client:
             body["input"] = input
         if id is not None:
             body["id"] = id
+        if queue is not None:
+            body["queue"] = queue
+        if queue_key is not None:
+            body["queue_key"] = queue_key
+        if priority:
+            body["priority"] = priority
+        if dedupe is not None:
+            body["dedupe"] = dedupe
+        if debounce is not None:
+            body["debounce_ms"] = _millis(debounce, "start: debounce")
         h = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
         status, d = self._json(
             "POST", "/v1/runs", body=body, headers=h, idempotent=idempotency_key is not None or id is not None
@@ -585,16 +633,19 @@ class Client:
         return Limiter.from_json(d)
 
     def set_limiter(self, name: str, *, concurrency: int = 0, rate: int = 0, budget: int = 0,
-                    period: float | None = None) -> Limiter:
+                    period: float | None = None, per_key: int = 0) -> Limiter:
         """Creates limiter ``name`` or changes its bounds (``PUT
         /v1/limiters/{name}``); every process on the store keeps to them from
         its next step. Zero is no bound; ``period`` (seconds) is required with
-        a rate or a budget.
+        a rate or a budget; ``per_key`` bounds the slots one key holds at once
+        (a run's ``queue_key`` when it is a queue: :meth:`start`).
 
         Raises:
             InvalidError: a negative bound, no bound, a rate or budget without a period.
         """
         body: dict[str, Any] = {"concurrency": concurrency, "rate": rate, "budget": budget}
+        if per_key:
+            body["per_key"] = per_key
         if period is not None:
             body["period"] = _go_duration(period)
         _, d = self._json("PUT", f"/v1/limiters/{_seg(name, 'limiter name')}", idempotent=True, body=body)

@@ -170,8 +170,13 @@ class Run:
         created_at, updated_at, wake_at: times (``wake_at``: a parked run's wake-up).
         cancel_requested: a cancel was asked and the run has not ended yet.
         kind: ``world`` for a Vercel Workflow run on weir's World, else "".
+        queue, queue_key, priority, dedupe: what the run was started with
+            (:meth:`weir.Client.start`): the queue (a limiter) it waits in, its
+            fair-share group there, its priority, its dedupe key; "" and 0 if none.
+        queued: it waits in its queue, not admitted yet (its status pending).
         created: set by :meth:`weir.Client.start`: this call created the run
-            (``201``) rather than finding it (``200``).
+            (``201``) rather than finding it (``200``: by its key or id, or
+            the queued or running run its dedupe key folded the start into).
         raw: the reply's JSON object, fields this client does not know included.
     """
 
@@ -186,6 +191,11 @@ class Run:
     wake_at: datetime | None = None
     cancel_requested: bool = False
     kind: str = ""
+    queue: str = ""
+    queue_key: str = ""
+    priority: int = 0
+    dedupe: str = ""
+    queued: bool = False
     created: bool = False
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -212,6 +222,11 @@ class Run:
             wake_at=_time(d.get("wake_at")),
             cancel_requested=bool(d.get("cancel_requested", False)),
             kind=str(d.get("kind", "")),
+            queue=str(d.get("queue", "")),
+            queue_key=str(d.get("queue_key", "")),
+            priority=int(d.get("priority", 0)),
+            dedupe=str(d.get("dedupe", "")),
+            queued=bool(d.get("queued", False)),
             raw=d,
         )
 
@@ -491,6 +506,8 @@ class Limiter:
     Attributes:
         name: its name.
         concurrency: slots held at once; 0: no bound.
+        per_key: slots one key holds at once (a queued run's ``queue_key``, a
+            tenant); 0: no bound.
         rate: slots taken per ``period``; 0: no bound.
         budget: cost (tokens) charged per ``period``; 0: no bound.
         period: the window of ``rate`` and ``budget``, a Go duration (``1m0s``); "" if none.
@@ -498,6 +515,8 @@ class Limiter:
         waiting: step attempts in its line now.
         taken: slots taken in its window.
         spent: cost charged in its window.
+        queued: runs waiting in it as a queue (started with ``queue``, not
+            admitted yet).
     """
 
     name: str
@@ -509,6 +528,8 @@ class Limiter:
     waiting: int = 0
     taken: int = 0
     spent: int = 0
+    per_key: int = 0
+    queued: int = 0
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Limiter:
@@ -524,4 +545,6 @@ class Limiter:
             waiting=int(st.get("waiting", 0)),
             taken=int(st.get("taken", 0)),
             spent=int(st.get("spent", 0)),
+            per_key=int(d.get("per_key", 0)),
+            queued=int(st.get("queued", 0)),
         )
