@@ -39,12 +39,12 @@ type QueueTx interface {
 	AdmitRun(id, owner string, expires, now time.Time) (*store.Run, error)
 }
 
-// EnqueueRun creates p's run in queue p.Queue (p checked), or returns the
+// QueueRun creates p's run in queue p.Queue (p checked), or returns the
 // run it is folded into: the run at p.ID, or the queue's run with p.Dedupe
 // that is queued or running. A debounced start (p.Debounce) folded into a
 // run still queued gives it p's input and moves its start to now +
 // p.Debounce.
-func EnqueueRun(tx QueueTx, p *store.CreateRunParams, now time.Time) (*store.Run, bool, error) {
+func QueueRun(tx QueueTx, p *store.CreateRunParams, now time.Time) (*store.Run, bool, error) {
 	if run, err := tx.FindRun(p.ID); err != nil || run != nil {
 		if err == nil {
 			err = RunConflict(run, p)

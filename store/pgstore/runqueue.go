@@ -13,7 +13,7 @@ import (
 	"github.com/weirhq/weir/store/internal/sqlrow"
 )
 
-// Queued runs: the rules are package apply's (EnqueueRun, AdmitRuns) and
+// Queued runs: the rules are package apply's (QueueRun, AdmitRuns) and
 // package limit's; queueTx holds the SQL. Every enqueue and admission of
 // a queue locks its limiter row first (FOR UPDATE), so the processes on
 // the database decide one at a time, against one state; the unique index
@@ -138,7 +138,7 @@ func (s *Store) enqueueRun(ctx context.Context, p *store.CreateRunParams) (*stor
 	var created bool
 	err := s.queueWrite(ctx, true, func(t *queueTx) error {
 		var err error
-		run, created, err = apply.EnqueueRun(t, p, s.cfg.Now())
+		run, created, err = apply.QueueRun(t, p, s.cfg.Now())
 		return err
 	})
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/weirhq/weir/store/internal/sqlrow"
 )
 
-// Queued runs: the rules are package apply's (EnqueueRun, AdmitRuns) and
+// Queued runs: the rules are package apply's (QueueRun, AdmitRuns) and
 // package limit's; wtx holds the SQL. The committer's one write
 // transaction at a time is the queue's lock.
 
@@ -24,7 +24,7 @@ func (s *Store) enqueueRun(ctx context.Context, p *store.CreateRunParams) (*stor
 	var created bool
 	err := s.write(ctx, func(tx *wtx) error {
 		var err error
-		run, created, err = apply.EnqueueRun(tx, p, s.cfg.Now())
+		run, created, err = apply.QueueRun(tx, p, s.cfg.Now())
 		return err
 	})
 	if err != nil {
