@@ -170,7 +170,7 @@ type gen struct {
 }
 
 var (
-	runs      = []string{"r1", "r2", "r3"}
+	runs      = []string{"r1", "r2", "r3", "q1", "q2", "q3"}
 	workflows = []string{"wf1", "wf2"}
 	writers   = []string{"step/1", "step/2", "workflow", "w"}
 	paths     = []string{"s1", "s2", "s3", "runs/r1/a", "runs/r2/a", "runs/r1/b"}
@@ -226,6 +226,17 @@ func (g *gen) next() *op {
 		if g.chance(2) {
 			p.Owner, p.LeaseTTL = g.pick([]string{"o1", "o2"}), time.Duration(1+g.n(60))*time.Second
 		}
+		if g.chance(3) {
+			// Queued (the limiters double as queues; "nope" is none).
+			p.ID = g.pick([]string{"q1", "q2", "q3"})
+			p.Queue, p.QueueKey, p.Priority = g.pick([]string{"openai", "tokens", "openai", "nope"}), g.pick([]string{"", "t1", "t2"}), g.n(3)
+			if g.chance(2) {
+				p.Dedupe = g.pick([]string{"d1", "d2"})
+				if g.chance(2) {
+					p.Debounce = time.Duration(g.n(3)) * time.Second
+				}
+			}
+		}
 		return &op{desc: fmt.Sprintf("CreateRun %+v", p), claim: true, run: func(ctx context.Context, sd *side) string {
 			r, created, err := sd.s.CreateRun(ctx, &p)
 			return fmt.Sprintf("%s created=%v %s", showRun(r), created, sd.norm(err))
@@ -234,6 +245,9 @@ func (g *gen) next() *op {
 		p := store.ClaimRunsParams{Owner: g.pick([]string{"o1", "o2"}), Limit: 1 + g.n(3), LeaseTTL: time.Duration(1+g.n(60)) * time.Second}
 		if g.chance(3) {
 			p.Workflows = []string{g.pick(workflows)}
+		}
+		if g.chance(4) {
+			p.SkipQueues = []string{g.pick([]string{"openai", "tokens"})}
 		}
 		return &op{desc: fmt.Sprintf("ClaimRuns %+v", p), claim: true, run: func(ctx context.Context, sd *side) string {
 			rs, err := sd.s.ClaimRuns(ctx, &p)
@@ -326,7 +340,7 @@ func (g *gen) next() *op {
 		return g.hookOp(now)
 	case 31, 32:
 		return g.messageOp(now)
-	case 34, 35:
+	case 33, 34, 35:
 		return g.limiterOp(now)
 	default:
 		return g.look()
@@ -340,9 +354,23 @@ func (g *gen) limiterOp(now time.Time) *op {
 	name := g.pick([]string{"openai", "tokens"})
 	holder := g.pick([]string{"h1", "h2", "h3", "h4"})
 	lim := func(sd *side) store.Limits { return sd.s.(store.Limits) }
-	switch g.n(5) {
-	case 0:
-		c := limit.Config{Name: name, Concurrency: g.n(3), Rate: g.n(4), Budget: int64(g.n(3) * 50), Period: time.Duration(g.n(3)) * time.Second}
+	switch g.n(9) {
+	case 5, 6, 7:
+		// Queued runs admitted (limit.Admit), and the queue looked at.
+		p := store.AdmitRunsParams{Owner: g.pick([]string{"o1", "o2"}), Limit: 1 + g.n(3), LeaseTTL: time.Duration(1+g.n(60)) * time.Second, Now: now}
+		if g.chance(3) {
+			p.Room = map[string]int{name: g.n(2)}
+		}
+		if g.chance(3) {
+			p.Workflows = []string{g.pick(workflows)}
+		}
+		return &op{desc: fmt.Sprintf("AdmitRuns %+v, LimiterState %s", p, name), claim: true, run: func(ctx context.Context, sd *side) string {
+			rs, err := lim(sd).AdmitRuns(ctx, &p)
+			st, serr := lim(sd).LimiterState(ctx, name, now)
+			return fmt.Sprintf("%s %s %+v %s", showRuns(rs), sd.norm(err), st, sd.norm(serr))
+		}}
+	case 0, 4:
+		c := limit.Config{Name: name, Concurrency: g.n(3), PerKey: g.n(2), Rate: g.n(4), Budget: int64(g.n(3) * 50), Period: time.Duration(g.n(3)) * time.Second}
 		return &op{desc: fmt.Sprintf("SetLimiter %+v", c), run: func(ctx context.Context, sd *side) string {
 			err := lim(sd).SetLimiter(ctx, &c)
 			got, gerr := lim(sd).GetLimiter(ctx, name)
@@ -660,9 +688,9 @@ func showRun(r *store.Run) string {
 	if r == nil {
 		return "-"
 	}
-	return fmt.Sprintf("{id=%s wf=%s %s in=%q out=%q err=%q created=%v updated=%v wake=%v owner=%s expires=%v epoch=%d cancel=%v parent=%s trace=%q}",
+	return fmt.Sprintf("{id=%s wf=%s %s in=%q out=%q err=%q created=%v updated=%v wake=%v owner=%s expires=%v epoch=%d cancel=%v parent=%s trace=%q queue=%s/%s/%d/%s queued=%v}",
 		r.ID, r.Workflow, r.Status, r.Input, r.Output, r.Error, r.CreatedAt, r.UpdatedAt, r.WakeAt, r.LeaseOwner,
-		r.LeaseExpires, r.LeaseEpoch, r.CancelRequested, r.Parent, r.TraceParent)
+		r.LeaseExpires, r.LeaseEpoch, r.CancelRequested, r.Parent, r.TraceParent, r.Queue, r.QueueKey, r.Priority, r.Dedupe, r.Queued)
 }
 
 func showRuns(rs []*store.Run) string {
