@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -133,8 +134,15 @@ func AdmitRuns(tx QueueTx, p *store.AdmitRunsParams) ([]*store.Run, error) {
 			}
 			out = append(out, run)
 		}
-		if err := saveLimiter(tx, c, st); err != nil {
+		// A poll that changed nothing (a full queue) writes nothing.
+		nb, err := EncodeLimiterState(st)
+		if err != nil {
 			return nil, err
+		}
+		if len(a.Runs) > 0 || !bytes.Equal(nb, b) {
+			if err := tx.SaveLimiter(c, nb); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return out, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -201,34 +200,26 @@ func (s *Store) LimiterState(ctx context.Context, name string, now time.Time) (*
 		now = s.cfg.Now()
 	}
 	var queued int
-	inFlight := map[string]bool{}
-	st, err := apply.DecodeLimiterState(state)
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, h := range limit.RunHolds(st) {
-		ids = append(ids, strings.TrimPrefix(h, "run:"))
-	}
 	err = s.do(ctx, true, func(ctx context.Context, _ *try) error {
-		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.q.schema+`.runs WHERE queue = $1 AND queued`, name).Scan(&queued); err != nil {
-			return err
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		rows, err := s.pool.Query(ctx, `SELECT id FROM `+s.q.schema+`.runs WHERE id = ANY ($1::text[]) AND status IN ('pending', 'running')`, ids)
-		if err != nil {
-			return err
-		}
-		live, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		for _, id := range live {
-			inFlight[id] = true
-		}
-		return err
+		return s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.q.schema+`.runs WHERE queue = $1 AND queued`, name).Scan(&queued)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("limiter state: %w", err)
 	}
-	return apply.LimiterView(cfg, state, now, func([]string) (map[string]bool, error) { return inFlight, nil }, queued)
+	inFlight := func(ids []string) (map[string]bool, error) {
+		out := map[string]bool{}
+		err := s.do(ctx, true, func(ctx context.Context, _ *try) error {
+			rows, err := s.pool.Query(ctx, `SELECT id FROM `+s.q.schema+`.runs WHERE id = ANY ($1::text[]) AND status IN ('pending', 'running')`, ids)
+			if err != nil {
+				return err
+			}
+			live, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			for _, id := range live {
+				out[id] = true
+			}
+			return err
+		})
+		return out, err
+	}
+	return apply.LimiterView(cfg, state, now, inFlight, queued)
 }
