@@ -742,6 +742,10 @@ func TestLimitersCommands(t *testing.T) {
 	if code != 0 || second != first || !strings.Contains(errOut, "folded into run") {
 		t.Fatalf("a deduped start: exit %d, %q (first %q), %s", code, second, first, errOut)
 	}
+	if out := mustWeir(t, "runs", "show", strings.TrimSpace(first)); !strings.Contains(out, "queue     q (key acme, dedupe doc-1): queued, not yet admitted") ||
+		!strings.Contains(out, `its turn in the queue "q": 0 ahead (debounced`) {
+		t.Fatalf("runs show of a queued run printed:\n%s", out)
+	}
 	if out := mustWeir(t, "limiters", "show", "q"); !regexp.MustCompile(`(?m)^q\s+1\s+1\s+.*\s1\s+0\s+0$`).MatchString(out) {
 		t.Fatalf("limiters show q printed:\n%s", out)
 	}

@@ -172,6 +172,33 @@ func runsShow(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		status += " (cancel requested)"
 	}
 	fmt.Fprintf(tw, "status\t%s\n", status)
+	if run.Queue != "" {
+		q := run.Queue
+		var opts []string
+		if run.QueueKey != "" {
+			opts = append(opts, "key "+run.QueueKey)
+		}
+		if run.Priority != 0 {
+			opts = append(opts, fmt.Sprintf("priority %d", run.Priority))
+		}
+		if run.Dedupe != "" {
+			opts = append(opts, "dedupe "+run.Dedupe)
+		}
+		if len(opts) > 0 {
+			q += " (" + strings.Join(opts, ", ") + ")"
+		}
+		if run.Queued {
+			q += ": queued, not yet admitted"
+		}
+		fmt.Fprintf(tw, "queue\t%s\n", q)
+	}
+	if !run.Status.Terminal() {
+		// What it waits on now: its queue, a limiter, a hook… (best
+		// effort: an older server has no /waiting).
+		if w, err := c.Waiting(ctx, id); err == nil && w.Summary != "" {
+			fmt.Fprintf(tw, "waiting\t%s\n", w.Summary)
+		}
+	}
 	fmt.Fprintf(tw, "created\t%s\n", fmtTime(run.CreatedAt))
 	fmt.Fprintf(tw, "updated\t%s\n", fmtTime(run.UpdatedAt))
 	if run.WakeAt != nil {
