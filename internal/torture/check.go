@@ -62,6 +62,11 @@ type Stats struct {
 	Takers, ClosedHooks, TimeoutFinal, Cancelled, Deadlines, Children int
 	// Messages to runs: in the logs, taken, and left at the runs' ends.
 	Messages, MessagesTaken, MessagesLeft int
+	// Runs started in their trial's queue and held to its slots.
+	Queued int
+	// Limited steps' attempts whose outcome is in the log, held to their
+	// trial's limiter.
+	Limited int
 }
 
 func (s *Stats) add(o Stats) {
@@ -93,6 +98,8 @@ func (s *Stats) add(o Stats) {
 	s.Messages += o.Messages
 	s.MessagesTaken += o.MessagesTaken
 	s.MessagesLeft += o.MessagesLeft
+	s.Queued += o.Queued
+	s.Limited += o.Limited
 }
 
 func (c *checker) fail(inv, where, format string, args ...any) {
@@ -117,6 +124,12 @@ func check(ctx context.Context, s store.Full, t *Trial, base string) ([]Violatio
 		if err := c.checkRun(ctx, &t.Runs[i]); err != nil {
 			return c.out, c.stats, err
 		}
+	}
+	if err := c.checkQueue(ctx, t); err != nil {
+		return c.out, c.stats, err
+	}
+	if err := c.checkLimiter(ctx, t); err != nil {
+		return c.out, c.stats, err
 	}
 	for i := range t.Producers {
 		if err := c.checkProducer(ctx, &t.Producers[i]); err != nil {
@@ -184,6 +197,118 @@ func ended(events []store.Event) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// checkQueue holds the trial's queued runs to its concurrency: each run's
+// span from its execution's first event to its end lies inside its hold of a slot
+// (admitted before it ran, the slot given back only once it ended), so at
+// no instant may more of those spans overlap than the queue has slots.
+// Every queued run must have been admitted and have ended.
+func (c *checker) checkQueue(ctx context.Context, t *Trial) error {
+	if t.Queue == 0 {
+		return nil
+	}
+	var edges []edge
+	for _, rs := range t.Runs {
+		if !rs.Queued {
+			continue
+		}
+		run, err := c.s.GetRun(ctx, rs.ID)
+		if err != nil {
+			return fmt.Errorf("queue: %w", err)
+		}
+		if run.Queue != t.QueueName() || run.Queued {
+			c.fail("queue", rs.ID, "the run is in queue %q, queued %v: want admitted from %q", run.Queue, run.Queued, t.QueueName())
+			continue
+		}
+		evs, err := c.s.ListEvents(ctx, rs.ID, 0)
+		if err != nil {
+			return fmt.Errorf("queue: %w", err)
+		}
+		end := ended(evs)
+		// Messages reach a run's log while it waits in its queue: its
+		// span begins with the first event an execution of it wrote.
+		first := slices.IndexFunc(evs, func(e store.Event) bool { return e.Type != store.EventMessageReceived })
+		if first < 0 || end.IsZero() {
+			continue // checkRun reports a run that did not end
+		}
+		edges = append(edges, edge{evs[first].At, +1}, edge{end, -1})
+		c.stats.Queued++
+	}
+	if n, at := mostAtOnce(edges); n > t.Queue {
+		c.fail("queue", t.QueueName(), "%d queued runs ran at once at %v; the queue has %d slots", n, at, t.Queue)
+	}
+	return nil
+}
+
+// checkLimiter holds the trial's limited steps to its limiter's
+// concurrency: each attempt's own span around its code lies inside its
+// slot (after the grant, before the release), so at no instant may more of
+// them overlap than the limiter has slots. Only attempts whose outcome is
+// in their run's log count: a zombie's (its process stopped past its
+// leases, its outcome refused) ran on after its slot lapsed, which is what
+// a lease means.
+func (c *checker) checkLimiter(ctx context.Context, t *Trial) error {
+	if t.Limiter == 0 {
+		return nil
+	}
+	type key struct {
+		run         string
+		op, attempt int64
+	}
+	logged := map[key]bool{}
+	for _, rs := range t.Runs {
+		evs, err := c.s.ListEvents(ctx, rs.ID, 0)
+		if err != nil {
+			return fmt.Errorf("limiter: %w", err)
+		}
+		for _, e := range evs {
+			if e.Type == store.EventStepCompleted || e.Type == store.EventStepFailed {
+				logged[key{rs.ID, e.Op, e.Attempt}] = true
+			}
+		}
+	}
+	var edges []edge
+	seen := map[key]bool{}
+	for _, a := range t.limited {
+		k := key{a.run, a.op, a.attempt}
+		if !logged[k] || seen[k] {
+			continue
+		}
+		seen[k] = true
+		edges = append(edges, edge{a.start, +1}, edge{a.end, -1})
+		c.stats.Limited++
+	}
+	if n, at := mostAtOnce(edges); n > t.Limiter {
+		c.fail("limiter", t.LimiterName(), "%d limited attempts ran at once at %v; the limiter has %d slots", n, at, t.Limiter)
+	}
+	return nil
+}
+
+// edge is a span's start (+1) or end (-1).
+type edge struct {
+	at    time.Time
+	delta int
+}
+
+// mostAtOnce is the largest number of spans open at one instant, and the
+// first instant it was reached. An end and a start at the same instant do
+// not overlap.
+func mostAtOnce(edges []edge) (int, time.Time) {
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta
+	})
+	in, most := 0, 0
+	var at time.Time
+	for _, e := range edges {
+		if in += e.delta; in > most {
+			most, at = in, e.at
+		}
+	}
+	return most, at
 }
 
 func stepWriterID(op int64) string { return "step/" + strconv.FormatInt(op, 10) }

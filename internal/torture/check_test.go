@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/sqlitestore"
@@ -136,5 +137,38 @@ func TestCheckerCatchesPlantedViolations(t *testing.T) {
 			}
 			t.Logf("caught: %v", v[0])
 		})
+	}
+}
+
+// The limit checks count what overlaps: touching spans do not, nested and
+// crossing ones do.
+func TestMostAtOnce(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, int64(ms)*int64(time.Millisecond)) }
+	span := func(a, b int) []edge { return []edge{{at(a), +1}, {at(b), -1}} }
+	for _, tc := range []struct {
+		name  string
+		spans [][2]int
+		want  int
+	}{
+		{"none", nil, 0},
+		{"one", [][2]int{{0, 10}}, 1},
+		{"touching", [][2]int{{0, 10}, {10, 20}, {20, 30}}, 1},
+		{"crossing", [][2]int{{0, 10}, {5, 15}}, 2},
+		{"nested", [][2]int{{0, 100}, {10, 20}, {15, 18}, {30, 40}}, 3},
+		{"apart", [][2]int{{0, 1}, {2, 3}, {4, 5}}, 1},
+	} {
+		var edges []edge
+		for _, s := range tc.spans {
+			edges = append(edges, span(s[0], s[1])...)
+		}
+		if got, _ := mostAtOnce(edges); got != tc.want {
+			t.Errorf("%s: %d at once, want %d", tc.name, got, tc.want)
+		}
+	}
+	if _, ok := parseAttemptSpan("r1 3 2 100 50"); ok {
+		t.Error("a span that ends before it starts was read")
+	}
+	if a, ok := parseAttemptSpan("r1 3 2 100 150"); !ok || a.run != "r1" || a.op != 3 || a.attempt != 2 || a.end.Sub(a.start) != 50 {
+		t.Errorf("parseAttemptSpan: %+v %v", a, ok)
 	}
 }

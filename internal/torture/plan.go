@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"time"
 )
 
 // FaultKind names a kind of fault.
@@ -81,7 +82,17 @@ type Trial struct {
 	// HTTPStreams are standalone streams written over HTTP, through a
 	// cutting proxy, by external writers (httpstream.go).
 	HTTPStreams []HTTPStreamSpec
+	// Queue is the concurrency of the trial's queue (QueueName): its
+	// runs with Queued wait in it; 0: no queue.
+	Queue int `json:",omitempty"`
+	// Limiter is the concurrency of the trial's step limiter
+	// (LimiterName): its items with Limited take a slot of it for each
+	// attempt; 0: no limiter.
+	Limiter int `json:",omitempty"`
 
+	// limited is what the workers reported of the limited attempts'
+	// spans (their own clocks around the step's code), for the checker.
+	limited []attemptSpan
 	// http is what the HTTP stream writers were acknowledged, for the
 	// checker (not part of the schedule).
 	http *httpRun
@@ -143,6 +154,9 @@ type RunSpec struct {
 	// Prefix is its trial's (Trial.Prefix), for its hooks' tokens.
 	Prefix string `json:",omitempty"`
 	Items  []Item
+	// Queued: started in its trial's queue (Trial.QueueName), so it waits
+	// for one of the queue's slots before it runs.
+	Queued bool `json:",omitempty"`
 	// ContinueOnFail: the workflow carries on after a step fails for good (the
 	// run completes); otherwise it returns the error (the run fails).
 	ContinueOnFail bool
@@ -266,6 +280,11 @@ type Item struct {
 	// Recv: the topic, and the messages sent past Payloads (left).
 	Topic string `json:",omitempty"`
 	Extra int    `json:",omitempty"`
+
+	// Limited: each attempt of the step takes a slot of its trial's
+	// limiter (Trial.LimiterName) first, keyed by its run, and charges it
+	// the attempt's number.
+	Limited bool `json:",omitempty"`
 }
 
 // opSpan is how many durable operations item it takes: a step, sleep or
@@ -408,6 +427,8 @@ func Generate(seed uint64, prefix string, o GenOptions) *Trial {
 	}
 	if o.Agents {
 		addAgentShapes(t, seed, o)
+		addQueue(t, seed)
+		addLimiter(t, seed)
 	}
 	if o.HTTP && (streamFault || r.IntN(2) == 0) {
 		for i := range 1 + r.IntN(2) {
@@ -587,4 +608,73 @@ func (it *Item) variant(attempt int64) int64 {
 		return attempt
 	}
 	return 0
+}
+
+// QueueName is the trial's queue (a limiter the workers set).
+func (t *Trial) QueueName() string { return t.Prefix + "-q" }
+
+// addQueue, in half the trials, starts some of the runs the workers start
+// directly in a queue of concurrency 1 or 2, which the checker holds them
+// to. Its own stream of the seed keeps the rest of the schedule as it was.
+func addQueue(t *Trial, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 0x9e_e0e))
+	if r.IntN(2) != 0 {
+		return
+	}
+	t.Queue = 1 + r.IntN(2)
+	for i := range t.Runs {
+		// A deadline run counts its deadline from its start: not one to queue.
+		if t.Runs[i].Start == StartDirect && t.Runs[i].Workflow == "" && r.IntN(3) != 0 {
+			t.Runs[i].Queued = true
+		}
+	}
+}
+
+// LimiterName is the trial's step limiter (the workers set it).
+func (t *Trial) LimiterName() string { return limiterName(t.Prefix) }
+
+func limiterName(prefix string) string { return prefix + "-lim" }
+
+// addLimiter, in half the trials, makes some plain steps (parallel groups
+// among them) take a slot of a limiter of concurrency 1 to 3 for each
+// attempt, which the checker holds them to. Steps that outlive their
+// slot by design are left out: one with a timeout whose attempt hangs deaf
+// to its context, and a deadline run's. Its own stream of the seed keeps
+// the rest of the schedule as it was.
+func addLimiter(t *Trial, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 0x11_3173))
+	if r.IntN(2) != 0 {
+		return
+	}
+	t.Limiter = 1 + r.IntN(3)
+	for i := range t.Runs {
+		rs := &t.Runs[i]
+		if rs.Workflow != "" {
+			continue
+		}
+		for j := range rs.Items {
+			if it := &rs.Items[j]; it.Kind == ItemStep && it.TimeoutMillis == 0 && r.IntN(2) == 0 {
+				it.Limited = true
+			}
+		}
+	}
+}
+
+// attemptSpan is a limited attempt's run of its code, as its worker saw it.
+type attemptSpan struct {
+	run        string
+	op         int64
+	attempt    int64
+	start, end time.Time
+}
+
+// parseAttemptSpan reads a worker's "L run op attempt startNanos endNanos".
+func parseAttemptSpan(line string) (attemptSpan, bool) {
+	var a attemptSpan
+	var start, end int64
+	if n, err := fmt.Sscanf(line, "%s %d %d %d %d", &a.run, &a.op, &a.attempt, &start, &end); n != 5 || err != nil || end < start {
+		return a, false
+	}
+	a.start, a.end = time.Unix(0, start), time.Unix(0, end)
+	return a, true
 }

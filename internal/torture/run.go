@@ -560,6 +560,12 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 				p.done = true
 			case strings.HasPrefix(m.line, "Z "):
 				res.fenced++
+			case strings.HasPrefix(m.line, "L "):
+				if a, ok := parseAttemptSpan(m.line[2:]); ok {
+					t.limited = append(t.limited, a)
+				} else {
+					res.violations = append(res.violations, Violation{"worker", fmt.Sprintf("worker %d", p.id), "a malformed limited attempt: " + m.line})
+				}
 			case strings.HasPrefix(m.line, "X "):
 				// It kills itself (FaultChildKill).
 				p.killed = true
@@ -648,6 +654,12 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if st.Messages > 0 {
 		fmt.Fprintf(w, "  messages to runs %d: taken %d, left at the runs' ends %d\n", st.Messages, st.MessagesTaken, st.MessagesLeft)
+	}
+	if st.Limited > 0 {
+		fmt.Fprintf(w, "  limited attempts held to their trial's limiter %d\n", st.Limited)
+	}
+	if st.Queued > 0 {
+		fmt.Fprintf(w, "  runs held to their trial's queue %d\n", st.Queued)
 	}
 	if st.HTTPStreams > 0 {
 		fmt.Fprintf(w, "  HTTP streams %d: writers %d (weir %d, idempotency-key %d, producer %d), requests %d, acks checked %d\n",

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/server"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
@@ -153,6 +154,27 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		out.line("A %s", ln.Addr())
 	}
+	// Every worker sets the trial's queue and limiter (the same: idempotent)
+	// before it starts runs.
+	var limiters []*limit.Config
+	if t.Queue > 0 {
+		limiters = append(limiters, &limit.Config{Name: t.QueueName(), Concurrency: t.Queue})
+	}
+	if t.Limiter > 0 {
+		limiters = append(limiters, &limit.Config{Name: t.LimiterName(), Concurrency: t.Limiter})
+	}
+	for _, l := range limiters {
+		for {
+			err := s.SetLimiter(ctx, l)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return err
+			}
+			time.Sleep(50 * time.Millisecond) // a restarting database
+		}
+	}
 	for _, rs := range t.Runs {
 		if rs.Start != StartDirect {
 			continue // the harness starts it over HTTP
@@ -162,8 +184,12 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 		if wf == "" {
 			wf = WorkflowName
 		}
+		opts := &weir.StartOptions{ID: rs.ID}
+		if rs.Queued {
+			opts.Queue = t.QueueName()
+		}
 		for {
-			_, _, err := engines[0].StartRun(ctx, wf, in, &weir.StartOptions{ID: rs.ID})
+			_, _, err := engines[0].StartRun(ctx, wf, in, opts)
 			if err == nil {
 				break
 			}
@@ -327,7 +353,7 @@ func runWorkflow(ctx weir.Context, rs *RunSpec, env *wfEnv) (int, error) {
 				var fs []*weir.Future[int]
 				for j := idx; j < len(rs.Items) && rs.Items[j].Group == it.Group; j++ {
 					gi := &rs.Items[j]
-					fs = append(fs, weir.StepAsync(ctx, gi.Name, stepFunc(rs, gi, report, out), stepOptions(gi)...))
+					fs = append(fs, weir.StepAsync(ctx, gi.Name, stepFunc(rs, gi, report, out), stepOptions(rs, gi)...))
 				}
 				for _, f := range fs {
 					if _, err := f.Get(ctx); err != nil {
@@ -340,7 +366,7 @@ func runWorkflow(ctx weir.Context, rs *RunSpec, env *wfEnv) (int, error) {
 				}
 				continue
 			}
-			_, err := weir.Step(ctx, it.Name, stepFunc(rs, it, report, out), stepOptions(it)...)
+			_, err := weir.Step(ctx, it.Name, stepFunc(rs, it, report, out), stepOptions(rs, it)...)
 			if err != nil {
 				if !rs.ContinueOnFail {
 					return 0, err
@@ -545,7 +571,14 @@ func hangStep(sc weir.StepContext, rs *RunSpec, it *Item, env *wfEnv) (int, erro
 // stepFunc is step it's function.
 func stepFunc(rs *RunSpec, it *Item, report func(string, ...any), out *output) func(weir.StepContext) (int, error) {
 	return func(sc weir.StepContext) (int, error) {
+		start := time.Now()
 		n, err := runStep(sc, rs, it, report)
+		if it.Limited {
+			// Inside the attempt's slot: from after its grant to before
+			// its release. The checker holds these spans to the limit.
+			weir.ChargeLimiter(sc, sc.Attempt())
+			out.line("L %s %d %d %d %d", rs.ID, it.Op, sc.Attempt(), start.UnixNano(), time.Now().UnixNano())
+		}
 		if errors.Is(err, weir.ErrFenced) || errors.Is(err, store.ErrLeaseLost) {
 			// A zombie attempt: another worker took the run over.
 			out.line("Z %s %d %d %v", rs.ID, it.Op, sc.Attempt(), err)
@@ -554,8 +587,11 @@ func stepFunc(rs *RunSpec, it *Item, report func(string, ...any), out *output) f
 	}
 }
 
-func stepOptions(it *Item) []weir.StepOption {
+func stepOptions(rs *RunSpec, it *Item) []weir.StepOption {
 	opts := []weir.StepOption{weir.WithRetry(weir.RetryPolicy{MaxAttempts: it.MaxAttempts})}
+	if it.Limited {
+		opts = append(opts, weir.WithLimiter(limiterName(rs.Prefix), &weir.LimitOptions{Key: rs.ID, Priority: int(rs.Seed % 3)}))
+	}
 	if it.TimeoutMillis > 0 {
 		opts = append(opts, weir.WithTimeout(time.Duration(it.TimeoutMillis)*time.Millisecond))
 	}
@@ -847,6 +883,11 @@ func (g *gatedStore) pass() {
 func (g *gatedStore) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*store.Run, error) {
 	g.pass()
 	return g.Full.ClaimRuns(ctx, p)
+}
+
+func (g *gatedStore) AdmitRuns(ctx context.Context, p *store.AdmitRunsParams) ([]*store.Run, error) {
+	g.pass()
+	return g.Full.AdmitRuns(ctx, p)
 }
 
 func (g *gatedStore) RenewLease(ctx context.Context, p *store.RenewLeaseParams) (bool, error) {
