@@ -56,8 +56,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/world"
 )
@@ -79,6 +81,20 @@ type Config struct {
 	// Concurrency and no more: the others' deliveries go on. Defaults to
 	// 32, or Concurrency if smaller.
 	MaxPerTarget int
+	// Limiter, if set, names a limiter of Limits (package limit) that
+	// every delivery takes a slot of before it is sent and gives back
+	// when the app has answered: on PostgreSQL one bound for every
+	// deliverer on the database, where Concurrency and MaxPerTarget bound
+	// this process alone. A delivery's key in the limiter is its target,
+	// so the limiter's PerKey is a per-app bound and apps get a fair share
+	// of it; a workflow message (a replay, short, and what moves a run
+	// on) goes before a step's. A delivery waiting for its slot keeps its
+	// message's lease (no other deliverer takes it) and its place in the
+	// limiter's line; a limiter that does not exist holds deliveries back,
+	// logged, until it is set. Empty: no limiter.
+	Limiter string
+	// Limits keeps Limiter. Required with Limiter.
+	Limits store.Limits
 	// LeaseTTL is how long a delivery's lease lasts without renewal; the
 	// deliverer renews it every LeaseTTL/3 while the app works. A
 	// deliverer that dies leaves its messages to another after at most
@@ -236,6 +252,10 @@ func New(cfg *Config) (*Deliverer, error) {
 		return nil, fmt.Errorf("%w: no Store", ErrConfig)
 	case len(c.Secret) < 16:
 		return nil, fmt.Errorf("%w: a Secret of at least 16 bytes is required", ErrConfig)
+	case c.Limiter != "" && c.Limits == nil:
+		return nil, fmt.Errorf("%w: a Limiter needs Limits", ErrConfig)
+	case c.Limiter != "" && store.CheckLimiterName(c.Limiter) != nil:
+		return nil, fmt.Errorf("%w: Limiter: %w", ErrConfig, store.CheckLimiterName(c.Limiter))
 	case c.Concurrency < 1 || c.MaxPerTarget < 1 || c.LeaseTTL < 3*time.Millisecond || c.Timeout <= 0 || c.MaxAge <= 0 || c.MaxFailures < 0:
 		return nil, fmt.Errorf("%w: Concurrency and MaxPerTarget >= 1, LeaseTTL, Timeout and MaxAge > 0, MaxFailures >= 0", ErrConfig)
 	}
@@ -403,23 +423,37 @@ func route(queue string) (string, bool) {
 	return "/.well-known/workflow/v1/step", true
 }
 
-// deliver sends one message and settles it.
+// deliver takes m's slot of the limiter, sends m and settles it.
 func (d *Deliverer) deliver(ctx context.Context, m *store.Message) {
 	c := d.cfg
 	start := time.Now()
 	ok := false
 	defer func() { d.end(m, ok) }()
-	dctx, cancel := context.WithTimeout(ctx, c.Timeout)
-	defer cancel()
-	// Renew the lease while the app works; a lost lease (the message was
-	// claimed again after a stall) cuts the delivery.
+	// Renew the lease (and the limiter's slot, once held) while the
+	// delivery waits for its slot and while the app works; a lost lease
+	// (the message was claimed again after a stall) cuts the delivery.
+	lctx, lcancel := context.WithCancel(ctx)
+	defer lcancel()
 	lost := make(chan struct{})
-	go d.renew(dctx, m, cancel, lost)
+	var slot atomic.Pointer[string]
+	go d.renew(lctx, m, lcancel, lost, &slot)
+	release := d.takeSlot(lctx, m, &slot)
+	if release == nil {
+		lcancel()
+		<-lost
+		if ctx.Err() != nil {
+			d.settle(&store.SettleParams{ID: m.ID, Lease: m.Lease, DeliverAt: c.Now()}, "", start)
+		}
+		return
+	}
+	dctx, cancel := context.WithTimeout(lctx, c.Timeout)
 	dctx, sp := d.startSpan(dctx, m)
 	status, timeout, err := d.post(dctx, m)
 	endSpan(sp, status, err)
 	cancel()
+	lcancel()
 	<-lost
+	release()
 	if err != nil && ctx.Err() != nil {
 		// Cut by a shutdown: due again now rather than after the lease.
 		d.settle(&store.SettleParams{ID: m.ID, Lease: m.Lease, DeliverAt: c.Now()}, "", start)
@@ -464,9 +498,10 @@ func (d *Deliverer) deliver(ctx context.Context, m *store.Message) {
 	}
 }
 
-// renew renews m's lease every third of LeaseTTL until ctx ends; a lost
-// lease cancels the delivery. It closes lost when it returns.
-func (d *Deliverer) renew(ctx context.Context, m *store.Message, cancel func(), lost chan struct{}) {
+// renew renews m's lease, and the limiter's slot once slot names its
+// holder, every third of LeaseTTL until ctx ends; a lost lease cancels the
+// delivery. It closes lost when it returns.
+func (d *Deliverer) renew(ctx context.Context, m *store.Message, cancel func(), lost chan struct{}, slot *atomic.Pointer[string]) {
 	defer close(lost)
 	c := d.cfg
 	t := time.NewTicker(c.LeaseTTL / 3)
@@ -483,7 +518,76 @@ func (d *Deliverer) renew(ctx context.Context, m *store.Message, cancel func(), 
 			cancel()
 			return
 		}
+		if h := slot.Load(); h != nil {
+			if _, err := c.Limits.RenewSlot(ctx, &store.RenewSlotParams{Limiter: c.Limiter, Holder: *h, Lease: c.LeaseTTL}); err != nil && ctx.Err() == nil {
+				c.Logger.Warn("world delivery: renewing the limiter's slot failed", "limiter", c.Limiter, "message", m.ID, "err", err)
+			}
+		}
 	}
+}
+
+// takeSlot waits until m's delivery holds a slot of Config.Limiter (at
+// once without one) and returns what gives it back; nil if ctx ended
+// first (a shutdown, or the message's lease lost).
+func (d *Deliverer) takeSlot(ctx context.Context, m *store.Message, slot *atomic.Pointer[string]) func() {
+	c := d.cfg
+	if c.Limiter == "" {
+		return func() {}
+	}
+	prio := 0
+	if m.Kind == "workflow" {
+		prio = 1
+	}
+	p := &store.AcquireSlotParams{Limiter: c.Limiter, Request: limit.Request{
+		Holder: "world/" + m.ID + "/" + m.Lease, Key: TargetKey(m.Target), Priority: prio, Lease: c.LeaseTTL}}
+	poll := 5 * time.Millisecond
+	for {
+		dec, err := c.Limits.AcquireSlot(ctx, p)
+		wait := poll
+		poll = min(2*poll, c.PollInterval)
+		switch {
+		case err == nil && dec.Granted:
+			slot.Store(&p.Holder)
+			return func() {
+				rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				// A release lost here comes back with the slot's lease.
+				if _, err := c.Limits.ReleaseSlot(rctx, &store.ReleaseSlotParams{Limiter: c.Limiter, Holder: p.Holder}); err != nil {
+					c.Logger.Warn("world delivery: releasing the limiter's slot failed; it comes back with its lease", "limiter", c.Limiter, "message", m.ID, "err", err)
+				}
+			}
+		case err == nil && (dec.Reason == limit.Rate || dec.Reason == limit.Budget):
+			wait = max(wait, time.Until(dec.RetryAt))
+		case err != nil && ctx.Err() == nil:
+			// No such limiter (yet), or the store failed: the delivery
+			// waits, its message kept; the operator is told.
+			wait = c.PollInterval
+			if d.warnTarget("limiter:"+c.Limiter, c.Now()) {
+				hint := ""
+				if errors.Is(err, store.ErrNotFound) {
+					hint = "set it: weir limiters set " + c.Limiter + " --concurrency N"
+				}
+				c.Logger.Warn("world delivery: the limiter cannot be used; deliveries wait", "limiter", c.Limiter, "err", err, "hint", hint)
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// TargetKey is a delivery's key in Config.Limiter: its target, or a
+// digest of one longer than a limiter's key may be.
+func TargetKey(target string) string {
+	if len(target) <= limit.MaxNameLen {
+		return target
+	}
+	sum := sha256.Sum256([]byte(target))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 func (d *Deliverer) settle(p *store.SettleParams, outcome string, start time.Time) {

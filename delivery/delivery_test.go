@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/weirhq/weir/delivery"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/store/sqlitestore"
@@ -632,3 +634,170 @@ func TestAnAppURLThatAnswersHTMLIsNotADelivery(t *testing.T) {
 		}
 	})
 }
+
+// gauge counts requests in flight, at most so far, and done, across the
+// apps that share it; each request is held hold long.
+type gauge struct {
+	mu         sync.Mutex
+	in, most   int
+	perApp     map[string]int
+	mostPerApp map[string]int
+	seen       map[string]int
+	done       chan string
+}
+
+func newGauge(n int) *gauge {
+	return &gauge{perApp: map[string]int{}, mostPerApp: map[string]int{}, seen: map[string]int{}, done: make(chan string, n)}
+}
+
+// app serves as one app (named name) of g.
+func (g *gauge) app(t *testing.T, name string, hold time.Duration) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		g.in++
+		g.most = max(g.most, g.in)
+		g.perApp[name]++
+		g.mostPerApp[name] = max(g.mostPerApp[name], g.perApp[name])
+		g.seen[r.Header.Get("x-vqs-message-id")]++
+		g.mu.Unlock()
+		time.Sleep(hold) // the app's work: the span the limiter bounds
+		g.mu.Lock()
+		g.in--
+		g.perApp[name]--
+		g.mu.Unlock()
+		worldReply(w)
+		g.done <- name
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// wait waits for n deliveries.
+func (g *gauge) wait(t *testing.T, n int) {
+	t.Helper()
+	for i := range n {
+		select {
+		case <-g.done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("waited 20s for delivery %d of %d", i+1, n)
+		}
+	}
+}
+
+func setLimiter(t *testing.T, st store.Full, c *limit.Config) {
+	t.Helper()
+	if err := st.SetLimiter(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A delivery limiter bounds the deliveries in flight, all told and to each
+// app (its per-key bound), where the deliverer's own Concurrency would let
+// 100 through; every message is delivered once.
+func TestALimiterBoundsDeliveries(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st store.Full) {
+		setLimiter(t, st, &limit.Config{Name: "world", Concurrency: 3, PerKey: 2})
+		g := newGauge(40)
+		apps := []*httptest.Server{g.app(t, "a", 15*time.Millisecond), g.app(t, "b", 15*time.Millisecond)}
+		start(t, st, delivery.Config{Limiter: "world", Limits: st, PollInterval: 50 * time.Millisecond})
+		for i := range 40 {
+			enqueue(t, st, fmt.Sprintf("msg_%02d", i), "__wkf_step_s", apps[i%2].URL, 0)
+		}
+		g.wait(t, 40)
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.most > 3 || g.mostPerApp["a"] > 2 || g.mostPerApp["b"] > 2 {
+			t.Fatalf("at most %d in flight (%v per app): the limiter allows 3, and 2 per app", g.most, g.mostPerApp)
+		}
+		for id, n := range g.seen {
+			if n != 1 {
+				t.Fatalf("message %s delivered %d times", id, n)
+			}
+		}
+		if g.most < 2 {
+			t.Errorf("at most %d in flight: the limiter's 3 slots were never shared", g.most)
+		}
+	})
+}
+
+// On PostgreSQL the limiter holds across deliverers (servers) on the
+// database: two deliverers with their own pools, one bound.
+func TestALimiterHoldsAcrossDeliverers(t *testing.T) {
+	schema := pgtest.NewSchema(t)
+	open := func() store.Full {
+		st, err := pgstore.Open(t.Context(), pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	a, b := open(), open()
+	setLimiter(t, a, &limit.Config{Name: "world", Concurrency: 2})
+	g := newGauge(30)
+	app := g.app(t, "a", 20*time.Millisecond)
+	start(t, a, delivery.Config{Owner: "a", Limiter: "world", Limits: a, PollInterval: 50 * time.Millisecond})
+	start(t, b, delivery.Config{Owner: "b", Limiter: "world", Limits: b, PollInterval: 50 * time.Millisecond})
+	for i := range 30 {
+		enqueue(t, a, fmt.Sprintf("msg_%02d", i), "__wkf_step_s", app.URL, 0)
+	}
+	g.wait(t, 30)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.most > 2 {
+		t.Fatalf("%d deliveries in flight at once across two deliverers; the limiter allows 2", g.most)
+	}
+	if len(g.seen) != 30 {
+		t.Fatalf("%d messages delivered, want 30", len(g.seen))
+	}
+}
+
+// A limiter that is not set holds deliveries back, said in the log, and
+// loses none: once it is set they go.
+func TestAMissingLimiterHoldsDeliveriesBack(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st store.Full) {
+		g := newGauge(2)
+		app := g.app(t, "a", 0)
+		logs := &logSink{ch: make(chan string, 100)}
+		start(t, st, delivery.Config{Limiter: "later", Limits: st, PollInterval: 20 * time.Millisecond, Logger: slog.New(logs)})
+		enqueue(t, st, "msg_1", "__wkf_workflow_w", app.URL, 0)
+		enqueue(t, st, "msg_2", "__wkf_step_s", app.URL, 0)
+		deadline := time.After(10 * time.Second)
+		for warned := false; !warned; {
+			select {
+			case m := <-logs.ch:
+				warned = strings.Contains(m, "the limiter cannot be used") && strings.Contains(m, "weir limiters set later")
+			case <-deadline:
+				t.Fatal("no warning of the missing limiter within 10s")
+			}
+		}
+		g.mu.Lock()
+		n := len(g.seen)
+		g.mu.Unlock()
+		if n != 0 {
+			t.Fatalf("%d delivered without the limiter", n)
+		}
+		if got := len(pending(t, st, "pending")); got != 2 {
+			t.Fatalf("%d messages pending, want 2 (none lost)", got)
+		}
+		setLimiter(t, st, &limit.Config{Name: "later", Concurrency: 1})
+		g.wait(t, 2)
+	})
+}
+
+// logSink is a slog.Handler that sends each record's text to ch.
+type logSink struct{ ch chan string }
+
+func (l *logSink) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logSink) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s=%v", a.Key, a.Value); return true })
+	select {
+	case l.ch <- b.String():
+	default:
+	}
+	return nil
+}
+func (l *logSink) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logSink) WithGroup(string) slog.Handler      { return l }

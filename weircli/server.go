@@ -77,6 +77,7 @@ func parseServerFlags(cfg *Config, args []string, stderr io.Writer) (*serverFlag
 	fs.DurationVar(&f.wcfg.Timeout, "world-timeout", 15*time.Minute, "the longest one World delivery (a step) may take")
 	fs.IntVar(&f.wcfg.Concurrency, "world-concurrency", 100, "World deliveries in flight at once")
 	fs.IntVar(&f.wcfg.MaxPerTarget, "world-target-concurrency", 32, "World deliveries in flight to one app at once (a hung app holds this many, no more)")
+	fs.StringVar(&f.wcfg.Limiter, "world-limiter", "", "a limiter (weir limiters set) every World delivery takes a slot of, keyed by its app: its concurrency, per-key (per app), rate and budget hold across every server on the database (default: none; the two flags above bound this process alone)")
 	fs.DurationVar(&f.wcfg.MaxAge, "world-max-age", 24*time.Hour, "dead-letter a World message that has failed for this long")
 	fs.IntVar(&f.wcfg.MaxFailures, "world-max-failures", 0, "dead-letter a World message after this many failed deliveries in a row (0: --world-max-age alone)")
 	if err := fs.Parse(args); err != nil {
@@ -180,7 +181,7 @@ func serverCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 	srv := server.New(e, f.serverConfig(log))
 	var deliverer *delivery.Deliverer
 	if f.worldSecret != "" {
-		f.wcfg.Store, f.wcfg.Secret, f.wcfg.Logger, f.wcfg.Observe = st, []byte(f.worldSecret), log, srv.DeliveryObserver()
+		f.wcfg.Store, f.wcfg.Limits, f.wcfg.Secret, f.wcfg.Logger, f.wcfg.Observe = st, st, []byte(f.worldSecret), log, srv.DeliveryObserver()
 		if deliverer, err = delivery.New(&f.wcfg); err != nil {
 			_ = e.Close(context.Background())
 			closeStore()
