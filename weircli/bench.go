@@ -55,6 +55,8 @@ func benchCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&c.DBOSChunks, "dbos-chunks", 0, "dbos-like: chunks per run (default 20)")
 	fs.IntVar(&c.DBOSConcurrency, "dbos-concurrency", 0, "dbos-like: runs at once (default 16)")
 	fs.IntVar(&c.TracingRounds, "tracing-rounds", 0, "tracing: rounds of each variant, interleaved (default 6)")
+	fs.IntVar(&c.FlowRounds, "flow-rounds", 0, "flow: rounds of each variant (plain, queued, limited), interleaved (default 5)")
+	fs.IntVar(&c.FlowQueueConcurrency, "flow-queue-concurrency", 0, "flow: the global limit of the queue across processes (default 8)")
 	fs.Var((*intList)(&c.Processes), "processes", "scale: the numbers of weir server processes to measure, e.g. 1,2,3 (default 1,2,3)")
 	fs.IntVar(&c.ScaleRuns, "scale-runs", 0, "scale: runs for each number of processes (default 1,000)")
 	fs.IntVar(&c.ScaleChunks, "scale-chunks", 0, "scale: chunks each run writes, of --chunk-size bytes (default 20)")

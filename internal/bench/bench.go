@@ -91,6 +91,17 @@ type Config struct {
 	// TracingRounds is how many times tracing measures each variant (the
 	// figures are the medians). Defaults to 6: each variant first, second and third twice.
 	TracingRounds int
+	// FlowRounds is how many times flow measures each variant (plain,
+	// queued, limited; the figures are the medians). Defaults to 5.
+	FlowRounds int
+	// FlowRate and FlowPeriod are flow's rate queue: FlowRate starts per
+	// FlowPeriod, which FlowRateRuns runs started at once wait in. Default
+	// 20 per 500ms, 200 runs.
+	FlowRate, FlowRateRuns int
+	FlowPeriod             time.Duration
+	// FlowQueueConcurrency is the global limit of flow's queue across
+	// processes. Defaults to 8.
+	FlowQueueConcurrency int
 	// ScaleTimeout bounds one round's runs. Defaults to 5 minutes.
 	ScaleTimeout time.Duration
 	// ServerCommand runs `weir server` for scale, which adds its flags
@@ -138,6 +149,13 @@ func (c Config) WithDefaults() Config {
 	def(&c.ScaleConcurrency, 16)
 	def(&c.ScaleRounds, 1)
 	def(&c.TracingRounds, 6)
+	def(&c.FlowRounds, 5)
+	def(&c.FlowRate, 20)
+	def(&c.FlowRateRuns, 200)
+	def(&c.FlowQueueConcurrency, 8)
+	if c.FlowPeriod <= 0 {
+		c.FlowPeriod = 500 * time.Millisecond
+	}
 	if c.ScaleTimeout <= 0 {
 		c.ScaleTimeout = 5 * time.Minute
 	}
@@ -215,6 +233,7 @@ var workloads = []workload{
 	{"fanout", "N live readers on one stream: delivery p99, memory per reader; vs one reader", true, runFanout},
 	{"dbos-like", "500 runs × 20 chunks, 16 at a time, through the engine; vs plain appends", true, runDBOSLike},
 	{"tracing", "steps' runs and dbos-like's with tracing off, on with a no-op exporter, on over OTLP/HTTP, interleaved rounds; vs off (named only)", true, runTracing},
+	{"flow", "short runs plain, queued and with limited steps (interleaved rounds), a rate queue's accuracy, and (PostgreSQL) a queue's global limit across 1, 2, 3 weir server processes; vs plain (named only)", true, runFlow},
 	{"scale", "N weir server processes on one PostgreSQL database (--processes 1,2,3): runs/s through the runs API; vs N=1 (named only)", false, runScale},
 }
 

@@ -112,7 +112,7 @@ func RegisterEmit(e *weir.Engine) *weir.Workflow[EmitInput, EmitOutput] {
 
 // namedOnly are the workloads Default leaves out: they run only when named.
 // scale starts server processes and needs PostgreSQL.
-var namedOnly = map[string]bool{"scale": true, "tracing": true}
+var namedOnly = map[string]bool{"scale": true, "tracing": true, "flow": true}
 
 // scaleVerifyHook, if set (by tests), is called after the built-in checks of
 // each round with a client of a server on that round's schema.
@@ -362,7 +362,7 @@ func scaleOnce(ctx context.Context, v *env, ps *pgStats, base, schema string, n 
 		t := time.Now()
 		cl := cls[i%n]
 		id := scaleRunID(i)
-		k, pid, err := scaleRun(ctx, cl, id, in)
+		k, pid, err := scaleRun(ctx, cl, id, in, nil)
 		if err != nil {
 			return fmt.Errorf("run %s through %s: %w", id, cl.URL(), err)
 		}
@@ -454,8 +454,13 @@ func scaleRunID(i int) string { return fmt.Sprintf("scale-%06d", i) }
 // the stream closes, which happens in the transaction that ends the run;
 // then it reads the run. It returns the chunks read and the pid of the
 // process that executed the step.
-func scaleRun(ctx context.Context, cl *client.Client, id string, in EmitInput) (int, int, error) {
-	if _, _, err := cl.Start(ctx, EmitWorkflow, in, &client.StartOptions{ID: id}); err != nil {
+func scaleRun(ctx context.Context, cl *client.Client, id string, in EmitInput, opts *client.StartOptions) (int, int, error) {
+	o := client.StartOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	o.ID = id
+	if _, _, err := cl.Start(ctx, EmitWorkflow, in, &o); err != nil {
 		return 0, 0, err
 	}
 	path := store.RunStreamPath(id, EmitStream)
