@@ -56,7 +56,7 @@ func Admit(c *Config, st State, cands []Candidate, inFlight func(holder string) 
 	st = prune(c, st, now, inLine)
 	held := map[string]int{}
 	for _, h := range st.Holds {
-		held[h.Key]++
+		held[h.Key] += h.Slots()
 	}
 	line := slices.Clone(cands)
 	var out Admitted
@@ -135,7 +135,7 @@ func RunHolds(st State) []string {
 func Line(st State, cands []Candidate) []Candidate {
 	held := map[string]int{}
 	for _, h := range st.Holds {
-		held[h.Key]++
+		held[h.Key] += h.Slots()
 	}
 	served := maps.Clone(st.Served)
 	if served == nil {

@@ -93,6 +93,21 @@ type Hold struct {
 	// Run: held by a run until it ends, not by a lease (Admit gives it
 	// back when its run is no longer in flight).
 	Run bool `json:",omitempty"`
+	// Count is the slots of a grant (Request.Grant), which its holder
+	// hands out itself; 0 is one slot.
+	Count int `json:",omitempty"`
+}
+
+// Slots is how many slots h holds.
+func (h Hold) Slots() int { return max(1, h.Count) }
+
+// Held is how many slots st's holds hold.
+func Held(st State) int {
+	n := 0
+	for _, h := range st.Holds {
+		n += h.Slots()
+	}
+	return n
 }
 
 // Use is one slot taken at At, and the cost charged for it (0 until it is
@@ -142,6 +157,15 @@ type Request struct {
 	// Lease is how long a granted slot is held without a Renew, and how
 	// long a waiter keeps its place without asking again.
 	Lease time.Duration
+	// Grant, if > 0, asks for a block of slots under one hold, which the
+	// holder (an engine) hands out to its own callers without asking the
+	// store each time: the hold becomes Grant slots if it held more (a
+	// shrink, always granted), or grows towards Grant by what is free, and
+	// only while no one waits in line, so a grant never jumps the line.
+	// Only a limiter whose bounds are concurrency and per-key takes grants
+	// (Grantable); any other answers Reason NoGrant. Asking again renews
+	// the hold's lease. It never puts the holder in line.
+	Grant int `json:",omitempty"`
 }
 
 // Check refuses a request without a holder or a lease.
@@ -155,8 +179,20 @@ func (r *Request) Check() error {
 	if r.Lease <= 0 {
 		return fmt.Errorf("%w: a request needs a positive lease", ErrInvalid)
 	}
+	if r.Grant < 0 || r.Grant > MaxGrant {
+		return fmt.Errorf("%w: a grant of %d slots (0 to %d)", ErrInvalid, r.Grant, MaxGrant)
+	}
 	return nil
 }
+
+// MaxGrant bounds a grant's slots.
+const MaxGrant = 1 << 20
+
+// Grantable reports whether c takes grants (Request.Grant): its only
+// bounds are concurrency and per-key, slots that come back when released.
+// A rate's or a budget's window counts each slot taken, when it is taken,
+// which a holder handing out slots itself could not keep to.
+func Grantable(c *Config) bool { return c.Rate == 0 && c.Budget == 0 }
 
 // StepHolder is how the engine names an attempt of a step in a limiter
 // (weir.WithLimiter): the same on every replay and in every process, so an
@@ -176,6 +212,7 @@ const (
 	Rate        Reason = "rate"        // Rate slots were taken in the last Period
 	Budget      Reason = "budget"      // the Budget of the last Period is spent
 	Queue       Reason = "queue"       // others go first (priority, fair share, age)
+	NoGrant     Reason = "no-grant"    // a grant asked of a limiter that takes none (Grantable)
 )
 
 // Decision is what Acquire decided.
@@ -191,6 +228,11 @@ type Decision struct {
 	// when a rate or budget window frees enough, when a hold's lease ends
 	// (a release comes sooner). A store wakes waiters on releases too.
 	RetryAt time.Time
+	// Count is a grant's slots now (Request.Grant); 0 for other requests.
+	Count int `json:",omitempty"`
+	// Waiting is how many wait in line, for a grant's holder: while any
+	// do, it gives back the slots it does not use.
+	Waiting int `json:",omitempty"`
 }
 
 // Acquire decides req at now against st, and returns the decision and the
@@ -198,6 +240,9 @@ type Decision struct {
 // line; a wait puts it in line, or refreshes its place.
 func Acquire(c *Config, st State, req Request, now time.Time) (Decision, State) {
 	st = Prune(c, st, now)
+	if req.Grant > 0 {
+		return grant(c, st, req, now)
+	}
 	for i, h := range st.Holds {
 		if h.Holder == req.Holder {
 			// Asked again while holding (a lost reply): the same slot,
@@ -242,12 +287,64 @@ func Acquire(c *Config, st State, req Request, now time.Time) (Decision, State) 
 	return Decision{Granted: true, Until: until}, st
 }
 
+// grant decides a grant request (Request.Grant) against a pruned st.
+func grant(c *Config, st State, req Request, now time.Time) (Decision, State) {
+	if !Grantable(c) {
+		return Decision{Reason: NoGrant}, st
+	}
+	st.Holds = slices.Clone(st.Holds)
+	i := slices.IndexFunc(st.Holds, func(h Hold) bool { return h.Holder == req.Holder && !h.Run })
+	have := 0
+	if i >= 0 {
+		have = st.Holds[i].Slots()
+	}
+	n := min(have, req.Grant) // a shrink, or what it keeps
+	if req.Grant > have && len(st.Waiters) == 0 {
+		free, _, _ := capacity(c, st, now)
+		if c.PerKey > 0 {
+			free = min(free, c.PerKey-heldBy(st, req.Key))
+		}
+		n = have + max(0, min(req.Grant-have, free))
+	}
+	d := Decision{Waiting: len(st.Waiters)}
+	if n == 0 {
+		if i >= 0 {
+			st.Holds = slices.Delete(st.Holds, i, i+1)
+		}
+		free, reason, retry := capacity(c, st, now)
+		d.Reason, d.RetryAt = reason, retry
+		if free > 0 || reason == "" {
+			d.Reason = Queue // the free slots are the line's
+			if c.PerKey > 0 && heldBy(st, req.Key) >= c.PerKey {
+				d.Reason, d.RetryAt = Key, keyRetry(st, req.Key)
+			}
+		}
+		return d, st
+	}
+	until := now.Add(req.Lease)
+	h := Hold{Holder: req.Holder, Key: req.Key, At: now, Until: until, Count: n}
+	if i >= 0 {
+		h.At = st.Holds[i].At
+		st.Holds[i] = h
+	} else {
+		st.Holds = append(st.Holds, h)
+	}
+	if n > have {
+		if st.Served == nil {
+			st.Served = map[string]time.Time{}
+		}
+		st.Served[req.Key] = now
+	}
+	d.Granted, d.Until, d.Count = true, until, n
+	return d, st
+}
+
 // heldBy is how many slots key holds.
 func heldBy(st State, key string) int {
 	n := 0
 	for _, h := range st.Holds {
 		if h.Key == key {
-			n++
+			n += h.Slots()
 		}
 	}
 	return n
@@ -272,7 +369,7 @@ func keyRetry(st State, key string) time.Time {
 func Order(st State) []Waiter {
 	held := map[string]int{}
 	for _, h := range st.Holds {
-		held[h.Key]++
+		held[h.Key] += h.Slots()
 	}
 	out := slices.Clone(st.Waiters)
 	slices.SortStableFunc(out, func(a, b Waiter) int {
@@ -297,7 +394,7 @@ func capacity(c *Config, st State, now time.Time) (int, Reason, time.Time) {
 	var reason Reason
 	var retry time.Time
 	if c.Concurrency > 0 {
-		if n := c.Concurrency - len(st.Holds); n < free {
+		if n := c.Concurrency - Held(st); n < free {
 			free = max(0, n)
 			if free == 0 {
 				reason = Concurrency

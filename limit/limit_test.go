@@ -320,3 +320,119 @@ func TestKeysTakeTurns(t *testing.T) {
 		t.Fatalf("a's turn after b's: %+v", d)
 	}
 }
+
+func grantReq(holder, key string, n int) Request {
+	return Request{Holder: holder, Key: key, Lease: 10 * time.Second, Grant: n}
+}
+
+// A grant is a block of slots under one hold: it grows by what is free,
+// shrinks when asked, never grows past anyone in line, and is refused by a
+// limiter with a window.
+func TestGrants(t *testing.T) {
+	c := &Config{Name: "l", Concurrency: 5, PerKey: 4}
+	var st State
+	d, st := Acquire(c, st, grantReq("g1", "a", 3), at(0))
+	if !d.Granted || d.Count != 3 || Held(st) != 3 {
+		t.Fatalf("a grant of 3 of 5: %+v, held %d", d, Held(st))
+	}
+	// Growing past the key's bound: to 4, not 6.
+	if d, st = Acquire(c, st, grantReq("g1", "a", 6), at(1)); d.Count != 4 {
+		t.Fatalf("grown past per-key 4: %+v", d)
+	}
+	// One slot left: a single request takes it, a grant of another key
+	// grows to nothing more.
+	if d, st = Acquire(c, st, req("s", "b"), at(2)); !d.Granted {
+		t.Fatalf("the fifth slot: %+v", d)
+	}
+	if d, st = Acquire(c, st, grantReq("g2", "b", 2), at(3)); d.Granted || d.Count != 0 || d.Reason != Concurrency {
+		t.Fatalf("a grant with no slot free: %+v", d)
+	}
+	if len(st.Waiters) != 0 {
+		t.Fatalf("a grant joined the line: %+v", st.Waiters)
+	}
+	// Someone waits: the grant does not grow, and shrinks when asked.
+	d, st = Acquire(c, st, req("w", "b"), at(4))
+	if d.Granted {
+		t.Fatalf("w with every slot held: %+v", d)
+	}
+	if d, st = Acquire(c, st, grantReq("g1", "a", 4), at(5)); d.Count != 4 || d.Waiting != 1 {
+		t.Fatalf("a renewed grant should say one waits: %+v", d)
+	}
+	if d, st = Acquire(c, st, grantReq("g1", "a", 2), at(6)); !d.Granted || d.Count != 2 || Held(st) != 3 {
+		t.Fatalf("shrunk to 2: %+v, held %d", d, Held(st))
+	}
+	if d, st = Acquire(c, st, grantReq("g1", "a", 4), at(7)); d.Count != 2 {
+		t.Fatalf("a grant grew past a waiter: %+v", d)
+	}
+	if d, st = Acquire(c, st, req("w", "b"), at(8)); !d.Granted {
+		t.Fatalf("w after the shrink: %+v", d)
+	}
+	// Released, the grant's slots all come back.
+	st, ok, _ := Release(c, st, "g1", 0, at(9))
+	if !ok || Held(st) != 2 {
+		t.Fatalf("released: %v, held %d", ok, Held(st))
+	}
+	// Its lease runs out like a slot's.
+	_, st = Acquire(c, st, grantReq("g3", "a", 3), at(10))
+	if Held(Prune(c, st, at(10+10_000))) != 0 {
+		t.Fatalf("a grant outlived its lease: %+v", Prune(c, st, at(10+10_000)).Holds)
+	}
+	// A window takes no grants.
+	for _, rc := range []*Config{{Name: "r", Rate: 5, Period: time.Second}, {Name: "b", Concurrency: 3, Budget: 5, Period: time.Second}} {
+		if d, _ := Acquire(rc, State{}, grantReq("g", "a", 2), at(0)); d.Granted || d.Reason != NoGrant {
+			t.Errorf("%+v: a grant %+v", rc, d)
+		}
+	}
+	if err := (&Request{Holder: "h", Lease: time.Second, Grant: -1}).Check(); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a negative grant: %v", err)
+	}
+}
+
+// Grants mixed with single slots and releases never hold more than the
+// limiter's concurrency, nor a key more than its per-key bound, and a
+// grant never grows while someone is in line.
+func TestGrantsKeepTheBounds(t *testing.T) {
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		c := &Config{Name: "l", Concurrency: 1 + rng.IntN(6), PerKey: rng.IntN(4)}
+		var st State
+		now := t0
+		holders := []string{"a1", "a2", "b1", "b2", "c1"}
+		for step := range 400 {
+			now = now.Add(time.Duration(rng.IntN(60)) * time.Millisecond)
+			h := holders[rng.IntN(len(holders))]
+			r := Request{Holder: h, Key: h[:1], Priority: rng.IntN(2), Lease: time.Duration(100+rng.IntN(400)) * time.Millisecond}
+			before := Prune(c, st, now)
+			had := 0
+			for _, x := range before.Holds {
+				if x.Holder == h {
+					had = x.Slots()
+				}
+			}
+			switch rng.IntN(4) {
+			case 0:
+				_, st = Acquire(c, st, r, now)
+			case 1, 2:
+				r.Grant = 1 + rng.IntN(5)
+				var d Decision
+				d, st = Acquire(c, st, r, now)
+				if d.Count > max(had, r.Grant) || d.Count > had && len(before.Waiters) > 0 {
+					t.Fatalf("seed %d step %d: %s's grant went from %d to %d asking %d with %d in line", seed, step, h, had, d.Count, r.Grant, len(before.Waiters))
+				}
+			case 3:
+				st, _, _ = Release(c, st, h, 0, now)
+			}
+			live := Prune(c, st, now)
+			if Held(live) > c.Concurrency {
+				t.Fatalf("seed %d step %d: %d slots held, concurrency %d", seed, step, Held(live), c.Concurrency)
+			}
+			if c.PerKey > 0 {
+				for _, k := range []string{"a", "b", "c"} {
+					if n := heldBy(live, k); n > c.PerKey {
+						t.Fatalf("seed %d step %d: key %s holds %d, per-key %d", seed, step, k, n, c.PerKey)
+					}
+				}
+			}
+		}
+	}
+}
