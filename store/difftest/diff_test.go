@@ -379,6 +379,9 @@ func (g *gen) limiterOp(now time.Time) *op {
 	case 1, 2:
 		p := store.AcquireSlotParams{Limiter: name, Request: limit.Request{Holder: holder, Key: holder[:2], Priority: g.n(2),
 			Lease: time.Duration(1+g.n(20)) * time.Second}, Now: now}
+		if g.n(3) == 0 {
+			p.Grant = g.n(5) // 0: an ordinary request
+		}
 		return &op{desc: fmt.Sprintf("AcquireSlot %+v", p), run: func(ctx context.Context, sd *side) string {
 			d, err := lim(sd).AcquireSlot(ctx, &p)
 			return fmt.Sprintf("%+v %s", d, sd.norm(err))

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -110,6 +111,50 @@ func testLimits(t *testing.T, h harness) {
 		}
 	})
 
+	t.Run("Grants", func(t *testing.T) {
+		t.Parallel()
+		s := newLimits(t)
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "g", Concurrency: 4}))
+		grant := func(holder string, n, ms int) *limit.Decision {
+			t.Helper()
+			d, err := s.AcquireSlot(ctx(t), &store.AcquireSlotParams{Limiter: "g", Request: limit.Request{Holder: holder, Key: "k", Lease: 10 * time.Second, Grant: n}, Now: at(ms)})
+			must(t, err)
+			return d
+		}
+		if d := grant("e1", 3, 0); !d.Granted || d.Count != 3 {
+			t.Fatalf("a grant of 3: %+v", d)
+		}
+		if d := grant("e2", 3, 1); !d.Granted || d.Count != 1 {
+			t.Fatalf("a second engine's grant of 3 with 1 free: %+v", d)
+		}
+		if d := acq(t, s, "g", "x1", 2); d.Granted {
+			t.Fatalf("a slot beyond the grants: %+v", d)
+		}
+		if d := grant("e1", 3, 3); d.Count != 3 || d.Waiting != 1 {
+			t.Fatalf("e1's renewal should say x1 waits: %+v", d)
+		}
+		if d := grant("e1", 1, 4); d.Count != 1 {
+			t.Fatalf("e1 shrunk to 1: %+v", d)
+		}
+		if d := acq(t, s, "g", "x1", 5); !d.Granted {
+			t.Fatalf("x1 after e1 gave back two: %+v", d)
+		}
+		st, err := s.LimiterState(ctx(t), "g", at(5))
+		must(t, err)
+		if limit.Held(*st) != 3 {
+			t.Fatalf("held %d, want 3: %+v", limit.Held(*st), st.Holds)
+		}
+		// A limiter with a window takes no grants, and changes nothing.
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "w", Rate: 5, Period: time.Second}))
+		d, err := s.AcquireSlot(ctx(t), &store.AcquireSlotParams{Limiter: "w", Request: limit.Request{Holder: "e1", Lease: time.Second, Grant: 2}, Now: at(6)})
+		must(t, err)
+		if d.Granted || d.Reason != limit.NoGrant {
+			t.Fatalf("a grant of a rate limiter: %+v", d)
+		}
+		if _, err := s.AcquireSlot(ctx(t), &store.AcquireSlotParams{Limiter: "g", Request: limit.Request{Holder: "e1", Lease: time.Second, Grant: -1}}); !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("a negative grant: %v", err)
+		}
+	})
 	t.Run("Budget", func(t *testing.T) {
 		t.Parallel()
 		s := newLimits(t)
