@@ -201,6 +201,8 @@ type Engine struct {
 	runWG    sync.WaitGroup
 	attempts sync.WaitGroup // step attempts' functions, abandoned ones included
 
+	grants *grants // limiters' slots held in blocks (limitgrant.go)
+
 	lingering      atomic.Int64  // abandoned attempts whose function has not returned
 	abandonedTotal atomic.Uint64 // attempts abandoned (timed out, or their run interrupted)
 }
@@ -249,7 +251,7 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Engine{
+	e := &Engine{
 		store:     store.Capable(s),
 		cfg:       c,
 		log:       c.Logger,
@@ -260,7 +262,9 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 		inQueue:   make(map[string]int),
 		done:      make(map[string]*ending),
 		wake:      make(chan struct{}, 1),
-	}, nil
+	}
+	e.grants = newGrants(e)
+	return e, nil
 }
 
 // Store returns the engine's store with every capability (store.Capable):
@@ -341,7 +345,7 @@ func (e *Engine) Close(ctx context.Context) error {
 		stop()
 	}
 	done := make(chan struct{})
-	go func() { e.loopWG.Wait(); e.runWG.Wait(); e.attempts.Wait(); close(done) }()
+	go func() { e.loopWG.Wait(); e.runWG.Wait(); e.attempts.Wait(); e.grants.close(); close(done) }()
 	select {
 	case <-done:
 		return nil
@@ -445,20 +449,31 @@ func (e *Engine) launch(ctx context.Context, r *store.Run) {
 
 // reserve takes a slot for a run this engine starts, if it executes runs
 // and has one free; it returns the context runs execute in.
-func (e *Engine) reserve() (context.Context, bool) {
+func (e *Engine) reserve(queue string) (context.Context, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.started || e.closed || e.runCtx == nil || e.inflight >= e.cfg.Concurrency {
 		return nil, false
+	}
+	if queue != "" {
+		if n, ok := e.cfg.QueueConcurrency[queue]; ok && e.inQueue[queue] >= n {
+			return nil, false
+		}
+		e.inQueue[queue]++
 	}
 	e.inflight++
 	return e.runCtx, true
 }
 
 // unreserve gives back a slot reserve took and nothing used.
-func (e *Engine) unreserve() {
+func (e *Engine) unreserve(queue string) {
 	e.mu.Lock()
 	e.inflight--
+	if queue != "" {
+		if e.inQueue[queue]--; e.inQueue[queue] <= 0 {
+			delete(e.inQueue, queue)
+		}
+	}
 	e.mu.Unlock()
 	e.nudge()
 }

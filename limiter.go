@@ -69,6 +69,20 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 	lease := x.e.cfg.LeaseTTL
 	p := &store.AcquireSlotParams{Limiter: cfg.limiter, Request: limit.Request{
 		Holder: limit.StepHolder(x.run.ID, op, attempt), Key: cfg.limitOpts.Key, Priority: cfg.limitOpts.Priority, Lease: lease}}
+	if g := x.e.grants.pool(cfg.limiter, cfg.limitOpts.Key); g != nil {
+		if release, ok := g.take(x.ctx); ok {
+			return release, nil
+		}
+	}
+	// In line: this engine's grants of the limiter give back what they do
+	// not use, and hand out nothing while it waits.
+	waiting := x.e.grants.waiters(cfg.limiter)
+	inLine := false
+	defer func() {
+		if inLine {
+			waiting.Add(-1)
+		}
+	}()
 	poll := 5 * time.Millisecond
 	for {
 		d, err := lim.AcquireSlot(x.ctx, p)
@@ -79,6 +93,11 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			env.fail(err)
 		case d.Granted:
 			return x.holdSlot(lim, cfg.limiter, p.Holder, lease), nil
+		}
+		if !inLine {
+			inLine = true
+			waiting.Add(1)
+			x.e.grants.kick(cfg.limiter)
 		}
 		if st.limitWait < attempt {
 			// The log says the attempt waits, once: what the UI and

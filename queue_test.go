@@ -182,8 +182,19 @@ func TestQueueDedupeAndDebounce(t *testing.T) {
 		e := newEngine(t, s, fastConfig())
 		var mu sync.Mutex
 		ran := map[string][]string{}
+		// The first run holds until the second start was folded into it:
+		// a run started in a queue with room runs at once, and once it
+		// ended its key would be free.
+		gate := make(chan struct{})
 		wf := weir.Register(e, "sync", func(ctx weir.Context, in string) (string, error) {
 			return weir.Step(ctx, "do", func(sc weir.StepContext) (string, error) {
+				if in == "a" {
+					select {
+					case <-gate:
+					case <-sc.Done():
+						return "", sc.Err()
+					}
+				}
 				mu.Lock()
 				ran[sc.RunID()] = append(ran[sc.RunID()], in)
 				mu.Unlock()
@@ -197,6 +208,7 @@ func TestQueueDedupeAndDebounce(t *testing.T) {
 		must(t, err)
 		r2, created2, err := e.StartRun(ctx, "sync", []byte(`"b"`), &weir.StartOptions{ID: "d2", Queue: "q", Dedupe: "doc-7"})
 		must(t, err)
+		close(gate)
 		if !created || created2 || r2.ID != r1.ID {
 			t.Fatalf("dedupe: first %s (created %v), second %s (created %v)", r1.ID, created, r2.ID, created2)
 		}
@@ -228,11 +240,22 @@ func TestQueueDedupeAndDebounce(t *testing.T) {
 }
 
 // admissions records when the store admitted each queued run (its clock,
-// as the admitted row says), around a real store.
+// as the admitted row says), around a real store: by AdmitRuns, or as it
+// was created (a queue with no one ahead and room).
 type admissions struct {
 	store.Full
 	mu sync.Mutex
 	at []time.Time
+}
+
+func (a *admissions) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store.Run, bool, error) {
+	r, created, err := a.Full.CreateRun(ctx, p)
+	if err == nil && created && p.Queue != "" && !r.Queued {
+		a.mu.Lock()
+		a.at = append(a.at, r.UpdatedAt)
+		a.mu.Unlock()
+	}
+	return r, created, err
 }
 
 func (a *admissions) AdmitRuns(ctx context.Context, p *store.AdmitRunsParams) ([]*store.Run, error) {

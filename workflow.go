@@ -154,18 +154,12 @@ func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *
 	if p.ID == "" {
 		p.ID = newRunID()
 	}
-	if p.Queue != "" {
-		// It waits in its queue: an admission leases it to a worker.
-		r, created, err := e.store.CreateRun(ctx, p)
-		if err != nil {
-			return nil, false, fmt.Errorf("start run: %w", err)
-		}
-		e.nudge()
-		return r, created, nil
-	}
 	// With a slot free here, the run is leased to this engine as it is
-	// created and executed at once: no claim, no look at an empty log.
-	runCtx, reserved := e.reserve()
+	// created and executed at once: no claim, no look at an empty log. A
+	// run in a queue is, if its queue lets it start at once (no one ahead,
+	// room in its bounds); else it waits there, and an admission leases it
+	// to a worker.
+	runCtx, reserved := e.reserve(p.Queue)
 	if reserved {
 		p.Owner, p.LeaseTTL = e.cfg.WorkerID, e.cfg.LeaseTTL
 	}
@@ -178,9 +172,9 @@ func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *
 		if leased && e.launchStarted(runCtx, r, created) {
 			return r, created, nil
 		}
-		// Not leased to this engine (delayed, or it existed): a claim
-		// takes it when it is runnable.
-		e.unreserve()
+		// Not leased to this engine (delayed, queued, or it existed): a
+		// claim or an admission takes it when it is runnable.
+		e.unreserve(p.Queue)
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("start run: %w", err)

@@ -378,8 +378,11 @@ type CreateRunParams struct {
 	// Queue, if set, names the limiter (store.Limits; ErrNotFound if none)
 	// the run waits in before it starts: it is created Queued, and only
 	// AdmitRuns lets it start, in line order, when the limiter's bounds
-	// allow (Owner is then ignored). A queued run holds its queue's slot
-	// from its admission until it ends.
+	// allow. With Owner, a run that would be the only one in its queue's
+	// line and that its bounds have room for is admitted as it is created
+	// and leased to Owner (one transaction, as without a queue); else it is
+	// queued and Owner is ignored. A queued run holds its queue's slot from
+	// its admission until it ends.
 	Queue string
 	// QueueKey is the run's group in its queue (a tenant): its runs share
 	// the queue's PerKey bound, and the keys take turns. At most

@@ -17,6 +17,11 @@ import (
 // limit; a backend holds only the SQL.
 type QueueTx interface {
 	LimiterTx
+	// TryLockLimiter is LockLimiter if no other transaction holds the
+	// limiter's row; if one does, it returns found true and locked false
+	// at once, without waiting (on a store with one writer, it is
+	// LockLimiter).
+	TryLockLimiter(name string) (c *limit.Config, state []byte, found, locked bool, err error)
 	// FindRun returns run id, nil if there is none.
 	FindRun(id string) (*store.Run, error)
 	// DedupeRun returns the run of queue with dedupe key that is pending
@@ -52,7 +57,22 @@ func QueueRun(tx QueueTx, p *store.CreateRunParams, now time.Time) (*store.Run, 
 		}
 		return run, false, err
 	}
-	if _, _, found, err := tx.LockLimiter(p.Queue); err != nil {
+	// A dedupe decides on the queue's runs under its limiter's lock. A
+	// start without one takes the lock only if it is free, to be admitted
+	// at once (admitAtCreate): under contention it is queued without it,
+	// for an admission that takes a batch, and starts do not wait on
+	// each other.
+	var c *limit.Config
+	var b []byte
+	var found, locked bool
+	var err error
+	if p.Dedupe != "" {
+		c, b, found, err = tx.LockLimiter(p.Queue)
+		locked = found
+	} else {
+		c, b, found, locked, err = tx.TryLockLimiter(p.Queue)
+	}
+	if err != nil {
 		return nil, false, err
 	} else if !found {
 		return nil, false, fmt.Errorf("%w: no queue %q: a queue is a limiter (set it first)", store.ErrNotFound, p.Queue)
@@ -78,7 +98,58 @@ func QueueRun(tx QueueTx, p *store.CreateRunParams, now time.Time) (*store.Run, 
 		}
 	}
 	run, err := tx.InsertQueuedRun(p, wake, now)
-	return run, err == nil, err
+	if err != nil || p.Owner == "" || wake.After(now) || !locked {
+		return run, err == nil, err
+	}
+	admitted, err := admitAtCreate(tx, c, b, run, p, now)
+	return admitted, err == nil, err
+}
+
+// runHoldsChecked is how many run holds a queue's state keeps before a
+// start admitted at its creation looks which of their runs ended.
+const runHoldsChecked = 64
+
+// admitAtCreate admits run, just queued, at once and leases it to p.Owner
+// if its queue's line is empty and its bounds have room: a start in a
+// queue that does not bind is one transaction, as an unqueued start is.
+// Otherwise it stays queued, for AdmitRuns.
+func admitAtCreate(tx QueueTx, c *limit.Config, b []byte, run *store.Run, p *store.CreateRunParams, now time.Time) (*store.Run, error) {
+	heads, err := tx.QueueHeads(p.Queue, nil, now)
+	if err != nil || len(heads) != 1 || heads[0].ID != run.ID {
+		return run, err // others wait: they go first
+	}
+	st0, err := DecodeLimiterState(b)
+	if err != nil {
+		return nil, err
+	}
+	cand := []limit.Candidate{{Holder: limit.RunHolder(run.ID), Key: run.QueueKey, Priority: run.Priority, Since: run.CreatedAt}}
+	// Counting every run hold as in flight, the room there is is room
+	// there is: the look at which runs ended (a query over them all) is
+	// saved for when it matters, a queue that would be full, or holds
+	// piling up (kept to runHoldsChecked).
+	a, st := limit.Admit(c, st0, cand, func(string) bool { return true }, now, 1)
+	if len(a.Runs) == 0 || len(limit.RunHolds(st)) > runHoldsChecked {
+		var ids []string
+		for _, h := range limit.RunHolds(st0) {
+			ids = append(ids, strings.TrimPrefix(h, "run:"))
+		}
+		live, err := tx.InFlight(ids)
+		if err != nil {
+			return nil, err
+		}
+		a, st = limit.Admit(c, st0, cand, func(h string) bool { return live[strings.TrimPrefix(h, "run:")] }, now, 1)
+	}
+	if len(a.Runs) == 0 {
+		return run, nil
+	}
+	nb, err := EncodeLimiterState(st)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.SaveLimiter(c, nb); err != nil {
+		return nil, err
+	}
+	return tx.AdmitRun(run.ID, p.Owner, now.Add(p.LeaseTTL), now)
 }
 
 // AdmitRuns applies an AdmitRuns call (p checked, p.Now set): queue by

@@ -46,6 +46,27 @@ func (t *limiterTx) LockLimiter(name string) (*limit.Config, []byte, bool, error
 	return c, state, err == nil, err
 }
 
+// TryLockLimiter is LockLimiter if no other transaction holds the row;
+// if one does, it says the limiter exists and leaves it, without waiting.
+func (t *limiterTx) TryLockLimiter(name string) (*limit.Config, []byte, bool, bool, error) {
+	var cfg, state []byte
+	err := t.x.c.QueryRow(t.ctx, `SELECT config, state FROM `+t.s.q.schema+`.limiters WHERE name = $1 FOR UPDATE SKIP LOCKED`, name).Scan(&cfg, &state)
+	if err == nil {
+		c, err := apply.DecodeLimiterConfig(cfg)
+		return c, state, err == nil, err == nil, err
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, false, false, err
+	}
+	// None, or locked: which?
+	var one int
+	err = t.x.c.QueryRow(t.ctx, `SELECT 1 FROM `+t.s.q.schema+`.limiters WHERE name = $1`, name).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, false, false, nil
+	}
+	return nil, nil, err == nil, false, err
+}
+
 // SaveLimiter saves limiter c.Name.
 func (t *limiterTx) SaveLimiter(c *limit.Config, state []byte) error {
 	cfg, err := apply.EncodeLimiterConfig(c)

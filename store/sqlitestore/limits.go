@@ -21,6 +21,13 @@ var (
 	_ apply.LimiterTx = (*wtx)(nil)
 )
 
+// TryLockLimiter is LockLimiter: the committer's transaction holds every
+// row.
+func (tx *wtx) TryLockLimiter(name string) (*limit.Config, []byte, bool, bool, error) {
+	c, b, found, err := tx.LockLimiter(name)
+	return c, b, found, found, err
+}
+
 // LockLimiter loads limiter name.
 func (tx *wtx) LockLimiter(name string) (*limit.Config, []byte, bool, error) {
 	st, err := tx.stmt(`SELECT config, state FROM limiters WHERE name = ?`)

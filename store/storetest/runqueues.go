@@ -60,6 +60,52 @@ func testQueues(t *testing.T, h harness) {
 	}
 	soon := func() time.Time { return time.Now().Add(time.Second) }
 
+	t.Run("AdmittedAtCreate", func(t *testing.T) {
+		t.Parallel()
+		s, l := newStore(t)
+		must(t, l.SetLimiter(ctx(t), &limit.Config{Name: "q", Concurrency: 2}))
+		start := func(id string, p store.CreateRunParams) *store.Run {
+			t.Helper()
+			p.ID, p.Workflow, p.Queue, p.Owner, p.LeaseTTL = id, "wf", "q", "w", time.Minute
+			r, created, err := s.CreateRun(ctx(t), &p)
+			must(t, err)
+			if !created {
+				t.Fatalf("%s not created", id)
+			}
+			return r
+		}
+		// Room and no one ahead: admitted and leased as it is created.
+		if r := start("a", store.CreateRunParams{}); r.Queued || r.Status != store.RunRunning || r.LeaseOwner != "w" || r.LeaseEpoch != 1 {
+			t.Fatalf("a start in a queue with room: %+v", r)
+		}
+		// Not due yet (a delay, a debounce): queued.
+		if r := start("later", store.CreateRunParams{WakeAt: time.Now().Add(time.Hour)}); !r.Queued || r.LeaseOwner != "" {
+			t.Fatalf("a delayed start: %+v", r)
+		}
+		if r := start("deb", store.CreateRunParams{Dedupe: "k", Debounce: time.Hour}); !r.Queued {
+			t.Fatalf("a debounced start: %+v", r)
+		}
+		if r := start("b", store.CreateRunParams{}); r.Queued {
+			t.Fatalf("the second slot: %+v", r)
+		}
+		// Full: queued, for an admission.
+		if r := start("c", store.CreateRunParams{}); !r.Queued || r.Status != store.RunPending {
+			t.Fatalf("a start in a full queue: %+v", r)
+		}
+		end(t, s, "a")
+		// A slot is free, but c waits ahead: d waits behind it.
+		if r := start("d", store.CreateRunParams{}); !r.Queued {
+			t.Fatalf("a start that jumped the line: %+v", r)
+		}
+		if got := admit(t, l, "w", 10, time.Now()); !slices.Equal(got, []string{"c"}) {
+			t.Fatalf("admitted %v, want c", got)
+		}
+		st, err := l.LimiterState(ctx(t), "q", time.Time{})
+		must(t, err)
+		if limit.Held(*st) != 2 {
+			t.Fatalf("the queue holds %d slots, want 2 (b, c): %+v", limit.Held(*st), st.Holds)
+		}
+	})
 	t.Run("AdmitInOrder", func(t *testing.T) {
 		t.Parallel()
 		s, l := newStore(t)

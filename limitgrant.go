@@ -1,0 +1,290 @@
+package weir
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weirhq/weir/limit"
+	"github.com/weirhq/weir/store"
+)
+
+// Grants: the fast path of a limited step. A limiter that bounds only
+// concurrency (and per key) lets an engine hold a block of its slots under
+// one hold (limit.Request.Grant) and hand them to its own attempts in
+// memory, so a step whose limit is not the bottleneck costs no store
+// transaction of its own: the engine asks the store only to grow the block
+// (doubling), and its keeper renews or shrinks it every grantTick.
+//
+// The bounds stay exact: the store never grants more slots than are free,
+// and the engine hands out no more than it was granted (a shrink lowers
+// its count before the store is asked). What a grant gives up is the line's
+// order while the limit binds, so a grant grows only while no one waits in
+// line, and gives back what it does not use as soon as someone does: at once
+// when the waiter is in this engine, within grantTick when it is in
+// another process (its renewal says so). Waiting itself, with its place in
+// line, its priority and its fair share, is always the store's
+// (stepEnv.takeSlot). A limiter with a rate or a budget counts every slot
+// taken, when it is taken, so it takes no grants: its every slot is one
+// transaction.
+type grants struct {
+	e *Engine
+
+	mu      sync.Mutex
+	pools   map[grantKey]*grantPool
+	waiting map[string]*atomic.Int64 // limiter -> this engine's attempts in its line
+	closed  bool
+	wg      sync.WaitGroup
+	stop    chan struct{}
+}
+
+// grantTick is how often a grant's keeper renews it and gives back what
+// was not used: how long another process's waiter may wait for slots a
+// grant holds idle.
+const grantTick = 200 * time.Millisecond
+
+// grantRetry is how long an engine goes without asking a limiter that took
+// no grant (a rate or a budget) for one again: its configuration may change.
+const grantRetry = 5 * time.Second
+
+type grantKey struct{ limiter, key string }
+
+func newGrants(e *Engine) *grants {
+	return &grants{e: e, pools: map[grantKey]*grantPool{}, waiting: map[string]*atomic.Int64{}, stop: make(chan struct{})}
+}
+
+// waiters counts this engine's attempts waiting in limiter's line.
+func (g *grants) waiters(limiter string) *atomic.Int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	w := g.waiting[limiter]
+	if w == nil {
+		w = new(atomic.Int64)
+		g.waiting[limiter] = w
+	}
+	return w
+}
+
+// pool returns the pool of limiter's slots for key; nil once closed.
+func (g *grants) pool(limiter, key string) *grantPool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil
+	}
+	k := grantKey{limiter, key}
+	p := g.pools[k]
+	if p == nil {
+		w := g.waiting[limiter]
+		if w == nil {
+			w = new(atomic.Int64)
+			g.waiting[limiter] = w
+		}
+		// The holder is the same for every ask of this engine: a key is
+		// named by its digest, so that any key fits a holder's length.
+		sum := sha256.Sum256([]byte(key))
+		p = &grantPool{g: g, limiter: limiter, key: key, waiting: w, kick: make(chan struct{}, 1),
+			holder: "grant:" + g.e.cfg.WorkerID + ":" + hex.EncodeToString(sum[:8])}
+		g.pools[k] = p
+	}
+	return p
+}
+
+// kick makes limiter's pools give back their idle slots now: an attempt of
+// this engine waits in its line.
+func (g *grants) kick(limiter string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k, p := range g.pools {
+		if k.limiter == limiter {
+			p.nudge()
+		}
+	}
+}
+
+// close stops the keepers, which give their grants back.
+func (g *grants) close() {
+	g.mu.Lock()
+	if !g.closed {
+		g.closed = true
+		close(g.stop)
+	}
+	g.mu.Unlock()
+	g.wg.Wait()
+}
+
+// grantPool is this engine's grant of one limiter's slots for one key.
+type grantPool struct {
+	g                    *grants
+	limiter, key, holder string
+	waiting              *atomic.Int64 // the limiter's waiters in this engine
+	kick                 chan struct{}
+
+	// ask serializes the pool's requests to the store (a growth, a
+	// renewal, a shrink), so that what one decides is what the next sees.
+	ask sync.Mutex
+
+	mu      sync.Mutex
+	granted int       // the slots the store holds for this engine
+	inUse   int       // of them, handed to attempts
+	peak    int       // the most in use since the keeper's last tick
+	others  int       // waiters in the store's line at its last answer
+	off     time.Time // the limiter took no grant: not asked again before
+	keeping bool      // the keeper runs
+}
+
+func (p *grantPool) nudge() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// takeLocal hands out a granted slot if one is free and no one waits.
+func (p *grantPool) takeLocal() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inUse < p.granted && p.others == 0 && p.waiting.Load() == 0 {
+		p.inUse++
+		p.peak = max(p.peak, p.inUse)
+		return true
+	}
+	return false
+}
+
+// take hands a slot to an attempt from the engine's grant, growing it if
+// it must; false if the grant cannot (someone waits, no slot is free, the
+// limiter takes no grants, the store failed): the attempt then asks the
+// store alone, in line.
+func (p *grantPool) take(ctx context.Context) (func(cost int64), bool) {
+	if p.takeLocal() {
+		return p.release, true
+	}
+	p.mu.Lock()
+	off := time.Now().Before(p.off)
+	p.mu.Unlock()
+	if off || p.waiting.Load() > 0 {
+		return nil, false
+	}
+	p.ask.Lock()
+	defer p.ask.Unlock()
+	if p.takeLocal() { // grown by another attempt meanwhile
+		return p.release, true
+	}
+	p.mu.Lock()
+	want := min(limit.MaxGrant, max(2*p.granted, p.inUse+1))
+	p.mu.Unlock()
+	e := p.g.e
+	d, err := e.store.AcquireSlot(ctx, &store.AcquireSlotParams{Limiter: p.limiter, Request: limit.Request{
+		Holder: p.holder, Key: p.key, Lease: e.cfg.LeaseTTL, Grant: want}})
+	if err != nil {
+		return nil, false // the attempt's own ask says what is wrong
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if d.Reason == limit.NoGrant {
+		p.off = time.Now().Add(grantRetry)
+		return nil, false
+	}
+	p.granted, p.others = d.Count, d.Waiting
+	if p.granted > 0 && !p.keeping {
+		p.keeping = true
+		p.g.wg.Add(1)
+		go p.keep()
+	}
+	if p.inUse < p.granted && p.others == 0 {
+		p.inUse++
+		p.peak = max(p.peak, p.inUse)
+		return p.release, true
+	}
+	return nil, false
+}
+
+// release gives an attempt's slot back to the grant (a grant's limiter has
+// no budget: the cost is nothing to it).
+func (p *grantPool) release(int64) {
+	p.mu.Lock()
+	p.inUse--
+	wanted := p.others > 0 || p.waiting.Load() > 0
+	p.mu.Unlock()
+	if wanted {
+		p.nudge() // someone waits: the slot goes back to the line now
+	}
+}
+
+// keep renews the grant every grantTick, shrunk to what was used since the
+// last (to what is in use, while someone waits), and gives it back when
+// none was used for a tick or the engine closes.
+func (p *grantPool) keep() {
+	defer p.g.wg.Done()
+	e := p.g.e
+	t := time.NewTicker(min(grantTick, e.cfg.LeaseTTL/3))
+	defer t.Stop()
+	for {
+		closing := false
+		select {
+		case <-t.C:
+		case <-p.kick:
+		case <-p.g.stop:
+			closing = true
+		}
+		if p.resize(closing) {
+			return
+		}
+	}
+}
+
+// resize asks the store to hold what the grant needs now; true when the
+// grant was given back and the keeper is done.
+func (p *grantPool) resize(closing bool) bool {
+	e := p.g.e
+	p.ask.Lock()
+	defer p.ask.Unlock()
+	p.mu.Lock()
+	want := p.peak
+	if p.others > 0 || p.waiting.Load() > 0 {
+		want = p.inUse
+	}
+	if closing {
+		want = 0 // the engine's attempts have all ended
+	}
+	p.peak = p.inUse
+	// Lowered before the store is asked: no attempt takes a slot the
+	// store may no longer hold.
+	p.granted = min(p.granted, want)
+	if want == 0 {
+		p.keeping = false
+	}
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if want == 0 {
+		if _, err := e.store.ReleaseSlot(ctx, &store.ReleaseSlotParams{Limiter: p.limiter, Holder: p.holder}); err != nil {
+			e.log.Warn("weir: giving a limiter's grant back failed; it comes back with its lease", "limiter", p.limiter, "err", err)
+		}
+		return true
+	}
+	d, err := e.store.AcquireSlot(ctx, &store.AcquireSlotParams{Limiter: p.limiter, Request: limit.Request{
+		Holder: p.holder, Key: p.key, Lease: e.cfg.LeaseTTL, Grant: want}})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		p.granted = 0
+	case err != nil:
+		e.log.Warn("weir: renewing a limiter's grant failed", "limiter", p.limiter, "err", err)
+	case d.Reason == limit.NoGrant:
+		// Its configuration changed to a window: what is in use ends as
+		// it is, and no more is handed out.
+		p.granted, p.off = 0, time.Now().Add(grantRetry)
+	default:
+		// Less than asked only if the lease had run out and others took
+		// the slots meanwhile: no more is handed out until enough end.
+		p.granted, p.others = d.Count, d.Waiting
+	}
+	return false
+}
