@@ -169,6 +169,10 @@ type ListOptions struct {
 	// CreatedSince and CreatedBefore bound the runs' creation time (at or
 	// after, before). Zero: no bound.
 	CreatedSince, CreatedBefore time.Time
+	// Queue: only runs started in this queue; empty: any.
+	Queue string
+	// Queued: only runs still waiting in their queue.
+	Queued bool
 }
 
 // ListRuns returns one page of runs, newest first; its NextCursor, if set,
@@ -196,6 +200,12 @@ func (c *Client) ListRuns(ctx context.Context, opts *ListOptions) (*RunList, err
 		}
 		if !opts.CreatedBefore.IsZero() {
 			q.Set("created_before", opts.CreatedBefore.UTC().Format(time.RFC3339Nano))
+		}
+		if opts.Queue != "" {
+			q.Set("queue", opts.Queue)
+		}
+		if opts.Queued {
+			q.Set("queued", "true")
 		}
 	}
 	var out RunList

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +76,28 @@ func TestStartInAQueue(t *testing.T) {
 		if l.PerKey != 1 || l.State == nil || l.State.Held != 1 || l.State.Queued != 1 {
 			t.Fatalf("the queue: %+v %+v", l, l.State)
 		}
+		// The runs of a queue, and those still waiting in it.
+		list := func(query string) []string {
+			var page api.RunList
+			if err := json.Unmarshal(d.runsCall("GET", "/v1/runs?"+query).must(t, http.StatusOK).body, &page); err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, r := range page.Runs {
+				ids = append(ids, r.ID)
+			}
+			return ids
+		}
+		if got := list("queue=q"); !slices.Equal(got, []string{"q2", "q1"}) {
+			t.Fatalf("?queue=q: %v", got)
+		}
+		if got := list("queue=q&queued=true"); !slices.Equal(got, []string{"q2"}) {
+			t.Fatalf("?queue=q&queued=true: %v", got)
+		}
+		if got := list("queue=nope"); len(got) != 0 {
+			t.Fatalf("?queue=nope: %v", got)
+		}
+		d.runsCall("GET", "/v1/runs?queued=yes").must(t, http.StatusBadRequest)
 		for _, bad := range []struct {
 			body string
 			code int

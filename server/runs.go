@@ -209,12 +209,21 @@ func sameJSON(a, b []byte) bool {
 
 // handleListRuns serves GET /v1/runs.
 func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
-	q, err := parseQuery(r, "workflow", "status", "before", "limit", "id_prefix", "created_since", "created_before")
+	q, err := parseQuery(r, "workflow", "status", "before", "limit", "id_prefix", "created_since", "created_before", "queue", "queued")
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	p := &store.ListRunsParams{Workflow: q.Get("workflow"), Status: store.RunStatus(q.Get("status")), Before: q.Get("before"), IDPrefix: q.Get("id_prefix")}
+	p := &store.ListRunsParams{Workflow: q.Get("workflow"), Status: store.RunStatus(q.Get("status")), Before: q.Get("before"), IDPrefix: q.Get("id_prefix"),
+		Queue: q.Get("queue")}
+	switch v := q.Get("queued"); v {
+	case "", "false":
+	case "true":
+		p.Queued = true
+	default:
+		httpError(w, fmt.Errorf("%w: queued=%q: want true or false", api.ErrBadRequest, v))
+		return
+	}
 	for name, t := range map[string]*time.Time{"created_since": &p.CreatedSince, "created_before": &p.CreatedBefore} {
 		if v := q.Get(name); v != "" {
 			if *t, err = time.Parse(time.RFC3339Nano, v); err != nil {

@@ -68,6 +68,8 @@ func runsLs(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	status := fs.String("status", "", "only runs with this status: pending, running, completed, failed, cancelled")
 	limit := fs.Int("limit", 20, "at most this many runs (1-1000)")
 	before := fs.String("before", "", "only runs older than this run (the cursor printed after a full page)")
+	queue := fs.String("queue", "", "only runs started in this queue")
+	queued := fs.Bool("queued", false, "only runs still waiting in their queue")
 	asJSON := fs.Bool("json", false, "print the page as JSON")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -83,7 +85,8 @@ func runsLs(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	page, err := c.ListRuns(ctx, &client.ListOptions{Workflow: *workflow, Status: store.RunStatus(*status), Before: *before, Limit: *limit})
+	page, err := c.ListRuns(ctx, &client.ListOptions{Workflow: *workflow, Status: store.RunStatus(*status), Before: *before, Limit: *limit,
+		Queue: *queue, Queued: *queued})
 	if err != nil {
 		return err
 	}

@@ -52,6 +52,8 @@ class QueueTests(ServerCase):
         third = self.client.start("demo.approval", {"timeout": MINUTE}, queue="q", dedupe=dedupe)
         self.assertEqual((third.id, third.created, third.queued), (second.id, False, True))
         self.assertEqual(self.client.limiter("q").queued, 1, "a folded start adds no run")
+        self.assertEqual([r.id for r in self.client.runs(queue="q", queued=True)], [second.id])
+        self.assertEqual({r.id for r in self.client.runs(queue="q")}, {first.id, second.id})
 
         with self.assertRaises(weir.NotFoundError):
             self.client.start("demo.approval", {"timeout": MINUTE}, queue="py-none-" + uuid.uuid4().hex[:6])

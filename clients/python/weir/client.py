@@ -435,18 +435,31 @@ class Client:
         status: str | None = None,
         limit: int | None = None,
         before: str | None = None,
+        queue: str | None = None,
+        queued: bool = False,
     ) -> RunPage:
         """One page of runs, newest first (``limit``: 1 to 1000, the server's
-        default 50); pass its ``next_cursor`` as ``before`` for the next page."""
-        q = {"workflow": workflow, "status": status, "limit": limit, "before": before}
+        default 50); pass its ``next_cursor`` as ``before`` for the next page.
+        ``queue``: only runs started in that queue; ``queued``: only those
+        still waiting in theirs."""
+        q = {"workflow": workflow, "status": status, "limit": limit, "before": before, "queue": queue,
+             "queued": "true" if queued else None}
         _, d = self._json("GET", "/v1/runs", query=q, idempotent=True)
         return RunPage(tuple(Run.from_json(r) for r in d.get("runs", [])), d.get("next_cursor") or None)
 
-    def runs(self, *, workflow: str | None = None, status: str | None = None, page_size: int = 100) -> Iterator[Run]:
+    def runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: str | None = None,
+        page_size: int = 100,
+        queue: str | None = None,
+        queued: bool = False,
+    ) -> Iterator[Run]:
         """Every run matching the filters, newest first, page by page."""
         before = None
         while True:
-            page = self.list_runs(workflow=workflow, status=status, limit=page_size, before=before)
+            page = self.list_runs(workflow=workflow, status=status, limit=page_size, before=before, queue=queue, queued=queued)
             yield from page.runs
             if page.next_cursor is None:
                 return
