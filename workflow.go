@@ -109,6 +109,10 @@ type StartOptions struct {
 	// (a start while it waits replaces its input); once it started, starts
 	// are folded as with Dedupe.
 	Debounce time.Duration
+	// DebounceMax, with Debounce, caps the wait: a burst of starts that
+	// never stops still runs DebounceMax after its first start, with the
+	// latest input then. 0: no cap.
+	DebounceMax time.Duration
 }
 
 // Start starts a run of w with input in (or returns the run opts.ID names).
@@ -149,7 +153,7 @@ func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *
 		if opts.Delay > 0 {
 			p.WakeAt = time.Now().Add(opts.Delay)
 		}
-		p.Queue, p.QueueKey, p.Priority, p.Dedupe, p.Debounce = opts.Queue, opts.QueueKey, opts.Priority, opts.Dedupe, opts.Debounce
+		p.Queue, p.QueueKey, p.Priority, p.Dedupe, p.Debounce, p.DebounceMax = opts.Queue, opts.QueueKey, opts.Priority, opts.Dedupe, opts.Debounce, opts.DebounceMax
 	}
 	if p.ID == "" {
 		p.ID = newRunID()

@@ -33,6 +33,10 @@ type StartRequest struct {
 	// after the latest start of its key, with that start's input.
 	Dedupe     string `json:"dedupe,omitempty"`
 	DebounceMS int64  `json:"debounce_ms,omitempty"`
+	// DebounceMaxMS, with DebounceMS, caps how long a burst of starts can
+	// postpone the run: it starts at the latest that many milliseconds
+	// after its first start.
+	DebounceMaxMS int64 `json:"debounce_max_ms,omitempty"`
 }
 
 // Run is a run, as the runs API shows it.

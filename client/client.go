@@ -113,6 +113,8 @@ type StartOptions struct {
 	Priority        int
 	Dedupe          string
 	Debounce        time.Duration
+	// DebounceMax caps how long a burst of starts postpones the run.
+	DebounceMax time.Duration
 }
 
 // Start starts a run of workflow with input (encoded as JSON; a
@@ -125,7 +127,7 @@ func (c *Client) Start(ctx context.Context, workflow string, input any, opts *St
 		o = *opts
 	}
 	req := api.StartRequest{Workflow: workflow, ID: o.ID, Queue: o.Queue, QueueKey: o.QueueKey, Priority: o.Priority,
-		Dedupe: o.Dedupe, DebounceMS: o.Debounce.Milliseconds()}
+		Dedupe: o.Dedupe, DebounceMS: o.Debounce.Milliseconds(), DebounceMaxMS: o.DebounceMax.Milliseconds()}
 	if input != nil {
 		b, err := json.Marshal(input)
 		if err != nil {

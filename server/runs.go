@@ -76,7 +76,7 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request) {
 	}
 	run, created, err := s.e.StartRun(s.traceContext(r), req.Workflow, req.Input, &weir.StartOptions{
 		ID: id, Queue: req.Queue, QueueKey: req.QueueKey, Priority: req.Priority, Dedupe: req.Dedupe,
-		Debounce: time.Duration(req.DebounceMS) * time.Millisecond,
+		Debounce: time.Duration(req.DebounceMS) * time.Millisecond, DebounceMax: time.Duration(req.DebounceMaxMS) * time.Millisecond,
 	})
 	if key != "" {
 		switch {
@@ -117,6 +117,9 @@ func parseStartRequest(body []byte) (*api.StartRequest, error) {
 	}
 	if req.DebounceMS < 0 || req.DebounceMS > maxDebounceMS {
 		return nil, fmt.Errorf("%w: \"debounce_ms\" %d, want 0 to %d", api.ErrBadRequest, req.DebounceMS, int64(maxDebounceMS))
+	}
+	if req.DebounceMaxMS < 0 || req.DebounceMaxMS > maxDebounceMS {
+		return nil, fmt.Errorf("%w: \"debounce_max_ms\" %d, want 0 to %d", api.ErrBadRequest, req.DebounceMaxMS, int64(maxDebounceMS))
 	}
 	if len(req.Input) > 0 {
 		var buf bytes.Buffer

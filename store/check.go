@@ -105,7 +105,7 @@ func (p *CreateRunParams) Check() error {
 // long or not UTF-8, a negative debounce.
 func (p *CreateRunParams) checkQueue() error {
 	if p.Queue == "" {
-		if p.QueueKey != "" || p.Priority != 0 || p.Dedupe != "" || p.Debounce != 0 {
+		if p.QueueKey != "" || p.Priority != 0 || p.Dedupe != "" || p.Debounce != 0 || p.DebounceMax != 0 {
 			return fmt.Errorf("%w: a queue key, a priority, a dedupe key or a debounce needs a queue", ErrInvalid)
 		}
 		return nil
@@ -123,6 +123,8 @@ func (p *CreateRunParams) checkQueue() error {
 		return fmt.Errorf("%w: a negative debounce %v", ErrInvalid, p.Debounce)
 	case p.Debounce > 0 && p.Dedupe == "":
 		return fmt.Errorf("%w: a debounce needs a dedupe key (the starts it folds)", ErrInvalid)
+	case p.DebounceMax != 0 && (p.Debounce == 0 || p.DebounceMax < p.Debounce):
+		return fmt.Errorf("%w: a debounce cap of %v needs a debounce, and no shorter than it (%v)", ErrInvalid, p.DebounceMax, p.Debounce)
 	}
 	return nil
 }

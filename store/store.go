@@ -399,6 +399,11 @@ type CreateRunParams struct {
 	// key while it is still queued gives it that create's input and its
 	// new start time. Once it started, creates are folded as with Dedupe.
 	Debounce time.Duration
+	// DebounceMax, with Debounce, caps how long a burst of creates can
+	// postpone the run: it starts at the latest DebounceMax after its
+	// first create (a fold never moves its start past that). At least
+	// Debounce; 0: no cap.
+	DebounceMax time.Duration
 }
 
 // ListRunsParams filters ListRuns.

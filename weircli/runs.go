@@ -424,6 +424,7 @@ func runsStart(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	priority := fs.Int("priority", 0, "the run's priority in its queue: higher starts first")
 	dedupe := fs.String("dedupe", "", "fold this start into the queue's queued or running run with this key")
 	debounce := fs.Duration("debounce", 0, "with --dedupe: start the run this long after the latest start of its key, with its input")
+	debounceMax := fs.Duration("debounce-max", 0, "with --debounce: start the run at the latest this long after the first start of its key, however many follow")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -431,8 +432,8 @@ func runsStart(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) != 1 {
 		return errUsage(fmt.Errorf("runs start: want one workflow name"))
 	}
-	if *queue == "" && (*queueKey != "" || *priority != 0 || *dedupe != "" || *debounce != 0) {
-		return errUsage(fmt.Errorf("runs start: --queue-key, --priority, --dedupe and --debounce need --queue"))
+	if *queue == "" && (*queueKey != "" || *priority != 0 || *dedupe != "" || *debounce != 0 || *debounceMax != 0) {
+		return errUsage(fmt.Errorf("runs start: --queue-key, --priority, --dedupe, --debounce and --debounce-max need --queue"))
 	}
 	var in any
 	if *input != "" {
@@ -446,7 +447,7 @@ func runsStart(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	run, created, err := c.Start(ctx, pos[0], in, &client.StartOptions{ID: *id, IdempotencyKey: *key,
-		Queue: *queue, QueueKey: *queueKey, Priority: *priority, Dedupe: *dedupe, Debounce: *debounce})
+		Queue: *queue, QueueKey: *queueKey, Priority: *priority, Dedupe: *dedupe, Debounce: *debounce, DebounceMax: *debounceMax})
 	if err != nil {
 		return err
 	}

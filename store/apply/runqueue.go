@@ -92,6 +92,10 @@ func QueueRun(tx QueueTx, p *store.CreateRunParams, now time.Time) (*store.Run, 
 					store.ErrRunConflict, p.Dedupe, p.Queue, run.ID, run.Workflow, p.Workflow)
 			}
 			if p.Debounce > 0 && run.Queued {
+				if p.DebounceMax > 0 {
+					// A burst postpones the run no further than its cap.
+					wake = maxTime(now, minTime(wake, run.CreatedAt.Add(p.DebounceMax)))
+				}
 				run, err = tx.FoldRun(run.ID, p.Input, wake, now)
 			}
 			return run, false, err
@@ -217,4 +221,18 @@ func AdmitRuns(tx QueueTx, p *store.AdmitRunsParams) ([]*store.Run, error) {
 		}
 	}
 	return out, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

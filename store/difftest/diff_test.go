@@ -234,6 +234,9 @@ func (g *gen) next() *op {
 				p.Dedupe = g.pick([]string{"d1", "d2"})
 				if g.chance(2) {
 					p.Debounce = time.Duration(g.n(3)) * time.Second
+					if g.chance(2) {
+						p.DebounceMax = time.Duration(g.n(5)) * time.Second
+					}
 				}
 			}
 		}

@@ -230,6 +230,36 @@ func testQueues(t *testing.T, h harness) {
 		}
 	})
 
+	t.Run("DebounceMax", func(t *testing.T) {
+		t.Parallel()
+		s, l := newStore(t)
+		must(t, l.SetLimiter(ctx(t), &limit.Config{Name: "q", Concurrency: 5}))
+		// A cap equal to the debounce: a fold may not move the start past
+		// an hour after the first start.
+		p := store.CreateRunParams{ID: "m1", Queue: "q", Dedupe: "doc-2", Debounce: time.Hour, DebounceMax: time.Hour, Input: []byte(`"v1"`)}
+		first := enqueue(t, s, p)
+		capAt := first.CreatedAt.Add(time.Hour)
+		if first.WakeAt.After(capAt) {
+			t.Fatalf("wakes at %v, past its cap %v", first.WakeAt, capAt)
+		}
+		for i, in := range []string{`"v2"`, `"v3"`} {
+			p.ID, p.Input, p.Workflow = fmt.Sprintf("m%d", i+2), []byte(in), "wf"
+			r, created, err := s.CreateRun(ctx(t), &p)
+			must(t, err)
+			if created || r.ID != "m1" || string(r.Input) != in || !r.WakeAt.Equal(capAt) {
+				t.Fatalf("fold %d: %+v (created %v), want m1 with %s waking at its cap %v", i+1, r, created, in, capAt)
+			}
+		}
+		for _, bad := range []store.CreateRunParams{
+			{ID: "x", Workflow: "wf", Queue: "q", Dedupe: "k", DebounceMax: time.Hour},
+			{ID: "x", Workflow: "wf", Queue: "q", Dedupe: "k", Debounce: time.Hour, DebounceMax: time.Minute},
+			{ID: "x", Workflow: "wf", DebounceMax: time.Hour},
+		} {
+			_, _, err := s.CreateRun(ctx(t), &bad)
+			wantErr(t, err, store.ErrInvalid)
+		}
+	})
+
 	t.Run("CancelAQueuedRun", func(t *testing.T) {
 		t.Parallel()
 		s, l := newStore(t)

@@ -364,6 +364,7 @@ class Client:
         priority: int = 0,
         dedupe: str | None = None,
         debounce: float | None = None,
+        debounce_max: float | None = None,
     ) -> Run:
         """Starts a run of ``workflow`` with ``input`` (any JSON value).
 
@@ -382,7 +383,9 @@ class Client:
         reply is that run (its own id, :attr:`Run.created` false) and no new
         one is made. ``debounce`` (seconds, with ``dedupe``; sent to the
         millisecond) starts the run that long after the latest start of its
-        key, with that start's input. A dedupe key does not make a start safe
+        key, with that start's input; ``debounce_max`` (seconds) caps that
+        wait: the run starts at the latest that long after the first start
+        of its key, however many follow. A dedupe key does not make a start safe
         to send again (the run it found may have ended in between): only an
         ``idempotency_key`` or an ``id`` does.
 
@@ -415,6 +418,8 @@ class Client:
             body["dedupe"] = dedupe
         if debounce is not None:
             body["debounce_ms"] = _millis(debounce, "start: debounce")
+        if debounce_max is not None:
+            body["debounce_max_ms"] = _millis(debounce_max, "start: debounce_max")
         h = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
         status, d = self._json(
             "POST", "/v1/runs", body=body, headers=h, idempotent=idempotency_key is not None or id is not None
