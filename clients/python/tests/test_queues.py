@@ -68,15 +68,17 @@ class QueueTests(ServerCase):
         # A debounced start waits its debounce in the queue, then starts with
         # its input; the limiter bounds nothing else here.
         dedupe = "d-" + uuid.uuid4().hex[:8]
-        run = self.client.start("demo.tokens", {"text": "a b"}, queue=name, dedupe=dedupe, debounce=1.0)
+        run = self.client.start("demo.tokens", {"text": "a b"}, queue=name, dedupe=dedupe, debounce=1.0, debounce_max=1.5)
         self.assertTrue(run.queued)
-        again = self.client.start("demo.tokens", {"text": "c d e"}, queue=name, dedupe=dedupe, debounce=1.0)
+        again = self.client.start("demo.tokens", {"text": "c d e"}, queue=name, dedupe=dedupe, debounce=1.0, debounce_max=1.5)
         self.assertEqual((again.id, again.created), (run.id, False))
         done = self.client.wait(run.id, timeout=30)
         self.assertEqual(done.status, "completed", done.error)
         self.assertEqual(done.input, {"text": "c d e"}, "a debounced run starts with its latest start's input")
         with self.assertRaises(weir.InvalidError):
             self.client.start("demo.tokens", {"text": "x"}, dedupe="no-queue")
+        with self.assertRaises(weir.BadRequestError):
+            self.client.start("demo.tokens", {"text": "x"}, queue=name, dedupe=dedupe, debounce=1.0, debounce_max=0.5)
 
 
 per_store(QueueTests, globals())
