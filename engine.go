@@ -219,6 +219,11 @@ type EngineStats struct {
 	// AbandonedAttempts counts the attempts abandoned since the engine was
 	// made.
 	AbandonedAttempts uint64
+	// LimiterWaits counts, by limiter, the step attempts of this engine
+	// that a limiter did not let start at once (they waited in its line),
+	// and the starts it made in a queue that did not admit them at once:
+	// the limiter's refusals, as this process saw them.
+	LimiterWaits map[string]uint64
 }
 
 // Stats returns the engine's counters.
@@ -226,7 +231,8 @@ func (e *Engine) Stats() EngineStats {
 	e.mu.Lock()
 	running := len(e.running)
 	e.mu.Unlock()
-	return EngineStats{Running: running, LingeringAttempts: e.lingering.Load(), AbandonedAttempts: e.abandonedTotal.Load()}
+	return EngineStats{Running: running, LingeringAttempts: e.lingering.Load(), AbandonedAttempts: e.abandonedTotal.Load(),
+		LimiterWaits: e.grants.refusals()}
 }
 
 // workflowFunc runs a registered workflow: decode input, call, encode output.

@@ -98,6 +98,7 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			inLine = true
 			waiting.Add(1)
 			x.e.grants.kick(cfg.limiter)
+			x.e.grants.refuse(cfg.limiter)
 		}
 		if st.limitWait < attempt {
 			// The log says the attempt waits, once: what the UI and

@@ -37,6 +37,7 @@ type grants struct {
 	mu      sync.Mutex
 	pools   map[grantKey]*grantPool
 	waiting map[string]*atomic.Int64 // limiter -> this engine's attempts in its line
+	refused map[string]uint64        // limiter -> attempts and queued starts it kept waiting
 	closed  bool
 	wg      sync.WaitGroup
 	stop    chan struct{}
@@ -54,7 +55,31 @@ const grantRetry = 5 * time.Second
 type grantKey struct{ limiter, key string }
 
 func newGrants(e *Engine) *grants {
-	return &grants{e: e, pools: map[grantKey]*grantPool{}, waiting: map[string]*atomic.Int64{}, stop: make(chan struct{})}
+	return &grants{e: e, pools: map[grantKey]*grantPool{}, waiting: map[string]*atomic.Int64{}, refused: map[string]uint64{}, stop: make(chan struct{})}
+}
+
+// refuse counts an attempt or a queued start limiter kept waiting.
+func (g *grants) refuse(limiter string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.refused[limiter]; !ok && len(g.refused) >= maxRefusalSeries {
+		limiter = "(other)" // a metric's series stay bounded
+	}
+	g.refused[limiter]++
+}
+
+// maxRefusalSeries bounds the limiters refusals are counted by name.
+const maxRefusalSeries = 256
+
+// refusals is a copy of the refusal counts.
+func (g *grants) refusals() map[string]uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make(map[string]uint64, len(g.refused))
+	for k, v := range g.refused {
+		out[k] = v
+	}
+	return out
 }
 
 // waiters counts this engine's attempts waiting in limiter's line.

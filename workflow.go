@@ -168,6 +168,9 @@ func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *
 		p.Owner, p.LeaseTTL = e.cfg.WorkerID, e.cfg.LeaseTTL
 	}
 	r, created, err := e.store.CreateRun(ctx, p)
+	if err == nil && created && r.Queued {
+		e.grants.refuse(p.Queue)
+	}
 	if reserved {
 		// Leased here at creation: by this call, or by a try of it whose
 		// reply was lost (the store's retry finds the run, created false,

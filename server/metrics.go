@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -300,6 +301,13 @@ func (s *Server) writeEngineMetrics(w io.Writer) {
 	fmt.Fprintf(w, "weir_engine_attempts_lingering %d\n", st.LingeringAttempts)
 	family("weir_engine_attempts_abandoned_total", "counter", "Step attempts the engine abandoned without waiting for their function.")
 	fmt.Fprintf(w, "weir_engine_attempts_abandoned_total %d\n", st.AbandonedAttempts)
+	if len(st.LimiterWaits) > 0 {
+		family("weir_limiter_refusals_total", "counter", "Step attempts a limiter did not let start at once, and runs this process started in a queue that did not admit them at once (this process's count).")
+		names := slices.Sorted(maps.Keys(st.LimiterWaits))
+		for _, n := range names {
+			fmt.Fprintf(w, "weir_limiter_refusals_total{limiter=\"%s\"} %d\n", labelValue(n), st.LimiterWaits[n])
+		}
+	}
 }
 
 func (m *metrics) write(w io.Writer) {

@@ -94,6 +94,10 @@ func TestStartInAQueue(t *testing.T) {
 		if got := list("queue=q&queued=true"); !slices.Equal(got, []string{"q2"}) {
 			t.Fatalf("?queue=q&queued=true: %v", got)
 		}
+		// The queue kept one start waiting (q2; q1 was admitted at once).
+		if m := string(d.runsCall("GET", "/metrics").must(t, http.StatusOK).body); !strings.Contains(m, `weir_limiter_refusals_total{limiter="q"} 1`) {
+			t.Fatalf("/metrics: no refusal of q2 counted")
+		}
 		if got := list("queue=nope"); len(got) != 0 {
 			t.Fatalf("?queue=nope: %v", got)
 		}
