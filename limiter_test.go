@@ -53,11 +53,13 @@ func TestLimiterBoundsParallelSteps(t *testing.T) {
 		if m := most.Load(); m != 2 {
 			t.Fatalf("%d steps ran at once, the limiter allows 2", m)
 		}
-		st, err := s.LimiterState(testCtx(t), "llm", time.Time{})
-		must(t, err)
-		if len(st.Holds) != 0 || len(st.Waiters) != 0 {
-			t.Fatalf("after the run the limiter holds %+v", st)
-		}
+		// Every slot comes back: a grant's idle slots within a tick of the
+		// engine's keeper.
+		waitFor(t, 10*time.Second, "the limiter to hold nothing after the run", func() bool {
+			st, err := s.LimiterState(testCtx(t), "llm", time.Time{})
+			must(t, err)
+			return len(st.Holds) == 0 && len(st.Waiters) == 0
+		})
 		// The steps that waited say so in the log, once each, before they
 		// started.
 		evs, err := s.ListEvents(testCtx(t), h.ID, 0)
@@ -302,4 +304,78 @@ func benchStore(b *testing.B, name string) store.Full {
 	}
 	b.Cleanup(func() { s.Close() })
 	return s
+}
+
+// grantTimes records when the store granted each holder its slot (its
+// clock: the grant's end less its lease), around a real store.
+type grantTimes struct {
+	store.Full
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (g *grantTimes) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*limit.Decision, error) {
+	d, err := g.Full.AcquireSlot(ctx, p)
+	if err == nil && d.Granted {
+		g.mu.Lock()
+		if _, ok := g.at[p.Holder]; !ok { // asked again while holding: the same grant
+			g.at[p.Holder] = d.Until.Add(-p.Lease)
+		}
+		g.mu.Unlock()
+	}
+	return d, err
+}
+
+// A rate limiter keeps limited steps to its rate in every window of its
+// period (a sliding window, by the store's clock, no slack), however many
+// ask at once, and lets every one through in the end.
+func TestLimiterRate(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		const rate, period, steps = 4, 300 * time.Millisecond, 12
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "rpm", Rate: rate, Period: period}))
+		obs := &grantTimes{Full: s, at: map[string]time.Time{}}
+		e := newEngine(t, obs, fastConfig())
+		var ran atomic.Int64
+		wf := weir.Register(e, "calls", func(ctx weir.Context, _ int) (int, error) {
+			var fs []*weir.Future[int]
+			for i := range steps {
+				fs = append(fs, weir.StepAsync(ctx, fmt.Sprint("call ", i), func(sc weir.StepContext) (int, error) {
+					ran.Add(1)
+					return i, nil
+				}, weir.WithLimiter("rpm", &weir.LimitOptions{Key: fmt.Sprint("tenant", i%3)})))
+			}
+			out, err := weir.All(ctx, fs...)
+			return len(out), err
+		})
+		must(t, e.Work(testCtx(t)))
+		h, err := wf.Start(testCtx(t), 0, nil)
+		must(t, err)
+		if n, err := h.Result(testCtx(t)); err != nil || n != steps {
+			t.Fatalf("result %d, %v", n, err)
+		}
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		var at []time.Time
+		for _, x := range obs.at {
+			at = append(at, x)
+		}
+		if len(at) != steps || ran.Load() != steps {
+			t.Fatalf("%d grants, %d steps ran, want %d", len(at), ran.Load(), steps)
+		}
+		slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+		for i := range at {
+			j := i
+			for j < len(at) && at[j].Sub(at[i]) < period {
+				j++
+			}
+			if j-i > rate {
+				t.Fatalf("%d grants within %v of the %dth: the rate is %d per %v", j-i, period, i, rate, period)
+			}
+		}
+		// Three periods' worth: the last grant comes two periods after the
+		// first at the soonest.
+		if d := at[steps-1].Sub(at[0]); d < 2*period {
+			t.Fatalf("%d grants within %v; a rate of %d per %v allows that only after %v", steps, d, rate, period, 2*period)
+		}
+	})
 }
