@@ -306,6 +306,14 @@ func grant(c *Config, st State, req Request, now time.Time) (Decision, State) {
 		}
 		n = have + max(0, min(req.Grant-have, free))
 	}
+	// A lowered bound applies to a grant's next renewal too: it keeps no
+	// more than the bounds leave it beside the others' holds.
+	if c.Concurrency > 0 {
+		n = min(n, max(0, c.Concurrency-(Held(st)-have)))
+	}
+	if c.PerKey > 0 {
+		n = min(n, max(0, c.PerKey-(heldBy(st, req.Key)-have)))
+	}
 	d := Decision{Waiting: len(st.Waiters)}
 	if n == 0 {
 		if i >= 0 {

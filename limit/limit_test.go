@@ -372,6 +372,12 @@ func TestGrants(t *testing.T) {
 	if !ok || Held(st) != 2 {
 		t.Fatalf("released: %v, held %d", ok, Held(st))
 	}
+	// A lowered bound shrinks a grant at its renewal.
+	_, st = Acquire(c, st, grantReq("g4", "c", 3), at(9))
+	if d, st = Acquire(&Config{Name: "l", Concurrency: 3}, st, grantReq("g4", "c", 3), at(9)); d.Count != 1 {
+		t.Fatalf("a grant renewed under a concurrency lowered to 3 with 2 held by others: %+v", d)
+	}
+	st, _, _ = Release(c, st, "g4", 0, at(9))
 	// Its lease runs out like a slot's.
 	_, st = Acquire(c, st, grantReq("g3", "a", 3), at(10))
 	if Held(Prune(c, st, at(10+10_000))) != 0 {
