@@ -325,6 +325,7 @@ func Capable(s Store) Full {
 	c.purger, _ = s.(Purger)
 	c.world, _ = s.(WorldStore)
 	c.limits, _ = s.(Limits)
+	c.schedules, _ = s.(Schedules)
 	return c
 }
 
@@ -338,6 +339,55 @@ type capable struct {
 	purger     Purger
 	world      WorldStore
 	limits     Limits
+	schedules  Schedules
+}
+
+// SetSchedule is Schedules.SetSchedule, or ErrUnsupported.
+func (c *capable) SetSchedule(ctx context.Context, p *SetScheduleParams) (*Schedule, error) {
+	if c.schedules == nil {
+		return nil, unsupported("schedules")
+	}
+	return c.schedules.SetSchedule(ctx, p)
+}
+
+// GetSchedule is Schedules.GetSchedule, or ErrUnsupported.
+func (c *capable) GetSchedule(ctx context.Context, name string) (*Schedule, error) {
+	if c.schedules == nil {
+		return nil, unsupported("schedules")
+	}
+	return c.schedules.GetSchedule(ctx, name)
+}
+
+// ListSchedules is Schedules.ListSchedules, or ErrUnsupported.
+func (c *capable) ListSchedules(ctx context.Context) ([]*Schedule, error) {
+	if c.schedules == nil {
+		return nil, unsupported("schedules")
+	}
+	return c.schedules.ListSchedules(ctx)
+}
+
+// DeleteSchedule is Schedules.DeleteSchedule, or ErrUnsupported.
+func (c *capable) DeleteSchedule(ctx context.Context, name string) error {
+	if c.schedules == nil {
+		return unsupported("schedules")
+	}
+	return c.schedules.DeleteSchedule(ctx, name)
+}
+
+// ClaimSchedules is Schedules.ClaimSchedules, or ErrUnsupported.
+func (c *capable) ClaimSchedules(ctx context.Context, p *ClaimSchedulesParams) ([]*Schedule, error) {
+	if c.schedules == nil {
+		return nil, unsupported("schedules")
+	}
+	return c.schedules.ClaimSchedules(ctx, p)
+}
+
+// AdvanceSchedule is Schedules.AdvanceSchedule, or ErrUnsupported.
+func (c *capable) AdvanceSchedule(ctx context.Context, p *AdvanceScheduleParams) (bool, error) {
+	if c.schedules == nil {
+		return false, unsupported("schedules")
+	}
+	return c.schedules.AdvanceSchedule(ctx, p)
 }
 
 // SetLimiter is Limits.SetLimiter, or ErrUnsupported.

@@ -292,6 +292,7 @@ type Full interface {
 	Purger
 	WorldStore
 	Limits
+	Schedules
 }
 
 // RunStatus is a run's state.

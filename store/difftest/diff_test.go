@@ -16,6 +16,7 @@ import (
 
 	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/limit"
+	"github.com/weirhq/weir/schedule"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/store/sqlitestore"
@@ -209,7 +210,7 @@ func (g *gen) learn(o *op, out string) {
 
 func (g *gen) next() *op {
 	now := g.clk.Now()
-	switch g.n(36) {
+	switch g.n(39) {
 	case 0, 1:
 		p := store.CreateRunParams{ID: g.pick(runs), Workflow: g.pick(workflows), Input: []byte(g.pick(runs))}
 		if g.chance(4) {
@@ -345,6 +346,8 @@ func (g *gen) next() *op {
 		return g.messageOp(now)
 	case 33, 34, 35:
 		return g.limiterOp(now)
+	case 36, 37, 38:
+		return g.scheduleOp(now)
 	default:
 		return g.look()
 	}
@@ -749,4 +752,63 @@ func showRead(res *store.ReadResult) string {
 		fmt.Fprintf(&b, " committed=%v", slices.Clip(committed))
 	}
 	return b.String()
+}
+
+// scheduleOp is a schedule's: set (paused, resumed, sometimes refused),
+// deleted, claimed, advanced under a claim's version (sometimes a stale
+// one), looked at; on the generator's clock.
+func (g *gen) scheduleOp(now time.Time) *op {
+	name := g.pick([]string{"nightly", "tick", "bad name"})
+	sch := func(sd *side) store.Schedules { return sd.s.(store.Schedules) }
+	show := func(s *store.Schedule) string {
+		if s == nil {
+			return "<nil>"
+		}
+		return fmt.Sprintf("{%s %s %s %q %s/%s %s %v %v next=%v v%d lease=%s/%v created=%v updated=%v state=%+v}", s.Name, s.Workflow, s.Input, s.Spec, s.TZ,
+			s.Overlap, s.Backfill, s.Paused, s.NextDue, s.NextDue.UnixNano(), s.Version, s.LeaseOwner, s.LeaseExpires.UnixNano(), s.CreatedAt.UnixNano(), s.UpdatedAt.UnixNano(), s.State)
+	}
+	switch g.n(6) {
+	case 0, 1:
+		p := store.SetScheduleParams{Name: name, Workflow: g.pick(workflows), Spec: g.pick([]string{"@every 1s", "*/5 * * * *", "0 3 * * *", "@every 1ms"}),
+			TZ: g.pick([]string{"", "Europe/Paris", "Nowhere/Land"}), Paused: g.chance(3), Now: now,
+			Policy: schedule.Policy{Overlap: schedule.Overlap(g.pick([]string{"", "skip", "buffer_one", "allow", "never"})), Backfill: time.Duration(g.n(3)) * time.Minute}}
+		if g.chance(3) {
+			p.Input = []byte(g.pick([]string{`{"a":1}`, `[1,2]`, `{`}))
+		}
+		return &op{desc: fmt.Sprintf("SetSchedule %+v", p), run: func(ctx context.Context, sd *side) string {
+			s, err := sch(sd).SetSchedule(ctx, &p)
+			return show(s) + " " + sd.norm(err)
+		}}
+	case 2:
+		p := store.ClaimSchedulesParams{Owner: g.pick([]string{"o1", "o2"}), Lease: time.Duration(1+g.n(5)) * time.Second, Limit: 1 + g.n(2), Now: now}
+		return &op{desc: fmt.Sprintf("ClaimSchedules %+v", p), run: func(ctx context.Context, sd *side) string {
+			ss, err := sch(sd).ClaimSchedules(ctx, &p)
+			var out []string
+			for _, s := range ss {
+				out = append(out, show(s))
+			}
+			return fmt.Sprintf("%v %s", out, sd.norm(err))
+		}}
+	case 3:
+		p := store.AdvanceScheduleParams{Name: name, Owner: g.pick([]string{"o1", "o2"}), Version: int64(1 + g.n(6)), NextDue: now.Add(time.Duration(g.n(5)) * time.Second), Now: now,
+			State: schedule.State{Cursor: now.Add(-time.Duration(g.n(5)) * time.Second), Started: int64(g.n(4)), LastRun: g.pick([]string{"", "sched:tick:x"})}}
+		return &op{desc: fmt.Sprintf("AdvanceSchedule %+v", p), run: func(ctx context.Context, sd *side) string {
+			ok, err := sch(sd).AdvanceSchedule(ctx, &p)
+			return fmt.Sprintf("%v %s", ok, sd.norm(err))
+		}}
+	case 4:
+		return &op{desc: "DeleteSchedule " + name, run: func(ctx context.Context, sd *side) string {
+			return sd.norm(sch(sd).DeleteSchedule(ctx, name))
+		}}
+	default:
+		return &op{desc: "GetSchedule, ListSchedules " + name, run: func(ctx context.Context, sd *side) string {
+			s, err := sch(sd).GetSchedule(ctx, name)
+			all, lerr := sch(sd).ListSchedules(ctx)
+			var names []string
+			for _, x := range all {
+				names = append(names, show(x))
+			}
+			return fmt.Sprintf("%s %s %v %s", show(s), sd.norm(err), names, sd.norm(lerr))
+		}}
+	}
 }

@@ -346,6 +346,24 @@ ALTER TABLE runs ADD COLUMN queued INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX runs_queued ON runs (queue, queue_key, priority DESC, seq) WHERE queued = 1;
 CREATE UNIQUE INDEX runs_dedupe ON runs (queue, dedupe) WHERE dedupe <> '' AND status IN ('pending', 'running');
 `,
+	// 12: schedules (store.Schedules): each one's configuration and state
+	// (package schedule's, as JSON), when it is due next, and the lease of
+	// the engine deciding it.
+	`
+CREATE TABLE schedules (
+	name          TEXT PRIMARY KEY,
+	config        BLOB NOT NULL,
+	state         BLOB NOT NULL,
+	paused        INTEGER NOT NULL DEFAULT 0,
+	next_due      INTEGER NOT NULL DEFAULT 0,
+	version       INTEGER NOT NULL DEFAULT 0,
+	lease_owner   TEXT NOT NULL DEFAULT '',
+	lease_expires INTEGER NOT NULL DEFAULT 0,
+	created_at    INTEGER NOT NULL,
+	updated_at    INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX schedules_due ON schedules (next_due) WHERE paused = 0;
+`,
 }
 
 // fixups run in a migration's transaction after its SQL, for what SQL

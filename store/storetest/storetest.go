@@ -90,6 +90,7 @@ func Run(t *testing.T, hh Harness) {
 	t.Run("Parent", func(t *testing.T) { need[store.Hooks](t, probe); t.Parallel(); testParent(t, h) })
 	t.Run("Limits", func(t *testing.T) { t.Parallel(); testLimits(t, h) })
 	t.Run("Queues", func(t *testing.T) { t.Parallel(); testQueues(t, h) })
+	t.Run("Schedules", func(t *testing.T) { t.Parallel(); testSchedules(t, h) })
 	t.Run("Hostile", func(t *testing.T) { testHostile(t, h) })
 	t.Run("ClosedStore", func(t *testing.T) { testClosedStore(t, h) })
 }

@@ -1,0 +1,212 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/sqlrow"
+)
+
+// Schedules: the rules are package apply's (SetSchedule, ClaimSchedules,
+// AdvanceSchedule) and package schedule's; wtx loads and saves a
+// schedule's row for them. The committer's one write transaction at a time
+// is the lock.
+
+var (
+	_ store.Schedules  = (*Store)(nil)
+	_ apply.ScheduleTx = (*wtx)(nil)
+)
+
+const scheduleCols = `name, config, state, paused, next_due, version, lease_owner, lease_expires, created_at, updated_at`
+
+// scanSchedule reads a row of scheduleCols.
+func scanSchedule(row interface{ Scan(...any) error }) (*store.Schedule, error) {
+	s := &store.Schedule{}
+	var config, state []byte
+	var next, expires, created, updated int64
+	if err := row.Scan(&s.Name, &config, &state, &s.Paused, &next, &s.Version, &s.LeaseOwner, &expires, &created, &updated); err != nil {
+		return nil, err
+	}
+	s.NextDue, s.LeaseExpires, s.CreatedAt, s.UpdatedAt = sqlrow.Time(next), sqlrow.Time(expires), sqlrow.Time(created), sqlrow.Time(updated)
+	return s, apply.DecodeSchedule(s, config, state)
+}
+
+// LockSchedule loads schedule name.
+func (tx *wtx) LockSchedule(name string) (*store.Schedule, error) {
+	st, err := tx.stmt(`SELECT ` + scheduleCols + ` FROM schedules WHERE name = ?`)
+	if err != nil {
+		return nil, err
+	}
+	s, err := scanSchedule(st.QueryRowContext(bg, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load schedule: %w", translate(err))
+	}
+	return s, nil
+}
+
+// SaveSchedule writes s.
+func (tx *wtx) SaveSchedule(s *store.Schedule, insert bool) error {
+	tx.changed = true
+	config, state, err := apply.EncodeSchedule(s)
+	if err != nil {
+		return err
+	}
+	q := `UPDATE schedules SET config = ?2, state = ?3, paused = ?4, next_due = ?5, version = ?6, lease_owner = ?7,
+		lease_expires = ?8, created_at = ?9, updated_at = ?10 WHERE name = ?1`
+	if insert {
+		q = `INSERT INTO schedules (` + scheduleCols + `) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)`
+	}
+	st, err := tx.stmt(q)
+	if err != nil {
+		return err
+	}
+	if _, err := st.ExecContext(bg, s.Name, config, state, s.Paused, sqlrow.Nanos(s.NextDue), s.Version, s.LeaseOwner,
+		sqlrow.Nanos(s.LeaseExpires), sqlrow.Nanos(s.CreatedAt), sqlrow.Nanos(s.UpdatedAt)); err != nil {
+		return fmt.Errorf("save schedule: %w", translate(err))
+	}
+	return nil
+}
+
+// DueSchedules returns the schedules due at now with no live lease.
+func (tx *wtx) DueSchedules(now time.Time, owner string, limit int) ([]string, error) {
+	st, err := tx.stmt(`SELECT name FROM schedules WHERE paused = 0 AND next_due <= ?1 AND (lease_expires <= ?1 OR lease_owner = ?3)
+		ORDER BY next_due, name LIMIT ?2`)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.QueryContext(bg, sqlrow.Nanos(now), limit, owner)
+	if err != nil {
+		return nil, fmt.Errorf("due schedules: %w", translate(err))
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// SetSchedule creates or changes a schedule.
+func (s *Store) SetSchedule(ctx context.Context, p *store.SetScheduleParams) (*store.Schedule, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("set schedule: %w", err)
+	}
+	q := p.WithDefaults(s.cfg.Now)
+	var out *store.Schedule
+	err := s.write(ctx, func(tx *wtx) error {
+		var err error
+		out, err = apply.SetSchedule(tx, q)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("set schedule: %w", err)
+	}
+	return out, nil
+}
+
+// GetSchedule returns a schedule.
+func (s *Store) GetSchedule(ctx context.Context, name string) (*store.Schedule, error) {
+	if err := store.CheckScheduleName(name); err != nil {
+		return nil, fmt.Errorf("get schedule: %w", err)
+	}
+	sc, err := scanSchedule(s.rdb.QueryRowContext(ctx, `SELECT `+scheduleCols+` FROM schedules WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("get schedule: %w: no schedule %q", store.ErrNotFound, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get schedule: %w", s.readErr(err))
+	}
+	return sc, nil
+}
+
+// ListSchedules returns every schedule, by name.
+func (s *Store) ListSchedules(ctx context.Context) ([]*store.Schedule, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+scheduleCols+` FROM schedules ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list schedules: %w", s.readErr(err))
+	}
+	defer rows.Close()
+	var out []*store.Schedule
+	for rows.Next() {
+		sc, err := scanSchedule(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list schedules: %w", s.readErr(err))
+		}
+		out = append(out, sc)
+	}
+	return out, rows.Err()
+}
+
+// DeleteSchedule deletes a schedule.
+func (s *Store) DeleteSchedule(ctx context.Context, name string) error {
+	if err := store.CheckScheduleName(name); err != nil {
+		return fmt.Errorf("delete schedule: %w", err)
+	}
+	err := s.write(ctx, func(tx *wtx) error {
+		tx.changed = true
+		st, err := tx.stmt(`DELETE FROM schedules WHERE name = ?`)
+		if err != nil {
+			return err
+		}
+		res, err := st.ExecContext(bg, name)
+		if err != nil {
+			return translate(err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("%w: no schedule %q", store.ErrNotFound, name)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete schedule: %w", err)
+	}
+	return nil
+}
+
+// ClaimSchedules leases due schedules.
+func (s *Store) ClaimSchedules(ctx context.Context, p *store.ClaimSchedulesParams) ([]*store.Schedule, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("claim schedules: %w", err)
+	}
+	q := p.WithDefaults(s.cfg.Now)
+	var out []*store.Schedule
+	err := s.write(ctx, func(tx *wtx) error {
+		var err error
+		out, err = apply.ClaimSchedules(tx, q)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim schedules: %w", err)
+	}
+	return out, nil
+}
+
+// AdvanceSchedule saves a claimed schedule's decision.
+func (s *Store) AdvanceSchedule(ctx context.Context, p *store.AdvanceScheduleParams) (bool, error) {
+	if err := p.Check(); err != nil {
+		return false, fmt.Errorf("advance schedule: %w", err)
+	}
+	q := p.WithDefaults(s.cfg.Now)
+	var ok bool
+	err := s.write(ctx, func(tx *wtx) error {
+		var err error
+		ok, err = apply.AdvanceSchedule(tx, q)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("advance schedule: %w", err)
+	}
+	return ok, nil
+}
