@@ -322,8 +322,9 @@ func (e *Engine) Work(ctx context.Context) error {
 	e.started = true
 	ctx, e.stop = context.WithCancel(context.WithoutCancel(ctx))
 	e.runCtx = ctx
-	e.loopWG.Add(1)
+	e.loopWG.Add(2)
 	go e.claimLoop(ctx)
+	go e.scheduleLoop(ctx)
 	if e.cfg.Retention > 0 {
 		e.loopWG.Add(1)
 		go e.retentionLoop(ctx)

@@ -181,8 +181,27 @@ func (s *Store) ClaimSchedules(ctx context.Context, p *store.ClaimSchedulesParam
 		return nil, fmt.Errorf("claim schedules: %w", err)
 	}
 	q := p.WithDefaults(s.cfg.Now)
+	// Every worker asks every poll: with nothing due, one read says so and
+	// no transaction is opened.
+	due := false
+	err := s.do(ctx, true, func(ctx context.Context, _ *try) error {
+		var one int
+		err := s.pool.QueryRow(ctx, `SELECT 1 FROM `+s.q.schema+`.schedules WHERE NOT paused AND next_due <= $1 AND (lease_expires <= $1 OR lease_owner = $2) LIMIT 1`,
+			sqlrow.Nanos(q.Now), q.Owner).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		due = err == nil
+		return err
+	})
+	if err != nil || !due {
+		if err != nil {
+			err = fmt.Errorf("claim schedules: %w", err)
+		}
+		return nil, err
+	}
 	var out []*store.Schedule
-	err := s.scheduleWrite(ctx, func(t *scheduleTx) error {
+	err = s.scheduleWrite(ctx, func(t *scheduleTx) error {
 		var err error
 		out, err = apply.ClaimSchedules(t, q)
 		return err

@@ -181,8 +181,19 @@ func (s *Store) ClaimSchedules(ctx context.Context, p *store.ClaimSchedulesParam
 		return nil, fmt.Errorf("claim schedules: %w", err)
 	}
 	q := p.WithDefaults(s.cfg.Now)
+	// Every worker asks every poll: with nothing due, one read says so and
+	// nothing is written.
+	var one int
+	err := s.rdb.QueryRowContext(ctx, `SELECT 1 FROM schedules WHERE paused = 0 AND next_due <= ?1 AND (lease_expires <= ?1 OR lease_owner = ?2) LIMIT 1`,
+		sqlrow.Nanos(q.Now), q.Owner).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim schedules: %w", s.readErr(err))
+	}
 	var out []*store.Schedule
-	err := s.write(ctx, func(tx *wtx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		var err error
 		out, err = apply.ClaimSchedules(tx, q)
 		return err
