@@ -265,3 +265,37 @@ type LimiterState struct {
 type LimiterList struct {
 	Limiters []Limiter `json:"limiters"`
 }
+
+// Schedule is a schedule, as the schedules API shows it (PUT takes the
+// configuration fields; the others are what it did).
+type Schedule struct {
+	Name     string `json:"name"`
+	Workflow string `json:"workflow"`
+	// Input is every run's input; absent: null.
+	Input json.RawMessage `json:"input,omitempty"`
+	// Spec is a cron expression, a macro (@daily) or an interval
+	// ("@every 15m"); TZ the IANA time zone it is read in ("": UTC).
+	Spec string `json:"spec"`
+	TZ   string `json:"tz,omitempty"`
+	// Overlap: skip (the default), buffer_one or allow.
+	Overlap string `json:"overlap,omitempty"`
+	// Backfill is how late a tick may be and still start, a duration
+	// ("1h"); absent: a minute.
+	Backfill string `json:"backfill,omitempty"`
+	Paused   bool   `json:"paused,omitempty"`
+
+	// What it did (GET, and the reply of PUT).
+	NextDue   *time.Time `json:"next_due,omitempty"`
+	LastTick  *time.Time `json:"last_tick,omitempty"`
+	LastRun   string     `json:"last_run,omitempty"`
+	Buffered  *time.Time `json:"buffered,omitempty"`
+	Started   int64      `json:"started"`
+	Skipped   int64      `json:"skipped"`
+	CreatedAt *time.Time `json:"created_at,omitempty"`
+	UpdatedAt *time.Time `json:"updated_at,omitempty"`
+}
+
+// ScheduleList is the reply of GET /v1/schedules.
+type ScheduleList struct {
+	Schedules []Schedule `json:"schedules"`
+}

@@ -605,3 +605,44 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// Schedules returns every schedule (GET /v1/schedules).
+func (c *Client) Schedules(ctx context.Context) ([]api.Schedule, error) {
+	var out api.ScheduleList
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/schedules", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Schedules, nil
+}
+
+// Schedule returns one schedule (GET /v1/schedules/{name}).
+func (c *Client) Schedule(ctx context.Context, name string) (*api.Schedule, error) {
+	var out api.Schedule
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/schedules/"+url.PathEscape(name), nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SetSchedule creates schedule sc.Name or changes it (PUT
+// /v1/schedules/{name}): its configuration fields are sent.
+func (c *Client) SetSchedule(ctx context.Context, sc *api.Schedule) (*api.Schedule, error) {
+	body, err := json.Marshal(api.Schedule{Workflow: sc.Workflow, Input: sc.Input, Spec: sc.Spec, TZ: sc.TZ, Overlap: sc.Overlap,
+		Backfill: sc.Backfill, Paused: sc.Paused})
+	if err != nil {
+		return nil, err
+	}
+	var out api.Schedule
+	h := http.Header{"Content-Type": {"application/json"}}
+	if _, err := c.doJSON(ctx, http.MethodPut, "/v1/schedules/"+url.PathEscape(sc.Name), nil, h, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteSchedule deletes a schedule (DELETE /v1/schedules/{name}); the runs
+// it started are kept.
+func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
+	_, err := c.doJSON(ctx, http.MethodDelete, "/v1/schedules/"+url.PathEscape(name), nil, nil, nil, nil)
+	return err
+}

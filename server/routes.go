@@ -22,6 +22,10 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/limiters", s.handleLimiters)
 	s.mux.HandleFunc("GET /v1/limiters/{name}", s.handleLimiter)
 	s.mux.HandleFunc("PUT /v1/limiters/{name}", s.handleSetLimiter)
+	s.mux.HandleFunc("GET /v1/schedules", s.handleSchedules)
+	s.mux.HandleFunc("GET /v1/schedules/{name}", s.handleSchedule)
+	s.mux.HandleFunc("PUT /v1/schedules/{name}", s.handleSetSchedule)
+	s.mux.HandleFunc("DELETE /v1/schedules/{name}", s.handleDeleteSchedule)
 	s.worldRoutes() // world.go
 
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)

@@ -1,0 +1,122 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/weirhq/weir/api"
+	"github.com/weirhq/weir/schedule"
+	"github.com/weirhq/weir/store"
+)
+
+// The schedules API: the store's schedules (store.Schedules), whose ticks
+// every worker on the store decides, one at a time, each tick starting one
+// run (schedule.RunID).
+
+// handleSchedules serves GET /v1/schedules.
+func (s *Server) handleSchedules(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	ss, err := s.store.ListSchedules(r.Context())
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	out := api.ScheduleList{Schedules: make([]api.Schedule, 0, len(ss))}
+	for _, sc := range ss {
+		out.Schedules = append(out.Schedules, scheduleJSON(sc))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleSchedule serves GET /v1/schedules/{name}.
+func (s *Server) handleSchedule(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	sc, err := s.store.GetSchedule(r.Context(), r.PathValue("name"))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, scheduleJSON(sc))
+}
+
+// handleSetSchedule serves PUT /v1/schedules/{name}: creates the schedule
+// or changes it (its ticks handled stay handled; one set paused starts
+// nothing until it is set again without, and the ticks meanwhile never do).
+func (s *Server) handleSetSchedule(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := requireJSON(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	body, err := readBody(w, r, store.MaxScheduleInput+16<<10)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	var in api.Schedule
+	if err := decodeJSON(body, &in); err != nil {
+		httpError(w, err)
+		return
+	}
+	name := r.PathValue("name")
+	if in.Name != "" && in.Name != name {
+		httpError(w, fmt.Errorf("%w: the body names schedule %q, the path %q", api.ErrBadRequest, in.Name, name))
+		return
+	}
+	p := store.SetScheduleParams{Name: name, Workflow: in.Workflow, Input: in.Input, Spec: in.Spec, TZ: in.TZ, Paused: in.Paused,
+		Policy: schedule.Policy{Overlap: schedule.Overlap(in.Overlap)}}
+	if in.Backfill != "" {
+		if p.Backfill, err = time.ParseDuration(in.Backfill); err != nil {
+			httpError(w, fmt.Errorf("%w: backfill %q: want a duration (1h, 30m)", api.ErrBadRequest, in.Backfill))
+			return
+		}
+	}
+	sc, err := s.store.SetSchedule(r.Context(), &p)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, scheduleJSON(sc))
+}
+
+// handleDeleteSchedule serves DELETE /v1/schedules/{name}: the schedule
+// starts no more runs; those it started are kept.
+func (s *Server) handleDeleteSchedule(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := s.store.DeleteSchedule(r.Context(), r.PathValue("name")); err != nil {
+		httpError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// scheduleJSON is sc as the API gives it.
+func scheduleJSON(sc *store.Schedule) api.Schedule {
+	at := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		u := t.UTC()
+		return &u
+	}
+	out := api.Schedule{Name: sc.Name, Workflow: sc.Workflow, Input: sc.Input, Spec: sc.Spec, TZ: sc.TZ, Overlap: string(sc.Overlap.Or()),
+		Paused: sc.Paused, NextDue: at(sc.NextDue), LastTick: at(sc.State.LastTick), LastRun: sc.State.LastRun, Buffered: at(sc.State.Buffered),
+		Started: sc.State.Started, Skipped: sc.State.Skipped, CreatedAt: at(sc.CreatedAt), UpdatedAt: at(sc.UpdatedAt)}
+	if sc.Backfill > 0 {
+		out.Backfill = sc.Backfill.String()
+	}
+	return out
+}
