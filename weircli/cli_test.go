@@ -756,3 +756,54 @@ func TestLimitersCommands(t *testing.T) {
 		t.Fatalf("an unknown queue: exit %d, %s", code, errOut)
 	}
 }
+
+// weir schedules: set, a tick's run on the server, ls, show, pause,
+// resume, rm; bad input a usage error (2) or the server's (1).
+func TestSchedulesCommands(t *testing.T) {
+	url := startServer(t, "--long-poll-timeout", "1s")
+	t.Setenv("WEIR_URL", url)
+	out := mustWeir(t, "schedules", "set", "tok", "--workflow", "demo.tokens", "--spec", "@every 200ms", "--input", `{"text":"a b"}`, "--overlap", "allow", "--backfill", "2s")
+	if !regexp.MustCompile(`(?m)^tok\s+demo\.tokens\s+@every 200ms\s+UTC\s+allow\s+active\s+\S+\s+-\s+0\s+0$`).MatchString(out) {
+		t.Fatalf("schedules set printed:\n%s", out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !regexp.MustCompile(`sched:tok:\S+\s+[1-9]`).MatchString(out) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no tick started within 20s:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+		out = mustWeir(t, "schedules", "show", "tok")
+	}
+	mustWeir(t, "schedules", "set", "nightly", "--workflow", "demo.tokens", "--spec", "0 3 * * *", "--tz", "Europe/Paris", "--paused")
+	out = mustWeir(t, "schedules", "ls")
+	if !regexp.MustCompile(`(?m)^nightly\s+demo\.tokens\s+0 3 \* \* \*\s+Europe/Paris\s+skip\s+paused\s+-`).MatchString(out) || !strings.Contains(out, "tok") {
+		t.Fatalf("schedules ls printed:\n%s", out)
+	}
+	if out := mustWeir(t, "schedules", "pause", "tok"); !strings.Contains(out, "paused") {
+		t.Fatalf("schedules pause printed:\n%s", out)
+	}
+	if out := mustWeir(t, "schedules", "resume", "nightly"); !regexp.MustCompile(`nightly\s+demo\.tokens.*active\s+\d{4}-`).MatchString(out) {
+		t.Fatalf("schedules resume printed:\n%s", out)
+	}
+	if out := mustWeir(t, "schedules", "rm", "tok"); !strings.Contains(out, "deleted schedule tok") {
+		t.Fatalf("schedules rm printed:\n%s", out)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"schedules"}, 2, "subcommand"},
+		{[]string{"schedules", "set", "x", "--spec", "@daily"}, 2, "--workflow"},
+		{[]string{"schedules", "set", "x", "--workflow", "w", "--spec", "@daily", "--input", "{"}, 2, "JSON"},
+		{[]string{"schedules", "set", "x", "--workflow", "w", "--spec", "61 * * * *"}, 1, "minute"},
+		{[]string{"schedules", "set", "x", "--workflow", "w", "--spec", "@daily", "--tz", "Nowhere/Land"}, 1, "Nowhere/Land"},
+		{[]string{"schedules", "show", "tok"}, 1, "tok"},
+		{[]string{"schedules", "rm", "tok"}, 1, "tok"},
+	} {
+		code, _, errOut := runWeir(t, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, %s", c.args, code, errOut)
+		}
+	}
+}

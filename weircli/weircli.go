@@ -112,6 +112,8 @@ func (c *Config) usage() string {
   %[1]s runs hook|send|event        deliver to a run's hook, send it a message, read its run events
   %[1]s stream tail|cat|ls          read a run's stream from a server; list the standalone streams
   %[1]s limiters ls|show|set        the limiters steps take slots of: concurrency, rate, token budget
+  %[1]s schedules ls|show|set|pause|resume|rm
+                                   schedules: a run of a workflow at each tick of a cron spec or interval
 `, n, c.workerLine())
 	if c.Builtin {
 		fmt.Fprintf(&b, `  %[1]s bench [WORKLOAD…] [--store S] [--url U] [--json]
@@ -185,6 +187,8 @@ func Run(ctx context.Context, cfg *Config, args []string, stdout, stderr io.Writ
 		err = streamCmd(ctx, cfg.name(), args[1:], stdout, stderr)
 	case cmd == "limiters":
 		err = limitersCmd(ctx, cfg.name(), args[1:], stdout, stderr)
+	case cmd == "schedules":
+		err = schedulesCmd(ctx, cfg.name(), args[1:], stdout, stderr)
 	case cmd == "bench" && cfg.Builtin:
 		err = benchCmd(ctx, args[1:], stdout)
 	case cmd == "torture" && cfg.Builtin:
