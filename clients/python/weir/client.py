@@ -31,6 +31,7 @@ from .types import (
     RunPage,
     RunState,
     RunStream,
+    Schedule,
     StreamHead,
     View,
 )
@@ -668,6 +669,66 @@ class Client:
             body["period"] = _go_duration(period)
         _, d = self._json("PUT", f"/v1/limiters/{_seg(name, 'limiter name')}", idempotent=True, body=body)
         return Limiter.from_json(d)
+
+    # Schedules.
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule of the server's store, by name (``GET /v1/schedules``)."""
+        _, d = self._json("GET", "/v1/schedules", idempotent=True)
+        return [Schedule.from_json(x) for x in d.get("schedules") or []]
+
+    def schedule(self, name: str) -> Schedule:
+        """One schedule, with what it did (``GET /v1/schedules/{name}``).
+
+        Raises:
+            NotFoundError: no such schedule.
+        """
+        _, d = self._json("GET", f"/v1/schedules/{_seg(name, 'schedule name')}", idempotent=True)
+        return Schedule.from_json(d)
+
+    def set_schedule(
+        self,
+        name: str,
+        *,
+        workflow: str,
+        spec: str,
+        input: Any = None,
+        tz: str = "",
+        overlap: str = "skip",
+        backfill: float | None = None,
+        paused: bool = False,
+    ) -> Schedule:
+        """Creates schedule ``name`` or changes it (``PUT /v1/schedules/{name}``):
+        each tick of ``spec`` (``0 9 * * MON-FRI``, ``@daily``, ``@every 15m``, read
+        in time zone ``tz``) starts one run of ``workflow`` with ``input``.
+        ``overlap`` says what a tick does while the last tick's run is in
+        flight (``skip``, ``buffer_one``, ``allow``); ``backfill`` (seconds) how
+        late a tick may be and still start. A changed schedule keeps the ticks
+        it handled; one set ``paused`` starts nothing until set again without.
+
+        Raises:
+            BadRequestError: an expression, time zone, overlap, backfill or
+                name the server refuses (an :class:`InvalidError`).
+        """
+        body: dict[str, Any] = {"workflow": workflow, "spec": spec, "overlap": overlap, "paused": paused}
+        if input is not None:
+            body["input"] = input
+        if tz:
+            body["tz"] = tz
+        if backfill is not None:
+            body["backfill"] = _go_duration(backfill)
+        _, d = self._json("PUT", f"/v1/schedules/{_seg(name, 'schedule name')}", idempotent=True, body=body)
+        return Schedule.from_json(d)
+
+    def delete_schedule(self, name: str) -> None:
+        """Deletes a schedule (``DELETE /v1/schedules/{name}``); the runs it
+        started are kept.
+
+        Raises:
+            NotFoundError: no such schedule.
+        """
+        # 204 and no body; an error reply raises in the transport.
+        self._t.request("DELETE", f"/v1/schedules/{_seg(name, 'schedule name')}", idempotent=True)
 
     # Messages and run events.
 

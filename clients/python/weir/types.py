@@ -548,3 +548,63 @@ class Limiter:
             per_key=int(d.get("per_key", 0)),
             queued=int(st.get("queued", 0)),
         )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule: a run of ``workflow`` at each tick of ``spec``
+    (``GET /v1/schedules/{name}``), each tick's run named
+    ``sched:<name>:<tick>`` however many workers run.
+
+    Attributes:
+        name: its name.
+        workflow: the workflow each tick starts a run of.
+        input: every run's input (any JSON value).
+        spec: a cron expression (``0 9 * * MON-FRI``), a macro (``@daily``)
+            or an interval (``@every 15m``).
+        tz: the IANA time zone ``spec`` is read in; "" is UTC.
+        overlap: ``skip``, ``buffer_one`` or ``allow``: what a tick does
+            while the last tick's run is in flight.
+        backfill: how late a tick may be and still start, a Go duration; ""
+            is the default (a minute).
+        paused: no tick starts while it is.
+        next_due: when its next tick is due; None while paused.
+        last_tick: the last tick that started a run.
+        last_run: that run's id.
+        started: ticks that started a run.
+        skipped: ticks passed over (missed beyond the backfill, or
+            overlapping).
+    """
+
+    name: str
+    workflow: str
+    spec: str
+    input: Any = None
+    tz: str = ""
+    overlap: str = "skip"
+    backfill: str = ""
+    paused: bool = False
+    next_due: datetime | None = None
+    last_tick: datetime | None = None
+    last_run: str = ""
+    started: int = 0
+    skipped: int = 0
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Schedule:
+        """Builds a schedule from the schedules API's JSON object."""
+        return cls(
+            name=str(d.get("name", "")),
+            workflow=str(d.get("workflow", "")),
+            spec=str(d.get("spec", "")),
+            input=d.get("input"),
+            tz=str(d.get("tz", "")),
+            overlap=str(d.get("overlap", "skip")),
+            backfill=str(d.get("backfill", "")),
+            paused=bool(d.get("paused", False)),
+            next_due=_time(d.get("next_due")),
+            last_tick=_time(d.get("last_tick")),
+            last_run=str(d.get("last_run", "")),
+            started=int(d.get("started", 0)),
+            skipped=int(d.get("skipped", 0)),
+        )

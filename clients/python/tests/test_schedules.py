@@ -1,0 +1,51 @@
+"""Schedules: a schedule set from Python starts its ticks' runs on the
+server (``demo.tokens``), shows what it did, is paused and deleted; bad
+input is refused."""
+
+from __future__ import annotations
+
+import uuid
+
+from harness import ServerCase, per_store, wait_for
+
+import weir
+
+
+class ScheduleTests(ServerCase):
+    def test_a_schedule_starts_its_ticks(self) -> None:
+        name = "py-" + uuid.uuid4().hex[:10]
+        sc = self.client.set_schedule(name, workflow="demo.tokens", spec="@every 200ms", input={"text": "a b"},
+                                      overlap="allow", backfill=2.0)
+        self.assertEqual((sc.name, sc.workflow, sc.spec, sc.overlap, sc.backfill, sc.input), (name, "demo.tokens", "@every 200ms", "allow", "2s", {"text": "a b"}))
+        self.assertIsNotNone(sc.next_due)
+        wait_for(lambda: self.client.schedule(name).started >= 2, "two ticks started")
+        got = self.client.schedule(name)
+        self.assertTrue(got.last_run.startswith(f"sched:{name}:"), got.last_run)
+        run = self.client.wait(got.last_run, timeout=30)
+        self.assertEqual((run.workflow, run.status), ("demo.tokens", "completed"))
+        self.assertIn(name, [s.name for s in self.client.schedules()])
+
+        paused = self.client.set_schedule(name, workflow="demo.tokens", spec="@every 200ms", paused=True)
+        self.assertTrue(paused.paused)
+        self.assertIsNone(paused.next_due)
+        self.client.delete_schedule(name)
+        with self.assertRaises(weir.NotFoundError):
+            self.client.schedule(name)
+        with self.assertRaises(weir.NotFoundError):
+            self.client.delete_schedule(name)
+
+    def test_bad_input_is_refused(self) -> None:
+        bad = [
+            lambda: self.client.set_schedule("py-bad", workflow="demo.tokens", spec="61 * * * *"),
+            lambda: self.client.set_schedule("py-bad", workflow="demo.tokens", spec="@daily", tz="Nowhere/Land"),
+            lambda: self.client.set_schedule("py-bad", workflow="demo.tokens", spec="@daily", overlap="sometimes"),
+            lambda: self.client.set_schedule("py-bad", workflow="demo.tokens", spec="@daily", backfill=-1.0),
+        ]
+        for i, call in enumerate(bad):
+            with self.assertRaises(weir.BadRequestError, msg=f"case {i}"):
+                call()
+        with self.assertRaises(weir.NotFoundError):
+            self.client.schedule("py-bad")
+
+
+per_store(ScheduleTests, globals())
