@@ -102,6 +102,10 @@ type Config struct {
 	// FlowQueueConcurrency is the global limit of flow's queue across
 	// processes. Defaults to 8.
 	FlowQueueConcurrency int
+	// ScheduleCount and ScheduleFor are the schedules workload's: how many
+	// schedules of "@every 200ms", for how long. Default 20, 5s.
+	ScheduleCount int
+	ScheduleFor   time.Duration
 	// ScaleTimeout bounds one round's runs. Defaults to 5 minutes.
 	ScaleTimeout time.Duration
 	// ServerCommand runs `weir server` for scale, which adds its flags
@@ -150,6 +154,10 @@ func (c Config) WithDefaults() Config {
 	def(&c.ScaleRounds, 1)
 	def(&c.TracingRounds, 6)
 	def(&c.FlowRounds, 5)
+	def(&c.ScheduleCount, 20)
+	if c.ScheduleFor <= 0 {
+		c.ScheduleFor = 5 * time.Second
+	}
 	def(&c.FlowRate, 20)
 	def(&c.FlowRateRuns, 200)
 	def(&c.FlowQueueConcurrency, 8)
@@ -234,6 +242,7 @@ var workloads = []workload{
 	{"dbos-like", "500 runs × 20 chunks, 16 at a time, through the engine; vs plain appends", true, runDBOSLike},
 	{"tracing", "steps' runs and dbos-like's with tracing off, on with a no-op exporter, on over OTLP/HTTP, interleaved rounds; vs off (named only)", true, runTracing},
 	{"flow", "short runs plain, queued and with limited steps (interleaved rounds), a rate queue's accuracy, and (PostgreSQL) a queue's global limit across 1, 2, 3 weir server processes; vs plain (named only)", true, runFlow},
+	{"schedules", "tick → its run's step latency (p50, p99) of 20 schedules of @every 200ms; vs a direct start (named only)", true, runSchedules},
 	{"scale", "N weir server processes on one PostgreSQL database (--processes 1,2,3): runs/s through the runs API; vs N=1 (named only)", false, runScale},
 }
 

@@ -112,7 +112,7 @@ func RegisterEmit(e *weir.Engine) *weir.Workflow[EmitInput, EmitOutput] {
 
 // namedOnly are the workloads Default leaves out: they run only when named.
 // scale starts server processes and needs PostgreSQL.
-var namedOnly = map[string]bool{"scale": true, "tracing": true, "flow": true}
+var namedOnly = map[string]bool{"scale": true, "tracing": true, "flow": true, "schedules": true}
 
 // scaleVerifyHook, if set (by tests), is called after the built-in checks of
 // each round with a client of a server on that round's schema.
