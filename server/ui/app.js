@@ -51,6 +51,15 @@ const runsAPI = {
   state: (id) => api(`/v1/runs/${encodeURIComponent(id)}/state`),
 };
 
+// The schedules API.
+const schedulesAPI = {
+  list: () => api("/v1/schedules").then((b) => listOf(b, "schedules")),
+  set: (s) => api(`/v1/schedules/${encodeURIComponent(s.name)}`, {
+    method: "PUT", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ workflow: s.workflow, input: s.input, spec: s.spec, tz: s.tz, overlap: s.overlap, backfill: s.backfill, paused: s.paused }),
+  }),
+};
+
 // The World API: the events of a Vercel Workflow run, and the queue's dead
 // letters.
 const worldAPI = {
@@ -183,6 +192,7 @@ function runsPage() {
     }
     if (alive) renderStalled().catch(() => {});
     if (alive) renderDead().catch(() => {});
+    if (alive) renderSchedules().catch(() => {});
   };
   const onFilter = () => {
     const q = new URLSearchParams();
@@ -237,6 +247,38 @@ async function renderStalled() {
       el("strong", { text: `No worker has claimed a run of ${wf} for ${fmtDur(now - s.oldest)}` }),
       ` (${s.n} waiting, the oldest `, el("a", { href: `#/runs/${encodeURIComponent(s.id)}`, text: s.id }),
       `). Is a worker running with ${wf} registered? (weir worker, or your program's; a server started with --no-worker claims nothing.)`)));
+}
+
+// renderSchedules lists the schedules: what each starts and when, what it
+// did, and a button that pauses or resumes it.
+async function renderSchedules() {
+  const box = $("#schedules");
+  if (!box) return;
+  const all = await schedulesAPI.list();
+  if (!all.length) { box.replaceChildren(); return; }
+  const rows = all.map((s) => {
+    const btn = el("button", { class: "pause", text: s.paused ? "Resume" : "Pause" });
+    btn.onclick = async () => {
+      btn.disabled = true;
+      await schedulesAPI.set({ ...s, paused: !s.paused }).catch((e) => { btn.title = e.message; });
+      renderSchedules().catch(() => {});
+    };
+    const last = s.last_run ? el("a", { href: `#/runs/${encodeURIComponent(s.last_run)}`, text: s.last_run }) : "-";
+    return el("tr", { "data-schedule": s.name },
+      el("td", { class: "id", text: s.name }),
+      el("td", { text: s.workflow }),
+      el("td", { text: `${s.spec}${s.tz ? " (" + s.tz + ")" : ""}` }),
+      el("td", { text: s.overlap || "skip" }),
+      el("td", {}, el("span", { class: s.paused ? "status cancelled" : "status running", text: s.paused ? "paused" : "active" })),
+      el("td", { text: s.next_due ? fmtTime(s.next_due) : "-" }),
+      el("td", {}, last),
+      el("td", { class: "num", text: `${s.started} / ${s.skipped}` }),
+      el("td", {}, btn));
+  });
+  box.replaceChildren(el("h2", { text: `Schedules (${all.length})` }),
+    el("table", { class: "runs schedules" },
+      el("thead", {}, el("tr", {}, ...["schedule", "workflow", "spec", "overlap", "state", "next tick", "last run", "started / skipped", ""].map((h) => el("th", { text: h })))),
+      el("tbody", {}, ...rows)));
 }
 
 // renderDead lists the World queue's dead letters, each with a button that

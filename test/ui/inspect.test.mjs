@@ -168,3 +168,30 @@ test("the time axis reads for 10 ms steps and for 10 minute ones", { timeout: 60
   }
   assert.deepEqual(errors, []);
 });
+
+test("schedules are listed with what they did, and paused from the page", { timeout: 60_000 }, async (t) => {
+  // A store of its own: a schedule left behind would tick on in a shared one.
+  const { url, call } = await startServer(t, { sqlite: true });
+  const name = unique("ui-beat").replace(/[^A-Za-z0-9_.-]/g, "-");
+  await call("PUT", `/v1/schedules/${name}`, { workflow: "demo.tokens", input: { text: "<img src=x onerror=alert(1)>", delay: 0 }, spec: "@every 500ms", overlap: "allow" });
+  await call("PUT", "/v1/schedules/nightly", { workflow: "demo.tokens", spec: "30 2 * * *", tz: "America/New_York", paused: true });
+  const { page, errors } = await openPage(t, url);
+  const row = page.locator(`#schedules tr[data-schedule="${name}"]`);
+  await row.waitFor({ timeout: 20_000 });
+  // Its ticks start runs; the row links the last one.
+  await until("a tick's run linked", async () => (await row.locator("a").count()) === 1, 30_000);
+  assert.match(await row.textContent(), /demo\.tokens.*@every 500ms.*allow.*active/);
+  assert.match(await page.locator('#schedules tr[data-schedule="nightly"]').textContent(), /30 2 \* \* \* \(America\/New_York\).*paused/);
+  await page.screenshot({ path: join(shots, `ui-schedules${tag}.png`), fullPage: true });
+  await row.getByRole("button", { name: "Pause" }).click();
+  await until("the schedule paused", async () => (await call("GET", `/v1/schedules/${name}`)).paused === true);
+  await row.getByRole("button", { name: "Resume" }).waitFor({ timeout: 10_000 });
+  assert.match(await row.textContent(), /paused/);
+  const link = row.locator("a");
+  const runId = await link.textContent();
+  assert.match(runId, new RegExp(`^sched:${name}:`));
+  await link.click();
+  await until("the tick's run page", async () => (await page.locator("#run-id").textContent()) === runId);
+  assert.equal(await page.locator("img").count(), 0);
+  assert.deepEqual(errors, []);
+});
