@@ -35,6 +35,8 @@ func ExampleRun() {
 	//   myapp runs hook|send|event        deliver to a run's hook, send it a message, read its run events
 	//   myapp stream tail|cat|ls          read a run's stream from a server; list the standalone streams
 	//   myapp limiters ls|show|set        the limiters steps take slots of: concurrency, rate, token budget
+	//   myapp schedules ls|show|set|pause|resume|rm
+	//                                    schedules: a run of a workflow at each tick of a cron spec or interval
 	//   myapp version                     print the version
 	//
 	// 'myapp COMMAND -h' tells more.
