@@ -46,6 +46,7 @@ const (
 	opChild  opKind = "child"
 	opSend   opKind = "send"  // Send: a message to a run
 	opEvent  opKind = "event" // SetEvent
+	opPatch  opKind = "patch" // Patched
 	// opMessage is a message Future's kind (Recv): it takes no op.
 	opMessage opKind = "message"
 )
@@ -86,6 +87,8 @@ func (s *opState) describe() string {
 		return fmt.Sprintf("a message to run %s", s.child)
 	case opEvent:
 		return fmt.Sprintf("run event %q", s.name)
+	case opPatch:
+		return fmt.Sprintf("patch %q", s.name)
 	}
 	return fmt.Sprintf("step %q", s.name)
 }
@@ -184,6 +187,8 @@ func (x *execution) load(events []store.Event) {
 			st.kind, st.child, st.errMsg, st.output = opSend, ev.Name, ev.Error, ev.Data
 		case store.EventSet:
 			st.kind, st.name = opEvent, ev.Name
+		case store.EventPatched:
+			st.kind, st.name = opPatch, ev.Name
 		case store.EventLimitWaiting:
 			st.kind, st.name, st.limitWait = opStep, ev.Name, ev.Attempt
 		default:

@@ -591,6 +591,9 @@ const (
 	// key, Data its value. An Advance that writes one also makes it the
 	// key's latest value (GetRunEvent).
 	EventSet EventType = "event_set"
+	// EventPatched marks that the run took code patch Name's path
+	// (weir.Patched) at Op, so that every replay takes it.
+	EventPatched EventType = "patched"
 	// EventMessagesTaken rides with the run's end: Data is how many
 	// messages of each topic the run took ({"topic": n}); the others of
 	// its log it left.
