@@ -92,6 +92,9 @@ func (p *CreateRunParams) Check() error {
 	if err := checkName("traceparent", p.TraceParent, MaxTraceParentLen); err != nil {
 		return err
 	}
+	if err := checkName("version", p.Version, MaxVersionLen); err != nil {
+		return err
+	}
 	if p.Owner != "" && p.LeaseTTL <= 0 {
 		return fmt.Errorf("%w: a lease at creation needs a positive LeaseTTL", ErrInvalid)
 	}
@@ -178,6 +181,11 @@ func (p *ClaimRunsParams) Check() error {
 	}
 	for _, q := range p.SkipQueues {
 		if err := checkLimiterName(q); err != nil {
+			return err
+		}
+	}
+	for _, v := range p.Versions {
+		if err := checkName("version", v, MaxVersionLen); err != nil {
 			return err
 		}
 	}

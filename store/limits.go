@@ -50,6 +50,9 @@ type AdmitRunsParams struct {
 	LeaseTTL time.Duration // required
 	// Workflows, if not nil: only runs of these workflows.
 	Workflows []string
+	// Versions, if not nil: only runs of these application versions
+	// (ClaimRunsParams.Versions).
+	Versions []string
 	// Room bounds the runs admitted from each queue it names (the
 	// worker's room for them, Config.QueueConcurrency); a queue it does
 	// not name takes up to Limit.
@@ -59,7 +62,7 @@ type AdmitRunsParams struct {
 
 // Check validates an AdmitRuns call.
 func (p *AdmitRunsParams) Check() error {
-	c := ClaimRunsParams{Owner: p.Owner, Limit: p.Limit, LeaseTTL: p.LeaseTTL, Workflows: p.Workflows}
+	c := ClaimRunsParams{Owner: p.Owner, Limit: p.Limit, LeaseTTL: p.LeaseTTL, Workflows: p.Workflows, Versions: p.Versions}
 	return c.Check()
 }
 

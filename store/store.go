@@ -24,6 +24,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/weirhq/weir/stream"
@@ -114,6 +115,11 @@ type Store interface {
 	// ListRuns lists runs, newest first. Returns ErrNotFound if p.Before
 	// names an unknown run.
 	ListRuns(ctx context.Context, p *ListRunsParams) ([]*Run, error)
+	// MigrateRuns moves the runs in flight (pending or running) of
+	// application version p.From (those of p.RunIDs, if set) to p.To, so
+	// that the workers of p.To claim them: knowingly, for their logs were
+	// written by p.From's code. It returns the runs it moved, by id.
+	MigrateRuns(ctx context.Context, p *MigrateRunsParams) ([]string, error)
 	// ClaimRuns leases up to p.Limit runnable runs to p.Owner: runs not
 	// finished, whose WakeAt has passed and whose lease is free or expired,
 	// of one of p.Workflows if it is set. Each claim increments the run's
@@ -351,6 +357,10 @@ type Run struct {
 	// Queued: the run waits in its queue, not yet admitted (no claim
 	// takes it until AdmitRuns does).
 	Queued bool
+	// Version is the application version the run started on (the
+	// starting engine's Config.Version; "" if none): a worker claims only
+	// the runs of the versions it can replay.
+	Version string
 }
 
 // KindWorld is the Kind of a World run.
@@ -395,6 +405,9 @@ type CreateRunParams struct {
 	// Dedupe key is queued or running, a create with another id returns
 	// that run (created false) and changes nothing, unless Debounce.
 	Dedupe string
+	// Version is the application version the run starts on; "" if none.
+	// At most MaxVersionLen bytes of text.
+	Version string
 	// Debounce, with Dedupe, delays the run: it cannot start until
 	// Debounce after the latest create of its key, and a create with its
 	// key while it is still queued gives it that create's input and its
@@ -548,6 +561,39 @@ type ClaimRunsParams struct {
 	// SkipQueues: runs of these queues are not claimed (the worker runs
 	// as many of them as it may, Config.QueueConcurrency).
 	SkipQueues []string
+	// Versions, if not nil, limits the claim to runs that started on these
+	// application versions (Run.Version): a worker claims only the runs
+	// its code can replay.
+	Versions []string
+}
+
+// MaxVersionLen bounds an application version.
+const MaxVersionLen = 128
+
+// MigrateRunsParams moves runs in flight from one application version to
+// another (MigrateRuns).
+type MigrateRunsParams struct {
+	From, To string
+	// RunIDs, if not nil, limits it to these runs.
+	RunIDs []string
+}
+
+// Check validates a MigrateRuns call.
+func (p *MigrateRunsParams) Check() error {
+	if p.From == p.To {
+		return fmt.Errorf("%w: a migration from version %q to itself", ErrInvalid, p.From)
+	}
+	for _, v := range []string{p.From, p.To} {
+		if err := checkName("version", v, MaxVersionLen); err != nil {
+			return err
+		}
+	}
+	for _, id := range p.RunIDs {
+		if err := CheckID("run id", id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // RenewLeaseParams extends a lease.

@@ -31,13 +31,14 @@ type QueueTx interface {
 	InsertQueuedRun(p *store.CreateRunParams, wake, now time.Time) (*store.Run, error)
 	// FoldRun gives queued run id input and wake (a debounced start).
 	FoldRun(id string, input []byte, wake, now time.Time) (*store.Run, error)
-	// ReadyQueues returns the queues with queued runs of workflows (nil:
-	// any) that can start at now: awake, no cancel asked.
-	ReadyQueues(workflows []string, now time.Time) ([]string, error)
-	// QueueHeads returns queue's queued runs of workflows that can start
-	// at now, each key's first store.HeadsPerKey by priority then
-	// creation, at most store.MaxQueueHeads.
-	QueueHeads(queue string, workflows []string, now time.Time) ([]*store.Run, error)
+	// ReadyQueues returns the queues with queued runs of workflows and
+	// versions (nil: any) that can start at now: awake, no cancel asked.
+	ReadyQueues(workflows, versions []string, now time.Time) ([]string, error)
+	// QueueHeads returns queue's queued runs of workflows and versions
+	// (nil: any) that can start at now, each key's first
+	// store.HeadsPerKey by priority then creation, at most
+	// store.MaxQueueHeads.
+	QueueHeads(queue string, workflows, versions []string, now time.Time) ([]*store.Run, error)
 	// InFlight returns which of runs ids are pending or running.
 	InFlight(ids []string) (map[string]bool, error)
 	// AdmitRun marks queued run id admitted and leases it to owner until
@@ -118,7 +119,7 @@ const runHoldsChecked = 64
 // queue that does not bind is one transaction, as an unqueued start is.
 // Otherwise it stays queued, for AdmitRuns.
 func admitAtCreate(tx QueueTx, c *limit.Config, b []byte, run *store.Run, p *store.CreateRunParams, now time.Time) (*store.Run, error) {
-	heads, err := tx.QueueHeads(p.Queue, nil, now)
+	heads, err := tx.QueueHeads(p.Queue, nil, nil, now)
 	if err != nil || len(heads) != 1 || heads[0].ID != run.ID {
 		return run, err // others wait: they go first
 	}
@@ -160,7 +161,7 @@ func admitAtCreate(tx QueueTx, c *limit.Config, b []byte, run *store.Run, p *sto
 // queue, in name order, limit.Admit over each one's heads, until p.Limit
 // runs are admitted.
 func AdmitRuns(tx QueueTx, p *store.AdmitRunsParams) ([]*store.Run, error) {
-	queues, err := tx.ReadyQueues(p.Workflows, p.Now)
+	queues, err := tx.ReadyQueues(p.Workflows, p.Versions, p.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +186,7 @@ func AdmitRuns(tx QueueTx, p *store.AdmitRunsParams) ([]*store.Run, error) {
 		if err != nil {
 			return nil, err
 		}
-		heads, err := tx.QueueHeads(q, p.Workflows, p.Now)
+		heads, err := tx.QueueHeads(q, p.Workflows, p.Versions, p.Now)
 		if err != nil {
 			return nil, err
 		}

@@ -228,6 +228,9 @@ func (g *gen) next() *op {
 			p.Owner, p.LeaseTTL = g.pick([]string{"o1", "o2"}), time.Duration(1+g.n(60))*time.Second
 		}
 		if g.chance(3) {
+			p.Version = g.pick([]string{"v1", "v2"})
+		}
+		if g.chance(3) {
 			// Queued (the limiters double as queues; "nope" is none).
 			p.ID = g.pick([]string{"q1", "q2", "q3"})
 			p.Queue, p.QueueKey, p.Priority = g.pick([]string{"openai", "tokens", "openai", "nope"}), g.pick([]string{"", "t1", "t2"}), g.n(3)
@@ -249,6 +252,9 @@ func (g *gen) next() *op {
 		p := store.ClaimRunsParams{Owner: g.pick([]string{"o1", "o2"}), Limit: 1 + g.n(3), LeaseTTL: time.Duration(1+g.n(60)) * time.Second}
 		if g.chance(3) {
 			p.Workflows = []string{g.pick(workflows)}
+		}
+		if g.chance(4) {
+			p.Versions = []string{g.pick([]string{"", "v1", "v2"})}
 		}
 		if g.chance(4) {
 			p.SkipQueues = []string{g.pick([]string{"openai", "tokens"})}
@@ -346,8 +352,17 @@ func (g *gen) next() *op {
 		return g.messageOp(now)
 	case 33, 34, 35:
 		return g.limiterOp(now)
-	case 36, 37, 38:
+	case 36, 37:
 		return g.scheduleOp(now)
+	case 38:
+		p := store.MigrateRunsParams{From: g.pick([]string{"", "v1", "v2"}), To: g.pick([]string{"", "v1", "v2"})}
+		if g.chance(2) {
+			p.RunIDs = []string{g.pick([]string{"q1", "q2", "r1", "r2"})}
+		}
+		return &op{desc: fmt.Sprintf("MigrateRuns %+v", p), run: func(ctx context.Context, sd *side) string {
+			ids, err := sd.s.MigrateRuns(ctx, &p)
+			return fmt.Sprintf("%v %s", ids, sd.norm(err))
+		}}
 	default:
 		return g.look()
 	}
@@ -697,9 +712,9 @@ func showRun(r *store.Run) string {
 	if r == nil {
 		return "-"
 	}
-	return fmt.Sprintf("{id=%s wf=%s %s in=%q out=%q err=%q created=%v updated=%v wake=%v owner=%s expires=%v epoch=%d cancel=%v parent=%s trace=%q queue=%s/%s/%d/%s queued=%v}",
+	return fmt.Sprintf("{id=%s wf=%s %s in=%q out=%q err=%q created=%v updated=%v wake=%v owner=%s expires=%v epoch=%d cancel=%v parent=%s trace=%q queue=%s/%s/%d/%s queued=%v version=%q}",
 		r.ID, r.Workflow, r.Status, r.Input, r.Output, r.Error, r.CreatedAt, r.UpdatedAt, r.WakeAt, r.LeaseOwner,
-		r.LeaseExpires, r.LeaseEpoch, r.CancelRequested, r.Parent, r.TraceParent, r.Queue, r.QueueKey, r.Priority, r.Dedupe, r.Queued)
+		r.LeaseExpires, r.LeaseEpoch, r.CancelRequested, r.Parent, r.TraceParent, r.Queue, r.QueueKey, r.Priority, r.Dedupe, r.Queued, r.Version)
 }
 
 func showRuns(rs []*store.Run) string {

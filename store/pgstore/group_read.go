@@ -262,7 +262,7 @@ func (g *group) queueStateReads(b *pgx.Batch, r *readPlan) {
 }
 
 func (g *group) queueCreateRuns(b *pgx.Batch, ops []*createRunOp) {
-	var id, wf, parent, status, owner, trace []string
+	var id, wf, parent, status, owner, trace, version []string
 	var input [][]byte
 	var now, wake, expires, epoch []int64
 	for _, o := range ops {
@@ -270,10 +270,10 @@ func (g *group) queueCreateRuns(b *pgx.Batch, ops []*createRunOp) {
 		now, wake, parent = append(now, o.now), append(wake, sqlrow.Nanos(o.p.WakeAt)), append(parent, o.p.Parent)
 		status, owner = append(status, string(o.lease.Status)), append(owner, o.lease.Owner)
 		expires, epoch = append(expires, sqlrow.Nanos(o.lease.Expires)), append(epoch, o.lease.Epoch)
-		trace = append(trace, o.p.TraceParent)
+		trace, version = append(trace, o.p.TraceParent), append(version, o.p.Version)
 	}
 	g.inserted, g.existing = map[string]bool{}, map[string]*store.Run{}
-	b.Queue(g.s.q.insertRuns, id, wf, input, now, wake, parent, status, owner, expires, epoch, trace).Query(func(rows pgx.Rows) error {
+	b.Queue(g.s.q.insertRuns, id, wf, input, now, wake, parent, status, owner, expires, epoch, trace, version).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id string
 			if err := rows.Scan(&id); err != nil {
@@ -297,7 +297,7 @@ func (g *group) queueCreateRuns(b *pgx.Batch, ops []*createRunOp) {
 
 func (g *group) queueClaim(b *pgx.Batch, o *claimOp, held []string) {
 	p := o.p
-	b.Queue(g.s.q.claimIn, p.Owner, sqlrow.Nanos(p.Now.Add(p.LeaseTTL)), sqlrow.Nanos(p.Now), p.Limit, held, g.token, o.prevToken, p.Workflows, p.SkipQueues).Query(func(rows pgx.Rows) error {
+	b.Queue(g.s.q.claimIn, p.Owner, sqlrow.Nanos(p.Now.Add(p.LeaseTTL)), sqlrow.Nanos(p.Now), p.Limit, held, g.token, o.prevToken, p.Workflows, p.SkipQueues, p.Versions).Query(func(rows pgx.Rows) error {
 		o.claimed = o.claimed[:0]
 		for rows.Next() {
 			var c claimedRun

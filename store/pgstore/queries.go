@@ -271,11 +271,11 @@ func newQueries(schema string) *queries {
 		) h`)
 	set(&q.setHook, `UPDATE $S.hooks SET disposed = $2, received = $3 WHERE token = $1`)
 	set(&q.insertRuns, `INSERT INTO $S.runs (id, workflow, status, input, created_at, updated_at, wake_at, parent_id,
-			lease_owner, lease_expires, lease_epoch, trace_parent)
-		SELECT u.id, u.workflow, u.status, u.input, u.now, u.now, u.wake, u.parent, u.owner, u.expires, u.epoch, u.trace
+			lease_owner, lease_expires, lease_epoch, trace_parent, version)
+		SELECT u.id, u.workflow, u.status, u.input, u.now, u.now, u.wake, u.parent, u.owner, u.expires, u.epoch, u.trace, u.version
 		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[], $6::text[],
-				$7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[])
-			AS u(id, workflow, input, now, wake, parent, status, owner, expires, epoch, trace)
+				$7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::text[])
+			AS u(id, workflow, input, now, wake, parent, status, owner, expires, epoch, trace, version)
 		ON CONFLICT (id) DO NOTHING RETURNING id`)
 	set(&q.runsByID, `SELECT r.* FROM unnest($1::text[]) AS k(id), LATERAL (
 			SELECT `+sqlrow.RunCols+` FROM $S.runs WHERE id = k.id
@@ -300,7 +300,7 @@ func newQueries(schema string) *queries {
 	set(&q.claimIn, `WITH prev AS (
 			SELECT id, workflow, status, input, output, error, created_at, updated_at,
 				wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
-				queue, queue_key, priority, dedupe, queued, seq
+				queue, queue_key, priority, dedupe, queued, version, seq
 			FROM $S.runs WHERE $7 <> 0 AND record_token = $7 AND lease_owner = $1 AND status IN ('pending', 'running')
 		), c AS (
 			SELECT id FROM $S.runs
@@ -308,6 +308,7 @@ func newQueries(schema string) *queries {
 				AND status IN ('pending', 'running') AND kind = '' AND wake_at <= $3 AND (lease_owner = '' OR lease_expires <= $3)
 				AND ($8::text[] IS NULL OR workflow = ANY ($8::text[]))
 				AND (NOT queued OR cancel_requested) AND ($9::text[] IS NULL OR queue <> ALL ($9::text[]))
+				AND ($10::text[] IS NULL OR version = ANY ($10::text[]))
 			ORDER BY wake_at, seq LIMIT $4
 			FOR NO KEY UPDATE SKIP LOCKED
 		), u AS (
@@ -316,7 +317,7 @@ func newQueries(schema string) *queries {
 			FROM c WHERE r.id = c.id
 			RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error, r.created_at, r.updated_at,
 				r.wake_at, r.lease_owner, r.lease_expires, r.lease_epoch, r.cancel_requested, r.kind, r.parent_id, r.trace_parent,
-				r.queue, r.queue_key, r.priority, r.dedupe, r.queued, r.seq
+				r.queue, r.queue_key, r.priority, r.dedupe, r.queued, r.version, r.seq
 		)
 		SELECT * FROM u UNION ALL SELECT * FROM prev`)
 	return q

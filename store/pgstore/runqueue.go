@@ -65,9 +65,9 @@ func (t *queueTx) DedupeRun(queue, dedupe string) (*store.Run, error) {
 func (t *queueTx) InsertQueuedRun(p *store.CreateRunParams, wake, now time.Time) (*store.Run, error) {
 	n := sqlrow.Nanos(now)
 	return t.oneRun(`INSERT INTO `+t.runsTable()+` (id, workflow, status, input, created_at, updated_at, wake_at, parent_id,
-			trace_parent, queue, queue_key, priority, dedupe, queued)
-		VALUES ($1, $2, 'pending', $3, $4, $4, $5, $6, $7, $8, $9, $10, $11, true) RETURNING `+sqlrow.RunCols,
-		p.ID, p.Workflow, p.Input, n, sqlrow.Nanos(wake), p.Parent, p.TraceParent, p.Queue, p.QueueKey, p.Priority, p.Dedupe)
+			trace_parent, queue, queue_key, priority, dedupe, queued, version)
+		VALUES ($1, $2, 'pending', $3, $4, $4, $5, $6, $7, $8, $9, $10, $11, true, $12) RETURNING `+sqlrow.RunCols,
+		p.ID, p.Workflow, p.Input, n, sqlrow.Nanos(wake), p.Parent, p.TraceParent, p.Queue, p.QueueKey, p.Priority, p.Dedupe, p.Version)
 }
 
 // FoldRun gives queued run id a new input and wake.
@@ -77,10 +77,11 @@ func (t *queueTx) FoldRun(id string, input []byte, wake, now time.Time) (*store.
 }
 
 // ReadyQueues returns the queues with runs that can start at now.
-func (t *queueTx) ReadyQueues(workflows []string, now time.Time) ([]string, error) {
+func (t *queueTx) ReadyQueues(workflows, versions []string, now time.Time) ([]string, error) {
 	rows, err := t.x.c.Query(t.ctx, `SELECT DISTINCT queue FROM `+t.runsTable()+`
-		WHERE queued AND NOT cancel_requested AND wake_at <= $1 AND ($2::text[] IS NULL OR workflow = ANY ($2::text[]))`,
-		sqlrow.Nanos(now), workflows)
+		WHERE queued AND NOT cancel_requested AND wake_at <= $1 AND ($2::text[] IS NULL OR workflow = ANY ($2::text[]))
+			AND ($3::text[] IS NULL OR version = ANY ($3::text[]))`,
+		sqlrow.Nanos(now), workflows, versions)
 	if err != nil {
 		return nil, err
 	}
@@ -88,12 +89,13 @@ func (t *queueTx) ReadyQueues(workflows []string, now time.Time) ([]string, erro
 }
 
 // QueueHeads returns each key's first runs of queue that can start.
-func (t *queueTx) QueueHeads(queue string, workflows []string, now time.Time) ([]*store.Run, error) {
+func (t *queueTx) QueueHeads(queue string, workflows, versions []string, now time.Time) ([]*store.Run, error) {
 	return t.runs(`SELECT `+sqlrow.RunCols+` FROM (
 			SELECT *, row_number() OVER (PARTITION BY queue_key ORDER BY priority DESC, seq) AS rank FROM `+t.runsTable()+`
 			WHERE queue = $1 AND queued AND NOT cancel_requested AND wake_at <= $2 AND ($3::text[] IS NULL OR workflow = ANY ($3::text[]))
+				AND ($6::text[] IS NULL OR version = ANY ($6::text[]))
 		) h WHERE rank <= $4 ORDER BY priority DESC, seq LIMIT $5`,
-		queue, sqlrow.Nanos(now), workflows, store.HeadsPerKey, store.MaxQueueHeads)
+		queue, sqlrow.Nanos(now), workflows, store.HeadsPerKey, store.MaxQueueHeads, versions)
 }
 
 // InFlight returns which of ids are pending or running.

@@ -274,3 +274,27 @@ func (s *Store) Advance(ctx context.Context, p *store.AdvanceParams) error {
 	}
 	return nil
 }
+
+// MigrateRuns moves runs in flight from one application version to another.
+func (s *Store) MigrateRuns(ctx context.Context, p *store.MigrateRunsParams) ([]string, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("migrate runs: %w", err)
+	}
+	var out []string
+	err := s.inTx(ctx, true, func(ctx context.Context, x *txn) error {
+		rows, err := x.c.Query(ctx, `UPDATE `+s.q.schema+`.runs SET version = $2, updated_at = $3
+			WHERE version = $1 AND status IN ('pending', 'running') AND kind = ''
+				AND ($4::text[] IS NULL OR id = ANY ($4::text[]))
+			RETURNING id`, p.From, p.To, sqlrow.Nanos(s.cfg.Now()), p.RunIDs)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("migrate runs: %w", err)
+	}
+	slices.Sort(out)
+	return out, nil
+}

@@ -93,9 +93,9 @@ func (tx *wtx) InsertQueuedRun(p *store.CreateRunParams, wake, now time.Time) (*
 	tx.changed = true
 	n := sqlrow.Nanos(now)
 	return tx.oneRun(`INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at, parent_id,
-			trace_parent, queue, queue_key, priority, dedupe, queued)
-		VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) RETURNING `+sqlrow.RunCols,
-		p.ID, p.Workflow, p.Input, n, n, sqlrow.Nanos(wake), p.Parent, p.TraceParent, p.Queue, p.QueueKey, p.Priority, p.Dedupe)
+			trace_parent, queue, queue_key, priority, dedupe, queued, version)
+		VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?) RETURNING `+sqlrow.RunCols,
+		p.ID, p.Workflow, p.Input, n, n, sqlrow.Nanos(wake), p.Parent, p.TraceParent, p.Queue, p.QueueKey, p.Priority, p.Dedupe, p.Version)
 }
 
 // FoldRun gives queued run id a new input and wake.
@@ -105,18 +105,23 @@ func (tx *wtx) FoldRun(id string, input []byte, wake, now time.Time) (*store.Run
 		input, sqlrow.Nanos(wake), sqlrow.Nanos(now), id)
 }
 
-// workflowsClause is the filter of runs by workflows (nil: any), with
-// its argument.
-func workflowsClause(workflows []string) (string, []any) {
-	if workflows == nil {
-		return "", nil
+// workflowsClause is the filter of runs by workflows and versions (nil:
+// any), with its arguments.
+func workflowsClause(workflows, versions []string) (string, []any) {
+	var clause string
+	var args []any
+	if workflows != nil {
+		clause, args = ` AND workflow IN (SELECT value FROM json_each(?))`, []any{jsonList(workflows)}
 	}
-	return ` AND workflow IN (SELECT value FROM json_each(?))`, []any{jsonList(workflows)}
+	if versions != nil {
+		clause, args = clause+` AND version IN (SELECT value FROM json_each(?))`, append(args, jsonList(versions))
+	}
+	return clause, args
 }
 
 // ReadyQueues returns the queues with runs that can start at now.
-func (tx *wtx) ReadyQueues(workflows []string, now time.Time) ([]string, error) {
-	wf, args := workflowsClause(workflows)
+func (tx *wtx) ReadyQueues(workflows, versions []string, now time.Time) ([]string, error) {
+	wf, args := workflowsClause(workflows, versions)
 	st, err := tx.stmt(`SELECT DISTINCT queue FROM runs WHERE queued = 1 AND NOT cancel_requested AND wake_at <= ?` + wf)
 	if err != nil {
 		return nil, err
@@ -138,8 +143,8 @@ func (tx *wtx) ReadyQueues(workflows []string, now time.Time) ([]string, error) 
 }
 
 // QueueHeads returns each key's first runs of queue that can start.
-func (tx *wtx) QueueHeads(queue string, workflows []string, now time.Time) ([]*store.Run, error) {
-	wf, args := workflowsClause(workflows)
+func (tx *wtx) QueueHeads(queue string, workflows, versions []string, now time.Time) ([]*store.Run, error) {
+	wf, args := workflowsClause(workflows, versions)
 	st, err := tx.stmt(`SELECT ` + sqlrow.RunCols + ` FROM (
 			SELECT *, row_number() OVER (PARTITION BY queue_key ORDER BY priority DESC, seq) AS rank FROM runs
 			WHERE queue = ? AND queued = 1 AND NOT cancel_requested AND wake_at <= ?` + wf + `

@@ -51,7 +51,7 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 		}
 		tx.changed = true
 		run, err = sqlrow.ScanRun(tx.w.insertRun.QueryRowContext(bg, p.ID, p.Workflow, string(lease.Status), p.Input, now, now, sqlrow.Nanos(p.WakeAt), p.Parent,
-			lease.Owner, sqlrow.Nanos(lease.Expires), lease.Epoch, p.TraceParent))
+			lease.Owner, sqlrow.Nanos(lease.Expires), lease.Epoch, p.TraceParent, p.Version))
 		created = err == nil
 		return translate(err)
 	})
@@ -151,12 +151,12 @@ func (s *Store) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*sto
 	}
 	p = p.WithDefaults(s.cfg.Now)
 	now := p.Now
-	workflows, skip := jsonList(p.Workflows), jsonList(p.SkipQueues)
+	workflows, skip, versions := jsonList(p.Workflows), jsonList(p.SkipQueues), jsonList(p.Versions)
 	var out []*store.Run
 	err := s.write(ctx, func(tx *wtx) error {
 		out = out[:0]
 		tx.changed = true
-		rows, err := tx.w.claim.QueryContext(bg, p.Owner, sqlrow.Nanos(now.Add(p.LeaseTTL)), sqlrow.Nanos(now), p.Limit, workflows, skip)
+		rows, err := tx.w.claim.QueryContext(bg, p.Owner, sqlrow.Nanos(now.Add(p.LeaseTTL)), sqlrow.Nanos(now), p.Limit, workflows, skip, versions)
 		if err != nil {
 			return translate(err)
 		}
@@ -291,4 +291,41 @@ func (s *Store) Advance(ctx context.Context, p *store.AdvanceParams) error {
 		return fmt.Errorf("record: %w", err)
 	}
 	return nil
+}
+
+// MigrateRuns moves runs in flight from one application version to another.
+func (s *Store) MigrateRuns(ctx context.Context, p *store.MigrateRunsParams) ([]string, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("migrate runs: %w", err)
+	}
+	var out []string
+	err := s.write(ctx, func(tx *wtx) error {
+		out = out[:0]
+		tx.changed = true
+		st, err := tx.stmt(`UPDATE runs SET version = ?2, updated_at = ?3
+			WHERE version = ?1 AND status IN ('pending', 'running') AND kind = ''
+				AND (?4 IS NULL OR id IN (SELECT value FROM json_each(?4)))
+			RETURNING id`)
+		if err != nil {
+			return err
+		}
+		rows, err := st.QueryContext(bg, p.From, p.To, sqlrow.Nanos(s.cfg.Now()), jsonList(p.RunIDs))
+		if err != nil {
+			return translate(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return translate(err)
+			}
+			out = append(out, id)
+		}
+		return translate(rows.Err())
+	})
+	if err != nil {
+		return nil, fmt.Errorf("migrate runs: %w", err)
+	}
+	slices.Sort(out)
+	return out, nil
 }

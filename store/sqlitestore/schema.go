@@ -364,6 +364,11 @@ CREATE TABLE schedules (
 ) WITHOUT ROWID;
 CREATE INDEX schedules_due ON schedules (next_due) WHERE paused = 0;
 `,
+	// 13: the application version a run started on (Run.Version): workers
+	// claim the runs of the versions they can replay.
+	`
+ALTER TABLE runs ADD COLUMN version TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // fixups run in a migration's transaction after its SQL, for what SQL

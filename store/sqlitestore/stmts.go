@@ -89,8 +89,8 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 		p(&w.runLease, `SELECT lease_epoch, lease_owner, status, cancel_requested,
 			(SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) FROM runs WHERE id = ?1`),
 		p(&w.insertRun, `INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at, parent_id,
-				lease_owner, lease_expires, lease_epoch, trace_parent)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+sqlrow.RunCols),
+				lease_owner, lease_expires, lease_epoch, trace_parent, version)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+sqlrow.RunCols),
 		p(&w.claim, `UPDATE runs SET status = 'running', lease_owner = ?1, lease_expires = ?2,
 				lease_epoch = lease_epoch + 1, updated_at = ?3
 			WHERE seq IN (SELECT seq FROM runs
@@ -99,6 +99,7 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 					AND (?5 IS NULL OR workflow IN (SELECT value FROM json_each(?5)))
 					AND (queued = 0 OR cancel_requested)
 					AND (?6 IS NULL OR queue NOT IN (SELECT value FROM json_each(?6)))
+					AND (?7 IS NULL OR version IN (SELECT value FROM json_each(?7)))
 				ORDER BY wake_at, seq LIMIT ?4)
 			RETURNING `+sqlrow.RunCols),
 		p(&w.renew, `UPDATE runs SET lease_expires = ?, updated_at = ?

@@ -19,7 +19,7 @@ type Scanner interface{ Scan(dest ...any) error }
 // RunCols are a run's columns, as ScanRun takes them.
 const RunCols = `id, workflow, status, input, output, error, created_at, updated_at,
 	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
-	queue, queue_key, priority, dedupe, queued`
+	queue, queue_key, priority, dedupe, queued, version`
 
 // StreamCols are a stream's columns, as ScanStream takes them.
 const StreamCols = `id, path, COALESCE(run_id, ''), name, content_type, next_offset, closed, created_at,
@@ -52,7 +52,7 @@ func ScanRun(row Scanner, extra ...any) (*store.Run, error) {
 	var created, updated, wake, expires int64
 	dest := []any{&r.ID, &r.Workflow, &status, &r.Input, &r.Output, &r.Error, &created, &updated,
 		&wake, &r.LeaseOwner, &expires, &r.LeaseEpoch, &r.CancelRequested, &r.Kind, &r.Parent, &r.TraceParent,
-		&r.Queue, &r.QueueKey, &r.Priority, &r.Dedupe, &r.Queued}
+		&r.Queue, &r.QueueKey, &r.Priority, &r.Dedupe, &r.Queued, &r.Version}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}
