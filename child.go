@@ -127,7 +127,7 @@ func StartChild[In, Out any](ctx Context, wf *Workflow[In, Out], in In, opts *Ch
 		}
 		x.settle()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
-		_, _, err = x.e.store.CreateRun(cctx, &store.CreateRunParams{ID: id, Workflow: wf.name, Input: input, Parent: x.run.ID, TraceParent: traceParentOf(x.ctx)})
+		_, _, err = x.e.store.CreateRun(cctx, &store.CreateRunParams{ID: id, Workflow: wf.name, Input: input, Parent: x.run.ID, TraceParent: traceParentOf(x.ctx), Version: x.e.cfg.Version})
 		cancel()
 		if errors.Is(err, store.ErrRunConflict) {
 			return fail(NonRetryable(fmt.Errorf("child run: %w", err)))

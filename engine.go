@@ -9,9 +9,12 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/weirhq/weir/store"
 	"go.opentelemetry.io/otel"
@@ -23,6 +26,18 @@ import (
 type Config struct {
 	// WorkerID names this engine in leases. Defaults to host-pid-random.
 	WorkerID string
+	// Version is the application version this engine runs (a build, a
+	// release: "2026-12-04.1"). Every run it starts records it, and it
+	// claims only the runs of its own version and of CompatibleVersions:
+	// a run in flight finishes on code that can replay it, while workers of
+	// the next version take the new runs. Move runs between versions
+	// knowingly with Store.MigrateRuns (`weir runs migrate`), and change a
+	// workflow for the runs of both with Patched. "" (the default): runs
+	// record no version, and the engine claims every run.
+	Version string
+	// CompatibleVersions are the other versions whose runs this engine
+	// claims (with Version set): versions whose logs its code replays.
+	CompatibleVersions []string
 	// Concurrency is how many runs this engine executes at once. Defaults to
 	// 64.
 	Concurrency int
@@ -168,6 +183,13 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: Writer.MaxBatchChunks %d, want 1..%d", c.Writer.MaxBatchChunks, store.MaxAppendChunks)
 	case c.Writer.MaxBatchBytes < 1 || c.Writer.MaxBatchBytes > store.MaxAppendBytes:
 		return fmt.Errorf("config: Writer.MaxBatchBytes %d, want 1..%d", c.Writer.MaxBatchBytes, store.MaxAppendBytes)
+	case len(c.CompatibleVersions) > 0 && c.Version == "":
+		return fmt.Errorf("config: CompatibleVersions need a Version")
+	}
+	for _, v := range append([]string{c.Version}, c.CompatibleVersions...) {
+		if len(v) > store.MaxVersionLen || !utf8.ValidString(v) || strings.ContainsFunc(v, unicode.IsControl) {
+			return fmt.Errorf("config: version %q: at most %d bytes of text", v, store.MaxVersionLen)
+		}
 	}
 	return c.Retry.validate()
 }
@@ -386,7 +408,7 @@ func (e *Engine) claimLoop(ctx context.Context) {
 		claimed, want := 0, min(free, 32)
 		if free > 0 {
 			// Queued runs first: an admission leases them here.
-			runs, err := e.store.AdmitRuns(ctx, &store.AdmitRunsParams{
+			runs, err := e.store.AdmitRuns(ctx, &store.AdmitRunsParams{Versions: e.versions(),
 				Owner: e.cfg.WorkerID, Limit: want, LeaseTTL: e.cfg.LeaseTTL, Workflows: e.Workflows(), Room: room,
 			})
 			if err != nil && ctx.Err() == nil {
@@ -398,7 +420,7 @@ func (e *Engine) claimLoop(ctx context.Context) {
 			claimed = len(runs)
 		}
 		if claimed < want {
-			runs, err := e.store.ClaimRuns(ctx, &store.ClaimRunsParams{
+			runs, err := e.store.ClaimRuns(ctx, &store.ClaimRunsParams{Versions: e.versions(),
 				Owner: e.cfg.WorkerID, Limit: want - claimed, LeaseTTL: e.cfg.LeaseTTL, Workflows: e.Workflows(), SkipQueues: full,
 			})
 			if err != nil && ctx.Err() == nil {
@@ -422,6 +444,15 @@ func (e *Engine) claimLoop(ctx context.Context) {
 		}
 		t.Reset(e.cfg.PollInterval)
 	}
+}
+
+// versions are the application versions whose runs this engine claims;
+// nil (every run) without a Version.
+func (e *Engine) versions() []string {
+	if e.cfg.Version == "" {
+		return nil
+	}
+	return append([]string{e.cfg.Version}, e.cfg.CompatibleVersions...)
 }
 
 // queueRoom is how many more runs of each queue of

@@ -143,7 +143,7 @@ func (e *Engine) startScheduled(ctx context.Context, workflow string, input []by
 		_, _, err := e.StartRun(ctx, workflow, input, &StartOptions{ID: id})
 		return err
 	}
-	_, _, err := e.store.CreateRun(ctx, &store.CreateRunParams{ID: id, Workflow: workflow, Input: input})
+	_, _, err := e.store.CreateRun(ctx, &store.CreateRunParams{ID: id, Workflow: workflow, Input: input, Version: e.cfg.Version})
 	if err == nil {
 		e.nudge()
 	}

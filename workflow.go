@@ -147,7 +147,7 @@ func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *
 	if !ok {
 		return nil, false, fmt.Errorf("%w: %q", ErrUnknownWorkflow, name)
 	}
-	p := &store.CreateRunParams{Workflow: name, Input: input, TraceParent: traceParentOf(ctx)}
+	p := &store.CreateRunParams{Workflow: name, Input: input, TraceParent: traceParentOf(ctx), Version: e.cfg.Version}
 	if opts != nil {
 		p.ID = opts.ID
 		if opts.Delay > 0 {

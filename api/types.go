@@ -63,6 +63,9 @@ type Run struct {
 	Priority int    `json:"priority,omitempty"`
 	Dedupe   string `json:"dedupe,omitempty"`
 	Queued   bool   `json:"queued,omitempty"`
+	// Version is the application version the run started on; a worker
+	// of that version (or one that names it compatible) claims it.
+	Version string `json:"version,omitempty"`
 }
 
 // WorldEvent is one event of a World run's log (GET
@@ -298,4 +301,17 @@ type Schedule struct {
 // ScheduleList is the reply of GET /v1/schedules.
 type ScheduleList struct {
 	Schedules []Schedule `json:"schedules"`
+}
+
+// MigrateRequest is the body of POST /v1/runs/migrate: the runs in flight
+// of application version From (those of Runs, if set) move to To.
+type MigrateRequest struct {
+	From string   `json:"from"`
+	To   string   `json:"to"`
+	Runs []string `json:"runs,omitempty"`
+}
+
+// MigrateReply is what POST /v1/runs/migrate moved.
+type MigrateReply struct {
+	Migrated []string `json:"migrated"`
 }

@@ -646,3 +646,19 @@ func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 	_, err := c.doJSON(ctx, http.MethodDelete, "/v1/schedules/"+url.PathEscape(name), nil, nil, nil, nil)
 	return err
 }
+
+// MigrateRuns moves the runs in flight of application version from (those
+// of ids, if any) to version to (POST /v1/runs/migrate), and returns the
+// runs it moved.
+func (c *Client) MigrateRuns(ctx context.Context, from, to string, ids ...string) ([]string, error) {
+	body, err := json.Marshal(api.MigrateRequest{From: from, To: to, Runs: ids})
+	if err != nil {
+		return nil, err
+	}
+	var out api.MigrateReply
+	h := http.Header{"Content-Type": {"application/json"}}
+	if _, err := c.doJSON(ctx, http.MethodPost, "/v1/runs/migrate", nil, h, body, &out); err != nil {
+		return nil, err
+	}
+	return out.Migrated, nil
+}

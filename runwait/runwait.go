@@ -55,7 +55,9 @@ const (
 // Wait is one thing a run waits on.
 type Wait struct {
 	Kind Kind
-	// Name is the step's name, the hook's token or the child run's id.
+	// Name is the step's name, the hook's token or the child run's id;
+	// for a Worker wait, the application version a worker must run (the
+	// run's, "" if none).
 	Name string
 	// Op is the operation in the run's log (0 for Worker, Scheduled, Park).
 	Op int64
@@ -78,6 +80,9 @@ func (w Wait) String() string {
 	switch w.Kind {
 	case Worker:
 		s = "a worker to claim it (is a worker running with this workflow registered?)"
+		if w.Name != "" {
+			s = fmt.Sprintf("a worker of version %q to claim it (is a worker of that version running with this workflow registered? or move the run: weir runs migrate)", w.Name)
+		}
 	case Step:
 		s = fmt.Sprintf("step %q, attempt %d, running", w.Name, w.Attempt)
 	case Retry:
@@ -139,7 +144,7 @@ func Of(run *store.Run, events []store.Event, hooks []*store.HookInfo, now time.
 		if wake.After(now) {
 			return []Wait{{Kind: Scheduled, Since: run.CreatedAt, Until: wake}}
 		}
-		return []Wait{{Kind: Worker, Since: later(run.CreatedAt, run.WakeAt)}}
+		return []Wait{{Kind: Worker, Name: run.Version, Since: later(run.CreatedAt, run.WakeAt)}}
 	}
 	var out []Wait
 	leased := run.LeaseOwner != "" && run.LeaseExpires.After(now)
@@ -150,7 +155,7 @@ func Of(run *store.Run, events []store.Event, hooks []*store.HookInfo, now time.
 		if run.LeaseOwner != "" {
 			since = later(since, run.LeaseExpires)
 		}
-		out = append(out, Wait{Kind: Worker, Since: since})
+		out = append(out, Wait{Kind: Worker, Name: run.Version, Since: since})
 	}
 	ops, idle := fromLog(events)
 	open := map[string]bool{}

@@ -125,6 +125,7 @@ func TestString(t *testing.T) {
 		want string
 	}{
 		{Wait{Kind: Worker}, "a worker to claim it"},
+		{Wait{Kind: Worker, Name: "v1"}, `a worker of version "v1" to claim it`},
 		{Wait{Kind: Step, Name: "think", Attempt: 2}, `step "think", attempt 2, running`},
 		{Wait{Kind: Retry, Name: "think", Attempt: 1, Until: until}, `the retry of step "think" after attempt 1 failed, until 2026-12-02T12:00:01.5Z`},
 		{Wait{Kind: Hook, Name: "approve"}, `a payload for hook "approve"`},

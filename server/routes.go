@@ -7,6 +7,7 @@ package server
 func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/runs", s.handleStartRun)
 	s.mux.HandleFunc("GET /v1/runs", s.handleListRuns)
+	s.mux.HandleFunc("POST /v1/runs/migrate", s.handleMigrate)
 	s.mux.HandleFunc("GET /v1/runs/{id}", s.handleGetRun)
 	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.handleEvents)
 	s.mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancel)

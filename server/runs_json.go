@@ -26,6 +26,7 @@ func runJSON(r *store.Run) api.Run {
 		Priority:        r.Priority,
 		Dedupe:          r.Dedupe,
 		Queued:          r.Queued,
+		Version:         r.Version,
 	}
 	if !r.WakeAt.IsZero() && !r.Status.Terminal() && r.WakeAt.After(r.UpdatedAt) {
 		t := r.WakeAt.UTC()

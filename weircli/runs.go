@@ -20,6 +20,8 @@ const runsUsage = `Usage:
   weir runs show RUN [--json]          a run, its event log and its streams
   weir runs start WORKFLOW [--input JSON] [--id ID | --idempotency-key KEY] [--wait]
   weir runs cancel RUN
+  weir runs migrate --from V1 --to V2 [RUN…]
+                                                  move runs in flight to the workers of another application version
   weir runs watch RUN [--interval D]   a run's progress, live: its events as recorded, what it waits on, its end
   weir runs hook TOKEN [--data JSON] [--key KEY] [--close]
                                                   deliver a payload to a run's hook (--close: its last)
@@ -34,7 +36,7 @@ and --token (default $WEIR_TOKEN).
 
 func runsCmd(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errUsage(fmt.Errorf("runs: want a subcommand: ls, show, start, watch, cancel, hook, send or event\n\n%s", named(runsUsage, name)))
+		return errUsage(fmt.Errorf("runs: want a subcommand: ls, show, start, watch, cancel, migrate, hook, send or event\n\n%s", named(runsUsage, name)))
 	}
 	switch args[0] {
 	case "ls", "list":
@@ -45,6 +47,8 @@ func runsCmd(ctx context.Context, name string, args []string, stdout, stderr io.
 		return runsStart(ctx, args[1:], stdout, stderr)
 	case "cancel":
 		return runsCancel(ctx, args[1:], stdout, stderr)
+	case "migrate":
+		return runsMigrate(ctx, args[1:], stdout, stderr)
 	case "watch":
 		return runsWatch(ctx, name, args[1:], stdout, stderr)
 	case "hook":
@@ -169,6 +173,9 @@ func runsShow(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(tw, "workflow\t%s\n", run.Workflow)
 	if run.Parent != "" {
 		fmt.Fprintf(tw, "parent\t%s (weir runs show %s)\n", run.Parent, run.Parent)
+	}
+	if run.Version != "" {
+		fmt.Fprintf(tw, "version\t%s (claimed by workers of that version)\n", run.Version)
 	}
 	status := string(run.Status)
 	if run.CancelRequested && !run.Status.Terminal() {
@@ -639,5 +646,40 @@ func runsEvent(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return printJSON(stdout, ev)
 	}
 	fmt.Fprintf(stdout, "%s\n", ev.Value)
+	return nil
+}
+
+func runsMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("runs migrate", `Usage: weir runs migrate --from V1 --to V2 [RUN…] [flags]
+
+Moves the runs in flight (pending or running) of application version V1, or
+only the RUNs named, to version V2, so that V2's workers claim them. Do it
+knowingly: their logs were written by V1's code, which V2's must replay
+(weir.Patched keeps both paths). "" is the version of runs started by
+unversioned code.
+`, stderr)
+	var cf clientFlags
+	cf.register(fs)
+	from := fs.String("from", "", "the version the runs started on")
+	to := fs.String("to", "", "the version to move them to")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if *from == *to {
+		return errUsage(fmt.Errorf("runs migrate: --from and --to name the same version %q", *from))
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ids, err := c.MigrateRuns(ctx, *from, *to, pos...)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		fmt.Fprintln(stdout, id)
+	}
+	fmt.Fprintf(stderr, "%d run(s) moved from version %q to %q\n", len(ids), *from, *to)
 	return nil
 }

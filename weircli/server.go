@@ -42,6 +42,7 @@ type serverFlags struct {
 	maxStreams, maxStreamBytes    int64
 	corsOrigins, worldTargets     listFlag
 	wcfg                          delivery.Config
+	versions                      versionFlags
 	registerBench                 func(*weir.Engine)
 }
 
@@ -64,6 +65,7 @@ func parseServerFlags(cfg *Config, args []string, stderr io.Writer) (*serverFlag
 		fs.BoolVar(&f.noDemo, "no-demo", false, "leave out the demo workflow (demo.tokens); the default beyond loopback")
 		f.registerBench = benchWorkflows(fs)
 	}
+	f.versions.register(fs)
 	fs.BoolVar(&f.noWorker, "no-worker", false, "serve the API and the streams but execute no run (workers are other processes on the same PostgreSQL database)")
 	fs.StringVar(&f.worldSecret, "world-secret", "", "the secret that signs World deliveries to Vercel Workflow apps (at least 16 bytes; default $WEIR_WORLD_SECRET); without one, World queue messages are refused")
 	fs.IntVar(&f.scfg.MaxReaders, "max-readers", 1024, "stream reads served at once (catch-up, long-poll, SSE); one more gets 503 with Retry-After")
@@ -218,7 +220,8 @@ func serverCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 // (and weir's demo and bench ones when asked), working unless the server
 // executes nothing.
 func (f *serverFlags) engine(ctx context.Context, cfg *Config, st store.Full, log *slog.Logger) (*weir.Engine, error) {
-	e, err := weir.New(server.InstrumentStore(st), &weir.Config{Logger: log, Retention: f.retention, NoWorker: f.noWorker})
+	e, err := weir.New(server.InstrumentStore(st), &weir.Config{Logger: log, Retention: f.retention, NoWorker: f.noWorker,
+		Version: f.versions.version, CompatibleVersions: f.versions.compatible})
 	if err != nil {
 		return nil, err
 	}

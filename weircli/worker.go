@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -39,6 +40,8 @@ func workerCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 	concurrency := fs.Int("concurrency", 64, "runs executed at once")
 	shutdown := fs.Duration("shutdown-timeout", 15*time.Second, "how long SIGTERM waits for the runs to stop")
 	leaseTTL := fs.Duration("lease-ttl", 15*time.Second, "how long a run this worker claimed stays its without a heartbeat (one every third of it): how soon another worker takes over the runs of one that died")
+	var vf versionFlags
+	vf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return errUsage(err)
 	}
@@ -67,7 +70,7 @@ func workerCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 		}
 	}()
 	ist := server.InstrumentStore(st)
-	e, err := weir.New(ist, &weir.Config{Logger: log, Concurrency: *concurrency, LeaseTTL: *leaseTTL})
+	e, err := weir.New(ist, &weir.Config{Logger: log, Concurrency: *concurrency, LeaseTTL: *leaseTTL, Version: vf.version, CompatibleVersions: vf.compatible})
 	if err != nil {
 		return err
 	}
@@ -117,4 +120,16 @@ func metricsOnly(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// versionFlags are the application version flags of server and worker
+// (weir.Config.Version, CompatibleVersions).
+type versionFlags struct {
+	version    string
+	compatible listFlag
+}
+
+func (v *versionFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&v.version, "app-version", os.Getenv("WEIR_APP_VERSION"), "the application version of this process's code (default $WEIR_APP_VERSION): the runs it starts record it, and it claims only the runs of its version (and --compatible-version); empty: every run")
+	fs.Var(&v.compatible, "compatible-version", "another application version whose runs this process's code replays and claims; repeat")
 }

@@ -33,12 +33,18 @@ type Approval struct {
 //   - "limited": one step that takes a slot of the limiter "app.llm"
 //     (create it first: weir limiters set app.llm --concurrency 2), holds
 //     it for the input's milliseconds and writes to its stream "spans"
-//     when it began and ended, to check the limit from the outside.
+//     when it began and ended, to check the limit from the outside;
+//   - "greet": a step "hello", then a second step, "plain", or, in code
+//     of application version v2 (WEIR_APP_VERSION, standing in for a
+//     second build), "polite" behind weir.Patched(ctx, "polite"), then the
+//     hook "approve-<run id>"; its output is that step's, and the pid
+//     that ran it.
 func Register(e *weir.Engine) error {
 	weir.Register(e, "answer", answer)
 	sum := weir.Register(e, "summarize", summarize)
 	weir.Register(e, "research", func(ctx weir.Context, topic string) (string, error) { return research(ctx, sum, topic) })
 	weir.Register(e, "limited", limited)
+	weir.Register(e, "greet", greet)
 	return nil
 }
 
@@ -131,4 +137,32 @@ func summarize(ctx weir.Context, doc string) (string, error) {
 	return weir.Step(ctx, "summarize", func(weir.StepContext) (string, error) {
 		return fmt.Sprintf("%d words, by pid %d", len(strings.Fields(doc)), os.Getpid()), nil
 	})
+}
+
+// v2 is whether this process runs the code of application version v2: the
+// test's stand-in for a second build of the program.
+var v2 = os.Getenv("WEIR_APP_VERSION") == "v2"
+
+func greet(ctx weir.Context, name string) (string, error) {
+	if _, err := weir.Step(ctx, "hello", func(weir.StepContext) (string, error) { return "hello " + name, nil }); err != nil {
+		return "", err
+	}
+	second := "plain"
+	if v2 && weir.Patched(ctx, "polite") {
+		second = "polite"
+	}
+	out, err := weir.Step(ctx, second, func(weir.StepContext) (string, error) {
+		return fmt.Sprintf("%s by pid %d", second, os.Getpid()), nil
+	})
+	if err != nil {
+		return "", err
+	}
+	h, err := weir.NewHook[bool](ctx, "approve-"+ctx.RunID())
+	if err != nil {
+		return "", err
+	}
+	if _, err := h.Receive(ctx); err != nil {
+		return "", err
+	}
+	return out, nil
 }

@@ -325,6 +325,7 @@ function runPage(id) {
       const created = runField.created(r);
       const meta = [runField.workflow(r) + (world ? " · a Vercel Workflow run on weir's World" : ""), `created ${fmtTime(created)}`];
       if (ended) meta.push(`took ${fmtDur(new Date(runField.updated(r)) - new Date(created))}`);
+      if (r.version) meta.push(`version ${r.version}`);
       $("#run-meta").textContent = meta.join(" · ");
       const parent = runField.parent(r);
       if (parent) $("#run-meta").append(" · child of ", el("a", { href: `#/runs/${encodeURIComponent(parent)}`, class: "parent-link", text: parent }));
@@ -395,7 +396,9 @@ function renderWaitingOn(w, ended) {
 
 function waitText(x) {
   switch (x.kind) {
-    case "worker": return "a worker to claim it: is a worker running with this workflow registered?";
+    case "worker": return x.name
+      ? `a worker of version “${x.name}” to claim it: is one running with this workflow registered? (or move the run: weir runs migrate)`
+      : "a worker to claim it: is a worker running with this workflow registered?";
     case "step": return `step “${x.name}”, attempt ${x.attempt}, running`;
     case "retry": return `the retry of step “${x.name}” (attempt ${x.attempt} failed; its backoff)`;
     case "timer": return "a timer (a durable sleep)";

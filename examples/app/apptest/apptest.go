@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -43,7 +44,17 @@ type Proc struct {
 // Start starts bin with args, stopped (SIGKILL) when t ends if it still runs.
 func Start(t *testing.T, bin string, args ...string) *Proc {
 	t.Helper()
+	return StartEnv(t, bin, nil, args...)
+}
+
+// StartEnv is Start with env (KEY=value) added to the process's
+// environment.
+func StartEnv(t *testing.T, bin string, env []string, args ...string) *Proc {
+	t.Helper()
 	p := &Proc{cmd: exec.Command(bin, args...), lines: make(chan string, 1024), exited: make(chan error, 1)}
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	stdout, _ := p.cmd.StdoutPipe()
 	p.cmd.Stderr = &p.log
 	if err := p.cmd.Start(); err != nil {
