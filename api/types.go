@@ -226,7 +226,7 @@ type Waiting struct {
 // Wait is one thing a run waits on.
 type Wait struct {
 	Kind    runwait.Kind `json:"kind"`           // worker, step, retry, timer, hook, child, limiter, scheduled or park
-	Name    string       `json:"name,omitempty"` // the step's name, the hook's token, the child run's id
+	Name    string       `json:"name,omitempty"` // the step's name, the hook's token, the child run's id; a worker wait's application version
 	Op      int64        `json:"op,omitempty"`
 	Attempt int64        `json:"attempt,omitempty"`
 	Since   time.Time    `json:"since"`
