@@ -48,4 +48,16 @@ class ScheduleTests(ServerCase):
             self.client.schedule("py-bad")
 
 
+
+class MigrateTests(ServerCase):
+    def test_migrate_refuses_the_same_version(self) -> None:
+        # The server's runs have no version: there is nothing to move from v9.
+        self.assertEqual(self.client.migrate_runs("v9", "v10"), [])
+        with self.assertRaises(weir.BadRequestError):
+            self.client.migrate_runs("v1", "v1")
+        run = self.client.start("demo.tokens", {"text": "a"})
+        self.assertEqual(run.version, "")
+
+
+per_store(MigrateTests, globals())
 per_store(ScheduleTests, globals())

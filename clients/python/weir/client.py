@@ -477,6 +477,21 @@ class Client:
         _, d = self._json("GET", f"/v1/runs/{_seg(run_id, 'run id')}/events", query=q, idempotent=True)
         return [Event.from_json(e) for e in d.get("events", [])]
 
+    def migrate_runs(self, from_version: str, to_version: str, run_ids: Sequence[str] | None = None) -> list[str]:
+        """Moves the runs in flight that started on application version
+        ``from_version`` (only ``run_ids``, if given) to ``to_version``, whose
+        workers then claim them (``POST /v1/runs/migrate``); returns the runs
+        it moved. Do it knowingly: their logs were written by the old code.
+
+        Raises:
+            BadRequestError: the same version twice, a version too long.
+        """
+        body: dict[str, Any] = {"from": from_version, "to": to_version}
+        if run_ids:
+            body["runs"] = list(run_ids)
+        _, d = self._json("POST", "/v1/runs/migrate", idempotent=True, body=body)
+        return [str(x) for x in d.get("migrated") or []]
+
     def cancel(self, run_id: str) -> Run:
         """Asks for a run to be cancelled; returns it as it is now (it turns
         ``cancelled`` once the engine stopped it: see :meth:`wait`). Cancelling

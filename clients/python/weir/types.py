@@ -174,6 +174,8 @@ class Run:
             (:meth:`weir.Client.start`): the queue (a limiter) it waits in, its
             fair-share group there, its priority, its dedupe key; "" and 0 if none.
         queued: it waits in its queue, not admitted yet (its status pending).
+        version: the application version it started on ("" if none); a
+            worker of that version claims it (:meth:`Client.migrate_runs`).
         created: set by :meth:`weir.Client.start`: this call created the run
             (``201``) rather than finding it (``200``: by its key or id, or
             the queued or running run its dedupe key folded the start into).
@@ -196,6 +198,7 @@ class Run:
     priority: int = 0
     dedupe: str = ""
     queued: bool = False
+    version: str = ""
     created: bool = False
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -227,6 +230,7 @@ class Run:
             priority=int(d.get("priority", 0)),
             dedupe=str(d.get("dedupe", "")),
             queued=bool(d.get("queued", False)),
+            version=str(d.get("version", "")),
             raw=d,
         )
 
