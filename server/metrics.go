@@ -286,6 +286,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	s.writeEngineMetrics(bw)
 	s.writeWorldMetrics(bw)
 	s.writeLimiterMetrics(bw)
+	s.writeUnclaimedMetrics(bw)
 	_ = bw.Flush()
 }
 
@@ -505,3 +506,35 @@ func (w *statusRecorder) Flush() {
 
 // Unwrap returns the wrapped ResponseWriter, for http.ResponseController.
 func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// unclaimedAfter is how long a runnable run may go unclaimed before
+// weir_runs_unclaimed counts it: no worker of its workflow and version.
+const unclaimedAfter = 10 * time.Second
+
+// writeUnclaimedMetrics writes, by application version, the runs waiting
+// longer than unclaimedAfter for a worker to claim them (of the newest
+// 1000 pending runs): with versioned deploys, a version no worker runs.
+func (s *Server) writeUnclaimedMetrics(w io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	runs, err := s.store.ListRuns(ctx, &store.ListRunsParams{Status: store.RunPending, Limit: 1000})
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	by := map[string]int{}
+	for _, r := range runs {
+		if r.Queued || r.Kind != "" || now.Sub(r.CreatedAt) < unclaimedAfter || r.WakeAt.After(now.Add(-unclaimedAfter)) {
+			continue
+		}
+		by[r.Version]++
+	}
+	fmt.Fprintf(w, "# HELP weir_runs_unclaimed Runs runnable for over %v that no worker claimed, by the application version a worker must run (of the newest 1000 pending).\n# TYPE weir_runs_unclaimed gauge\n", unclaimedAfter)
+	if len(by) == 0 {
+		fmt.Fprintf(w, "weir_runs_unclaimed{version=\"\"} 0\n")
+		return
+	}
+	for _, v := range slices.Sorted(maps.Keys(by)) {
+		fmt.Fprintf(w, "weir_runs_unclaimed{version=\"%s\"} %d\n", labelValue(v), by[v])
+	}
+}

@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/schedule"
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/sqlitestore"
 )
 
 // The schedules API: a schedule set over HTTP starts its ticks' runs on
@@ -94,4 +98,37 @@ func TestSchedulesAPI(t *testing.T) {
 		d.runsCall("DELETE", "/v1/schedules/ping").must(t, http.StatusNotFound)
 		d.runsCall("GET", "/v1/schedules/ping").must(t, http.StatusNotFound)
 	})
+}
+
+// A run of a version no worker runs shows in /metrics once it has waited
+// past unclaimedAfter (the store's clock set back for its creation).
+func TestUnclaimedRunsByVersion(t *testing.T) {
+	var back atomic.Bool
+	back.Store(true)
+	clock := func() time.Time {
+		if back.Load() {
+			return time.Now().Add(-time.Minute)
+		}
+		return time.Now()
+	}
+	st, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "weir.db"), &sqlitestore.Config{Synchronous: "OFF", Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDSServerOn(t, nil, st)
+	for _, v := range []string{"v9", "v9", ""} {
+		if _, _, err := st.CreateRun(context.Background(), &store.CreateRunParams{ID: "r-" + v + "-" + time.Now().Format("150405.000000000"), Workflow: "nobody", Version: v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	back.Store(false)
+	if _, _, err := st.CreateRun(context.Background(), &store.CreateRunParams{ID: "fresh", Workflow: "nobody", Version: "v9"}); err != nil {
+		t.Fatal(err)
+	}
+	m := string(d.runsCall("GET", "/metrics").must(t, http.StatusOK).body)
+	for _, want := range []string{`weir_runs_unclaimed{version="v9"} 2`, `weir_runs_unclaimed{version=""} 1`} {
+		if !strings.Contains(m, want) {
+			t.Fatalf("/metrics has no %s", want)
+		}
+	}
 }

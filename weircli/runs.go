@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -101,14 +102,25 @@ func runsLs(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stderr, "no runs")
 		return nil
 	}
+	// A VERSION column when any run of the page has one (versioned
+	// deploys: a run waits for a worker of its version).
+	versioned := slices.ContainsFunc(page.Runs, func(r client.Run) bool { return r.Version != "" })
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tKIND\tWORKFLOW\tSTATUS\tCREATED\tUPDATED")
+	head := "ID\tKIND\tWORKFLOW\tSTATUS\tCREATED\tUPDATED"
+	if versioned {
+		head += "\tVERSION"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range page.Runs {
 		kind := "go"
 		if r.Kind != "" {
 			kind = r.Kind
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, kind, r.Workflow, r.Status, fmtTime(r.CreatedAt), fmtTime(r.UpdatedAt))
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", r.ID, kind, r.Workflow, r.Status, fmtTime(r.CreatedAt), fmtTime(r.UpdatedAt))
+		if versioned {
+			line += "\t" + or(r.Version, "-")
+		}
+		fmt.Fprintln(tw, line)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
