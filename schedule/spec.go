@@ -276,7 +276,7 @@ func (s *Spec) dayMatches(l time.Time) bool {
 	dom := s.dom&(1<<uint(l.Day())) != 0
 	dow := s.dow&(1<<uint(l.Weekday())) != 0
 	if s.domStar || s.dowStar {
-		return dom || dow
+		return dom && dow
 	}
 	return dom || dow
 }
