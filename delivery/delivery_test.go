@@ -463,7 +463,9 @@ func TestARunsWorkflowMessagesAreSerializedAndCoalesced(t *testing.T) {
 
 // On PostgreSQL any number of weir servers share the queue: two
 // deliverers on one schema deliver each message once.
-func TestTwoDeliverersShareThePostgresQueue(t *testing.T) {
+// twoPostgresStores are two stores, with pools of their own, on one fresh
+// schema: two servers on one database.
+func twoPostgresStores(t *testing.T) (store.Full, store.Full) {
 	schema := pgtest.NewSchema(t)
 	open := func() store.Full {
 		st, err := pgstore.Open(t.Context(), pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4})
@@ -473,7 +475,11 @@ func TestTwoDeliverersShareThePostgresQueue(t *testing.T) {
 		t.Cleanup(func() { st.Close() })
 		return st
 	}
-	a, b := open(), open()
+	return open(), open()
+}
+
+func TestTwoDeliverersShareThePostgresQueue(t *testing.T) {
+	a, b := twoPostgresStores(t)
 	var mu sync.Mutex
 	seen := map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -723,16 +729,7 @@ func TestALimiterBoundsDeliveries(t *testing.T) {
 // On PostgreSQL the limiter holds across deliverers (servers) on the
 // database: two deliverers with their own pools, one bound.
 func TestALimiterHoldsAcrossDeliverers(t *testing.T) {
-	schema := pgtest.NewSchema(t)
-	open := func() store.Full {
-		st, err := pgstore.Open(t.Context(), pgtest.URL(), &pgstore.Config{Schema: schema, MaxConns: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
-	a, b := open(), open()
+	a, b := twoPostgresStores(t)
 	setLimiter(t, a, &limit.Config{Name: "world", Concurrency: 2})
 	g := newGauge(30)
 	app := g.app(t, "a", 20*time.Millisecond)

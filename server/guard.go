@@ -141,6 +141,23 @@ func requireJSON(r *http.Request) error {
 	return nil
 }
 
+// readJSON reads a request that takes a JSON body and no query: the
+// query checked, the media type JSON, the body at most limit bytes,
+// decoded into v strictly (unknown fields refused).
+func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	if err := requireJSON(r); err != nil {
+		return err
+	}
+	body, err := readBody(w, r, limit)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(body, v)
+}
+
 // activeTypes are media types a browser would render as a document that
 // runs scripts.
 var activeTypes = []string{"text/html", "application/xhtml+xml", "image/svg+xml", "text/xml", "application/xml",

@@ -50,21 +50,8 @@ func (s *Server) handleLimiter(w http.ResponseWriter, r *http.Request) {
 // handleSetLimiter serves PUT /v1/limiters/{name}: creates the limiter or
 // changes its bounds (its holds and line are kept).
 func (s *Server) handleSetLimiter(w http.ResponseWriter, r *http.Request) {
-	if err := checkQuery(r); err != nil {
-		httpError(w, err)
-		return
-	}
-	if err := requireJSON(r); err != nil {
-		httpError(w, err)
-		return
-	}
-	body, err := readBody(w, r, 64<<10)
-	if err != nil {
-		httpError(w, err)
-		return
-	}
 	var in api.Limiter
-	if err := decodeJSON(body, &in); err != nil {
+	if err := readJSON(w, r, 64<<10, &in); err != nil {
 		httpError(w, err)
 		return
 	}
@@ -75,6 +62,7 @@ func (s *Server) handleSetLimiter(w http.ResponseWriter, r *http.Request) {
 	}
 	c := limits.Config{Name: name, Concurrency: in.Concurrency, PerKey: in.PerKey, Rate: in.Rate, Budget: in.Budget}
 	if in.Period != "" {
+		var err error
 		if c.Period, err = time.ParseDuration(in.Period); err != nil {
 			httpError(w, fmt.Errorf("%w: period %q: want a duration (1m, 500ms)", api.ErrBadRequest, in.Period))
 			return

@@ -523,21 +523,8 @@ func (s *Server) traceContext(r *http.Request) context.Context {
 // handleMigrate serves POST /v1/runs/migrate: the runs in flight of one
 // application version move to another, knowingly (store.MigrateRuns).
 func (s *Server) handleMigrate(w http.ResponseWriter, r *http.Request) {
-	if err := checkQuery(r); err != nil {
-		httpError(w, err)
-		return
-	}
-	if err := requireJSON(r); err != nil {
-		httpError(w, err)
-		return
-	}
-	body, err := readBody(w, r, 1<<20)
-	if err != nil {
-		httpError(w, err)
-		return
-	}
 	var in api.MigrateRequest
-	if err := decodeJSON(body, &in); err != nil {
+	if err := readJSON(w, r, 1<<20, &in); err != nil {
 		httpError(w, err)
 		return
 	}

@@ -50,21 +50,8 @@ func (s *Server) handleSchedule(w http.ResponseWriter, r *http.Request) {
 // or changes it (its ticks handled stay handled; one set paused starts
 // nothing until it is set again without, and the ticks meanwhile never do).
 func (s *Server) handleSetSchedule(w http.ResponseWriter, r *http.Request) {
-	if err := checkQuery(r); err != nil {
-		httpError(w, err)
-		return
-	}
-	if err := requireJSON(r); err != nil {
-		httpError(w, err)
-		return
-	}
-	body, err := readBody(w, r, store.MaxScheduleInput+16<<10)
-	if err != nil {
-		httpError(w, err)
-		return
-	}
 	var in api.Schedule
-	if err := decodeJSON(body, &in); err != nil {
+	if err := readJSON(w, r, store.MaxScheduleInput+16<<10, &in); err != nil {
 		httpError(w, err)
 		return
 	}
@@ -76,6 +63,7 @@ func (s *Server) handleSetSchedule(w http.ResponseWriter, r *http.Request) {
 	p := store.SetScheduleParams{Name: name, Workflow: in.Workflow, Input: in.Input, Spec: in.Spec, TZ: in.TZ, Paused: in.Paused,
 		Policy: schedule.Policy{Overlap: schedule.Overlap(in.Overlap)}}
 	if in.Backfill != "" {
+		var err error
 		if p.Backfill, err = time.ParseDuration(in.Backfill); err != nil {
 			httpError(w, fmt.Errorf("%w: backfill %q: want a duration (1h, 30m)", api.ErrBadRequest, in.Backfill))
 			return
