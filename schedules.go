@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/weirhq/weir/schedule"
@@ -55,6 +56,9 @@ func ScheduledTick(ctx Context) (name string, tick time.Time, ok bool) {
 	return schedule.ParseRunID(ctx.RunID())
 }
 
+// scheduleDeciders bounds the schedules one engine decides at once.
+const scheduleDeciders = 8
+
 // scheduleLoop decides the store's due schedules, leased to this engine
 // one claim at a time, until ctx ends.
 func (e *Engine) scheduleLoop(ctx context.Context) {
@@ -75,8 +79,21 @@ func (e *Engine) scheduleLoop(ctx context.Context) {
 		case err != nil && ctx.Err() == nil:
 			e.log.Warn("weir: claim schedules", "err", err)
 		}
-		for _, s := range ss {
-			next := e.decideSchedule(ctx, s)
+		// Schedules are decided side by side: the twentieth of an instant
+		// does not wait for the nineteen before it.
+		nexts := make([]time.Time, len(ss))
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, scheduleDeciders)
+		for i, s := range ss {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				nexts[i] = e.decideSchedule(ctx, s)
+			}()
+		}
+		wg.Wait()
+		for _, next := range nexts {
 			if !next.IsZero() {
 				wait = min(wait, max(0, time.Until(next)))
 			}
