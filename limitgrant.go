@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,7 @@ type grants struct {
 	waiting map[string]*atomic.Int64 // limiter -> this engine's attempts in its line
 	refused map[string]uint64        // limiter -> attempts and queued starts it kept waiting
 	closed  bool
+	made    uint64 // pools made: each names its hold apart
 	wg      sync.WaitGroup
 	stop    chan struct{}
 }
@@ -109,11 +111,14 @@ func (g *grants) pool(limiter, key string) *grantPool {
 			w = new(atomic.Int64)
 			g.waiting[limiter] = w
 		}
-		// The holder is the same for every ask of this engine: a key is
-		// named by its digest, so that any key fits a holder's length.
+		// The holder is the pool's for every ask: a key is named by its
+		// digest, so that any key fits a holder's length, and the pool by
+		// its number, so that a pool made after an idle one was dropped
+		// (an attempt may still hold the old one) has a hold of its own.
 		sum := sha256.Sum256([]byte(key))
-		p = &grantPool{g: g, limiter: limiter, key: key, waiting: w, kick: make(chan struct{}, 1),
-			holder: "grant:" + g.e.cfg.WorkerID + ":" + hex.EncodeToString(sum[:8])}
+		g.made++
+		p = &grantPool{g: g, key: grantKey{limiter, key}, limiter: limiter, waiting: w, kick: make(chan struct{}, 1),
+			holder: "grant:" + g.e.cfg.WorkerID + ":" + hex.EncodeToString(sum[:8]) + ":" + strconv.FormatUint(g.made, 36)}
 		g.pools[k] = p
 	}
 	return p
@@ -144,10 +149,11 @@ func (g *grants) close() {
 
 // grantPool is this engine's grant of one limiter's slots for one key.
 type grantPool struct {
-	g                    *grants
-	limiter, key, holder string
-	waiting              *atomic.Int64 // the limiter's waiters in this engine
-	kick                 chan struct{}
+	g               *grants
+	key             grantKey
+	limiter, holder string
+	waiting         *atomic.Int64 // the limiter's waiters in this engine
+	kick            chan struct{}
 
 	// ask serializes the pool's requests to the store (a growth, a
 	// renewal, a shrink), so that what one decides is what the next sees.
@@ -205,7 +211,7 @@ func (p *grantPool) take(ctx context.Context) (func(cost int64), bool) {
 	p.mu.Unlock()
 	e := p.g.e
 	d, err := e.store.AcquireSlot(ctx, &store.AcquireSlotParams{Limiter: p.limiter, Request: limit.Request{
-		Holder: p.holder, Key: p.key, Lease: e.cfg.LeaseTTL, Grant: want}})
+		Holder: p.holder, Key: p.key.key, Lease: e.cfg.LeaseTTL, Grant: want}})
 	if err != nil {
 		return nil, false // the attempt's own ask says what is wrong
 	}
@@ -291,10 +297,17 @@ func (p *grantPool) resize(closing bool) bool {
 		if _, err := e.store.ReleaseSlot(ctx, &store.ReleaseSlotParams{Limiter: p.limiter, Holder: p.holder}); err != nil {
 			e.log.Warn("weir: giving a limiter's grant back failed; it comes back with its lease", "limiter", p.limiter, "err", err)
 		}
+		// An idle pool is dropped, so that an engine that served a
+		// million keys does not keep a million pools.
+		p.g.mu.Lock()
+		if p.g.pools[p.key] == p {
+			delete(p.g.pools, p.key)
+		}
+		p.g.mu.Unlock()
 		return true
 	}
 	d, err := e.store.AcquireSlot(ctx, &store.AcquireSlotParams{Limiter: p.limiter, Request: limit.Request{
-		Holder: p.holder, Key: p.key, Lease: e.cfg.LeaseTTL, Grant: want}})
+		Holder: p.holder, Key: p.key.key, Lease: e.cfg.LeaseTTL, Grant: want}})
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {

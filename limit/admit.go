@@ -48,6 +48,7 @@ type Admitted struct {
 // for. inFlight reports whether a run hold's run has not ended: the slots
 // of those that ended come back first.
 func Admit(c *Config, st State, cands []Candidate, inFlight func(holder string) bool, now time.Time, max int) (Admitted, State) {
+	now = Latest(st, now)
 	st.Holds = slices.DeleteFunc(slices.Clone(st.Holds), func(h Hold) bool { return h.Run && !inFlight(h.Holder) })
 	inLine := map[string]bool{}
 	for _, x := range cands {

@@ -141,6 +141,9 @@ type State struct {
 	// Queued is how many runs wait in the limiter as a queue: not kept
 	// here (a store counts its queued runs), filled in by a store's view.
 	Queued int `json:"-"`
+	// Last is the time of the latest decision (Latest): none is made at
+	// an earlier one.
+	Last time.Time `json:",omitzero"`
 }
 
 // Request asks for a slot.
@@ -239,6 +242,7 @@ type Decision struct {
 // state after it: a grant adds a hold and a use and takes the holder out of
 // line; a wait puts it in line, or refreshes its place.
 func Acquire(c *Config, st State, req Request, now time.Time) (Decision, State) {
+	now = Latest(st, now)
 	st = Prune(c, st, now)
 	if req.Grant > 0 {
 		return grant(c, st, req, now)
@@ -345,6 +349,34 @@ func grant(c *Config, st State, req Request, now time.Time) (Decision, State) {
 	}
 	d.Granted, d.Until, d.Count = true, until, n
 	return d, st
+}
+
+// Latest is now, or the latest time st was decided at if that is later.
+// A store reads its clock before it takes the limiter's lock, so decisions
+// can come in another order than their clocks: one decided at an earlier
+// time than the last would measure its window from before uses that the
+// last one's pruning already dropped, and let a rate through twice. Every
+// decision is made no earlier than the one before it.
+func Latest(st State, now time.Time) time.Time {
+	if st.Last.After(now) {
+		now = st.Last
+	}
+	for _, u := range st.Uses {
+		if u.At.After(now) {
+			now = u.At
+		}
+	}
+	for _, h := range st.Holds {
+		if h.At.After(now) {
+			now = h.At
+		}
+	}
+	for _, t := range st.Served {
+		if t.After(now) {
+			now = t
+		}
+	}
+	return now
 }
 
 // heldBy is how many slots key holds.
@@ -503,7 +535,10 @@ func Prune(c *Config, st State, now time.Time) State { return prune(c, st, now, 
 // prune is Prune keeping the turns of the keys in line too (a queue's
 // waiting runs, which are not Waiters).
 func prune(c *Config, st State, now time.Time, inLine map[string]bool) State {
+	// What is pruned at now is gone for a decision at an earlier time
+	// too: Last keeps every later one at now or after (Latest).
 	out := State{
+		Last:    Latest(State{Last: st.Last}, now),
 		Holds:   slices.DeleteFunc(slices.Clone(st.Holds), func(h Hold) bool { return !h.Run && !h.Until.After(now) }),
 		Waiters: slices.DeleteFunc(slices.Clone(st.Waiters), func(w Waiter) bool { return !w.Until.After(now) }),
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -438,6 +439,51 @@ func TestGrantsKeepTheBounds(t *testing.T) {
 						t.Fatalf("seed %d step %d: key %s holds %d, per-key %d", seed, step, k, n, c.PerKey)
 					}
 				}
+			}
+		}
+	}
+}
+
+// Stores read their clock before they take a limiter's lock, so the
+// requests they decide come with clocks out of order. The rate still holds
+// in every window of the times the grants were made at (Latest): a request
+// with an older clock than the last decision is decided at the last's.
+// (Without Latest, a later decision's pruning lets an older one through.)
+func TestRateHoldsWithClocksOutOfOrder(t *testing.T) {
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 13))
+		c := &Config{Name: "l", Rate: 1 + rng.IntN(5), Period: time.Duration(100+rng.IntN(400)) * time.Millisecond}
+		var st State
+		clock := t0
+		var grants []time.Time
+		var granted []string
+		holders := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+		for step := range 600 {
+			clock = clock.Add(time.Duration(rng.IntN(40)) * time.Millisecond)
+			at := clock.Add(-time.Duration(rng.IntN(120)) * time.Millisecond) // read before the lock
+			h := fmt.Sprintf("%s%d", holders[rng.IntN(len(holders))], step)
+			r := Request{Holder: h, Key: h[:1], Lease: time.Duration(50+rng.IntN(200)) * time.Millisecond}
+			if rng.IntN(3) == 0 && len(granted) > 0 {
+				// A release, its clock out of order too: it prunes the
+				// window at its own time.
+				st, _, _ = Release(c, st, granted[rng.IntN(len(granted))], 0, at)
+				continue
+			}
+			var d Decision
+			d, st = Acquire(c, st, r, at)
+			if d.Granted {
+				grants = append(grants, d.Until.Add(-r.Lease))
+				granted = append(granted, h)
+			}
+		}
+		slices.SortFunc(grants, func(a, b time.Time) int { return a.Compare(b) })
+		for i := range grants {
+			j := i
+			for j < len(grants) && grants[j].Sub(grants[i]) < c.Period {
+				j++
+			}
+			if j-i > c.Rate {
+				t.Fatalf("seed %d: %d grants within %v of %v; the rate is %d", seed, j-i, c.Period, grants[i], c.Rate)
 			}
 		}
 	}
