@@ -180,3 +180,19 @@ func (s *Store) AdmitRuns(ctx context.Context, p *store.AdmitRunsParams) ([]*sto
 	}
 	return out, nil
 }
+
+var _ apply.MigrateTx = (*queueTx)(nil)
+
+// RunsOfVersion returns the runs in flight of version (of ids, if set),
+// locked.
+func (t *queueTx) RunsOfVersion(version string, ids []string) ([]*store.Run, error) {
+	return t.runs(`SELECT `+sqlrow.RunCols+` FROM `+t.runsTable()+`
+		WHERE version = $1 AND status IN ('pending', 'running') AND ($2::text[] IS NULL OR id = ANY ($2::text[]))
+		FOR NO KEY UPDATE`, version, ids)
+}
+
+// SetRunVersion sets run id's application version.
+func (t *queueTx) SetRunVersion(id, version string, now time.Time) error {
+	_, err := t.x.c.Exec(t.ctx, `UPDATE `+t.runsTable()+` SET version = $1, updated_at = $2 WHERE id = $3`, version, sqlrow.Nanos(now), id)
+	return err
+}

@@ -275,26 +275,20 @@ func (s *Store) Advance(ctx context.Context, p *store.AdvanceParams) error {
 	return nil
 }
 
-// MigrateRuns moves runs in flight from one application version to another.
+// MigrateRuns moves runs in flight from one application version to
+// another (apply.MigrateRuns decides which).
 func (s *Store) MigrateRuns(ctx context.Context, p *store.MigrateRunsParams) ([]string, error) {
 	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("migrate runs: %w", err)
 	}
 	var out []string
-	err := s.inTx(ctx, true, func(ctx context.Context, x *txn) error {
-		rows, err := x.c.Query(ctx, `UPDATE `+s.q.schema+`.runs SET version = $2, updated_at = $3
-			WHERE version = $1 AND status IN ('pending', 'running') AND kind = ''
-				AND ($4::text[] IS NULL OR id = ANY ($4::text[]))
-			RETURNING id`, p.From, p.To, sqlrow.Nanos(s.cfg.Now()), p.RunIDs)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	err := s.queueWrite(ctx, true, func(t *queueTx) error {
+		var err error
+		out, err = apply.MigrateRuns(t, p, s.cfg.Now())
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("migrate runs: %w", err)
 	}
-	slices.Sort(out)
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/weirhq/weir/store"
@@ -293,39 +294,56 @@ func (s *Store) Advance(ctx context.Context, p *store.AdvanceParams) error {
 	return nil
 }
 
-// MigrateRuns moves runs in flight from one application version to another.
+// MigrateRuns moves runs in flight from one application version to
+// another (apply.MigrateRuns decides which).
 func (s *Store) MigrateRuns(ctx context.Context, p *store.MigrateRunsParams) ([]string, error) {
 	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("migrate runs: %w", err)
 	}
 	var out []string
 	err := s.write(ctx, func(tx *wtx) error {
-		out = out[:0]
-		tx.changed = true
-		st, err := tx.stmt(`UPDATE runs SET version = ?2, updated_at = ?3
-			WHERE version = ?1 AND status IN ('pending', 'running') AND kind = ''
-				AND (?4 IS NULL OR id IN (SELECT value FROM json_each(?4)))
-			RETURNING id`)
-		if err != nil {
-			return err
-		}
-		rows, err := st.QueryContext(bg, p.From, p.To, sqlrow.Nanos(s.cfg.Now()), jsonList(p.RunIDs))
-		if err != nil {
-			return translate(err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return translate(err)
-			}
-			out = append(out, id)
-		}
-		return translate(rows.Err())
+		var err error
+		out, err = apply.MigrateRuns(tx, p, s.cfg.Now())
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("migrate runs: %w", err)
 	}
-	slices.Sort(out)
 	return out, nil
+}
+
+var _ apply.MigrateTx = (*wtx)(nil)
+
+// RunsOfVersion returns the runs in flight of version (of ids, if set).
+func (tx *wtx) RunsOfVersion(version string, ids []string) ([]*store.Run, error) {
+	st, err := tx.stmt(`SELECT ` + sqlrow.RunCols + ` FROM runs WHERE version = ?1 AND status IN ('pending', 'running')
+		AND (?2 IS NULL OR id IN (SELECT value FROM json_each(?2)))`)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.QueryContext(bg, version, jsonList(ids))
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []*store.Run
+	for rows.Next() {
+		r, err := sqlrow.ScanRun(rows)
+		if err != nil {
+			return nil, translate(err)
+		}
+		out = append(out, r)
+	}
+	return out, translate(rows.Err())
+}
+
+// SetRunVersion sets run id's application version.
+func (tx *wtx) SetRunVersion(id, version string, now time.Time) error {
+	tx.changed = true
+	st, err := tx.stmt(`UPDATE runs SET version = ?, updated_at = ? WHERE id = ?`)
+	if err != nil {
+		return err
+	}
+	_, err = st.ExecContext(bg, version, sqlrow.Nanos(now), id)
+	return translate(err)
 }
