@@ -32,6 +32,10 @@ type scheduleTx struct {
 	s   *Store
 }
 
+// scheduleDue is a due schedule with no live lease ($1 now, $2 the
+// claimer): the one condition of a claim and of its cheap first look.
+const scheduleDue = `NOT paused AND next_due <= $1 AND (lease_expires <= $1 OR lease_owner = $2)`
+
 const scheduleCols = `name, config, state, paused, next_due, version, lease_owner, lease_expires, created_at, updated_at`
 
 func scanSchedule(row pgx.Row) (*store.Schedule, error) {
@@ -73,9 +77,8 @@ func (t *scheduleTx) SaveSchedule(s *store.Schedule, insert bool) error {
 // DueSchedules returns the schedules due at now with no live lease,
 // leaving out those another transaction holds.
 func (t *scheduleTx) DueSchedules(now time.Time, owner string, limit int) ([]string, error) {
-	rows, err := t.x.c.Query(t.ctx, `SELECT name FROM `+t.s.q.schema+`.schedules
-		WHERE NOT paused AND next_due <= $1 AND (lease_expires <= $1 OR lease_owner = $3)
-		ORDER BY next_due, name COLLATE "C" LIMIT $2 FOR UPDATE SKIP LOCKED`, sqlrow.Nanos(now), limit, owner)
+	rows, err := t.x.c.Query(t.ctx, `SELECT name FROM `+t.s.q.schema+`.schedules WHERE `+scheduleDue+`
+		ORDER BY next_due, name COLLATE "C" LIMIT $3 FOR UPDATE SKIP LOCKED`, sqlrow.Nanos(now), owner, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +189,7 @@ func (s *Store) ClaimSchedules(ctx context.Context, p *store.ClaimSchedulesParam
 	due := false
 	err := s.do(ctx, true, func(ctx context.Context, _ *try) error {
 		var one int
-		err := s.pool.QueryRow(ctx, `SELECT 1 FROM `+s.q.schema+`.schedules WHERE NOT paused AND next_due <= $1 AND (lease_expires <= $1 OR lease_owner = $2) LIMIT 1`,
+		err := s.pool.QueryRow(ctx, `SELECT 1 FROM `+s.q.schema+`.schedules WHERE `+scheduleDue+` LIMIT 1`,
 			sqlrow.Nanos(q.Now), q.Owner).Scan(&one)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil

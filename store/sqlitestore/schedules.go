@@ -22,6 +22,10 @@ var (
 	_ apply.ScheduleTx = (*wtx)(nil)
 )
 
+// scheduleDue is a due schedule with no live lease (?1 now, ?2 the
+// claimer): the one condition of a claim and of its cheap first look.
+const scheduleDue = `paused = 0 AND next_due <= ?1 AND (lease_expires <= ?1 OR lease_owner = ?2)`
+
 const scheduleCols = `name, config, state, paused, next_due, version, lease_owner, lease_expires, created_at, updated_at`
 
 // scanSchedule reads a row of scheduleCols.
@@ -77,12 +81,11 @@ func (tx *wtx) SaveSchedule(s *store.Schedule, insert bool) error {
 
 // DueSchedules returns the schedules due at now with no live lease.
 func (tx *wtx) DueSchedules(now time.Time, owner string, limit int) ([]string, error) {
-	st, err := tx.stmt(`SELECT name FROM schedules WHERE paused = 0 AND next_due <= ?1 AND (lease_expires <= ?1 OR lease_owner = ?3)
-		ORDER BY next_due, name LIMIT ?2`)
+	st, err := tx.stmt(`SELECT name FROM schedules WHERE ` + scheduleDue + ` ORDER BY next_due, name LIMIT ?3`)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := st.QueryContext(bg, sqlrow.Nanos(now), limit, owner)
+	rows, err := st.QueryContext(bg, sqlrow.Nanos(now), owner, limit)
 	if err != nil {
 		return nil, fmt.Errorf("due schedules: %w", translate(err))
 	}
@@ -184,7 +187,7 @@ func (s *Store) ClaimSchedules(ctx context.Context, p *store.ClaimSchedulesParam
 	// Every worker asks every poll: with nothing due, one read says so and
 	// nothing is written.
 	var one int
-	err := s.rdb.QueryRowContext(ctx, `SELECT 1 FROM schedules WHERE paused = 0 AND next_due <= ?1 AND (lease_expires <= ?1 OR lease_owner = ?2) LIMIT 1`,
+	err := s.rdb.QueryRowContext(ctx, `SELECT 1 FROM schedules WHERE `+scheduleDue+` LIMIT 1`,
 		sqlrow.Nanos(q.Now), q.Owner).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
