@@ -326,6 +326,7 @@ func Capable(s Store) Full {
 	c.world, _ = s.(WorldStore)
 	c.limits, _ = s.(Limits)
 	c.schedules, _ = s.(Schedules)
+	c.forks, _ = s.(Forks)
 	return c
 }
 
@@ -340,6 +341,23 @@ type capable struct {
 	world      WorldStore
 	limits     Limits
 	schedules  Schedules
+	forks      Forks
+}
+
+// ForkRun is Forks.ForkRun, or ErrUnsupported.
+func (c *capable) ForkRun(ctx context.Context, p *ForkRunParams) (*Run, bool, error) {
+	if c.forks == nil {
+		return nil, false, unsupported("forks")
+	}
+	return c.forks.ForkRun(ctx, p)
+}
+
+// ResumeRun is Forks.ResumeRun, or ErrUnsupported.
+func (c *capable) ResumeRun(ctx context.Context, p *ResumeRunParams) (*Run, error) {
+	if c.forks == nil {
+		return nil, unsupported("forks")
+	}
+	return c.forks.ResumeRun(ctx, p)
 }
 
 // SetSchedule is Schedules.SetSchedule, or ErrUnsupported.

@@ -299,6 +299,7 @@ type Full interface {
 	WorldStore
 	Limits
 	Schedules
+	Forks
 }
 
 // RunStatus is a run's state.

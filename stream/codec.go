@@ -115,7 +115,7 @@ func DecodeHead(b []byte, off int64, last string) (r Record, head, size int, ok 
 		return short("kind")
 	}
 	r.Kind = Kind(b[0])
-	if r.Kind < KindData || r.Kind > KindClose {
+	if r.Kind < KindData || r.Kind > KindReopen {
 		return Record{}, 0, 0, true, fmt.Errorf("%w: kind %d at offset %d", ErrCorrupt, b[0], off)
 	}
 	i := 1

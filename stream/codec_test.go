@@ -158,7 +158,7 @@ func TestCodecCorrupt(t *testing.T) {
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 	for name, b := range map[string][]byte{
 		"kind 0":          {0, 0, 0, 0},
-		"kind 5":          {5, 0, 0, 0},
+		"kind 6":          {6, 0, 0, 0},
 		"long writer":     cat([]byte{byte(stream.KindClose)}, uv(stream.MaxWriterLen+1), make([]byte, stream.MaxWriterLen+1), uv(0), uv(0)),
 		"huge writer len": cat([]byte{byte(stream.KindClose)}, uv(math.MaxUint64)),
 		"attempt > 2^62":  cat([]byte{byte(stream.KindClose), 0}, uv(1<<62+1), uv(0)),

@@ -15,6 +15,10 @@ const (
 	KindAbort  Kind = 2 // voids a writer's live records with seq >= FromSeq
 	KindCommit Kind = 3 // commits a writer's live records with seq < Count
 	KindClose  Kind = 4 // the stream ends
+	// KindReopen follows a close: the stream goes on (a resumed run's
+	// streams, store.Forks.ResumeRun). It voids nothing and commits
+	// nothing.
+	KindReopen Kind = 5
 )
 
 // String returns the kind's lower-case name.
@@ -28,13 +32,15 @@ func (k Kind) String() string {
 		return "commit"
 	case KindClose:
 		return "close"
+	case KindReopen:
+		return "reopen"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
 // ParseKind is the inverse of Kind.String.
 func ParseKind(s string) (Kind, bool) {
-	for k := KindData; k <= KindClose; k++ {
+	for k := KindData; k <= KindReopen; k++ {
 		if k.String() == s {
 			return k, true
 		}

@@ -442,6 +442,32 @@ func Close(h *Head) (Result, []Record) {
 	return Done, []Record{rec}
 }
 
+// Reopen reopens a closed stream: a reopen record follows the close, and
+// appends are taken again. The close stays in the log: a reader that
+// stopped there saw the stream as it was when it closed. Reopening an open
+// stream writes nothing and returns Already.
+func Reopen(h *Head) (Result, []Record) {
+	if !h.Closed {
+		return Already, nil
+	}
+	rec := Record{Offset: h.NextOffset, Kind: KindReopen}
+	h.NextOffset++
+	h.Closed = false
+	return Done, []Record{rec}
+}
+
+// Revive makes a writer aborted for good open again at its attempt, so
+// that a newer attempt can write (a resumed run's failed step runs again).
+// Its records stay void: the abort voided them all. It reports whether w
+// changed; a writer that is not aborted is left alone.
+func Revive(w *Writer) bool {
+	if w == nil || w.Status != WriterAborted {
+		return false
+	}
+	w.Status, w.Live, w.Next, w.Diverged = WriterOpen, nil, 0, false
+	return true
+}
+
 // Replay applies one of w's own records, read back from the log in offset
 // order, to w.Live. A store calls it for every data and abort record of the
 // writer to rebuild Live after a cache miss; the persisted Attempt, Next,

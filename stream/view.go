@@ -176,6 +176,13 @@ func (c *Committed) Push(r *Record, emit func(*Record)) {
 			return
 		}
 		c.q = append(c.q, queued{rec: *r, state: 1})
+	case KindReopen:
+		// In order, as the close: the committed view goes on after it.
+		if len(c.q) == 0 {
+			emit(r)
+			return
+		}
+		c.q = append(c.q, queued{rec: *r, state: 1})
 	}
 	c.drain(emit)
 }

@@ -1,6 +1,7 @@
 package stream_test
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -147,6 +148,67 @@ func TestCommittedOpenAtClose(t *testing.T) {
 		got = append(got, r.String())
 	}
 	want := []string{`1:data{ a0 s0 "a"}`, `2:data{wf a0 s0 "w"}`, "3:close"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("committed view %q, want %q", got, want)
+	}
+}
+
+// A resumed run's stream: a step's attempt aborted for good, the close, a
+// reopen, the writer revived and its new attempt committed. The committed
+// view holds the close and the reopen in order and the new attempt's
+// chunks, never the aborted attempt's.
+func TestReopenAndRevive(t *testing.T) {
+	h := &stream.Head{}
+	w := &stream.Writer{ID: "step/2"}
+	var log []stream.Record
+	add := func(recs []stream.Record) { log = append(log, recs...) }
+	_, recs, err := stream.Append(h, w, &stream.AppendRequest{Attempt: 1, Chunks: [][]byte{[]byte("x"), []byte("y")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(recs)
+	_, recs, err = stream.Abort(h, w, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(recs)
+	_, recs = stream.Close(h)
+	add(recs)
+	if _, _, err := stream.Append(h, w, &stream.AppendRequest{Attempt: 2, Chunks: [][]byte{[]byte("z")}}); !errors.Is(err, stream.ErrClosed) && !errors.Is(err, stream.ErrWriterFinished) {
+		t.Fatalf("append before the reopen: %v", err)
+	}
+	if res, recs := stream.Reopen(&stream.Head{NextOffset: 9}); res != stream.Already || recs != nil {
+		t.Fatalf("reopen of an open stream: %v %v", res, recs)
+	}
+	res, recs := stream.Reopen(h)
+	if res != stream.Done || len(recs) != 1 || recs[0].Kind != stream.KindReopen || h.Closed {
+		t.Fatalf("reopen: %v %v %+v", res, recs, h)
+	}
+	add(recs)
+	if _, _, err := stream.Append(h, w, &stream.AppendRequest{Attempt: 2, Chunks: [][]byte{[]byte("z")}}); !errors.Is(err, stream.ErrWriterFinished) {
+		t.Fatalf("append by an aborted writer: %v, want ErrWriterFinished", err)
+	}
+	if !stream.Revive(w) || stream.Revive(w) || stream.Revive(nil) {
+		t.Fatal("Revive: want true once")
+	}
+	_, recs, err = stream.Append(h, w, &stream.AppendRequest{Attempt: 2, Chunks: [][]byte{[]byte("x"), []byte("z")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(recs)
+	if _, _, err := stream.Append(h, w, &stream.AppendRequest{Attempt: 1, Chunks: [][]byte{[]byte("q")}}); !errors.Is(err, stream.ErrFenced) {
+		t.Fatalf("the old attempt after a revive: %v, want ErrFenced", err)
+	}
+	_, recs, err = stream.Commit(h, w, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(recs)
+	var got []string
+	for _, r := range committedView(log, 0) {
+		got = append(got, r.String())
+	}
+	want := []string{"3:close", "4:reopen", `5:data{step/2 a2 s0 "x"}`, `6:data{step/2 a2 s1 "z"}`}
 	if !slices.Equal(got, want) {
 		t.Fatalf("committed view %q, want %q", got, want)
 	}
