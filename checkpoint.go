@@ -188,7 +188,12 @@ func (x *execution) write(p *store.AdvanceParams) error {
 	// outcome still has to be written.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
 	defer cancel()
-	return x.e.store.Advance(ctx, p)
+	restore := x.takeMarks(p)
+	err := x.e.store.Advance(ctx, p)
+	if err != nil {
+		restore()
+	}
+	return err
 }
 
 // mergeRecords returns one record that does what a then b do, if there is

@@ -320,7 +320,7 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 			env.acquire(env, op)
 		}
 		attempt := st.lastAttempt + 1
-		if attempt > int64(policy.MaxAttempts) {
+		if attempt-st.base > int64(policy.MaxAttempts) {
 			// The last allowed attempt died with its worker.
 			msg := fmt.Sprintf("attempt %d ended without an outcome (worker lost) and no attempt is left", st.lastAttempt)
 			env.record(&store.AdvanceParams{
@@ -408,8 +408,8 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 		if errors.Is(err, ErrStepTimeout) {
 			fence = &store.Fence{Writer: stepWriter(op), Attempt: attempt + 1}
 		}
-		if policy.retryable(err) && attempt < int64(policy.MaxAttempts) {
-			retryAt := time.Now().Add(policy.Backoff(attempt))
+		if policy.retryable(err) && attempt-st.base < int64(policy.MaxAttempts) {
+			retryAt := time.Now().Add(policy.Backoff(attempt - st.base))
 			p := start.fold(&store.AdvanceParams{
 				Events: []store.Event{{Type: store.EventStepFailed, Op: op, Name: name, Attempt: attempt, Error: err.Error(), WakeAt: retryAt}},
 			})

@@ -63,6 +63,7 @@ type opState struct {
 	failedFinal bool
 	errMsg      string
 	errKind     []byte // the final failure's cause (failureOf), for replay's StepError
+	base        int64  // attempts before the run's last resume: the retry policy counts from it
 	retryAt     time.Time
 	wakeAt      time.Time
 	fired       bool
@@ -115,6 +116,9 @@ type execution struct {
 	streamsMu sync.Mutex
 	streams   map[string]streamRef // by name: the streams this execution opened
 	wfSeq     map[string]int64     // workflow writer: next seq per stream
+	wfDirty   bool                 // the workflow wrote since the last stream mark (fork.go)
+	marksMu   sync.Mutex
+	marks     []streamMark // stream marks not written yet
 
 	readOnly bool        // Replay: run nothing, write nothing
 	ended    atomic.Bool // the workflow goroutine has exited
@@ -147,8 +151,14 @@ func (x *execution) load(events []store.Event) {
 		ev := &events[i]
 		x.events++
 		x.polled = max(x.polled, ev.Seq)
-		if ev.Type == store.EventMessageReceived {
+		switch ev.Type {
+		case store.EventMessageReceived:
 			x.topic(ev.Name).Deliver(ev.Data)
+			continue
+		case store.EventStreamMark:
+			continue
+		case store.EventRunResumed:
+			x.resumed(ev.Data)
 			continue
 		}
 		if ev.Op == 0 {
@@ -163,7 +173,7 @@ func (x *execution) load(events []store.Event) {
 		switch ev.Type {
 		case store.EventStepStarted:
 			st.kind, st.name = opStep, ev.Name
-			st.lastAttempt, st.open, st.retryAt = ev.Attempt, true, time.Time{}
+			st.lastAttempt, st.open, st.retryAt, st.failedFinal = ev.Attempt, true, time.Time{}, false
 		case store.EventStepCompleted:
 			st.open, st.completed, st.output = false, true, ev.Data
 		case store.EventStepFailed:
@@ -193,6 +203,22 @@ func (x *execution) load(events []store.Event) {
 			st.kind, st.name, st.limitWait = opStep, ev.Name, ev.Attempt
 		default:
 			x.loadHook(st, ev)
+		}
+	}
+}
+
+// resumed applies a run_resumed event (store.Forks.ResumeRun): the final
+// failures of its steps are undone, and their next attempts count afresh.
+func (x *execution) resumed(data []byte) {
+	var d struct{ Ops []int64 }
+	if err := json.Unmarshal(data, &d); err != nil {
+		x.e.log.Warn("weir: run_resumed event", "run", x.run.ID, "err", err)
+		return
+	}
+	for _, op := range d.Ops {
+		if st := x.ops[op]; st != nil && st.failedFinal {
+			st.failedFinal, st.errKind, st.errMsg, st.retryAt = false, nil, "", time.Time{}
+			st.base = st.lastAttempt
 		}
 	}
 }
@@ -545,6 +571,7 @@ func (x *execution) heartbeat(done chan struct{}) {
 // says of it (nil if nothing).
 func (x *execution) nextOp() (int64, *opState) {
 	x.opSeq++
+	x.markOp(x.opSeq)
 	return x.opSeq, x.ops[x.opSeq]
 }
 

@@ -395,6 +395,7 @@ func (w *Writer) writeWorkflow(p []byte) (int, error) {
 		}
 		if err == nil {
 			x.wfSeq[w.name] = seq + 1
+			x.wfDirty = true
 			return len(p), nil
 		}
 		if errors.Is(err, stream.ErrConflict) {

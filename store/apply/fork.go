@@ -223,15 +223,19 @@ func insideGroup(run string, op, o int64, name string) error {
 }
 
 // Cut copies one stream of a fork's source (ForkPlan): feed it the
-// source's records in offset order (Keep); it keeps, renumbered from
-// offset 0 in the same order,
-//   - every record of the writers of the kept operations' steps;
+// source's committed view in offset order (Keep); it keeps, renumbered
+// from offset 0 in the same order,
+//   - the committed chunks of the kept operations' steps;
 //   - the workflow writer's chunks below its count at the fork point;
-//   - the records of any other writer (and anonymous ones) up to the first
-//     record it drops: past that, which side of the fork point they were
+//   - the chunks of any other writer (and anonymous ones) up to the first
+//     chunk it drops: past that, which side of the fork point they were
 //     written on is unknown;
 //
-// never the close record.
+// and no close or reopen. So the fork's stream holds committed chunks
+// only, nothing a reader would see voided: every chunk but the workflow
+// writer's is kept committed at append (attempt 0), and only the workflow
+// writer, whose replay in the fork sends its chunks again, keeps its
+// state (ForkWriter).
 type Cut struct {
 	Op       int64 // the fork point
 	Workflow int64 // the workflow writer's chunks kept
@@ -239,16 +243,19 @@ type Cut struct {
 	dropped  bool
 }
 
-// Keep filters recs in place and renumbers what it keeps; it returns the
-// kept records.
+// Keep filters recs, records of the source's committed view, in place and
+// renumbers what it keeps; it returns the kept records.
 func (c *Cut) Keep(recs []stream.Record) []stream.Record {
 	out := recs[:0]
 	for _, r := range recs {
+		if r.Kind != stream.KindData {
+			continue
+		}
 		if !c.keeps(&r) {
 			c.dropped = true
 			continue
 		}
-		r.Offset = c.next
+		r.Offset, r.Attempt = c.next, 0
 		c.next++
 		out = append(out, r)
 	}
@@ -256,11 +263,8 @@ func (c *Cut) Keep(recs []stream.Record) []stream.Record {
 }
 
 func (c *Cut) keeps(r *stream.Record) bool {
-	switch {
-	case r.Kind == stream.KindClose || r.Kind == stream.KindReopen:
-		return false
-	case r.Writer == workflowWriter:
-		return r.Kind == stream.KindData && r.Seq < c.Workflow
+	if r.Writer == workflowWriter {
+		return r.Seq < c.Workflow
 	}
 	if op := stepOp(r.Writer); op > 0 {
 		return op < c.Op
@@ -270,20 +274,6 @@ func (c *Cut) keeps(r *stream.Record) bool {
 
 // Next is the fork's stream's next offset: the records kept so far.
 func (c *Cut) Next() int64 { return c.next }
-
-// ForkWriter is the fork's state of writer id, whose source state was src
-// (nil if the source has none): the persisted fields of the source's, but
-// the workflow writer's count, which is the chunks kept.
-func (c *Cut) ForkWriter(src *stream.Writer, id string) *stream.Writer {
-	w := &stream.Writer{ID: id}
-	if src != nil {
-		w.Attempt, w.Next, w.Diverged, w.Status = src.Attempt, src.Next, src.Diverged, src.Status
-	}
-	if id == workflowWriter {
-		w.Attempt, w.Next, w.Diverged, w.Status = 0, 0, false, stream.WriterOpen
-	}
-	return w
-}
 
 // ForkTx is what ForkRun needs of a backend's write transaction.
 type ForkTx interface {
@@ -414,9 +404,9 @@ func forkStream(tx ForkTx, si *store.StreamInfo, run string, plan *ForkPlan, now
 		return err
 	}
 	cut := &Cut{Op: plan.Op, Workflow: plan.Workflow[si.Name]}
-	writers := map[string]*stream.Writer{}
-	var order []string
-	var pend []stream.Record
+	committed := stream.NewCommitted(0)
+	wf := &stream.Writer{ID: workflowWriter}
+	var pend, view []stream.Record
 	flush := func() error {
 		// One batch per writer run: a backend finds a writer's records by
 		// the writer its batches are tagged with.
@@ -435,26 +425,16 @@ func forkStream(tx ForkTx, si *store.StreamInfo, run string, plan *ForkPlan, now
 		return nil
 	}
 	err = tx.Records(srcSt, srcSt.Head.NextOffset, func(recs []stream.Record) error {
-		for _, r := range cut.Keep(recs) {
-			if r.Writer != "" {
-				w := writers[r.Writer]
-				if w == nil {
-					sw, err := tx.Writer(srcSt, r.Writer)
-					if err != nil {
-						return err
-					}
-					w = cut.ForkWriter(sw, r.Writer)
-					writers[r.Writer] = w
-					order = append(order, r.Writer)
-				}
-				if r.Writer == workflowWriter {
-					w.Next++
-				}
-				w.Replay(&r)
+		view = view[:0]
+		for i := range recs {
+			committed.Push(&recs[i], func(r *stream.Record) { view = append(view, *r) })
+		}
+		for _, r := range cut.Keep(view) {
+			if r.Writer == workflowWriter {
+				wf.Next++
+				wf.Replay(&r)
 			}
-			if r.Kind == stream.KindData {
-				r.Data = slices.Clone(r.Data) // the batch's buffer is the backend's
-			}
+			r.Data = slices.Clone(r.Data) // the batch's buffer is the backend's
 			pend = append(pend, r)
 		}
 		if len(pend) >= forkBatch {
@@ -468,10 +448,8 @@ func forkStream(tx ForkTx, si *store.StreamInfo, run string, plan *ForkPlan, now
 	if err := flush(); err != nil {
 		return err
 	}
-	for _, id := range order {
-		if err := tx.SaveWriter(dst, writers[id], true); err != nil {
-			return err
-		}
+	if wf.Next > 0 {
+		return tx.SaveWriter(dst, wf, true)
 	}
 	return nil
 }

@@ -168,29 +168,41 @@ func (t *forkTx) Stream(id int64) (*apply.Stream, error) {
 	return st, nil
 }
 
-// Records calls fn with st's records below upTo, a batch at a time.
+// Records calls fn with st's records below upTo, a page of batches at a
+// time: fn's own statements need the connection the page was read on.
 func (t *forkTx) Records(st *apply.Stream, upTo int64, fn func([]stream.Record) error) error {
-	rows, err := t.x.c.Query(t.ctx, `SELECT first_offset, data FROM `+t.schema()+`.batches
-		WHERE stream_id = $1 AND first_offset < $2 ORDER BY last_offset`, st.ID, upTo)
-	if err != nil {
-		return err
+	type batch struct {
+		first, last int64
+		data        []byte
 	}
-	defer rows.Close()
 	var recs []stream.Record
-	for rows.Next() {
-		var first int64
-		var data []byte
-		if err := rows.Scan(&first, &data); err != nil {
+	for after := int64(-1); ; {
+		rows, err := t.x.c.Query(t.ctx, `SELECT first_offset, last_offset, data FROM `+t.schema()+`.batches
+			WHERE stream_id = $1 AND first_offset < $2 AND last_offset > $3 ORDER BY last_offset LIMIT 256`, st.ID, upTo, after)
+		if err != nil {
 			return err
 		}
-		if recs, err = stream.DecodeBatch(recs[:0], data, first, first); err != nil {
+		page, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (batch, error) {
+			var b batch
+			err := r.Scan(&b.first, &b.last, &b.data)
+			return b, err
+		})
+		if err != nil {
 			return err
 		}
-		if err := fn(recs); err != nil {
-			return err
+		if len(page) == 0 {
+			return nil
+		}
+		after = page[len(page)-1].last
+		for _, b := range page {
+			if recs, err = stream.DecodeBatch(recs[:0], b.data, b.first, b.first); err != nil {
+				return err
+			}
+			if err := fn(recs); err != nil {
+				return err
+			}
 		}
 	}
-	return rows.Err()
 }
 
 // Writer returns writer id's state on st, nil if it never wrote there.
@@ -290,7 +302,7 @@ func (t *forkTx) WriterStreams(run, writer string) ([]*apply.Stream, error) {
 	return nil, errForkUnused
 }
 func (t *forkTx) RunStreams(run string) ([]*apply.Stream, error) { return nil, errForkUnused }
-func (t *forkTx) SaveStream(st *apply.Stream) error                { return errForkUnused }
+func (t *forkTx) SaveStream(st *apply.Stream) error              { return errForkUnused }
 func (t *forkTx) SaveFence(run, writer string, attempt int64) error {
 	return errForkUnused
 }

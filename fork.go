@@ -1,0 +1,168 @@
+package weir
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/apply"
+)
+
+// ForkOptions say where a fork of a run begins and what it starts with.
+type ForkOptions struct {
+	// ID is the fork's id; a fork with this id that exists is returned if
+	// it forks the same run from the same operation (ErrRunConflict
+	// otherwise). Defaults to a random id.
+	ID string
+	// Op is the first operation the fork runs again, by its position in
+	// the run's log (1 is the first; see Engine.Replay and `weir runs
+	// show`). The operations before it are kept: the fork replays their
+	// recorded outcomes and runs the rest with the code of its version.
+	Op int64
+	// Step, with Op zero, names the fork point: the first operation that
+	// is a step of that name.
+	Step string
+	// Input, if not nil, is the fork's input (JSON); nil keeps the
+	// source's. The kept operations replay what they recorded whatever
+	// it is.
+	Input json.RawMessage
+	// Version is the application version the fork starts on: the workers
+	// of that version claim it. "" keeps the source's.
+	Version string
+}
+
+// Fork starts a new run from run runID's operation o.Op (or its step
+// o.Step): its log begins with the run's operations before that point,
+// which it replays without running them, and its streams begin with the
+// committed output of those operations and the chunks the workflow code
+// wrote before that point, in the run's order; nothing of the operations
+// it runs again. Readers of the source run see nothing change.
+//
+// A fork point inside a parallel group (an operation started while one
+// before it still ran), past the run's end (more than one past its last
+// operation) or at a step the run never reached is ErrInvalid; a fork that
+// keeps a hook the source run still holds live is ErrHookConflict (cancel
+// the source first). Returns ErrNotFound for an unknown run.
+func (e *Engine) Fork(ctx context.Context, runID string, o ForkOptions) (*Run, error) {
+	id := o.ID
+	if id == "" {
+		id = newRunID()
+	}
+	if o.Input != nil && !json.Valid(o.Input) {
+		return nil, fmt.Errorf("fork run %s: %w: the input is not JSON", runID, store.ErrInvalid)
+	}
+	run, _, err := e.store.ForkRun(ctx, &store.ForkRunParams{
+		Source: runID, ID: id, Op: o.Op, Step: o.Step, Input: o.Input, Version: o.Version,
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.nudge()
+	return run, nil
+}
+
+// Resume makes a failed or cancelled run run again, with its id and its
+// history: the steps whose final failures ended it (the failed step, or
+// the steps a cancel aborted) run again under their retry policies, from
+// their next attempt, with a fresh count of attempts; the rest replays.
+// Its streams reopen: a reader that stopped at their close saw the run as
+// it ended; one that reads on from there sees a reopen record and the new
+// attempts' output (docs/semantics.md). A run that is running, pending or
+// completed is ErrInvalid (store.ErrNotResumable). Returns ErrNotFound.
+//
+// A run that failed at its deadline (WithRunTimeout) fails again at once:
+// its deadline counts from its creation.
+func (e *Engine) Resume(ctx context.Context, runID string) (*Run, error) {
+	run, err := e.store.ResumeRun(ctx, &store.ResumeRunParams{ID: runID})
+	if err != nil {
+		return nil, err
+	}
+	e.nudge()
+	return run, nil
+}
+
+// RetryFrom is Fork's shorthand: a new run from run runID's step named
+// step with the run's input and version, or, with step "", from the step
+// whose failure ended the run.
+func (e *Engine) RetryFrom(ctx context.Context, runID, step string) (*Run, error) {
+	o := ForkOptions{Step: step}
+	if step == "" {
+		op, err := e.failedOp(ctx, runID)
+		if err != nil {
+			return nil, err
+		}
+		o.Op = op
+	}
+	return e.Fork(ctx, runID, o)
+}
+
+// failedOp is the first step whose final failure ended run id.
+func (e *Engine) failedOp(ctx context.Context, id string) (int64, error) {
+	r, err := e.store.GetRun(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	evs, err := e.store.ListEvents(ctx, id, 0)
+	if err != nil {
+		return 0, err
+	}
+	if r.Status != store.RunFailed && r.Status != store.RunCancelled {
+		return 0, fmt.Errorf("%w: run %s is %s: name the step to retry from", store.ErrInvalid, id, r.Status)
+	}
+	ops, err := apply.PlanResume(r, evs)
+	if err != nil {
+		return 0, err
+	}
+	if len(ops) == 0 {
+		return 0, fmt.Errorf("%w: no step's failure ended run %s: name the step to retry from", store.ErrInvalid, id)
+	}
+	return ops[0], nil
+}
+
+// streamMark is the workflow writer's count on each stream when the
+// workflow reached an operation (store.EventStreamMark).
+type streamMark struct {
+	op     int64
+	counts map[string]int64
+}
+
+// markOp notes, as the workflow reaches operation op for the first time,
+// how far its code has written on each stream, if it wrote since the
+// last mark: the next record of the run carries it, so that a fork from
+// op can cut the workflow's chunks there.
+func (x *execution) markOp(op int64) {
+	if !x.wfDirty || op <= x.maxOp || x.readOnly {
+		return
+	}
+	x.wfDirty = false
+	x.marksMu.Lock()
+	x.marks = append(x.marks, streamMark{op: op, counts: maps.Clone(x.wfSeq)})
+	x.marksMu.Unlock()
+}
+
+// takeMarks returns the marks waiting as events, leading p's.
+func (x *execution) takeMarks(p *store.AdvanceParams) (restore func()) {
+	x.marksMu.Lock()
+	marks := x.marks
+	x.marks = nil
+	x.marksMu.Unlock()
+	if len(marks) == 0 {
+		return func() {}
+	}
+	evs := make([]store.Event, 0, len(marks)+len(p.Events))
+	for _, m := range marks {
+		data, _ := json.Marshal(m.counts)
+		evs = append(evs, store.Event{Type: store.EventStreamMark, Op: m.op, Data: data})
+	}
+	orig := p.Events
+	p.Events = append(evs, p.Events...)
+	return func() {
+		// Not written: they ride with the next record.
+		p.Events = orig
+		x.marksMu.Lock()
+		x.marks = append(marks, x.marks...)
+		x.marksMu.Unlock()
+	}
+}
