@@ -210,7 +210,7 @@ func (g *gen) learn(o *op, out string) {
 
 func (g *gen) next() *op {
 	now := g.clk.Now()
-	switch g.n(39) {
+	switch g.n(41) {
 	case 0, 1:
 		p := store.CreateRunParams{ID: g.pick(runs), Workflow: g.pick(workflows), Input: []byte(g.pick(runs))}
 		if g.chance(4) {
@@ -362,6 +362,26 @@ func (g *gen) next() *op {
 		return &op{desc: fmt.Sprintf("MigrateRuns %+v", p), run: func(ctx context.Context, sd *side) string {
 			ids, err := sd.s.MigrateRuns(ctx, &p)
 			return fmt.Sprintf("%v %s", ids, sd.norm(err))
+		}}
+	case 39:
+		// A fork of a run (often refused: a run with no such op, a fork
+		// point inside a group, an id taken), into an id the others use.
+		p := store.ForkRunParams{Source: g.pick(runs), ID: g.pick(runs), Op: int64(g.n(5)), Now: now}
+		if p.Op == 0 {
+			p.Step = g.pick([]string{"fetch", "write", "t"})
+		}
+		if g.chance(3) {
+			p.Version = "v2"
+		}
+		return &op{desc: fmt.Sprintf("ForkRun %+v", p), claim: true, run: func(ctx context.Context, sd *side) string {
+			r, created, err := sd.s.ForkRun(ctx, &p)
+			return fmt.Sprintf("%s created=%v %s", showRun(r), created, sd.norm(err))
+		}}
+	case 40:
+		p := store.ResumeRunParams{ID: g.pick(runs), Now: now}
+		return &op{desc: fmt.Sprintf("ResumeRun %+v", p), claim: true, run: func(ctx context.Context, sd *side) string {
+			r, err := sd.s.ResumeRun(ctx, &p)
+			return showRun(r) + " " + sd.norm(err)
 		}}
 	default:
 		return g.look()

@@ -92,6 +92,7 @@ func Run(t *testing.T, hh Harness) {
 	t.Run("Queues", func(t *testing.T) { t.Parallel(); testQueues(t, h) })
 	t.Run("Schedules", func(t *testing.T) { t.Parallel(); testSchedules(t, h) })
 	t.Run("Versions", func(t *testing.T) { t.Parallel(); testVersions(t, h) })
+	t.Run("Forks", func(t *testing.T) { t.Parallel(); testForks(t, h) })
 	t.Run("Hostile", func(t *testing.T) { testHostile(t, h) })
 	t.Run("ClosedStore", func(t *testing.T) { testClosedStore(t, h) })
 }
