@@ -172,4 +172,3 @@ func testForks(t *testing.T, h harness) {
 		t.Fatalf("the revived writer: %v", res.Acks[0].Outcome)
 	}
 }
-
