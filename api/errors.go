@@ -115,6 +115,7 @@ var Errors = []Error{
 	{Err: stream.ErrWriterFinished, Code: "writer_finished", Status: http.StatusConflict, Reason: "finished"},
 	{Err: stream.ErrMode, Code: "writer_mode", Status: http.StatusConflict, Reason: "mode"},
 	{Err: store.ErrRunConflict, Code: "run_conflict", Status: http.StatusConflict},
+	{Err: store.ErrNotResumable, Code: "not_resumable", Status: http.StatusConflict},
 	{Err: store.ErrHookConflict, Code: "hook_in_use", Status: http.StatusConflict},
 	{Err: store.ErrLeaseLost, Code: "lease_lost", Status: http.StatusConflict},
 	{Err: stream.ErrProducerGap, Code: "producer_gap", Status: http.StatusConflict, Reason: "producer_seq"},

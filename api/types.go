@@ -311,6 +311,23 @@ type MigrateRequest struct {
 	Runs []string `json:"runs,omitempty"`
 }
 
+// ForkRequest is the body of POST /v1/runs/{id}/fork: a new run from one
+// of the run's operations (Op, 1-based, or the first step named Step).
+type ForkRequest struct {
+	ID      string          `json:"id,omitempty"` // the fork's id; "": a random one
+	Op      int64           `json:"op,omitempty"`
+	Step    string          `json:"step,omitempty"`
+	Input   json.RawMessage `json:"input,omitempty"`   // the fork's input; absent: the source's
+	Version string          `json:"version,omitempty"` // the fork's application version; "": the source's
+}
+
+// RetryRequest is the body of POST /v1/runs/{id}/retry: a fork from the
+// step named Step, or, with Step empty, from the step whose failure ended
+// the run.
+type RetryRequest struct {
+	Step string `json:"step,omitempty"`
+}
+
 // MigrateReply is what POST /v1/runs/migrate moved.
 type MigrateReply struct {
 	Migrated []string `json:"migrated"`

@@ -536,3 +536,50 @@ func (s *Server) handleMigrate(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, api.MigrateReply{Migrated: append([]string{}, ids...)})
 }
+
+// handleFork serves POST /v1/runs/{id}/fork: 201 with the fork, pending
+// (or, for a fork made before with the same id and point, as it is now).
+func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
+	var in api.ForkRequest
+	if err := readJSON(w, r, 2<<20, &in); err != nil {
+		httpError(w, err)
+		return
+	}
+	run, err := s.e.Fork(r.Context(), r.PathValue("id"), weir.ForkOptions{ID: in.ID, Op: in.Op, Step: in.Step, Input: in.Input, Version: in.Version})
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, runJSON(run))
+}
+
+// handleRetry serves POST /v1/runs/{id}/retry: a fork from a step (by
+// default the one whose failure ended the run), 201 with the fork.
+func (s *Server) handleRetry(w http.ResponseWriter, r *http.Request) {
+	var in api.RetryRequest
+	if err := readJSON(w, r, 1<<10, &in); err != nil {
+		httpError(w, err)
+		return
+	}
+	run, err := s.e.RetryFrom(r.Context(), r.PathValue("id"), in.Step)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, runJSON(run))
+}
+
+// handleResume serves POST /v1/runs/{id}/resume: 202 with the run, pending
+// again; 409 for a run that did not fail and was not cancelled.
+func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	run, err := s.e.Resume(r.Context(), r.PathValue("id"))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, runJSON(run))
+}

@@ -341,3 +341,50 @@ func TestMetricsCountRunsAndRequests(t *testing.T) {
 	}
 	checkExposition(t, r.body)
 }
+
+// Fork, retry and resume over HTTP: a cancelled run resumes (202) and is
+// cancelled again; a resume of a running run is 409; forks and retries
+// are 201 with the new run; bad fork points are 400 and make nothing.
+func TestForkRetryResume(t *testing.T) {
+	s := newTestServer(t, nil)
+	run := s.start(`{"workflow":"block"}`)
+	s.do("POST", "/v1/runs/"+run.ID+"/cancel", "").want(t, http.StatusAccepted)
+	if end := s.wait(run.ID); end.Status != store.RunCancelled {
+		t.Fatalf("status %s", end.Status)
+	}
+	var got api.Run
+	s.do("POST", "/v1/runs/"+run.ID+"/resume", "").want(t, http.StatusAccepted).decode(t, &got)
+	if got.ID != run.ID || got.Status != store.RunPending {
+		t.Fatalf("resumed: %+v", got)
+	}
+	eventually(t, "the resumed run running", func() bool {
+		r, err := s.e.GetRun(t.Context(), run.ID)
+		return err == nil && r.Status == store.RunRunning
+	})
+	s.do("POST", "/v1/runs/"+run.ID+"/resume", "").want(t, http.StatusConflict)
+	s.do("POST", "/v1/runs/"+run.ID+"/cancel", "").want(t, http.StatusAccepted)
+	s.wait(run.ID)
+
+	s.do("POST", "/v1/runs/"+run.ID+"/fork", `{"op":3}`).want(t, http.StatusBadRequest)
+	s.do("POST", "/v1/runs/"+run.ID+"/fork", `{"id":"f1","op":1,"step":"wait"}`).want(t, http.StatusBadRequest)
+	s.do("POST", "/v1/runs/"+run.ID+"/fork", `{"op":1,"input":"nope`).want(t, http.StatusBadRequest)
+	s.do("POST", "/v1/runs/nope/fork", `{"op":1}`).want(t, http.StatusNotFound)
+	s.do("POST", "/v1/runs/"+run.ID+"/fork", `{"id":"f1","op":1}`, "Content-Type", "text/plain").want(t, http.StatusUnsupportedMediaType)
+	if r := s.do("GET", "/v1/runs/f1", ""); r.status != http.StatusNotFound {
+		t.Fatalf("a refused fork made run f1: %d", r.status)
+	}
+	s.do("POST", "/v1/runs/"+run.ID+"/fork", `{"id":"f1","op":1}`).want(t, http.StatusCreated).decode(t, &got)
+	if got.ID != "f1" || got.Workflow != "block" {
+		t.Fatalf("fork: %+v", got)
+	}
+	s.do("POST", "/v1/runs/"+run.ID+"/fork", `{"id":"f1","op":2}`).want(t, http.StatusConflict)
+	s.do("POST", "/v1/runs/"+run.ID+"/retry", `{}`).want(t, http.StatusCreated).decode(t, &got)
+	if got.ID == run.ID || got.Workflow != "block" {
+		t.Fatalf("retry: %+v", got)
+	}
+	s.do("POST", "/v1/runs/"+run.ID+"/retry", `{"step":"nope"}`).want(t, http.StatusBadRequest)
+	for _, id := range []string{"f1", got.ID} {
+		s.do("POST", "/v1/runs/"+id+"/cancel", "")
+		s.wait(id)
+	}
+}
