@@ -662,3 +662,45 @@ func (c *Client) MigrateRuns(ctx context.Context, from, to string, ids ...string
 	}
 	return out.Migrated, nil
 }
+
+// ForkOptions say where a fork begins (api.ForkRequest): Op, the first
+// operation it runs again (1-based), or Step, the first step of that name.
+type ForkOptions = api.ForkRequest
+
+// Fork starts a new run from run id's operation o.Op (or step o.Step): it
+// replays the operations before it and its streams begin with their
+// committed output (weir.Engine.Fork). A bad fork point is an error
+// matching ErrInvalid (400).
+func (c *Client) Fork(ctx context.Context, id string, o ForkOptions) (*Run, error) {
+	return c.postRun(ctx, "/v1/runs/"+url.PathEscape(id)+"/fork", o)
+}
+
+// RetryFrom forks run id from its step named step, or, with step "", from
+// the step whose failure ended it.
+func (c *Client) RetryFrom(ctx context.Context, id, step string) (*Run, error) {
+	return c.postRun(ctx, "/v1/runs/"+url.PathEscape(id)+"/retry", api.RetryRequest{Step: step})
+}
+
+// Resume makes a failed or cancelled run run again, with its id and history
+// (weir.Engine.Resume). A run that did not fail and was not cancelled is
+// a 409 error.
+func (c *Client) Resume(ctx context.Context, id string) (*Run, error) {
+	var out Run
+	if _, err := c.doJSON(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/resume", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func (c *Client) postRun(ctx context.Context, path string, in any) (*Run, error) {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return nil, err
+	}
+	var out Run
+	h := http.Header{"Content-Type": {"application/json"}}
+	if _, err := c.doJSON(ctx, http.MethodPost, path, nil, h, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

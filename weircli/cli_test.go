@@ -807,3 +807,41 @@ func TestSchedulesCommands(t *testing.T) {
 		}
 	}
 }
+
+// weir runs fork, retry and resume: a cancelled run resumes with its id;
+// a fork from its first operation is a new run of its workflow; usage
+// errors exit 2.
+func TestRunsForkResume(t *testing.T) {
+	url := startServer(t)
+	t.Setenv("WEIR_URL", url)
+	id := strings.TrimSpace(mustWeir(t, "runs", "start", "demo.approval", "--input", `{"token":"fork-7"}`))
+	mustWeir(t, "runs", "cancel", id)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(mustWeir(t, "runs", "show", id), "run_cancelled") {
+		if time.Now().After(deadline) {
+			t.Fatal("the run was not cancelled within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if out := mustWeir(t, "runs", "resume", id); !strings.Contains(out, "run "+id+" resumed") {
+		t.Fatalf("runs resume: %q", out)
+	}
+	if out := mustWeir(t, "runs", "show", id); !strings.Contains(out, "run_resumed") {
+		t.Fatalf("runs show after the resume lacks run_resumed:\n%s", out)
+	}
+	mustWeir(t, "runs", "cancel", id)
+	fork := strings.TrimSpace(mustWeir(t, "runs", "fork", id, "--op", "1", "--id", "fork-of-7"))
+	if fork != "fork-of-7" {
+		t.Fatalf("runs fork printed %q", fork)
+	}
+	if out := mustWeir(t, "runs", "show", fork); !strings.Contains(out, "run_forked") || !strings.Contains(out, "demo.approval") {
+		t.Fatalf("runs show of the fork:\n%s", out)
+	}
+	if code, _, errOut := runWeir(t, "runs", "fork", id, "--op", "1", "--step", "x"); code != 2 {
+		t.Fatalf("fork with --op and --step: exit %d %q", code, errOut)
+	}
+	if code, _, errOut := runWeir(t, "runs", "fork", id, "--op", "9"); code != 1 || !strings.Contains(errOut, "past the end") {
+		t.Fatalf("fork past the end: exit %d %q", code, errOut)
+	}
+	mustWeir(t, "runs", "cancel", fork)
+}

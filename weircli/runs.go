@@ -21,6 +21,10 @@ const runsUsage = `Usage:
   weir runs show RUN [--json]          a run, its event log and its streams
   weir runs start WORKFLOW [--input JSON] [--id ID | --idempotency-key KEY] [--wait]
   weir runs cancel RUN
+  weir runs fork RUN (--op N | --step NAME) [--id ID] [--input JSON] [--app-version V]
+                                                  a new run from a step: the steps before it replay, their output is kept
+  weir runs retry RUN [--step NAME]             fork from the step whose failure ended the run (or from NAME)
+  weir runs resume RUN                          a failed or cancelled run runs again: its failed step, then the rest
   weir runs migrate --from V1 --to V2 [RUN…]
                                                   move runs in flight to the workers of another application version
   weir runs watch RUN [--interval D]   a run's progress, live: its events as recorded, what it waits on, its end
@@ -37,7 +41,7 @@ and --token (default $WEIR_TOKEN).
 
 func runsCmd(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errUsage(fmt.Errorf("runs: want a subcommand: ls, show, start, watch, cancel, migrate, hook, send or event\n\n%s", named(runsUsage, name)))
+		return errUsage(fmt.Errorf("runs: want a subcommand: ls, show, start, watch, cancel, fork, retry, resume, migrate, hook, send or event\n\n%s", named(runsUsage, name)))
 	}
 	switch args[0] {
 	case "ls", "list":
@@ -50,6 +54,12 @@ func runsCmd(ctx context.Context, name string, args []string, stdout, stderr io.
 		return runsCancel(ctx, args[1:], stdout, stderr)
 	case "migrate":
 		return runsMigrate(ctx, args[1:], stdout, stderr)
+	case "fork":
+		return runsFork(ctx, args[1:], stdout, stderr)
+	case "retry":
+		return runsRetry(ctx, args[1:], stdout, stderr)
+	case "resume":
+		return runsResume(ctx, args[1:], stdout, stderr)
 	case "watch":
 		return runsWatch(ctx, name, args[1:], stdout, stderr)
 	case "hook":
@@ -693,5 +703,107 @@ unversioned code.
 		fmt.Fprintln(stdout, id)
 	}
 	fmt.Fprintf(stderr, "%d run(s) moved from version %q to %q\n", len(ids), *from, *to)
+	return nil
+}
+
+func runsFork(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("runs fork", `Usage: weir runs fork RUN (--op N | --step NAME) [flags]
+
+Starts a new run from RUN's operation N (as 'weir runs show' numbers them)
+or its first step named NAME: the operations before it replay their
+recorded outcomes without running, and the new run's streams begin with
+their committed output; the rest runs with the code of the fork's version.
+RUN itself does not change. Prints the new run's id.
+`, stderr)
+	var cf clientFlags
+	cf.register(fs)
+	op := fs.Int64("op", 0, "the first operation to run again (1-based)")
+	step := fs.String("step", "", "the first step of this name is the fork point")
+	id := fs.String("id", "", "the fork's id (default: a random one; the same id and point again is the same fork)")
+	input := fs.String("input", "", "the fork's input, JSON (default: RUN's)")
+	version := fs.String("app-version", "", "the application version the fork starts on (default: RUN's)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errUsage(fmt.Errorf("runs fork: want one run id"))
+	}
+	if (*op > 0) == (*step != "") {
+		return errUsage(fmt.Errorf("runs fork: want --op or --step, one of them"))
+	}
+	o := client.ForkOptions{ID: *id, Op: *op, Step: *step, Version: *version}
+	if *input != "" {
+		if !json.Valid([]byte(*input)) {
+			return errUsage(fmt.Errorf("runs fork: --input is not JSON"))
+		}
+		o.Input = json.RawMessage(*input)
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	run, err := c.Fork(ctx, pos[0], o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, run.ID)
+	return nil
+}
+
+func runsRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("runs retry", `Usage: weir runs retry RUN [--step NAME] [flags]
+
+Forks RUN from the step whose failure ended it (or from its first step
+named NAME): a new run that replays the steps before it and runs it and
+the rest again. Prints the new run's id.
+`, stderr)
+	var cf clientFlags
+	cf.register(fs)
+	step := fs.String("step", "", "the step to retry from (default: the one that failed the run)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errUsage(fmt.Errorf("runs retry: want one run id"))
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	run, err := c.RetryFrom(ctx, pos[0], *step)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, run.ID)
+	return nil
+}
+
+func runsResume(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("runs resume", `Usage: weir runs resume RUN [flags]
+
+Makes a failed or cancelled run run again, with its id and history: the
+steps whose failures ended it run again under their retry policies, the
+others replay. Its streams reopen (docs/semantics.md).
+`, stderr)
+	var cf clientFlags
+	cf.register(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errUsage(fmt.Errorf("runs resume: want one run id"))
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	run, err := c.Resume(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "run %s resumed: %s\n", run.ID, run.Status)
 	return nil
 }
