@@ -556,7 +556,7 @@ func appendNDJSONHead(b []byte, r *stream.Record) []byte {
 	b = append(b, `","kind":"`...)
 	b = append(b, r.Kind.String()...)
 	b = append(b, '"')
-	if r.Kind != stream.KindClose {
+	if r.Kind != stream.KindClose && r.Kind != stream.KindReopen {
 		b = append(b, `,"writer":`...)
 		w, _ := json.Marshal(r.Writer)
 		b = append(b, w...)

@@ -83,6 +83,41 @@ class RunsTests(ServerCase):
         self.assertTrue({"demo.tokens", "demo.approval"} <= set(self.client.workflows()))
         self.client.health()
 
+    def test_resume_and_fork(self) -> None:
+        text = "one two three four five six"
+        slow = self.client.start("demo.tokens", {"text": text, "delay": 100 * MS})
+        wait_for(lambda: self.client.get_run(slow.id).status == "running", "the slow run to start")
+        self.client.cancel(slow.id)
+        self.assertEqual(self.client.wait(slow.id, timeout=20).status, "cancelled")
+        with self.assertRaises(weir.NotFoundError):
+            self.client.resume("run_does_not_exist")
+        run = self.client.resume(slow.id)
+        self.assertEqual((run.id, run.status), (slow.id, "pending"))
+        done = self.client.wait(slow.id, timeout=60)
+        self.assertEqual(done.status, "completed", done.error)
+        with self.assertRaises(weir.NotResumableError) as cm:
+            self.client.resume(slow.id)
+        self.assertEqual(cm.exception.status, 409)
+        # The committed view: the close of the cancel, the reopen, then every
+        # token once (the cancelled attempt's were void).
+        recs = list(self.client.read_run(slow.id, "tokens", live="long-poll"))
+        self.assertEqual([r.kind for r in recs if r.kind != "data"], ["close", "reopen", "close"])
+        self.assertEqual("".join(r.text for r in recs if r.kind == "data"), text)
+        self.assertIn("run_resumed", [e.type for e in self.client.events(slow.id)])
+
+        fork = self.client.fork(slow.id, op=1, id="py-fork-" + uuid.uuid4().hex[:8])
+        self.assertEqual(fork.workflow, "demo.tokens")
+        again = self.client.fork(slow.id, op=1, id=fork.id)
+        self.assertEqual(again.id, fork.id, "the same fork again is the same run")
+        with self.assertRaises(weir.BadRequestError):
+            self.client.fork(slow.id, op=9)
+        with self.assertRaises(ValueError):
+            self.client.fork(slow.id)
+        self.assertEqual(self.client.wait(fork.id, timeout=60).status, "completed")
+        retried = self.client.retry(slow.id, step="generate")
+        self.assertNotEqual(retried.id, slow.id)
+        self.assertEqual(self.client.wait(retried.id, timeout=60).status, "completed")
+
     def test_errors(self) -> None:
         with self.assertRaises(weir.UnknownWorkflowError) as cm:
             self.client.start("no.such.workflow")

@@ -19,7 +19,7 @@ import weir
 from weir.client import _millis
 from weir.types import _time
 
-RecordKind = Literal["data", "abort", "commit", "close"]  # weir.Record.kind
+RecordKind = Literal["data", "abort", "commit", "close", "reopen"]  # weir.Record.kind
 
 HERE = Path(__file__).resolve().parent
 CLIENT = HERE.parent

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 import struct
 import time
 import urllib.parse
@@ -47,6 +48,9 @@ MAX_MESSAGE_BYTES = 1 << 20
 MAX_EVENT_WAIT = 60.0
 
 _u32 = struct.Struct(">I")
+
+
+_NO_INPUT: Any = object()  # fork(): no input given (None is JSON null)
 
 
 def _seg(s: str, what: str) -> str:
@@ -491,6 +495,64 @@ class Client:
             body["runs"] = list(run_ids)
         _, d = self._json("POST", "/v1/runs/migrate", idempotent=True, body=body)
         return [str(x) for x in d.get("migrated") or []]
+
+    def fork(
+        self,
+        run_id: str,
+        *,
+        op: int | None = None,
+        step: str | None = None,
+        id: str | None = None,
+        input: Any = _NO_INPUT,
+        version: str | None = None,
+    ) -> Run:
+        """Starts a new run from operation ``op`` of run ``run_id`` (1-based, as
+        its event log numbers them) or from its first step named ``step``
+        (``POST /v1/runs/{id}/fork``): the operations before it replay their
+        recorded outcomes, and the new run's streams begin with their committed
+        output. ``input`` replaces the run's input; ``version`` moves the fork
+        to another application version. The same ``id`` and fork point again
+        return the same fork (so a retry is safe; a random id is made if none
+        is given).
+
+        Raises:
+            BadRequestError: no fork point, both, or one past the run's end or
+                inside a parallel group.
+            NotFoundError: no such run.
+            RunConflictError: ``id`` is another run's.
+        """
+        if (op is None) == (step is None):
+            raise ValueError("fork: give op or step, one of them")
+        body: dict[str, Any] = {"id": id or "run_" + secrets.token_hex(12)}
+        if op is not None:
+            body["op"] = op
+        if step is not None:
+            body["step"] = step
+        if input is not _NO_INPUT:
+            body["input"] = input
+        if version:
+            body["version"] = version
+        _, d = self._json("POST", f"/v1/runs/{_seg(run_id, 'run id')}/fork", idempotent=True, body=body)
+        return Run.from_json(d)
+
+    def retry(self, run_id: str, *, step: str | None = None) -> Run:
+        """Forks run ``run_id`` from the step whose failure ended it, or from
+        its first step named ``step`` (``POST /v1/runs/{id}/retry``); returns
+        the new run."""
+        body: dict[str, Any] = {"step": step} if step else {}
+        _, d = self._json("POST", f"/v1/runs/{_seg(run_id, 'run id')}/retry", idempotent=False, body=body)
+        return Run.from_json(d)
+
+    def resume(self, run_id: str) -> Run:
+        """Makes a failed or cancelled run run again, with its id and history
+        (``POST /v1/runs/{id}/resume``): the steps whose failures ended it run
+        again, the rest replays; its streams reopen. Returns it, pending.
+
+        Raises:
+            NotResumableError: the run is running, pending or completed.
+        """
+        _, d = self._json("POST", f"/v1/runs/{_seg(run_id, 'run id')}/resume", idempotent=True)
+        return Run.from_json(d)
 
     def cancel(self, run_id: str) -> Run:
         """Asks for a run to be cancelled; returns it as it is now (it turns

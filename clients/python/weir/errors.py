@@ -50,6 +50,7 @@ __all__ = [
     "WriterFinishedError",
     "WriterModeError",
     "RunConflictError",
+    "NotResumableError",
     "HookInUseError",
     "LeaseLostError",
     "ProducerGapError",
@@ -375,6 +376,13 @@ class RunConflictError(WeirError):
     """409 ``run_conflict``: the run id is taken by a run of another workflow."""
 
     code_name = "run_conflict"
+
+
+class NotResumableError(WeirError):
+    """409 ``not_resumable``: a resume of a run that did not fail and was not
+    cancelled (it is running, pending or completed)."""
+
+    code_name = "not_resumable"
 
 
 class HookInUseError(WeirError):

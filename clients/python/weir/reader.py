@@ -67,7 +67,7 @@ def _decode(line: bytes, encoding: str) -> Record:
         offset = int(w["offset"])
     except (ValueError, KeyError, TypeError) as e:
         raise ProtocolError(f"an NDJSON record that is not one: {e}: {line[:200]!r}") from None
-    if kind not in ("data", "abort", "commit", "close"):
+    if kind not in ("data", "abort", "commit", "close", "reopen"):
         raise ProtocolError(f"NDJSON record at {offset}: unknown kind {kind!r}")
     data, value = b"", None
     if kind == "data":
@@ -230,6 +230,9 @@ class Reader:
         self.offset = rec.next_offset
         if rec.kind == "close":
             self.closed = True
+        elif rec.kind == "reopen":
+            # A resumed run's stream goes on after its close.
+            self.closed = False
         return rec
 
     def _one(self, mode: LiveMode | None) -> Generator[Record, None, bool]:

@@ -142,7 +142,7 @@ class Record:
 
     offset: int
     next_offset: str
-    kind: Literal["data", "abort", "commit", "close"]
+    kind: Literal["data", "abort", "commit", "close", "reopen"]
     writer: str = ""
     attempt: int = 0
     seq: int = 0

@@ -294,6 +294,12 @@ export class RunConflictError extends WeirError {
   override name = 'RunConflictError';
 }
 
+/** 409 `not_resumable`: a resume of a run that did not fail and was not cancelled. */
+export class NotResumableError extends WeirError {
+  static override readonly code: string = 'not_resumable';
+  override name = 'NotResumableError';
+}
+
 /** 409 `hook_in_use`: a live hook of another run holds the token. */
 export class HookInUseError extends WeirError {
   static override readonly code: string = 'hook_in_use';
@@ -420,7 +426,7 @@ const classes: WeirErrorClass[] = [
   WorldConflictError, RunExpiredError, TooEarlyError, RunNotFoundError, HookNotFoundError,
   StepNotFoundError, WaitNotFoundError, RunNotSupportedError, InvalidEventError, UnsignedError,
   NoDeliveryError, UnknownWriterError, NotFoundError, ChunkConflictError, KeyReusedError, GapError,
-  ClosedError, WriterFinishedError, WriterModeError, RunConflictError, HookInUseError, LeaseLostError,
+  ClosedError, WriterFinishedError, WriterModeError, RunConflictError, NotResumableError, HookInUseError, LeaseLostError,
   ProducerGapError, StreamSeqError, TooLargeError, StreamFullError, QuotaError, ProducerEpochSeqError,
   InvalidError, BadRequestError, UnauthorizedError, MethodNotAllowedError, ForbiddenError,
   UnsupportedMediaTypeError, BusyError, StoreClosedError, EngineClosedError, InternalError,

@@ -30,6 +30,12 @@ export type FollowEvent =
   | { type: 'commit'; writer: string; attempt: number; count: number }
   /** After the close's own rewinds. */
   | { type: 'close' }
+  /**
+   * A resumed run's stream went on past a close this follower read but
+   * had not stopped at (both were in the log when it read them): the
+   * close voided what was open, the chunks after the reopen follow.
+   */
+  | { type: 'reopen' }
   /** A dropped connection; it resumes. */
   | { type: 'reconnect'; error: Error; attempt: number };
 
@@ -139,6 +145,8 @@ class Follow implements Follower {
   private expected: number | undefined;
   private upToDate = false;
   private closed = false;
+  /** The last close or reopen record read was a close. */
+  private closeRead = false;
   private cursor: string | undefined;
   private mode: 'sse' | 'long-poll' = 'sse';
   private snap: Snapshot | undefined;
@@ -444,7 +452,12 @@ class Follow implements Follower {
     if (next !== null) {
       const h = (name: string) => res.headers.get(name)?.toLowerCase() === 'true';
       this.control(next, res.headers.get('stream-cursor') ?? undefined, h('stream-up-to-date'), h('stream-closed'));
-    } else if (any) this.progressed = true;
+    } else {
+      if (any) this.progressed = true;
+      // A reply without its head (an app route that strips headers): the
+      // close record read last is the end.
+      if (this.closeRead && !this.closed) this.close();
+    }
   }
 
   // The rules.
@@ -503,8 +516,17 @@ class Follow implements Follower {
         return;
       }
       case 'close':
+        // The close voids what is open at once; the follower stops when
+        // the server says the stream is closed (control), for a resumed
+        // run's stream goes on past it with a reopen record.
         this.flush();
-        this.close();
+        this.voidOpen();
+        this.closeRead = true;
+        return;
+      case 'reopen':
+        this.flush();
+        this.closeRead = false;
+        this.emit({ type: 'reopen' });
         return;
     }
   }
@@ -528,12 +550,17 @@ class Follow implements Follower {
     if (closed && !this.closed) this.close();
   }
 
-  private close(): void {
+  /** Voids every writer's open chunks: a close never commits them. */
+  private voidOpen(): void {
     for (const [writer, l] of this.open) {
       this.open.delete(writer);
       this.remove(l);
       this.emit({ type: 'rewind', writer, fromSeq: 0, removed: l });
     }
+  }
+
+  private close(): void {
+    this.voidOpen();
     this.closed = true;
     this.upToDate = true;
     this.snap = undefined;

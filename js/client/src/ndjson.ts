@@ -27,7 +27,9 @@ export type WireRecord =
   | { kind: 'data'; offset: number; nextOffset: string; writer: string; attempt: number; seq: number; data: unknown }
   | { kind: 'abort'; offset: number; nextOffset: string; writer: string; attempt: number; from: number }
   | { kind: 'commit'; offset: number; nextOffset: string; writer: string; attempt: number; count: number }
-  | { kind: 'close'; offset: number; nextOffset: string };
+  | { kind: 'close'; offset: number; nextOffset: string }
+  /** A resumed run's stream goes on after its close. */
+  | { kind: 'reopen'; offset: number; nextOffset: string };
 
 /** The reply's Weir-Data-Encoding; absent is base64, as weir's Go client takes it. */
 export function dataEncoding(h: string | null): DataEncoding {
@@ -62,6 +64,7 @@ export function parseRecord(line: string, enc: DataEncoding): WireRecord {
   if (typeof r.next_offset !== 'string' || parseOffset(r.next_offset) !== r.offset + 1) throw bad('next_offset is not the offset after it');
   const base = { offset: r.offset, nextOffset: r.next_offset };
   if (r.kind === 'close') return { kind: 'close', ...base };
+  if (r.kind === 'reopen') return { kind: 'reopen', ...base };
   if (typeof r.writer !== 'string' || !nonNeg(r.attempt)) throw bad('writer, attempt');
   const w = { ...base, writer: r.writer, attempt: r.attempt };
   switch (r.kind) {

@@ -82,6 +82,21 @@ describe('follow: bad input', () => {
             ['control', [JSON.stringify({ streamNextOffset: formatOffset(4), upToDate: true, streamClosed: true })]],
           ]);
           return;
+        case '/resumed': {
+          // A resumed run's stream: a step's attempt open at the failure,
+          // the close (which voids it), a reopen, the new attempt's chunk;
+          // the server says closed only once the second close is read.
+          const mark = (o: number, kind: string) => JSON.stringify({ offset: o, next_offset: formatOffset(o + 1), kind });
+          if (offset === '-1') {
+            sse(res, [
+              ['data', [ghost(0, 'data', '"seq":0,"data":"bad"'), mark(1, 'close'), mark(2, 'reopen'), rec(3, 'good')]],
+              ['control', [JSON.stringify({ streamNextOffset: formatOffset(4), upToDate: true })]],
+            ]);
+          } else {
+            sse(res, [['data', [mark(4, 'close')]], ['control', [JSON.stringify({ streamNextOffset: formatOffset(5), upToDate: true, streamClosed: true })]]]);
+          }
+          return;
+        }
         case '/silent':
           res.writeHead(200, { 'content-type': 'text/event-stream' });
           res.flushHeaders();
@@ -157,6 +172,14 @@ describe('follow: bad input', () => {
     const final = await within(f.done, 'the ghost stream to close');
     assert.deepEqual(texts(final), ['a']);
     assert.deepEqual(events.map((e) => e.type), ['append', 'commit', 'close']);
+  });
+
+  test('a resumed run: a close then a reopen read together do not end the follower; the close voids what was open', async () => {
+    const events: FollowEvent[] = [];
+    const f = follow({ url: `${appUrl}/resumed`, onEvent: (e) => events.push(e) });
+    const final = await within(f.done, 'the resumed stream to close');
+    assert.deepEqual(texts(final), ['good']);
+    assert.deepEqual(events.map((e) => e.type), ['append', 'rewind', 'reopen', 'append', 'close']);
   });
 
   test('every wait is bounded: silence is a dropped connection, and the reconnects give up', async () => {
