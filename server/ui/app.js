@@ -46,6 +46,10 @@ const runsAPI = {
   start: (workflow, input) =>
     api("/v1/runs", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ workflow, input }) }),
   cancel: (id) => api(`/v1/runs/${encodeURIComponent(id)}/cancel`, { method: "POST" }),
+  resume: (id) => api(`/v1/runs/${encodeURIComponent(id)}/resume`, { method: "POST" }),
+  fork: (id, body) => api(`/v1/runs/${encodeURIComponent(id)}/fork`, {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+  }),
   waiting: (id) => api(`/v1/runs/${encodeURIComponent(id)}/waiting`),
   hooks: (id) => api(`/v1/runs/${encodeURIComponent(id)}/hooks`).then((b) => listOf(b, "hooks")),
   state: (id) => api(`/v1/runs/${encodeURIComponent(id)}/state`),
@@ -97,6 +101,7 @@ const terminal = (s) => s === "completed" || s === "failed" || s === "cancelled"
 // ---- routing --------------------------------------------------------------
 
 let stopPage = () => {};
+let forkFrom = async () => {}; // the run page's: a fork from an operation
 function route() {
   stopPage();
   const m = location.hash.match(/^#\/runs\/(.+)$/);
@@ -312,6 +317,16 @@ function runPage(id) {
   $("#cancel-run").onclick = async () => {
     try { await runsAPI.cancel(id); } catch (e) { $("#run-error").textContent = e.message; }
   };
+  // A resumed run's streams reopen: the page starts over to follow them.
+  $("#resume-run").onclick = async () => {
+    try { await runsAPI.resume(id); route(); } catch (e) { $("#run-error").textContent = e.message; }
+  };
+  forkFrom = async (op) => {
+    try {
+      const f = await runsAPI.fork(id, { op });
+      location.hash = `#/runs/${encodeURIComponent(runField.id(f))}`;
+    } catch (e) { $("#run-error").textContent = e.message; }
+  };
   const refresh = async () => {
     try {
       const [run, list] = await Promise.all([runsAPI.get(id), runsAPI.streams(id)]);
@@ -330,6 +345,8 @@ function runPage(id) {
       const parent = runField.parent(r);
       if (parent) $("#run-meta").append(" · child of ", el("a", { href: `#/runs/${encodeURIComponent(parent)}`, class: "parent-link", text: parent }));
       $("#run-actions").hidden = ended;
+      $("#end-actions").hidden = world || (st !== "failed" && st !== "cancelled");
+      $("#gantt").dataset.fork = world ? "" : "1";
       renderInput(r, world);
       renderResult(r, st, world);
       if (world) {
@@ -485,6 +502,9 @@ function renderTimeline(events, t0) {
       case "run_completed": cls = "ok"; text = "run completed"; break;
       case "run_failed": cls = "bad"; text = "run failed"; break;
       case "run_cancelled": cls = "bad"; text = "run cancelled"; break;
+      case "run_resumed": cls = "run"; text = "run resumed"; break;
+      case "run_forked": cls = "run"; text = `forked from run ${name}: the operations above are its`; break;
+      case "stream_mark": return null; // where the workflow's writes stood: for forks
     }
     const head = el("div", { text });
     if (type === "child_started") head.append(el("a", { href: `#/runs/${encodeURIComponent(name)}`, class: "child-link", text: name }));
@@ -493,7 +513,7 @@ function renderTimeline(events, t0) {
     if (err) li.append(el("div", { class: "err", text: err }));
     return li;
   });
-  $("#timeline").replaceChildren(...items);
+  $("#timeline").replaceChildren(...items.filter(Boolean));
 }
 
 // limiterOf is the limiter a limit_waiting event names.
@@ -612,6 +632,12 @@ function renderSteps(events, t0, tEnd) {
     const label = el("span", { class: "gantt-label", title: what },
       el("span", { class: `lane-kind ${r.kind}`, text: r.kind }), " ", el("span", { class: "lane-name", text: what }),
       el("span", { class: "dur", text: ` · ${attempts > 1 ? `${attempts} attempts · ` : ""}${dur}${last.end == null ? " so far" : ""}` }));
+    if (r.kind === "step" && $("#gantt").dataset.fork) {
+      // A new run from this step: the steps before it keep their output.
+      const fork = el("button", { class: "fork", text: "fork from here", title: `a new run from op ${r.op}: the operations before it replay, their output is kept` });
+      fork.onclick = () => forkFrom(r.op);
+      label.append(" ", fork);
+    }
     return el("div", { class: `gantt-row ${r.kind}`, "data-op": String(r.op), "data-kind": r.kind }, label, track);
   });
   box.replaceChildren(el("h2", { text: "Steps and waits" }),

@@ -195,3 +195,31 @@ test("schedules are listed with what they did, and paused from the page", { time
   assert.equal(await page.locator("img").count(), 0);
   assert.deepEqual(errors, []);
 });
+
+test("a cancelled run is resumed from its page, and forked from a step into a new run", { timeout: 90_000 }, async (t) => {
+  const { url, call } = await startServer(t);
+  const { page, errors } = await openPage(t, url);
+  const run = await call("POST", "/v1/runs", { workflow: "demo.tokens", input: { text: "one two three four", delay: 150_000_000 } });
+  await until("the run running", async () => (await call("GET", `/v1/runs/${encodeURIComponent(run.id)}`)).status === "running");
+  await call("POST", `/v1/runs/${encodeURIComponent(run.id)}/cancel`);
+  await until("the run cancelled", async () => (await call("GET", `/v1/runs/${encodeURIComponent(run.id)}`)).status === "cancelled");
+  await page.goto(`${url}/ui/#/runs/${encodeURIComponent(run.id)}`);
+  const resume = page.getByRole("button", { name: "Resume run" });
+  await resume.waitFor({ timeout: 20_000 });
+  await resume.click();
+  await until("the resumed run completed on the page", async () => (await page.locator("#run-status").textContent()) === "completed", 30_000);
+  await until("the resume in the timeline", async () => (await page.locator('#timeline li[data-type="run_resumed"]').count()) === 1);
+  assert.ok(await resume.isHidden(), "Resume is offered for a completed run");
+  await page.screenshot({ path: join(shots, `ui-resumed${tag}.png`), fullPage: true });
+
+  // Fork from the step: a new run, on its own page.
+  const fork = page.locator('#gantt .gantt-row[data-kind="step"] button.fork').first();
+  await fork.waitFor({ timeout: 10_000 });
+  await fork.click();
+  await until("the fork's page", async () => (await page.locator("#run-id").textContent()) !== run.id, 10_000);
+  const forkId = await page.locator("#run-id").textContent();
+  await until("the fork completed", async () => (await call("GET", `/v1/runs/${encodeURIComponent(forkId)}`)).status === "completed", 30_000);
+  await until("its origin in the timeline", async () => (await page.locator('#timeline li[data-type="run_forked"]').count()) === 1, 10_000);
+  assert.match(await page.locator('#timeline li[data-type="run_forked"]').textContent(), new RegExp(`forked from run ${run.id}`));
+  assert.deepEqual(errors, []);
+});
