@@ -38,14 +38,64 @@ type Approval struct {
 //     of application version v2 (WEIR_APP_VERSION, standing in for a
 //     second build), "polite" behind weir.Patched(ctx, "polite"), then the
 //     hook "approve-<run id>"; its output is that step's, and the pid
-//     that ran it.
+//     that ran it;
+//   - "pipeline": the workflow's code writes "head" to the stream "out",
+//     step "one" writes "one-a" and "one-b", the code writes "mid", step
+//     "two" writes ten tokens 40 ms apart, the code writes "tail". v1's
+//     step "two" has a bug: it fails for good at its third token; v2's
+//     runs through. A v1 run fails; its fork from "two" onto v2 keeps
+//     "head" to "mid" and runs "two" with the fixed code.
 func Register(e *weir.Engine) error {
 	weir.Register(e, "answer", answer)
 	sum := weir.Register(e, "summarize", summarize)
 	weir.Register(e, "research", func(ctx weir.Context, topic string) (string, error) { return research(ctx, sum, topic) })
 	weir.Register(e, "limited", limited)
 	weir.Register(e, "greet", greet)
+	weir.Register(e, "pipeline", pipeline)
 	return nil
+}
+
+func pipeline(ctx weir.Context, _ struct{}) (string, error) {
+	out := ctx.Stream("out")
+	if _, err := out.WriteString("head"); err != nil {
+		return "", err
+	}
+	if _, err := weir.Step(ctx, "one", func(sc weir.StepContext) (int, error) {
+		w := sc.Stream("out")
+		for _, s := range []string{"one-a", "one-b"} {
+			if _, err := w.WriteString(s); err != nil {
+				return 0, err
+			}
+		}
+		return os.Getpid(), nil
+	}); err != nil {
+		return "", err
+	}
+	if _, err := out.WriteString("mid"); err != nil {
+		return "", err
+	}
+	by, err := weir.Step(ctx, "two", func(sc weir.StepContext) (string, error) {
+		w := sc.Stream("out")
+		for i := range 10 {
+			if i == 2 && !v2 {
+				return "", weir.NonRetryable(errors.New("v1's bug"))
+			}
+			if _, err := fmt.Fprintf(w, "two-%d", i); err != nil {
+				return "", err
+			}
+			select {
+			case <-time.After(40 * time.Millisecond):
+			case <-sc.Done():
+				return "", sc.Err()
+			}
+		}
+		return fmt.Sprintf("two by pid %d", os.Getpid()), nil
+	})
+	if err != nil {
+		return "", err
+	}
+	_, err = out.WriteString("tail")
+	return by, err
 }
 
 func limited(ctx weir.Context, ms int) (string, error) {
