@@ -67,6 +67,9 @@ type Stats struct {
 	// Limited steps' attempts whose outcome is in the log, held to their
 	// trial's limiter.
 	Limited int
+	// Forks made and checked, fork points refused (rightly), and resumes
+	// of failed forks.
+	Forks, ForksRefused, Resumes int
 }
 
 func (s *Stats) add(o Stats) {
@@ -100,6 +103,9 @@ func (s *Stats) add(o Stats) {
 	s.MessagesLeft += o.MessagesLeft
 	s.Queued += o.Queued
 	s.Limited += o.Limited
+	s.Forks += o.Forks
+	s.ForksRefused += o.ForksRefused
+	s.Resumes += o.Resumes
 }
 
 func (c *checker) fail(inv, where, format string, args ...any) {
@@ -129,6 +135,9 @@ func check(ctx context.Context, s store.Full, t *Trial, base string) ([]Violatio
 		return c.out, c.stats, err
 	}
 	if err := c.checkLimiter(ctx, t); err != nil {
+		return c.out, c.stats, err
+	}
+	if err := c.checkForks(ctx, t); err != nil {
 		return c.out, c.stats, err
 	}
 	for i := range t.Producers {

@@ -89,6 +89,9 @@ type Trial struct {
 	// (LimiterName): its items with Limited take a slot of it for each
 	// attempt; 0: no limiter.
 	Limiter int `json:",omitempty"`
+	// Forks are forks the workers make once every run ended, and run (and
+	// resume, if they fail) under the trial's faults (forks.go).
+	Forks []ForkSpec `json:",omitempty"`
 
 	// limited is what the workers reported of the limited attempts'
 	// spans (their own clocks around the step's code), for the checker.
@@ -430,6 +433,7 @@ func Generate(seed uint64, prefix string, o GenOptions) *Trial {
 		addQueue(t, seed)
 		addLimiter(t, seed)
 	}
+	addForks(t, seed)
 	if o.HTTP && (streamFault || r.IntN(2) == 0) {
 		for i := range 1 + r.IntN(2) {
 			t.HTTPStreams = append(t.HTTPStreams, genHTTPStream(r, fmt.Sprintf("torture-%s-%d", t.Prefix, i), scale))

@@ -655,6 +655,9 @@ func (r *Report) Print(w io.Writer) {
 	if st.Messages > 0 {
 		fmt.Fprintf(w, "  messages to runs %d: taken %d, left at the runs' ends %d\n", st.Messages, st.MessagesTaken, st.MessagesLeft)
 	}
+	if st.Forks+st.ForksRefused > 0 {
+		fmt.Fprintf(w, "  forks run and checked %d (points refused %d), failed forks resumed %d\n", st.Forks, st.ForksRefused, st.Resumes)
+	}
 	if st.Limited > 0 {
 		fmt.Fprintf(w, "  limited attempts held to their trial's limiter %d\n", st.Limited)
 	}

@@ -263,6 +263,9 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	<-prodDone
+	if err := forkPhase(ctx, s, &t); err != nil {
+		return err
+	}
 	// HTTP stream writers need a server until they are done.
 	if len(t.HTTPStreams) > 0 {
 		done := filepath.Join(filepath.Dir(*trialPath), "streams.done")
