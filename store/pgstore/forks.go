@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,26 @@ type forkTx struct {
 	hookTx
 	streams map[int64]*apply.Stream
 	wrote   []int64 // streams that got records
+	// pend holds the record batches written and not sent yet, heads the
+	// streams whose heads they move: a fork's copy is thousands of
+	// batches, sent pipelined (nothing in a fork or a resume reads what
+	// it wrote).
+	pend  *pgx.Batch
+	heads map[int64]*apply.Stream
+}
+
+// flush sends the batches pending, then the heads they moved.
+func (t *forkTx) flush() error {
+	if t.pend == nil || t.pend.Len() == 0 && len(t.heads) == 0 {
+		return nil
+	}
+	for _, st := range t.heads {
+		t.pend.Queue(t.s.q.setHead, st.ID, st.Head.NextOffset, st.Head.Closed, st.Bytes)
+	}
+	clear(t.heads)
+	b := t.pend
+	t.pend = &pgx.Batch{}
+	return t.x.c.SendBatch(t.ctx, b).Close()
 }
 
 var (
@@ -47,11 +68,13 @@ func (s *Store) ForkRun(ctx context.Context, p *store.ForkRunParams) (*store.Run
 	var created bool
 	var wrote []int64
 	err := s.inTx(ctx, true, func(ctx context.Context, x *txn) error {
-		t := &forkTx{hookTx: hookTx{ctx: ctx, x: x, s: s}, streams: map[int64]*apply.Stream{}}
+		t := newForkTx(ctx, x, s)
 		var err error
-		run, created, err = apply.ForkRun(t, &q)
+		if run, created, err = apply.ForkRun(t, &q); err != nil {
+			return err
+		}
 		wrote = t.wrote
-		return err
+		return t.flush()
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("fork run: %w", err)
@@ -73,17 +96,23 @@ func (s *Store) ResumeRun(ctx context.Context, p *store.ResumeRunParams) (*store
 	var run *store.Run
 	var wrote []int64
 	err := s.inTx(ctx, true, func(ctx context.Context, x *txn) error {
-		t := &forkTx{hookTx: hookTx{ctx: ctx, x: x, s: s}, streams: map[int64]*apply.Stream{}}
+		t := newForkTx(ctx, x, s)
 		var err error
-		run, err = apply.ResumeRun(t, &q)
+		if run, err = apply.ResumeRun(t, &q); err != nil {
+			return err
+		}
 		wrote = t.wrote
-		return err
+		return t.flush()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("resume run: %w", err)
 	}
 	s.wrote(wrote...)
 	return run, nil
+}
+
+func newForkTx(ctx context.Context, x *txn, s *Store) *forkTx {
+	return &forkTx{hookTx: hookTx{ctx: ctx, x: x, s: s}, streams: map[int64]*apply.Stream{}, pend: &pgx.Batch{}, heads: map[int64]*apply.Stream{}}
 }
 
 func (t *forkTx) schema() string { return t.s.q.schema }
@@ -113,13 +142,26 @@ func (t *forkTx) RunEvents(run string) ([]store.Event, error) {
 	})
 }
 
-// AddEvents appends evs to run's log and moves the run's last event.
+// AddEvents appends evs to run's log, in one statement, and moves the
+// run's last event.
 func (t *forkTx) AddEvents(run *apply.Run, evs []store.Event) error {
-	if err := t.hookTx.AddEvents(run, evs); err != nil || len(evs) == 0 {
+	if len(evs) == 0 {
+		return nil
+	}
+	n := len(evs)
+	ids, seqs, types, ops := make([]string, n), make([]int64, n), make([]string, n), make([]int64, n)
+	names, attempts, data, errs := make([]string, n), make([]int64, n), make([][]byte, n), make([]string, n)
+	finals, ats, wakes := make([]bool, n), make([]int64, n), make([]int64, n)
+	for i, e := range evs {
+		ids[i], seqs[i], types[i], ops[i] = run.ID, e.Seq, string(e.Type), e.Op
+		names[i], attempts[i], data[i], errs[i] = e.Name, e.Attempt, e.Data, e.Error
+		finals[i], ats[i], wakes[i] = e.Final, sqlrow.Nanos(e.At), sqlrow.Nanos(e.WakeAt)
+	}
+	if _, err := t.x.c.Exec(t.ctx, t.s.q.insertEventsMany, ids, seqs, types, ops, names, attempts, data, errs, finals, ats, wakes); err != nil {
 		return err
 	}
 	_, err := t.x.c.Exec(t.ctx, `UPDATE `+t.schema()+`.runs SET last_event = GREATEST(last_event, $2) WHERE id = $1`,
-		run.ID, evs[len(evs)-1].Seq)
+		run.ID, evs[n-1].Seq)
 	return err
 }
 
@@ -243,19 +285,20 @@ func (t *forkTx) Writer(st *apply.Stream, id string) (*stream.Writer, error) {
 	return w, rows.Err()
 }
 
-// AddRecords writes recs as one batch and st's head.
+// AddRecords writes recs as one batch and st's head (sent by flush).
 func (t *forkTx) AddRecords(st *apply.Stream, recs []stream.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	if _, err := t.x.c.Exec(t.ctx, t.s.q.insertBatch, st.ID, recs[len(recs)-1].Offset, recs[0].Offset, recs[0].Writer,
-		stream.EncodeBatch(nil, recs), dataBytes(recs)); err != nil {
-		return err
+	t.pend.Queue(t.s.q.insertBatch, st.ID, recs[len(recs)-1].Offset, recs[0].Offset, recs[0].Writer,
+		stream.EncodeBatch(nil, recs), dataBytes(recs))
+	if t.heads[st.ID] == nil && !slices.Contains(t.wrote, st.ID) {
+		t.wrote = append(t.wrote, st.ID)
 	}
-	if _, err := t.x.c.Exec(t.ctx, t.s.q.setHead, st.ID, st.Head.NextOffset, st.Head.Closed, st.Bytes); err != nil {
-		return err
+	t.heads[st.ID] = st
+	if t.pend.Len() >= 1000 {
+		return t.flush()
 	}
-	t.wrote = append(t.wrote, st.ID)
 	return nil
 }
 
