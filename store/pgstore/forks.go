@@ -132,14 +132,7 @@ func (t *forkTx) RunEvents(run string) ([]store.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Event, error) {
-		var e store.Event
-		var typ string
-		var at, wake int64
-		err := r.Scan(&e.Seq, &typ, &e.Op, &e.Name, &e.Attempt, &e.Data, &e.Error, &e.Final, &at, &wake)
-		e.Type, e.At, e.WakeAt = store.EventType(typ), sqlrow.Time(at), sqlrow.Time(wake)
-		return e, err
-	})
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Event, error) { return sqlrow.ScanEvent(r) })
 }
 
 // AddEvents appends evs to run's log, in one statement, and moves the

@@ -243,13 +243,10 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64) ([
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var e store.Event
-			var typ string
-			var at, wake int64
-			if err := rows.Scan(&e.Seq, &typ, &e.Op, &e.Name, &e.Attempt, &e.Data, &e.Error, &e.Final, &at, &wake); err != nil {
+			e, err := sqlrow.ScanEvent(rows)
+			if err != nil {
 				return err
 			}
-			e.Type, e.At, e.WakeAt = store.EventType(typ), sqlrow.Time(at), sqlrow.Time(wake)
 			out = append(out, e)
 		}
 		if err := rows.Err(); err != nil {

@@ -72,8 +72,7 @@ func (s *Store) ResumeRun(ctx context.Context, p *store.ResumeRunParams) (*store
 
 // RunEvents returns run's log, in order.
 func (tx *wtx) RunEvents(run string) ([]store.Event, error) {
-	st, err := tx.stmt(`SELECT seq, type, op, name, attempt, data, error, final, at, wake_at
-		FROM events WHERE run_id = ? ORDER BY seq`)
+	st, err := tx.stmt(`SELECT ` + sqlrow.EventCols + ` FROM events WHERE run_id = ? ORDER BY seq`)
 	if err != nil {
 		return nil, err
 	}
@@ -84,13 +83,10 @@ func (tx *wtx) RunEvents(run string) ([]store.Event, error) {
 	defer rows.Close()
 	var out []store.Event
 	for rows.Next() {
-		var e store.Event
-		var typ string
-		var at, wake int64
-		if err := rows.Scan(&e.Seq, &typ, &e.Op, &e.Name, &e.Attempt, &e.Data, &e.Error, &e.Final, &at, &wake); err != nil {
+		e, err := sqlrow.ScanEvent(rows)
+		if err != nil {
 			return nil, translate(err)
 		}
-		e.Type, e.At, e.WakeAt = store.EventType(typ), sqlrow.Time(at), sqlrow.Time(wake)
 		out = append(out, e)
 	}
 	return out, translate(rows.Err())

@@ -16,6 +16,19 @@ import (
 // Scanner is a row of either driver: *sql.Row, *sql.Rows, pgx.Row, pgx.Rows.
 type Scanner interface{ Scan(dest ...any) error }
 
+// EventCols are an event's columns, as ScanEvent takes them.
+const EventCols = `seq, type, op, name, attempt, data, error, final, at, wake_at`
+
+// ScanEvent scans an event's EventCols.
+func ScanEvent(row Scanner) (store.Event, error) {
+	var e store.Event
+	var typ string
+	var at, wake int64
+	err := row.Scan(&e.Seq, &typ, &e.Op, &e.Name, &e.Attempt, &e.Data, &e.Error, &e.Final, &at, &wake)
+	e.Type, e.At, e.WakeAt = store.EventType(typ), Time(at), Time(wake)
+	return e, err
+}
+
 // RunCols are a run's columns, as ScanRun takes them.
 const RunCols = `id, workflow, status, input, output, error, created_at, updated_at,
 	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
