@@ -132,6 +132,13 @@ export const MAX_EVENT_WAIT_MS = 60_000;
 
 const terminal = new Set<RunStatus>(['completed', 'failed', 'cancelled']);
 
+/** n random bytes in hex (a fork's id). */
+function randomHex(n: number): string {
+  const b = new Uint8Array(n);
+  crypto.getRandomValues(b);
+  return Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+}
+
 /**
  * JSON with every object's keys sorted: the same value always makes the
  * same body, which is what the server compares a request sent again with
@@ -217,6 +224,41 @@ export class Client {
   /** Asks for a run to be cancelled; returns it as it is now (cancelled once the engine stopped it). An ended run is unchanged. */
   async cancel(id: string): Promise<Run> {
     return (await this.json<Run>({ method: 'POST', path: `/v1/runs/${seg(id, 'run id')}/cancel`, idempotent: true })).body;
+  }
+
+  /**
+   * Starts a new run from run id's operation op (1-based, as its event log
+   * numbers them) or its first step named step: the operations before it
+   * replay, and the new run's streams begin with their committed output.
+   * The same id and point again return the same fork, so it is retried on
+   * failures (a random id is made if none is given).
+   */
+  async fork(
+    id: string,
+    point: { op: number; step?: undefined } | { step: string; op?: undefined },
+    opts: { id?: string; input?: unknown; version?: string } = {},
+  ): Promise<Run> {
+    const body: Record<string, unknown> = { id: opts.id ?? `run_${randomHex(12)}` };
+    if (point.op !== undefined) body.op = point.op;
+    else body.step = point.step;
+    if (opts.input !== undefined) body.input = opts.input;
+    if (opts.version !== undefined) body.version = opts.version;
+    return (await this.json<Run>({ method: 'POST', path: `/v1/runs/${seg(id, 'run id')}/fork`, idempotent: true }, body, 'fork')).body;
+  }
+
+  /** Forks run id from the step whose failure ended it, or from its first step named step. Sent once. */
+  async retry(id: string, step?: string): Promise<Run> {
+    const body = step === undefined ? {} : { step };
+    return (await this.json<Run>({ method: 'POST', path: `/v1/runs/${seg(id, 'run id')}/retry`, idempotent: false }, body, 'retry')).body;
+  }
+
+  /**
+   * Runs a failed or cancelled run again, with its id and history; its
+   * streams reopen. NotResumableError (409) for a run that is running,
+   * pending or completed.
+   */
+  async resume(id: string): Promise<Run> {
+    return (await this.json<Run>({ method: 'POST', path: `/v1/runs/${seg(id, 'run id')}/resume`, idempotent: true })).body;
   }
 
   /** A run's streams, by name. */

@@ -2,10 +2,12 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import {
+  BadRequestError,
   Client,
   GoneError,
   KeyReusedError,
   NotFoundError,
+  NotResumableError,
   UnknownWorkflowError,
   runStreamUrl,
   follow,
@@ -85,6 +87,20 @@ for (const { name, store } of stores()) {
       const cancelling = await c.cancel(slow.run.id);
       assert.equal(cancelling.id, slow.run.id);
       assert.equal((await c.wait(slow.run.id, { timeoutMs: 10_000 })).status, 'cancelled');
+
+      // Run again: resumed with its id (then cancelled again), forked, retried.
+      const resumed = await c.resume(slow.run.id);
+      assert.equal(resumed.id, slow.run.id);
+      await assert.rejects(c.resume(a.run.id), NotResumableError);
+      await c.cancel(slow.run.id);
+      assert.equal((await c.wait(slow.run.id, { timeoutMs: 10_000 })).status, 'cancelled');
+      const forkId = `fork-${rand()}`;
+      const fork = await c.fork(slow.run.id, { op: 1 }, { id: forkId });
+      assert.equal(fork.id, forkId);
+      assert.equal((await c.fork(slow.run.id, { op: 1 }, { id: forkId })).id, forkId, 'the same fork again');
+      await assert.rejects(c.fork(slow.run.id, { op: 9 }), BadRequestError);
+      await c.cancel(forkId);
+      await c.wait(forkId, { timeoutMs: 10_000 });
     });
 
     test("a run's stream followed through a divergent retry, cut in the middle", async () => {
