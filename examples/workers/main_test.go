@@ -23,7 +23,7 @@ func TestWorkers(t *testing.T) {
 	dsn := schemaDSN(t)
 
 	bin := apptest.Build(t, "github.com/weirhq/weir/examples/workers")
-	workerLine := regexp.MustCompile(`worker executing runs of answer, greet, limited, research, summarize`)
+	workerLine := regexp.MustCompile(`worker executing runs of answer, greet, limited, pipeline, research, summarize`)
 	w1 := apptest.Start(t, bin, "worker", "--store", dsn)
 	w1.WaitLine(t, workerLine, 20*time.Second)
 	w2 := apptest.Start(t, bin, "worker", "--store", dsn)
