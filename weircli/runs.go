@@ -245,6 +245,9 @@ func runsShow(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if run.Error != "" {
 		fmt.Fprintf(tw, "error\t%s\n", firstLine(run.Error))
 	}
+	if (run.Status == store.RunFailed || run.Status == store.RunCancelled) && run.Kind == "" {
+		fmt.Fprintf(tw, "again\tweir runs resume %s (its failed step again) · weir runs retry %s (a new run from it) · weir runs fork %s --op N\n", run.ID, run.ID, run.ID)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
