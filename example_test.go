@@ -277,3 +277,59 @@ func ExampleEngine_Read() {
 	// abort: 1 chunk(s) void
 	// "the answer is 42"
 }
+
+// A run fails at its third step; once the bug is fixed, a fork from that
+// step replays the first two without running them again, and its stream
+// begins with their output, once. Resume instead runs the failed run
+// itself again, with its id.
+func ExampleEngine_Fork() {
+	e, done := exampleEngine()
+	defer done()
+	fixed := false
+	calls := 0
+	wf := weir.Register(e, "agent", func(ctx weir.Context, _ struct{}) (string, error) {
+		for _, name := range []string{"plan", "search", "write"} {
+			if _, err := weir.Step(ctx, name, func(sc weir.StepContext) (int, error) {
+				calls++
+				if name == "write" && !fixed {
+					return 0, weir.NonRetryable(errors.New("a bug"))
+				}
+				_, err := sc.Stream("out").Write([]byte(name + " "))
+				return 0, err
+			}); err != nil {
+				return "", err
+			}
+		}
+		return "done", nil
+	})
+	ctx := context.Background()
+	if err := e.Work(ctx); err != nil {
+		log.Fatal(err)
+	}
+	h, err := wf.Start(ctx, struct{}{}, &weir.StartOptions{ID: "run-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = h.Result(ctx)
+	fmt.Println("run-1:", err != nil, "after", calls, "calls")
+
+	fixed = true
+	fork, err := e.Fork(ctx, "run-1", weir.ForkOptions{ID: "run-2", Step: "write"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := e.Wait(ctx, fork.ID); err != nil {
+		log.Fatal(err)
+	}
+	var out strings.Builder
+	for r, err := range e.Read(ctx, fork.ID, "out", &weir.ReadOptions{View: weir.CommittedView}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		out.Write(r.Data)
+	}
+	fmt.Printf("run-2: %q after %d calls\n", out.String(), calls)
+	// Output:
+	// run-1: true after 3 calls
+	// run-2: "plan search write " after 4 calls
+}
