@@ -87,8 +87,12 @@ func (g *gated) register(e *weir.Engine) *weir.Workflow[string, string] {
 	g.gates = map[string]chan struct{}{}
 	return weir.Register(e, "gated", func(ctx weir.Context, id string) (string, error) {
 		return weir.Step(ctx, "wait", func(sc weir.StepContext) (string, error) {
+			// A run's first start only: under load a lease can run out
+			// and the run start again elsewhere, which is not a new start.
 			g.mu.Lock()
-			g.started = append(g.started, id)
+			if !slices.Contains(g.started, id) {
+				g.started = append(g.started, id)
+			}
 			g.mu.Unlock()
 			select {
 			case <-g.gate(id):
