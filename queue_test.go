@@ -148,7 +148,13 @@ func TestQueueFairShare(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Full) {
 		const busy = 1000
 		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "q", Concurrency: 2}))
-		e := newEngine(t, s, fastConfig())
+		// Leases long enough for a loaded machine: the thousand starts keep
+		// SQLite's writer busy for minutes under -race, and with fastConfig's
+		// 500 ms leases the gated runs lost theirs three times and failed,
+		// freeing their slots for others.
+		cfg := fastConfig()
+		cfg.LeaseTTL = 20 * time.Second
+		e := newEngine(t, s, cfg)
 		g := &gated{}
 		wf := g.register(e)
 		must(t, e.Work(testCtx(t)))
