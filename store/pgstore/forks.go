@@ -158,13 +158,26 @@ func (t *forkTx) AddEvents(run *apply.Run, evs []store.Event) error {
 	return err
 }
 
+// Two forks or resumes at once each look before they write, unlocked: the
+// one that finds its write taken by the other tries again, and then sees
+// it (a fork with the same id and point is that fork; a resumed run is
+// pending, resumed).
+var (
+	errForkedElsewhere  = &retryError{"run created concurrently"}
+	errResumedElsewhere = &retryError{"run resumed concurrently"}
+)
+
 // InsertRun inserts p's run, pending, runnable at now.
 func (t *forkTx) InsertRun(p *store.CreateRunParams, now time.Time) (*store.Run, error) {
 	n := sqlrow.Nanos(now)
-	return sqlrow.ScanRun(t.x.c.QueryRow(t.ctx, `INSERT INTO `+t.schema()+`.runs (id, workflow, status, input, created_at, updated_at,
+	run, err := sqlrow.ScanRun(t.x.c.QueryRow(t.ctx, `INSERT INTO `+t.schema()+`.runs (id, workflow, status, input, created_at, updated_at,
 			wake_at, parent_id, lease_owner, lease_expires, lease_epoch, trace_parent, version)
-		VALUES ($1, $2, 'pending', $3, $4, $4, $4, $5, '', 0, 0, $6, $7) RETURNING `+sqlrow.RunCols,
+		VALUES ($1, $2, 'pending', $3, $4, $4, $4, $5, '', 0, 0, $6, $7) ON CONFLICT (id) DO NOTHING RETURNING `+sqlrow.RunCols,
 		p.ID, p.Workflow, p.Input, n, p.Parent, p.TraceParent, p.Version))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errForkedElsewhere
+	}
+	return run, err
 }
 
 // StreamsOfRun returns every stream of run, by id.
@@ -318,9 +331,9 @@ func (t *forkTx) ReviveRun(id string, now time.Time) (*store.Run, error) {
 	n := sqlrow.Nanos(now)
 	run, err := sqlrow.ScanRun(t.x.c.QueryRow(t.ctx, `UPDATE `+t.schema()+`.runs SET status = 'pending', output = NULL, error = '',
 			lease_owner = '', lease_expires = 0, wake_at = $2, cancel_requested = false, updated_at = $2, ended_at = 0
-		WHERE id = $1 RETURNING `+sqlrow.RunCols, id, n))
+		WHERE id = $1 AND status IN ('failed', 'cancelled') RETURNING `+sqlrow.RunCols, id, n))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("run %q: %w", id, store.ErrNotFound)
+		return nil, errResumedElsewhere // or purged: the next try says which
 	}
 	return run, err
 }

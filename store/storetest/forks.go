@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -170,5 +171,56 @@ func testForks(t *testing.T, h harness) {
 	must(t, err)
 	if res.Acks[0].Outcome != stream.Appended {
 		t.Fatalf("the revived writer: %v", res.Acks[0].Outcome)
+	}
+
+	// At once: eight resumes of a failed run are one resume, eight forks
+	// with one id one fork.
+	r2, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "src2", Workflow: "wf", Owner: "w", LeaseTTL: time.Minute})
+	must(t, err)
+	si2, err := s.OpenStream(ctx(t), &store.OpenStreamParams{RunID: "src2", Name: "out", Create: true})
+	must(t, err)
+	must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "src2", LeaseEpoch: r2.LeaseEpoch,
+		Events: []store.Event{{Type: store.EventRunStarted}, {Type: store.EventStepStarted, Op: 1, Name: "a", Attempt: 1}}, Fence: &store.Fence{Writer: "step/1", Attempt: 1}}))
+	_, err = s.Append(ctx(t), &store.AppendParams{StreamID: si2.ID, Writer: "step/1", Attempt: 1, Chunks: [][]byte{[]byte("x")}})
+	must(t, err)
+	must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "src2", LeaseEpoch: r2.LeaseEpoch,
+		Events: []store.Event{{Type: store.EventStepFailed, Op: 1, Name: "a", Attempt: 1, Final: true}, {Type: store.EventRunFailed}},
+		Finish: &store.Finish{Writer: "step/1", Attempt: 1}, Status: store.RunFailed, Error: "x", CloseStreams: true}))
+	const n = 8
+	errs := make(chan error, 2*n)
+	for range n {
+		go func() {
+			_, err := f.ResumeRun(ctx(t), &store.ResumeRunParams{ID: "src2"})
+			errs <- err
+		}()
+		go func() {
+			r, _, err := f.ForkRun(ctx(t), &store.ForkRunParams{Source: "src", ID: "f2", Op: 1})
+			if err == nil && r.ID != "f2" {
+				err = fmt.Errorf("fork f2 returned run %s", r.ID)
+			}
+			errs <- err
+		}()
+	}
+	for range 2 * n {
+		if err := <-errs; err != nil {
+			t.Fatalf("a resume or fork at once: %v", err)
+		}
+	}
+	evs, err = s.ListEvents(ctx(t), "src2", 0)
+	must(t, err)
+	resumes := 0
+	for _, e := range evs {
+		if e.Type == store.EventRunResumed {
+			resumes++
+		}
+	}
+	reopens := 0
+	for _, r := range readAll(t, s, si2.ID) {
+		if r.Kind == stream.KindReopen {
+			reopens++
+		}
+	}
+	if resumes != 1 || reopens != 1 {
+		t.Fatalf("eight resumes at once: %d run_resumed, %d reopens; want one each", resumes, reopens)
 	}
 }
