@@ -926,3 +926,21 @@ func (g *gatedStore) GetRun(ctx context.Context, id string) (*store.Run, error) 
 	g.pass()
 	return g.Full.GetRun(ctx, id)
 }
+
+// A frozen engine's limiter calls block too: its slots then lapse with
+// their leases, as a dead worker's do.
+
+func (g *gatedStore) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*limit.Decision, error) {
+	g.pass()
+	return g.Full.AcquireSlot(ctx, p)
+}
+
+func (g *gatedStore) RenewSlot(ctx context.Context, p *store.RenewSlotParams) (bool, error) {
+	g.pass()
+	return g.Full.RenewSlot(ctx, p)
+}
+
+func (g *gatedStore) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bool, error) {
+	g.pass()
+	return g.Full.ReleaseSlot(ctx, p)
+}
