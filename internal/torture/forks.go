@@ -71,13 +71,20 @@ func addForks(t *Trial, seed uint64) {
 	}
 	r.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	for k, i := range cands[:min(len(cands), 1+r.IntN(2))] {
-		t.Forks = append(t.Forks, ForkSpec{Source: t.Runs[i].ID, Op: pickForkPoint(r, &t.Runs[i]), ID: fmt.Sprintf("%s-fork%d", t.Runs[i].ID, k)})
+		if op := pickForkPoint(r, &t.Runs[i]); op > 0 {
+			t.Forks = append(t.Forks, ForkSpec{Source: t.Runs[i].ID, Op: op, ID: fmt.Sprintf("%s-fork%d", t.Runs[i].ID, k)})
+		}
 	}
 }
 
-// pickForkPoint picks a fork point of rs, after its last hook: mostly one
-// its log will have (not inside a parallel group, not past the step that
-// fails the run), sometimes any, for the refusals.
+// pickForkPoint picks a fork point of rs after its last hook, 0 for none:
+// mostly one its log will have (not inside a parallel group, not past the
+// step that fails the run), sometimes any, for the refusals. A hook's
+// takers use ops after its own (timers, selects) up to the next item's:
+// a point among them would fork from inside the wait, and the payloads
+// delivered to the source after it are the source's, never sent again. So
+// the points are steps' and sleeps' ops after the last hook, and the end
+// only when the run does not end with a hook.
 func pickForkPoint(r *rand.Rand, rs *RunSpec) int64 {
 	var maxOp, lastHook int64
 	for _, it := range rs.Items {
@@ -86,13 +93,14 @@ func pickForkPoint(r *rand.Rand, rs *RunSpec) int64 {
 			lastHook = it.Op
 		}
 	}
-	if r.IntN(4) == 0 {
-		return lastHook + 1 + r.Int64N(maxOp-lastHook+1)
+	endsWithHook := lastHook == maxOp && lastHook > 0
+	if r.IntN(4) == 0 && lastHook == 0 {
+		return 1 + r.Int64N(maxOp+1)
 	}
 	var points []int64
 	prevGroup := 0
 	for _, it := range rs.Items {
-		if it.Op > lastHook && (it.Group == 0 || it.Group != prevGroup) {
+		if it.Op > lastHook && (it.Kind == ItemStep || it.Kind == ItemSleep) && (it.Group == 0 || it.Group != prevGroup) {
 			points = append(points, it.Op)
 		}
 		if it.Kind == ItemStep {
@@ -102,7 +110,12 @@ func pickForkPoint(r *rand.Rand, rs *RunSpec) int64 {
 			}
 		}
 	}
-	points = append(points, maxOp+1)
+	if !endsWithHook {
+		points = append(points, maxOp+1)
+	}
+	if len(points) == 0 {
+		return 0
+	}
 	return points[r.IntN(len(points))]
 }
 
