@@ -224,7 +224,7 @@ func FuzzDecodeBatch(f *testing.F) {
 			if r.Offset != first+int64(i) {
 				t.Fatalf("record %d at offset %d", i, r.Offset)
 			}
-			if r.Kind < stream.KindData || r.Kind > stream.KindClose || r.Attempt < 0 || r.Seq < 0 || len(r.Writer) > stream.MaxWriterLen {
+			if r.Kind < stream.KindData || r.Kind > stream.KindReopen || r.Attempt < 0 || r.Seq < 0 || len(r.Writer) > stream.MaxWriterLen {
 				t.Fatalf("decoded an invalid record %+v", r)
 			}
 			if r.Kind != stream.KindData && (r.Data != nil || r.Digest != (stream.Digest{})) {

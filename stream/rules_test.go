@@ -683,7 +683,7 @@ func TestErrorMessages(t *testing.T) {
 }
 
 func TestStringers(t *testing.T) {
-	for k := stream.KindData; k <= stream.KindClose; k++ {
+	for k := stream.KindData; k <= stream.KindReopen; k++ {
 		if p, ok := stream.ParseKind(k.String()); !ok || p != k {
 			t.Errorf("ParseKind(%q) = %v, %v", k.String(), p, ok)
 		}
