@@ -26,7 +26,9 @@ type ForkOptions struct {
 	Step string
 	// Input, if not nil, is the fork's input (JSON); nil keeps the
 	// source's. The kept operations replay what they recorded whatever
-	// it is.
+	// it is; what the workflow's code writes to a stream before the fork
+	// point must be the same with it (the fork keeps those chunks), or the
+	// fork fails as non-deterministic.
 	Input json.RawMessage
 	// Version is the application version the fork starts on: the workers
 	// of that version claim it. "" keeps the source's.
