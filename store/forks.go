@@ -112,3 +112,6 @@ type ResumeRunParams struct {
 	ID  string
 	Now time.Time // zero: the store's clock
 }
+
+// Check validates p.
+func (p *ResumeRunParams) Check() error { return CheckRunID(p.ID) }

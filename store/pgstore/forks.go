@@ -86,7 +86,7 @@ func (s *Store) ForkRun(ctx context.Context, p *store.ForkRunParams) (*store.Run
 // ResumeRun makes a failed or cancelled run pending again. A retry after
 // a commit whose reply was lost finds the run resumed (apply.PlanResume).
 func (s *Store) ResumeRun(ctx context.Context, p *store.ResumeRunParams) (*store.Run, error) {
-	if err := store.CheckRunID(p.ID); err != nil {
+	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("resume run: %w", err)
 	}
 	q := *p
