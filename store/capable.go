@@ -327,6 +327,7 @@ func Capable(s Store) Full {
 	c.limits, _ = s.(Limits)
 	c.schedules, _ = s.(Schedules)
 	c.forks, _ = s.(Forks)
+	c.within, _ = s.(RunsWithin)
 	return c
 }
 
@@ -342,6 +343,20 @@ type capable struct {
 	limits     Limits
 	schedules  Schedules
 	forks      Forks
+	within     RunsWithin
+}
+
+// GetRunWithin is RunsWithin.GetRunWithin; a store without it reads the
+// whole run and says its size.
+func (c *capable) GetRunWithin(ctx context.Context, id string, max int64) (*Run, int64, error) {
+	if c.within != nil {
+		return c.within.GetRunWithin(ctx, id, max)
+	}
+	r, err := c.GetRun(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	return r, int64(len(r.Input) + len(r.Output) + len(r.Error)), nil
 }
 
 // ForkRun is Forks.ForkRun, or ErrUnsupported.
@@ -377,11 +392,11 @@ func (c *capable) GetSchedule(ctx context.Context, name string) (*Schedule, erro
 }
 
 // ListSchedules is Schedules.ListSchedules, or ErrUnsupported.
-func (c *capable) ListSchedules(ctx context.Context) ([]*Schedule, error) {
+func (c *capable) ListSchedules(ctx context.Context, p *ListSchedulesParams) (*SchedulePage, error) {
 	if c.schedules == nil {
 		return nil, unsupported("schedules")
 	}
-	return c.schedules.ListSchedules(ctx)
+	return c.schedules.ListSchedules(ctx, p)
 }
 
 // DeleteSchedule is Schedules.DeleteSchedule, or ErrUnsupported.
@@ -454,6 +469,14 @@ func (c *capable) RenewSlot(ctx context.Context, p *RenewSlotParams) (bool, erro
 		return false, unsupported("limiters")
 	}
 	return c.limits.RenewSlot(ctx, p)
+}
+
+// DeleteLimiter is Limits.DeleteLimiter, or ErrUnsupported.
+func (c *capable) DeleteLimiter(ctx context.Context, name string) error {
+	if c.limits == nil {
+		return unsupported("limiters")
+	}
+	return c.limits.DeleteLimiter(ctx, name)
 }
 
 // LimiterState is Limits.LimiterState, or ErrUnsupported.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"github.com/weirhq/weir/names"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -80,7 +81,7 @@ func CheckRunID(id string) error { return CheckID("run id", id) }
 
 // Check validates a CreateRun call.
 func (p *CreateRunParams) Check() error {
-	if err := CheckID("run id", p.ID); err != nil {
+	if err := nameErr(names.MintedRunID(p.ID)); err != nil {
 		return err
 	}
 	if err := checkName("parent run id", p.Parent, MaxIDLen); err != nil {
@@ -92,7 +93,7 @@ func (p *CreateRunParams) Check() error {
 	if err := checkName("traceparent", p.TraceParent, MaxTraceParentLen); err != nil {
 		return err
 	}
-	if err := checkName("version", p.Version, MaxVersionLen); err != nil {
+	if err := checkVersion(p.Version); err != nil {
 		return err
 	}
 	if p.Owner != "" && p.LeaseTTL <= 0 {
@@ -117,8 +118,8 @@ func (p *CreateRunParams) checkQueue() error {
 		return fmt.Errorf("queue: %w", err)
 	}
 	for _, k := range []struct{ what, v string }{{"queue key", p.QueueKey}, {"dedupe key", p.Dedupe}} {
-		if len(k.v) > limit.MaxNameLen || !utf8.ValidString(k.v) {
-			return fmt.Errorf("%w: a %s of %d bytes or not UTF-8 (at most %d bytes)", ErrInvalid, k.what, len(k.v), limit.MaxNameLen)
+		if err := limit.CheckKey(k.what, k.v); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 	}
 	switch {
@@ -185,7 +186,7 @@ func (p *ClaimRunsParams) Check() error {
 		}
 	}
 	for _, v := range p.Versions {
-		if err := checkName("version", v, MaxVersionLen); err != nil {
+		if err := checkVersion(v); err != nil {
 			return err
 		}
 	}
@@ -242,19 +243,24 @@ func CheckHookToken(token string) error {
 }
 
 // CheckTopic checks a message topic or a run event's key: 1 to
-// MaxTopicLen bytes of text (CheckText), no / ? or #, not . or .. (it is a
-// path segment of the HTTP API).
-func CheckTopic(what, name string) error {
-	if name == "" {
-		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
+// MaxTopicLen bytes of printable text, no / ? # %, not . or .. (it is a
+// path segment of the HTTP API): names.Topic.
+func CheckTopic(what, name string) error { return nameErr(names.Topic(what, name, MaxTopicLen)) }
+
+// nameErr makes a refusal of package names match ErrInvalid too.
+func nameErr(err error) error {
+	if err == nil {
+		return nil
 	}
-	if err := checkName(what, name, MaxTopicLen); err != nil {
-		return err
+	return fmt.Errorf("%w: %w", ErrInvalid, err)
+}
+
+// checkVersion checks an optional application version (names.Version).
+func checkVersion(v string) error {
+	if v == "" {
+		return nil
 	}
-	if strings.ContainsAny(name, "/?#") || name == "." || name == ".." {
-		return fmt.Errorf("%w: %s %q: it must not be . or .. nor hold a / ? or #", ErrInvalid, what, name)
-	}
-	return nil
+	return nameErr(names.Version(v, MaxVersionLen))
 }
 
 // Check validates a SendMessage call.
@@ -445,7 +451,7 @@ func (p *OpenStreamParams) ResolvePath() (string, error) {
 		if err := CheckRunID(p.RunID); err != nil {
 			return "", err
 		}
-		if err := CheckID("stream name", p.Name); err != nil {
+		if err := nameErr(names.Stream(p.Name)); err != nil {
 			return "", err
 		}
 		path = RunStreamPath(p.RunID, p.Name)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"github.com/weirhq/weir/names"
 	"time"
 )
 
@@ -84,7 +85,7 @@ func (p *ForkRunParams) Check() error {
 	if err := CheckRunID(p.Source); err != nil {
 		return err
 	}
-	if err := CheckRunID(p.ID); err != nil {
+	if err := nameErr(names.MintedRunID(p.ID)); err != nil {
 		return err
 	}
 	if p.ID == p.Source {
@@ -99,10 +100,8 @@ func (p *ForkRunParams) Check() error {
 	if p.Op > 0 && p.Step != "" {
 		return fmt.Errorf("%w: a fork point is an operation or a step name, not both", ErrInvalid)
 	}
-	if p.Version != "" {
-		if err := checkName("version", p.Version, MaxVersionLen); err != nil {
-			return err
-		}
+	if err := checkVersion(p.Version); err != nil {
+		return err
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"github.com/weirhq/weir/names"
 	"time"
 
 	"github.com/weirhq/weir/limit"
@@ -21,6 +22,10 @@ type Limits interface {
 	GetLimiter(ctx context.Context, name string) (*limit.Config, error)
 	// ListLimiters returns every limiter's configuration, by name.
 	ListLimiters(ctx context.Context) ([]*limit.Config, error)
+	// DeleteLimiter deletes a limiter nothing uses (apply.DeleteLimiter):
+	// ErrLimiterInUse while a slot is held, someone waits or runs are
+	// queued in it; ErrNotFound.
+	DeleteLimiter(ctx context.Context, name string) error
 	// AcquireSlot asks limiter p.Limiter for a slot (limit.Acquire):
 	// granted, or not yet, with why and when to ask again. Asking again
 	// with the same holder is idempotent. ErrNotFound for no such limiter.
@@ -42,6 +47,13 @@ type Limits interface {
 	// no run queued it returns at once and writes nothing.
 	AdmitRuns(ctx context.Context, p *AdmitRunsParams) ([]*Run, error)
 }
+
+// MaxLimiters bounds how many limiters (and queues) a store keeps: one more
+// is ErrQuota. Each is a row its users lock; names are clients' to choose.
+const MaxLimiters = 10_000
+
+// ErrLimiterInUse is a limiter deleted while something uses it.
+var ErrLimiterInUse = fmt.Errorf("%w: limiter in use", ErrInvalid)
 
 // AdmitRunsParams is an AdmitRuns call.
 type AdmitRunsParams struct {
@@ -179,12 +191,7 @@ func CheckLimiter(c *limit.Config) error {
 // every backend, before any query.
 func CheckLimiterName(name string) error { return checkLimiterName(name) }
 
-func checkLimiterName(name string) error {
-	if name == "" {
-		return fmt.Errorf("%w: no limiter named", ErrInvalid)
-	}
-	return checkName("limiter", name, limit.MaxNameLen)
-}
+func checkLimiterName(name string) error { return nameErr(names.Limiter(name)) }
 
 func checkHolder(h string) error {
 	if h == "" {

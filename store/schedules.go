@@ -23,8 +23,10 @@ type Schedules interface {
 	SetSchedule(ctx context.Context, p *SetScheduleParams) (*Schedule, error)
 	// GetSchedule returns a schedule; ErrNotFound.
 	GetSchedule(ctx context.Context, name string) (*Schedule, error)
-	// ListSchedules returns every schedule, by name.
-	ListSchedules(ctx context.Context) ([]*Schedule, error)
+	// ListSchedules returns a page of the schedules, by name (byte
+	// order): at most p.Limit of them and, past the first, those within
+	// p.MaxBytes of configuration, each with its input.
+	ListSchedules(ctx context.Context, p *ListSchedulesParams) (*SchedulePage, error)
 	// DeleteSchedule deletes a schedule (the runs it started are kept);
 	// ErrNotFound.
 	DeleteSchedule(ctx context.Context, name string) error
@@ -94,6 +96,68 @@ func (p *SetScheduleParams) Check() error {
 
 // MaxScheduleInput bounds a schedule's input.
 const MaxScheduleInput = 64 << 10
+
+// MaxSchedules bounds how many schedules a store keeps: a new one past it
+// is refused with ErrQuota. With MaxScheduleInput it bounds what the
+// schedules can hold (about 640 MiB), and so what deciding and listing
+// them can cost. Two processes creating the last ones at once on
+// PostgreSQL may pass it by one each.
+const MaxSchedules = 10_000
+
+// ListSchedulesParams asks for a page of the schedules (ListSchedules).
+type ListSchedulesParams struct {
+	// After is the name of the last schedule the reader has: the page
+	// starts after it ("": at the first).
+	After string
+	// Limit bounds the schedules: 1 to MaxSchedulePage (0:
+	// DefaultSchedulePage).
+	Limit int
+	// MaxBytes bounds the page's configurations (inputs, mostly): 1 to
+	// MaxSchedulePageBytes (0: MaxSchedulePageBytes). The first schedule
+	// is taken whatever its size, which MaxScheduleInput bounds.
+	MaxBytes int
+}
+
+// The bounds of a schedule page: a page holds at most 1 MiB of inputs and
+// one more schedule, whatever the schedules hold, so that a list costs a
+// server a bounded amount of memory however many schedules there are.
+const (
+	DefaultSchedulePage  = 100
+	MaxSchedulePage      = 1000
+	MaxSchedulePageBytes = 1 << 20
+)
+
+// Check validates a ListSchedules call.
+func (p *ListSchedulesParams) Check() error {
+	if p.After != "" {
+		if err := CheckScheduleName(p.After); err != nil {
+			return err
+		}
+	}
+	if p.Limit < 0 || p.Limit > MaxSchedulePage || p.MaxBytes < 0 || p.MaxBytes > MaxSchedulePageBytes {
+		return fmt.Errorf("%w: a schedule page of %d schedules and %d bytes (limit 1 to %d, bytes 1 to %d)", ErrInvalid, p.Limit, p.MaxBytes, MaxSchedulePage, MaxSchedulePageBytes)
+	}
+	return nil
+}
+
+// WithDefaults returns p with its bounds set.
+func (p *ListSchedulesParams) WithDefaults() *ListSchedulesParams {
+	q := *p
+	if q.Limit == 0 {
+		q.Limit = DefaultSchedulePage
+	}
+	if q.MaxBytes == 0 {
+		q.MaxBytes = MaxSchedulePageBytes
+	}
+	return &q
+}
+
+// SchedulePage is a page of the schedules.
+type SchedulePage struct {
+	Schedules []*Schedule
+	// More reports that schedules follow the page's last.
+	More bool
+}
 
 // WithDefaults returns a copy of p with its clock set and its overlap
 // named.

@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/weirhq/weir/stream"
@@ -46,7 +47,7 @@ var (
 	// stream name, a negative offset, no chunks).
 	ErrInvalid = errors.New("invalid argument")
 	// ErrRunConflict is returned when a run id is reused for another workflow.
-	ErrRunConflict = errors.New("run id exists for another workflow")
+	ErrRunConflict = errors.New("run id taken by a run of another workflow or parent")
 	// ErrClosedStore is returned after Close.
 	ErrClosedStore = errors.New("store closed")
 	// ErrGone is returned for a stream that was deleted while forks still
@@ -88,6 +89,13 @@ const (
 	MaxHookPayload = 1 << 20
 	// MaxMessagePayload is the largest message to a run: 1 MiB.
 	MaxMessagePayload = 1 << 20
+	// MaxRunMessages and MaxRunMessageBytes bound the messages and hook
+	// payloads a run's log holds (their count, their bytes): one more is
+	// ErrQuota. A run replays its whole log each time it resumes, and
+	// those are clients' to grow. A child's end (DeliverHookParams.OnlyFirst)
+	// is not counted.
+	MaxRunMessages     = 10_000
+	MaxRunMessageBytes = 16 << 20
 	// MaxEventValue is the largest value of a run event: 1 MiB.
 	MaxEventValue = 1 << 20
 	// MaxTopicLen bounds a message topic and a run event's key.
@@ -135,6 +143,12 @@ type Store interface {
 	// ListEvents returns a run's events with Seq > afterSeq, in order.
 	// Returns ErrNotFound for an unknown run.
 	ListEvents(ctx context.Context, runID string, afterSeq int64) ([]Event, error)
+	// ListEventsPage returns a page of run p.RunID's log after p.After:
+	// at most p.Limit events and about p.MaxBytes of their data and errors
+	// (at least one event, whatever its size), and whether more follow.
+	// For readers that do not hold a run's log whole (the HTTP API, the
+	// UI). ErrNotFound for an unknown run.
+	ListEventsPage(ctx context.Context, p *ListEventsParams) (*EventPage, error)
 	// Advance applies one engine transaction (see AdvanceParams). Returns
 	// ErrLeaseLost if p.LeaseEpoch is not the run's current epoch, or the
 	// lease was released, or the run has finished; the stream rules' errors if
@@ -300,6 +314,7 @@ type Full interface {
 	Limits
 	Schedules
 	Forks
+	RunsWithin
 }
 
 // RunStatus is a run's state.
@@ -362,6 +377,27 @@ type Run struct {
 	// starting engine's Config.Version; "" if none): a worker claims only
 	// the runs of the versions it can replay.
 	Version string
+	// Elided reports a run listed (ListRuns) without its Input and Output,
+	// one of which is over MaxListedValue bytes: GetRun has them. A page of
+	// a list is then bounded, where a run's input may be 16 MiB.
+	Elided bool
+}
+
+// MaxListedValue is the largest input or output ListRuns carries: a run
+// whose input or output is larger is listed without both (Run.Elided).
+const MaxListedValue = 4 << 10
+
+// RunsWithin is an optional capability of a store: reading a run whose
+// size the caller learns before it holds it. A server makes room for a
+// run's reply before it reads the run, as a run's input may be 16 MiB and
+// many clients may ask for it at once.
+type RunsWithin interface {
+	// GetRunWithin returns run id as GetRun does if its input and output
+	// together are at most max bytes; a larger run comes without them
+	// (Run.Elided), for the caller to make room before GetRun. size is
+	// the bytes of its input, output and error either way. Returns
+	// ErrNotFound if there is no such run.
+	GetRunWithin(ctx context.Context, id string, max int64) (run *Run, size int64, err error)
 }
 
 // KindWorld is the Kind of a World run.
@@ -372,6 +408,10 @@ type CreateRunParams struct {
 	ID       string // required; the caller's idempotency key
 	Workflow string // required
 	Parent   string // the run starting it as its child; "" if none
+	// OwnChild: a run that exists at ID is this one only if Parent started
+	// it; another (a client's run at a child's default id, which is no
+	// secret) is ErrRunConflict, never adopted.
+	OwnChild bool
 	// TraceParent is the W3C traceparent the run's spans descend from
 	// (Run.TraceParent); at most MaxTraceParentLen bytes of text.
 	TraceParent string
@@ -675,6 +715,56 @@ type PurgeRunsParams struct {
 	Limit  int       // the most runs deleted; 0: 100
 }
 
+// ListEventsParams asks for a page of a run's log (ListEventsPage).
+type ListEventsParams struct {
+	RunID string
+	// After is the seq of the last event the reader has: the page starts
+	// after it (0: at the log's start).
+	After int64
+	// Limit bounds the events: 1 to MaxEventPage (0: DefaultEventPage).
+	Limit int
+	// MaxBytes bounds the page's data and errors: 1 to MaxEventPageBytes
+	// (0: MaxEventPageBytes). The first event is taken whatever its size.
+	MaxBytes int
+}
+
+// The bounds of an event page.
+const (
+	DefaultEventPage  = 100
+	MaxEventPage      = 1000
+	MaxEventPageBytes = 4 << 20
+)
+
+// Check validates a ListEventsPage call.
+func (p *ListEventsParams) Check() error {
+	if err := CheckRunID(p.RunID); err != nil {
+		return err
+	}
+	if p.After < 0 || p.Limit < 0 || p.Limit > MaxEventPage || p.MaxBytes < 0 || p.MaxBytes > MaxEventPageBytes {
+		return fmt.Errorf("%w: an event page after %d of %d events and %d bytes (limit 1 to %d, bytes 1 to %d)", ErrInvalid, p.After, p.Limit, p.MaxBytes, MaxEventPage, MaxEventPageBytes)
+	}
+	return nil
+}
+
+// WithDefaults returns p with its bounds set.
+func (p *ListEventsParams) WithDefaults() *ListEventsParams {
+	q := *p
+	if q.Limit == 0 {
+		q.Limit = DefaultEventPage
+	}
+	if q.MaxBytes == 0 {
+		q.MaxBytes = MaxEventPageBytes
+	}
+	return &q
+}
+
+// EventPage is a page of a run's log.
+type EventPage struct {
+	Events []Event
+	// More reports that the log goes on after the page's last event.
+	More bool
+}
+
 // AdvanceParams is one engine transaction on a run.
 type AdvanceParams struct {
 	RunID      string
@@ -707,6 +797,12 @@ type AdvanceParams struct {
 	// more (a hook payload delivered meanwhile), the run is claimable at
 	// once instead of at WakeAt. 0: not checked.
 	SeenEvents int64
+	// Awaits, with Release, names the messages that wake the parked run:
+	// nil, every message (a worker that cannot say); else only a message on
+	// one of its Topics (a run asleep or waiting for a retry takes none:
+	// Awaits{}). Another message waits in the log for the run's next look,
+	// so a run is not replayed for messages it does not wait for.
+	Awaits *Awaits
 	// Deliver, if set, is a delivery to a hook of another run made in the
 	// same transaction, after everything else (a child run's end, to its
 	// parent's hook for it: the parent cannot miss it, whenever the
@@ -715,6 +811,18 @@ type AdvanceParams struct {
 	// disposed or of another run; its run ended or gone) refuses nothing
 	// of the Advance: it is not made.
 	Deliver *DeliverHookParams
+}
+
+// Awaits is what a parked run waits for among its messages: the topics
+// whose messages wake it (AdvanceParams.Awaits).
+type Awaits struct {
+	Topics []string
+}
+
+// Wakes reports whether a message on topic wakes a run parked with a:
+// always when a is nil.
+func (a *Awaits) Wakes(topic string) bool {
+	return a == nil || slices.Contains(a.Topics, topic)
 }
 
 // Fence is the lowest attempt a writer of a run may still append with.

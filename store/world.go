@@ -124,6 +124,11 @@ type WorldListParams struct {
 	Cursor        string
 	Limit         int
 	Desc          bool // newest first (runs: the default, see WorldRuns)
+	// Reserve, if set, is told the payload bytes (WorldItemBytes) of the
+	// page so far with the next item, before that item joins the page: a
+	// server makes room for the page's reply as it is read. An error ends
+	// the list with it. A read tried again tells it from 0.
+	Reserve func(bytes int) error
 }
 
 // WorldPage is a page of a World list.
@@ -306,4 +311,26 @@ func (p *MessagesParams) Check() (*MessagesParams, error) {
 		out.Limit = DefaultListLimit
 	}
 	return &out, nil
+}
+
+// MaxWorldPageBytes bounds the payloads (inputs, outputs, event data,
+// metadata) of one page of a World list: a page ends before the item that
+// would pass it (the first is taken whatever its size), with a cursor to
+// the rest. A World run's input may be 16 MiB, and a page may ask for
+// 1,000 of them.
+const MaxWorldPageBytes = 4 << 20
+
+// WorldItemBytes is what one item of a World list carries of payloads.
+func WorldItemBytes(v any) int {
+	switch x := v.(type) {
+	case *world.Run:
+		return len(x.Input) + len(x.Output) + len(x.ExecutionContext)
+	case *world.Step:
+		return len(x.Input) + len(x.Output)
+	case *world.Event:
+		return len(x.EventData)
+	case *world.Hook:
+		return len(x.Metadata)
+	}
+	return 0
 }

@@ -85,6 +85,9 @@ type RunChange struct {
 	// claimable at WakeAt (zero: at once).
 	Release bool
 	WakeAt  time.Time
+	// Awaits, with Release, is what messages wake the released run
+	// (store.AdvanceParams.Awaits; nil: every one).
+	Awaits *store.Awaits
 	// Ended reports a terminal Status: the run ended at Now.
 	Ended bool
 	// Wake makes the run claimable at Now (a hook's payload came to a

@@ -295,6 +295,8 @@ type ForkTx interface {
 	Hook(token string) (*Hook, error)
 	// SaveHook persists h (see HookTx).
 	SaveHook(h *Hook, fresh bool) error
+	// The fork's inbox counts the messages and payloads it copies.
+	InboxTx
 }
 
 // forkBatch bounds the records of one batch a fork writes.
@@ -368,6 +370,20 @@ func ForkRun(tx ForkTx, p *store.ForkRunParams) (*store.Run, bool, error) {
 	lr.LastEvent += int64(len(evs))
 	if err := tx.AddEvents(lr, evs); err != nil {
 		return nil, false, err
+	}
+	// What the fork copies of its source's inbox counts in its own: its
+	// senders add to it up to the bound, not to a fresh one (a chain of
+	// forks would otherwise grow a log 16 MiB a fork).
+	var inbox, inboxBytes int64
+	for i := range evs {
+		if evs[i].Type == store.EventMessageReceived || evs[i].Type == store.EventHookReceived {
+			inbox, inboxBytes = inbox+1, inboxBytes+int64(len(evs[i].Data))
+		}
+	}
+	if inbox > 0 {
+		if err := tx.AddInbox(run.ID, inbox, inboxBytes); err != nil {
+			return nil, false, err
+		}
 	}
 	for i := range evs {
 		if evs[i].Type == store.EventSet {

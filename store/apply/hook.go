@@ -45,6 +45,8 @@ type HookTx interface {
 	SaveHook(h *Hook, fresh bool) error
 	// SaveHookKey stores what a delivery with key to token left.
 	SaveHookKey(token, key string, k *Key) error
+	// A delivery's payload counts in its run's inbox.
+	InboxTx
 }
 
 // CreateHook applies store.Store.CreateHook. p must be checked and have
@@ -160,6 +162,15 @@ func DeliverHook(tx HookTx, p *store.DeliverHookParams) (*store.HookDelivery, er
 	if p.OnlyFirst && h.Received > 0 {
 		return &store.HookDelivery{RunID: run.ID, Op: h.Op, Count: h.Received, Duplicate: true}, nil
 	}
+	// A client's payloads grow the run's log as messages do, and share
+	// their bound. An OnlyFirst delivery (a child's end: one per hook
+	// ever) is the engine's and is neither counted nor refused.
+	counted := !p.OnlyFirst && (len(p.Payload) > 0 || !p.Close)
+	if counted {
+		if err := checkInbox(tx, run.ID, len(p.Payload)); err != nil {
+			return nil, fmt.Errorf("hook %q: %w", p.Token, err)
+		}
+	}
 
 	// Nothing can refuse the delivery from here on.
 	seq := run.LastEvent + 1
@@ -177,6 +188,11 @@ func DeliverHook(tx HookTx, p *store.DeliverHookParams) (*store.HookDelivery, er
 		return nil, err
 	}
 	run.LastEvent = seq + int64(len(evs)) - 1
+	if counted {
+		if err := tx.AddInbox(run.ID, 1, int64(len(p.Payload))); err != nil {
+			return nil, err
+		}
+	}
 	if err := tx.SaveHook(h, false); err != nil {
 		return nil, err
 	}

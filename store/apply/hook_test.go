@@ -16,6 +16,12 @@ type hookMem struct {
 	keys   map[[2]string]*Key
 	events map[string][]store.Event
 	saves  int
+	// extraMessages are messages RunInbox counts beyond the log's.
+	extraMessages int64
+	// awaits is what a parked run's release said; woke, the runs a rule
+	// made claimable now.
+	awaits map[string]*store.Awaits
+	woke   map[string]bool
 }
 
 func newHookMem() *hookMem {
@@ -44,6 +50,12 @@ func (m *hookMem) AddEvents(run *Run, evs []store.Event) error {
 }
 func (m *hookMem) SaveRun(run *Run, c *RunChange) error {
 	m.saves++
+	if c.Wake {
+		if m.woke == nil {
+			m.woke = map[string]bool{}
+		}
+		m.woke[run.ID] = true
+	}
 	r := *run
 	m.runs[run.ID] = &r
 	return nil

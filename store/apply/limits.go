@@ -20,6 +20,13 @@ type LimiterTx interface {
 	LockLimiter(name string) (c *limit.Config, state []byte, found bool, err error)
 	// SaveLimiter saves limiter c.Name (creating it if new).
 	SaveLimiter(c *limit.Config, state []byte) error
+	// CountLimiters returns how many limiters there are.
+	CountLimiters() (int, error)
+	// QueuedRuns reports whether runs wait in limiter name as a queue, or
+	// hold its slots as admitted runs that have not ended.
+	QueuedRuns(name string) (bool, error)
+	// DeleteLimiter deletes limiter name's row.
+	DeleteLimiter(name string) error
 }
 
 // EncodeLimiterState is how a limiter's state is kept.
@@ -42,14 +49,52 @@ func SetLimiter(tx LimiterTx, c *limit.Config) error {
 	if err := store.CheckLimiter(c); err != nil {
 		return err
 	}
-	_, state, _, err := tx.LockLimiter(c.Name)
+	_, state, found, err := tx.LockLimiter(c.Name)
 	if err != nil {
 		return err
+	}
+	if !found {
+		n, err := tx.CountLimiters()
+		if err != nil {
+			return err
+		}
+		if n >= store.MaxLimiters {
+			return fmt.Errorf("%w: %d limiters, the most there may be: delete one first", store.ErrQuota, n)
+		}
 	}
 	if state == nil {
 		state = []byte{} // a new limiter's: nothing held, no one in line
 	}
 	return tx.SaveLimiter(c, state)
+}
+
+// DeleteLimiter deletes limiter name if nothing uses it at now: no slot
+// held by a live lease, no one in its line, no run queued in it or holding
+// a slot as an admitted run; store.ErrLimiterInUse if something does,
+// store.ErrNotFound if there is none. Steps that name it afterwards fail
+// as for a limiter never set.
+func DeleteLimiter(tx LimiterTx, name string, now time.Time) error {
+	if err := store.CheckLimiterName(name); err != nil {
+		return err
+	}
+	_, st, err := lockLimiter(tx, name)
+	if err != nil {
+		return err
+	}
+	held := 0
+	for _, h := range st.Holds {
+		if h.Run || h.Until.After(now) {
+			held++
+		}
+	}
+	queued, err := tx.QueuedRuns(name)
+	if err != nil {
+		return err
+	}
+	if held > 0 || len(st.Waiters) > 0 || queued {
+		return fmt.Errorf("%w: limiter %q: %d slots held, %d waiting, runs queued: %v", store.ErrLimiterInUse, name, held, len(st.Waiters), queued)
+	}
+	return tx.DeleteLimiter(name)
 }
 
 // lockLimiter loads limiter name with its state, ErrNotFound if none.

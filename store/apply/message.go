@@ -23,6 +23,35 @@ type MessageTx interface {
 	SaveRun(run *Run, c *RunChange) error
 	// SaveMessageKey stores what a message with key to run left.
 	SaveMessageKey(run, key string, k *Key) error
+	// Awaits returns what messages wake run while it is parked (nil:
+	// every one), as its last release saved it.
+	Awaits(run string) (*store.Awaits, error)
+	InboxTx
+}
+
+// InboxTx keeps what a run's inbox holds: the messages and hook payloads
+// clients put in its log, counted on the run's row so that a bound costs
+// no scan of the log.
+type InboxTx interface {
+	// RunInbox returns how many messages and hook payloads run's log
+	// holds, and their bytes.
+	RunInbox(run string) (n, bytes int64, err error)
+	// AddInbox counts n more of them, of bytes bytes in all, to run.
+	AddInbox(run string, n, bytes int64) error
+}
+
+// checkInbox refuses a payload of size bytes past run's inbox bound
+// (store.MaxRunMessages, store.MaxRunMessageBytes) with ErrQuota.
+func checkInbox(tx InboxTx, run string, size int) error {
+	n, bytes, err := tx.RunInbox(run)
+	if err != nil {
+		return err
+	}
+	if n+1 > store.MaxRunMessages || bytes+int64(size) > store.MaxRunMessageBytes {
+		return fmt.Errorf("%w: run %s's log holds %d messages and hook payloads of %d bytes, the most a run takes is %d and %d bytes",
+			store.ErrQuota, run, n, bytes, store.MaxRunMessages, store.MaxRunMessageBytes)
+	}
+	return nil
 }
 
 // SendMessage applies store.Store.SendMessage. p must be checked and have
@@ -58,6 +87,18 @@ func SendMessage(tx MessageTx, p *store.SendMessageParams) (*store.MessageSent, 
 	if run.Status.Terminal() {
 		return nil, fmt.Errorf("message to run %s: it ended (%s): %w", run.ID, run.Status, store.ErrGone)
 	}
+	if err := checkInbox(tx, run.ID, len(p.Payload)); err != nil {
+		return nil, fmt.Errorf("message to run %s: %w", run.ID, err)
+	}
+
+	wake := false
+	if run.Owner == "" {
+		a, err := tx.Awaits(run.ID)
+		if err != nil {
+			return nil, err
+		}
+		wake = a.Wakes(p.Topic)
+	}
 
 	// Nothing can refuse the message from here on.
 	seq := run.LastEvent + 1
@@ -65,9 +106,14 @@ func SendMessage(tx MessageTx, p *store.SendMessageParams) (*store.MessageSent, 
 		return nil, err
 	}
 	run.LastEvent = seq
-	// A parked run is claimable at once: it may be waiting for this (if
-	// not, it parks again); a leased one's worker reads its log.
-	if err := tx.SaveRun(run, &RunChange{Wake: run.Owner == "", Now: p.Now}); err != nil {
+	if err := tx.AddInbox(run.ID, 1, int64(len(p.Payload))); err != nil {
+		return nil, err
+	}
+	// A parked run waiting for this topic is claimable at once; one
+	// that waits for another, or for a timer, takes it at its next look
+	// (its replay is not the sender's to cause). A leased one's worker
+	// reads its log.
+	if err := tx.SaveRun(run, &RunChange{Wake: wake, Now: p.Now}); err != nil {
 		return nil, err
 	}
 	res := &store.MessageSent{RunID: run.ID, Topic: p.Topic, Seq: seq}

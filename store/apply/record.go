@@ -134,7 +134,7 @@ func Change(p *store.AdvanceParams, now time.Time) *RunChange {
 		c.Output, c.Error = p.Output, p.Error
 	}
 	if p.Release && !terminal {
-		c.WakeAt = p.WakeAt
+		c.WakeAt, c.Awaits = p.WakeAt, p.Awaits
 	}
 	return c
 }

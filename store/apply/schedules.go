@@ -25,6 +25,8 @@ type ScheduleTx interface {
 	// with many writers, those another transaction holds are left out
 	// (not waited for).
 	DueSchedules(now time.Time, owner string, limit int) ([]string, error)
+	// CountSchedules counts the schedules.
+	CountSchedules() (int, error)
 }
 
 // scheduleConfig is how a schedule's configuration is kept (a JSON column).
@@ -63,7 +65,8 @@ func DecodeSchedule(s *store.Schedule, config, state []byte) error {
 
 // SetSchedule applies a SetSchedule call (p checked, with its defaults): a
 // new schedule's ticks start after now; a changed one keeps its state, but
-// one resumed moves its cursor to now, and one paused is due never.
+// one resumed, or whose spec or time zone changed, moves its cursor to now,
+// and one paused is due never.
 func SetSchedule(tx ScheduleTx, p *store.SetScheduleParams) (*store.Schedule, error) {
 	s, err := tx.LockSchedule(p.Name)
 	if err != nil {
@@ -71,8 +74,18 @@ func SetSchedule(tx ScheduleTx, p *store.SetScheduleParams) (*store.Schedule, er
 	}
 	insert := s == nil
 	if insert {
+		n, err := tx.CountSchedules()
+		if err != nil {
+			return nil, err
+		}
+		if n >= store.MaxSchedules {
+			return nil, fmt.Errorf("%w: %d schedules, the most there may be: delete one first", store.ErrQuota, n)
+		}
 		s = &store.Schedule{Name: p.Name, CreatedAt: p.Now, State: schedule.State{Cursor: p.Now}}
-	} else if s.Paused && !p.Paused && s.State.Cursor.Before(p.Now) {
+	} else if (s.Paused && !p.Paused || s.Spec != p.Spec || s.TZ != p.TZ) && s.State.Cursor.Before(p.Now) {
+		// Resumed, or its times changed: the ticks before now were not
+		// the schedule's (a spec changed from yearly to every second
+		// would otherwise backfill from its creation).
 		s.State.Cursor = p.Now
 	}
 	s.Workflow, s.Input, s.Spec, s.TZ, s.Policy, s.Paused = p.Workflow, p.Input, p.Spec, p.TZ, p.Policy, p.Paused

@@ -69,10 +69,15 @@ func Touch(st *Stream, at time.Time) bool {
 }
 
 // RunConflict returns store.ErrRunConflict if run, the run at p.ID, is of
-// another workflow than p asks for; CreateRun then refuses p.
+// another workflow than p asks for, or, with p.OwnChild, of another parent
+// (a child's default id taken first by a client's run: a parent adopts
+// only its own); CreateRun then refuses p.
 func RunConflict(run *store.Run, p *store.CreateRunParams) error {
 	if run.Workflow != p.Workflow {
 		return fmt.Errorf("%w: run %q is of workflow %q, not %q", store.ErrRunConflict, p.ID, run.Workflow, p.Workflow)
+	}
+	if p.OwnChild && run.Parent != p.Parent {
+		return fmt.Errorf("%w: run %q exists with parent %q, not %q", store.ErrRunConflict, p.ID, run.Parent, p.Parent)
 	}
 	return nil
 }

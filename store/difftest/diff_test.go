@@ -210,7 +210,7 @@ func (g *gen) learn(o *op, out string) {
 
 func (g *gen) next() *op {
 	now := g.clk.Now()
-	switch g.n(41) {
+	switch g.n(43) {
 	case 0, 1:
 		p := store.CreateRunParams{ID: g.pick(runs), Workflow: g.pick(workflows), Input: []byte(g.pick(runs))}
 		if g.chance(4) {
@@ -383,9 +383,55 @@ func (g *gen) next() *op {
 			r, err := sd.s.ResumeRun(ctx, &p)
 			return showRun(r) + " " + sd.norm(err)
 		}}
+	case 41, 42:
+		return g.openAppend()
 	default:
 		return g.look()
 	}
+}
+
+// openAppend is a step writer's first batch with its stream's creation: with
+// its attempt's start, or carried by the record that follows it (a Then: an
+// Advance as record draws them, with a finish of the writer); often for a
+// stream that exists, a stale lease, a fenced attempt.
+func (g *gen) openAppend() *op {
+	run := g.pick(runs)
+	w := g.pick(writers[:2])
+	p := store.OpenAppendParams{RunID: run, Name: g.pick([]string{"a", "b"}), ContentType: g.pick([]string{"", "text/plain"}),
+		Append: store.AppendParams{Writer: w, Attempt: int64(1 + g.n(3)), FirstSeq: int64(g.n(2)), Chunks: g.chunks(3)}}
+	if len(p.Append.Chunks) == 0 {
+		p.Append.Chunks = [][]byte{[]byte("c")}
+	}
+	if g.chance(2) {
+		p.Start = &store.AdvanceParams{RunID: run, LeaseEpoch: g.epoch(run),
+			Events: []store.Event{{Type: store.EventStepStarted, Op: int64(1 + g.n(3)), Name: "write", Attempt: p.Append.Attempt}},
+			Fence:  &store.Fence{Writer: w, Attempt: p.Append.Attempt}}
+	} else if g.chance(2) {
+		t := &store.AdvanceParams{RunID: run, LeaseEpoch: g.epoch(run),
+			Events: []store.Event{{Type: store.EventStepStarted, Op: 1, Name: "write", Attempt: p.Append.Attempt},
+				{Type: store.EventStepCompleted, Op: 1, Name: "write", Attempt: p.Append.Attempt, Data: []byte("1")}},
+			Finish: &store.Finish{Writer: w, Attempt: p.Append.Attempt, Commit: true}}
+		if g.chance(3) {
+			t.Status, t.Output, t.CloseStreams = store.RunCompleted, []byte("42"), true
+		}
+		p.Then = t
+	}
+	return &op{desc: fmt.Sprintf("OpenAppend %+v start %+v then %+v", p, p.Start, p.Then), run: func(ctx context.Context, sd *side) string {
+		sa, ok := store.StepAppenderOf(sd.s)
+		if !ok {
+			return "no StepAppender"
+		}
+		res, err := sa.OpenAppend(ctx, &p)
+		if res == nil {
+			return sd.norm(err)
+		}
+		sd.learn(res.Stream)
+		out := fmt.Sprintf("created=%v stream %s", res.Created, sd.showStream(res.Stream))
+		if a := res.Append; a != nil {
+			out += fmt.Sprintf(" acks=%v next=%d aborted=%v", a.Acks, a.NextOffset, a.Aborted)
+		}
+		return out + " " + sd.norm(err)
+	}}
 }
 
 // limiterOp is a limiter's: set (sometimes to what is refused), a slot
@@ -836,14 +882,19 @@ func (g *gen) scheduleOp(now time.Time) *op {
 			return sd.norm(sch(sd).DeleteSchedule(ctx, name))
 		}}
 	default:
-		return &op{desc: "GetSchedule, ListSchedules " + name, run: func(ctx context.Context, sd *side) string {
+		after, limit := g.pick([]string{"", "a", "nightly", "tick"}), g.n(3)
+		return &op{desc: fmt.Sprintf("GetSchedule %s, ListSchedules after %q limit %d", name, after, limit), run: func(ctx context.Context, sd *side) string {
 			s, err := sch(sd).GetSchedule(ctx, name)
-			all, lerr := sch(sd).ListSchedules(ctx)
+			page, lerr := sch(sd).ListSchedules(ctx, &store.ListSchedulesParams{After: after, Limit: limit})
 			var names []string
-			for _, x := range all {
-				names = append(names, show(x))
+			more := false
+			if page != nil {
+				for _, x := range page.Schedules {
+					names = append(names, show(x))
+				}
+				more = page.More
 			}
-			return fmt.Sprintf("%s %s %v %s", show(s), sd.norm(err), names, sd.norm(lerr))
+			return fmt.Sprintf("%s %s %v %v %s", show(s), sd.norm(err), names, more, sd.norm(lerr))
 		}}
 	}
 }

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // SetLockedHook sets the hook a group runs after its first round trip while
@@ -29,6 +30,12 @@ func LoseCommitReplies(schema string, n int64) (left func() int64) {
 	lose.Store(schema, c)
 	return func() int64 { return max(c.Load(), 0) }
 }
+
+// Notifies counts the NOTIFYs the store's publisher sent.
+func (s *Store) Notifies() int64 { return s.stats.notifies.Load() }
+
+// HearsOthers reports whether the store knows another process listens.
+func (s *Store) HearsOthers() bool { return time.Now().UnixNano() < s.pub.othersUntil.Load() }
 
 // HeadReads counts the stream heads Waits have read.
 func (s *Store) HeadReads() int64 { return s.stats.headReads.Load() }

@@ -2,10 +2,13 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/tail"
 	"github.com/weirhq/weir/stream"
 )
 
@@ -42,13 +45,21 @@ type group struct {
 	inserted map[string]bool              // runs this group created
 	existing map[string]*store.Run        // the runs create ops name, after the inserts
 	opened   map[string]*store.StreamInfo // the streams open ops name, after the inserts
+	created  map[string]bool              // the paths of those this group inserted
 	creates  bool                         // the first round trip wrote rows
+	early    bool                         // and committed them: the group is done
 
 	w *worldGroup // the World's state, if an op needs it (world.go)
 
 	events  eventRows
 	batches batchRows
-	wrote   []head // the streams that got records, with their new heads
+	wrote   []head     // the streams that got records, with their new heads
+	tails   []tail.Add // records of followed streams, for the tail cache
+	// runWakes are the runs whose watchers wake after the commit: a
+	// stream of theirs created, or their end (store.RunWatcher).
+	runWakes []string
+	begins   []int64             // streams created for readers waiting: tail.Cache.Begin
+	watched  []*store.StreamInfo // those streams, for CreatedStream
 }
 
 var _ apply.Tx = (*group)(nil)
@@ -152,7 +163,18 @@ func (g *group) run() (err error) {
 	for _, o := range g.ops {
 		if b := o.base(); b.err == nil {
 			b.err = o.apply(g)
+			var ab *abortGroup
+			if errors.As(b.err, &ab) {
+				return b.err
+			}
 		}
+	}
+	if g.early {
+		for _, o := range g.ops {
+			ob := o.base()
+			ob.committing, ob.token = true, g.token
+		}
+		return nil
 	}
 	b := g.writes()
 	if b == nil {
@@ -256,6 +278,9 @@ func (g *group) AddRecords(st *apply.Stream, recs []stream.Record) error {
 	}
 	g.batches.add(st.ID, recs, token)
 	g.streams[st.ID].dirty = true
+	if g.s.hub.Has(st.ID) || g.s.tail.Has(st.ID) || slices.Contains(g.begins, st.ID) {
+		g.tails = append(g.tails, tail.Add{ID: st.ID, Recs: tail.CopyRecords(recs)})
+	}
 	return nil
 }
 
@@ -328,7 +353,7 @@ func (g *group) SaveRun(run *apply.Run, c *apply.RunChange) error {
 			c.Status, c.Output, c.Error = old.Status, old.Output, old.Error
 		}
 		if !c.Release && old.Release {
-			c.Release, c.WakeAt = true, old.WakeAt
+			c.Release, c.WakeAt, c.Awaits = true, old.WakeAt, old.Awaits
 		}
 		c.Ended = c.Ended || old.Ended
 		c.Wake = c.Wake || old.Wake && !c.Release
@@ -352,6 +377,17 @@ func (g *group) Hook(token string) (*apply.Hook, error) {
 		return h.h, nil
 	}
 	return nil, nil
+}
+
+// RunInbox is not planned: an Advance's delivery is a child's end
+// (OnlyFirst), which no inbox counts.
+func (g *group) RunInbox(run string) (int64, int64, error) {
+	return 0, 0, fmt.Errorf("pgstore: a group reads no inbox (run %q)", run)
+}
+
+// AddInbox is not planned, as RunInbox.
+func (g *group) AddInbox(run string, n, bytes int64) error {
+	return fmt.Errorf("pgstore: a group counts no inbox (run %q)", run)
 }
 
 // HookKey is not planned: an Advance's delivery has no idempotency key.

@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/weirhq/weir/store"
@@ -119,7 +118,24 @@ func (g *group) lockAndRead() error {
 	if len(r.opens) > 0 {
 		g.queueOpenStreams(b, r.opens)
 	}
+	if g.createsOnly() {
+		// New runs alone: the insert decided everything (a run that
+		// exists is found, not changed), so the group commits in this
+		// round trip.
+		b.Queue("COMMIT")
+		g.x.t.committing, g.early = true, true
+	}
 	return g.x.c.SendBatch(g.ctx, b).Close()
+}
+
+// createsOnly reports whether every op of the group is a CreateRun.
+func (g *group) createsOnly() bool {
+	for _, o := range g.ops {
+		if _, ok := o.(*createRunOp); !ok {
+			return false
+		}
+	}
+	return len(g.ops) > 0
 }
 
 // queueLocks queues the locks of the hooks, runs and streams the ops
@@ -142,19 +158,16 @@ func (g *group) queueLocks(b *pgx.Batch, r *readPlan, runIDs []string) {
 			return rows.Err()
 		})
 	}
-	b.Queue(q.lockRuns, runIDs).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			gr := &gRun{}
-			var status string
-			if err := rows.Scan(&gr.ID, &gr.LastEvent, &gr.Epoch, &gr.Owner, &status, &gr.dbToken, &gr.CancelRequested); err != nil {
-				return err
-			}
-			gr.Status = store.RunStatus(status)
-			g.runs[gr.ID] = gr
-		}
-		return rows.Err()
-	})
-	b.Queue(q.lockStreams, sortedSet(r.Streams), sortedSet(r.RunStreams)).Query(func(rows pgx.Rows) error {
+	// A group of creations alone (new runs, standalone streams' opens)
+	// locks nothing: a statement with no key is not sent.
+	if len(runIDs) > 0 {
+		g.queueLockRuns(b, runIDs)
+	}
+	streams, runStreams := sortedSet(r.Streams), sortedSet(r.RunStreams)
+	if len(streams) == 0 && len(runStreams) == 0 {
+		return
+	}
+	b.Queue(q.lockStreams, streams, runStreams).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			as, err := sqlrow.ScanState(rows)
 			if err != nil {
@@ -165,6 +178,21 @@ func (g *group) queueLocks(b *pgx.Batch, r *readPlan, runIDs []string) {
 			if st.RunID != "" {
 				g.byRun[st.RunID] = append(g.byRun[st.RunID], st) // in id order
 			}
+		}
+		return rows.Err()
+	})
+}
+
+func (g *group) queueLockRuns(b *pgx.Batch, runIDs []string) {
+	b.Queue(g.s.q.lockRuns, runIDs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			gr := &gRun{}
+			var status string
+			if err := rows.Scan(&gr.ID, &gr.LastEvent, &gr.Epoch, &gr.Owner, &status, &gr.dbToken, &gr.CancelRequested); err != nil {
+				return err
+			}
+			gr.Status = store.RunStatus(status)
+			g.runs[gr.ID] = gr
 		}
 		return rows.Err()
 	})
@@ -273,23 +301,17 @@ func (g *group) queueCreateRuns(b *pgx.Batch, ops []*createRunOp) {
 		trace, version = append(trace, o.p.TraceParent), append(version, o.p.Version)
 	}
 	g.inserted, g.existing = map[string]bool{}, map[string]*store.Run{}
-	b.Queue(g.s.q.insertRuns, id, wf, input, now, wake, parent, status, owner, expires, epoch, trace, version).Query(func(rows pgx.Rows) error {
+	b.Queue(g.s.q.runsByID, id, wf, input, now, wake, parent, status, owner, expires, epoch, trace, version).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			g.inserted[id], g.creates = true, true
-		}
-		return rows.Err()
-	})
-	b.Queue(g.s.q.runsByID, id).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			r, err := sqlrow.ScanRun(rows)
+			var inserted bool
+			r, err := sqlrow.ScanRun(rows, &inserted)
 			if err != nil {
 				return err
 			}
 			g.existing[r.ID] = r
+			if inserted {
+				g.inserted[r.ID], g.creates = true, true
+			}
 		}
 		return rows.Err()
 	})
@@ -319,20 +341,18 @@ func (g *group) queueOpenStreams(b *pgx.Batch, ops []*openStreamOp) {
 		path, run, name = append(path, o.path), append(run, o.runID), append(name, o.name)
 		ct, now = append(ct, o.contentType), append(now, o.now)
 	}
-	g.opened = map[string]*store.StreamInfo{}
-	b.Queue(g.s.q.insertStreams, path, run, name, ct, now).Exec(func(ct pgconn.CommandTag) error {
-		if ct.RowsAffected() > 0 {
-			g.creates = true
-		}
-		return nil
-	})
-	b.Queue(g.s.q.streamsByPath, path).Query(func(rows pgx.Rows) error {
+	g.opened, g.created = map[string]*store.StreamInfo{}, map[string]bool{}
+	b.Queue(g.s.q.streamsByPath, path, run, name, ct, now).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			si, err := sqlrow.ScanStream(rows)
+			var inserted bool
+			si, err := sqlrow.ScanStream(rows, &inserted)
 			if err != nil {
 				return err
 			}
 			g.opened[si.Path] = si
+			if inserted {
+				g.created[si.Path], g.creates = true, true
+			}
 		}
 		return rows.Err()
 	})

@@ -111,10 +111,13 @@ func (g *group) writes() *pgx.Batch {
 	for _, r := range g.runs {
 		if r.change != nil {
 			runs.add(r)
+			if r.change.Ended {
+				g.runWakes = append(g.runWakes, r.ID)
+			}
 		}
 	}
 	if len(runs.id) > 0 {
-		b.Queue(q.updateRuns, append(runs.args(), g.token)...)
+		b.Queue(q.updateRuns, append(runs.args(), g.token, runs.awaits)...)
 	}
 	if b.Len() == 0 && !g.creates {
 		return nil
@@ -260,6 +263,7 @@ type runRows struct {
 	output                    [][]byte
 	wake, now, lastEvent      []int64
 	wakeNow, recorded         []bool
+	awaits                    []*string
 }
 
 func (r *runRows) add(gr *gRun) {
@@ -269,6 +273,11 @@ func (r *runRows) add(gr *gRun) {
 	r.release, r.wake, r.now = append(r.release, c.Release), append(r.wake, sqlrow.Nanos(c.WakeAt)), append(r.now, sqlrow.Nanos(c.Now))
 	r.ended, r.lastEvent = append(r.ended, c.Ended), append(r.lastEvent, gr.LastEvent)
 	r.wakeNow, r.recorded = append(r.wakeNow, c.Wake && !c.Release), append(r.recorded, gr.recorded)
+	var a *string
+	if s, ok := sqlrow.EncodeAwaits(c.Awaits).(string); ok {
+		a = &s
+	}
+	r.awaits = append(r.awaits, a)
 }
 
 func (r *runRows) args() []any {

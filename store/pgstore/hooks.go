@@ -261,6 +261,31 @@ func (t *hookTx) MessageKey(run, key string) (*apply.Key, error) {
 	return k, nil
 }
 
+// Awaits returns what messages wake run while parked.
+func (t *hookTx) Awaits(run string) (*store.Awaits, error) {
+	var a *string
+	if err := t.x.c.QueryRow(t.ctx, `SELECT awaits FROM `+t.s.q.schema+`.runs WHERE id = $1`, run).Scan(&a); err != nil {
+		return nil, err
+	}
+	if a == nil {
+		return nil, nil
+	}
+	return sqlrow.DecodeAwaits(*a, true), nil
+}
+
+// RunInbox reads run's inbox counters (the rule holds its row locked).
+func (t *hookTx) RunInbox(run string) (int64, int64, error) {
+	var n, b int64
+	err := t.x.c.QueryRow(t.ctx, `SELECT inbox, inbox_bytes FROM `+t.s.q.schema+`.runs WHERE id = $1`, run).Scan(&n, &b)
+	return n, b, err
+}
+
+// AddInbox counts n more messages or hook payloads, of bytes, to run.
+func (t *hookTx) AddInbox(run string, n, bytes int64) error {
+	_, err := t.x.c.Exec(t.ctx, `UPDATE `+t.s.q.schema+`.runs SET inbox = inbox + $3, inbox_bytes = inbox_bytes + $2 WHERE id = $1`, run, bytes, n)
+	return err
+}
+
 func (t *hookTx) SaveMessageKey(run, key string, k *apply.Key) error {
 	_, err := t.x.c.Exec(t.ctx, `INSERT INTO `+t.s.q.schema+`.message_keys (run_id, key, digest, result, expires_at)
 		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id, key) DO UPDATE SET digest = $3, result = $4, expires_at = $5`,

@@ -78,6 +78,42 @@ func (t *limiterTx) SaveLimiter(c *limit.Config, state []byte) error {
 	return err
 }
 
+// CountLimiters counts the limiters. The rule asks it only to make a new
+// one: creations take turns on a lock held to their commit, so that the
+// bound holds when many are made at once (each would count the others'
+// uncommitted rows as absent).
+func (t *limiterTx) CountLimiters() (int, error) {
+	if _, err := t.x.c.Exec(t.ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, t.s.q.schema+".limiters"); err != nil {
+		return 0, err
+	}
+	var n int
+	err := t.x.c.QueryRow(t.ctx, `SELECT count(*) FROM `+t.s.q.schema+`.limiters`).Scan(&n)
+	return n, err
+}
+
+// QueuedRuns reports runs queued in limiter name, or admitted from it and
+// not ended.
+func (t *limiterTx) QueuedRuns(name string) (bool, error) {
+	var any bool
+	err := t.x.c.QueryRow(t.ctx, `SELECT EXISTS (SELECT 1 FROM `+t.s.q.schema+`.runs WHERE queue = $1 AND status IN ('pending', 'running'))`, name).Scan(&any)
+	return any, err
+}
+
+// DeleteLimiter deletes limiter name's row.
+func (t *limiterTx) DeleteLimiter(name string) error {
+	_, err := t.x.c.Exec(t.ctx, `DELETE FROM `+t.s.q.schema+`.limiters WHERE name = $1`, name)
+	return err
+}
+
+// DeleteLimiter deletes a limiter nothing uses.
+func (s *Store) DeleteLimiter(ctx context.Context, name string) error {
+	now := s.cfg.Now()
+	if err := s.limiterWrite(ctx, func(t *limiterTx) error { return apply.DeleteLimiter(t, name, now) }); err != nil {
+		return fmt.Errorf("delete limiter: %w", err)
+	}
+	return nil
+}
+
 // limiterWrite runs fn in a transaction; every limiter call is idempotent
 // (asking again, releasing again, renewing again change nothing more), so
 // one whose commit went unheard is retried.

@@ -30,8 +30,10 @@ func (o *appendOp) plan(g *group, r *readPlan) {
 		r.anon = append(r.anon, anonKey{o.p.StreamID, o.prevToken})
 	}
 	r.AppendReads(o.p, run)
-	if id, ok := world.StepOfWriter(o.p.Writer); ok && o.p.Late && run != "" {
-		r.world = append(r.world, worldReads{run: run, step: id}) // apply's lateWriter
+	// apply's lateWriter reads the World step of a writer that has no row
+	// yet; a writer in the cache has one.
+	if id, ok := world.StepOfWriter(o.p.Writer); ok && o.p.Late && run != "" && !g.s.writers.has(writerKey{o.p.StreamID, o.p.Writer}) {
+		r.world = append(r.world, worldReads{run: run, step: id})
 	}
 }
 
@@ -124,6 +126,7 @@ type openStreamOp struct {
 	path, runID, name, contentType string
 	now                            int64
 	info                           *store.StreamInfo
+	retried                        bool // once, for a creation it raced (apply)
 }
 
 func (o *openStreamOp) plan(g *group, r *readPlan) {
@@ -138,6 +141,15 @@ func (o *openStreamOp) plan(g *group, r *readPlan) {
 
 func (o *openStreamOp) apply(g *group) error {
 	si := g.opened[o.path]
+	if si == nil && o.runID != "" && !o.retried {
+		// Another process created the run's stream between this group's
+		// lookup and its insert (a zombie attempt and its successor open
+		// it at once): the insert yielded to it, the lookup had not seen
+		// it. The group's next try finds it. Only if it does not is the
+		// run gone.
+		o.retried = true
+		return &retryError{"run stream created concurrently"}
+	}
 	if si == nil {
 		if _, err := g.Run(o.runID); o.runID != "" && err != nil {
 			return err
@@ -145,6 +157,15 @@ func (o *openStreamOp) apply(g *group) error {
 		return &retryError{"stream vanished during create"} // deleted since
 	}
 	o.info = si
+	if o.runID != "" {
+		g.runWakes = append(g.runWakes, o.runID)
+		if si.NextOffset == 0 && g.s.runs.Has(store.RunKey(o.runID)) {
+			// Readers wait for this run's streams: its first records
+			// go to the tail cache too.
+			g.begins = append(g.begins, si.ID)
+			g.watched = append(g.watched, si)
+		}
+	}
 	return nil
 }
 

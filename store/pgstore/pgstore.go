@@ -25,6 +25,7 @@ import (
 	"github.com/weirhq/weir/store/internal/hub"
 	"github.com/weirhq/weir/store/internal/queue"
 	"github.com/weirhq/weir/store/internal/sqlrow"
+	"github.com/weirhq/weir/store/internal/tail"
 	"github.com/weirhq/weir/world"
 )
 
@@ -47,7 +48,9 @@ type Config struct {
 	Schema string
 	// MaxConns is the size of the connection pool Open creates, unless the
 	// URL sets pool_max_conns. Every process also holds one more connection
-	// for LISTEN once it has waited on a stream. Defaults to 16.
+	// for LISTEN once it has waited on a stream or written one, and one for
+	// renewing its runs' leases once it executes one (RenewLeases).
+	// Defaults to 16.
 	MaxConns int32
 	// CacheWriters is how many writers' dedupe states (their live records'
 	// offsets and digests) stay in memory. The database is the truth: an
@@ -172,17 +175,28 @@ type Store struct {
 	cfg     *Config
 	q       *queries
 	writers *writerCache
-	hub     hub.Hub[head] // wakes Waits: a wake tells the head if known
+	hub     hub.Hub[head]     // wakes Waits: a wake tells the head if known
+	runs    hub.Hub[struct{}] // wakes WatchRun, by store.RunKey
 	pub     *publisher
 	lis     *listener
+	renew   renewer // the connection leases are renewed on (leases.go)
 
 	keysSaved atomic.Int64 // idempotency keys saved: expired ones are purged every 256
 
-	stats      struct{ groups, ops, headReads atomic.Int64 }
+	stats      struct{ groups, ops, headReads, notifies atomic.Int64 }
+	count      *counter         // pgx's tracer on a pool Open made (counts.go)
 	ops        *queue.Queue[op] // to the committers
 	committers sync.WaitGroup
+	// smallGroups is held by the committer whose group of small ops is in
+	// flight: they take turns (committer.go).
+	smallGroups sync.Mutex
 
 	hints sqlrow.Hints // where read pages that ended inside a batch left off
+	tail  *tail.Cache  // newest records of followed streams, as this process committed them (heads.go)
+	known knownHeads   // the newest head heard of, by stream (heads.go)
+	// created are the run streams this process made while their runs
+	// were watched (CreatedStream).
+	created tail.Created
 
 	streamRunsMu sync.Mutex
 	streamRuns   map[int64]string // stream id -> its run ("" standalone): never changes
@@ -231,11 +245,15 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 			pc.ConnConfig.RuntimeParams[k] = v
 		}
 	}
+	cnt := &counter{}
+	if pc.ConnConfig.Tracer == nil {
+		pc.ConnConfig.Tracer = cnt
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", interpretError(err))
 	}
-	s, err := newStore(ctx, pool, cfg)
+	s, err := newStore(ctx, pool, cfg, cnt)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -307,11 +325,13 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return newStore(ctx, pool, cfg)
+	return newStore(ctx, pool, cfg, &counter{})
 }
 
-func newStore(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Store, error) {
+func newStore(ctx context.Context, pool *pgxpool.Pool, cfg *Config, cnt *counter) (*Store, error) {
 	s := &Store{
+		count:   cnt,
+		tail:    tail.New(1024),
 		pool:    pool,
 		cfg:     cfg,
 		q:       newQueries(cfg.Schema),
@@ -375,6 +395,7 @@ func (s *Store) Close() error {
 	s.closeOps() // the writes queued finish first
 	close(s.closing)
 	s.bg.Wait()
+	s.renew.close()
 	if s.ownPool {
 		s.pool.Close()
 	}

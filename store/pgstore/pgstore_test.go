@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/store"
 	storeopen "github.com/weirhq/weir/store/open"
 	"github.com/weirhq/weir/store/pgstore"
@@ -439,9 +440,9 @@ func TestDataBytesBackfill(t *testing.T) {
 	}
 	q := pgx.Identifier{schema}.Sanitize()
 	if err := adminDo(t, func(ctx context.Context) error {
-		// Back to version 4: what migrations 5 to 14 made is undone.
+		// Back to version 4: what migrations 5 to 18 made is undone.
 		_, err := adminPool(t).Exec(ctx, `ALTER TABLE `+q+`.runs DROP COLUMN parent_id, DROP COLUMN trace_parent,
-				DROP COLUMN queue, DROP COLUMN queue_key, DROP COLUMN priority, DROP COLUMN dedupe, DROP COLUMN queued, DROP COLUMN version;
+				DROP COLUMN queue, DROP COLUMN queue_key, DROP COLUMN priority, DROP COLUMN dedupe, DROP COLUMN queued, DROP COLUMN version, DROP COLUMN awaits, DROP COLUMN inbox, DROP COLUMN inbox_bytes;
 			DROP TABLE `+q+`.hooks, `+q+`.hook_keys, `+q+`.message_keys, `+q+`.run_events, `+q+`.limiters, `+q+`.schedules;
 			DROP INDEX `+q+`.streams_standalone;
 			ALTER TABLE `+q+`.streams DROP COLUMN data_bytes;
@@ -548,5 +549,178 @@ func TestRunStreamRacingAPurgeIsNotCreated(t *testing.T) {
 	}
 	if n != 0 {
 		t.Fatalf("%d streams left for a purged run", n)
+	}
+}
+
+// An open-append whose commit reply is lost: the retry finds the start
+// committed (the run's token) and the stream made, and says so (Created
+// false); the writer's append by id is then a retransmit. The start is
+// recorded once, the chunks once.
+func TestLostOpenAppendReply(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	s := open(t, schema, nil)
+	ctx := t.Context()
+	run, _, err := s.CreateRun(ctx, &store.CreateRunParams{ID: "r", Workflow: "wf", Owner: "w", LeaseTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks := [][]byte{[]byte("a"), []byte("b")}
+	left := pgstore.LoseCommitReplies(schema, 1)
+	res, err := s.OpenAppend(ctx, &store.OpenAppendParams{RunID: "r", Name: "out",
+		Start: &store.AdvanceParams{RunID: "r", LeaseEpoch: run.LeaseEpoch,
+			Events: []store.Event{{Type: store.EventStepStarted, Op: 1, Name: "s", Attempt: 1}},
+			Fence:  &store.Fence{Writer: "step/1", Attempt: 1}},
+		Append: store.AppendParams{Writer: "step/1", Attempt: 1, Chunks: chunks}})
+	if err != nil || left() != 0 {
+		t.Fatalf("open-append after a lost reply: %v (left %d)", err, left())
+	}
+	if !res.Created {
+		ar, err := s.Append(ctx, &store.AppendParams{StreamID: res.Stream.ID, Writer: "step/1", Attempt: 1, Chunks: chunks})
+		if err != nil || ar.Acks[0].Outcome == stream.Appended {
+			t.Fatalf("the append by id after a committed open-append: %+v %v, want retransmits", ar, err)
+		}
+	}
+	evs, err := s.ListEvents(ctx, "r", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 || evs[0].Type != store.EventStepStarted {
+		t.Fatalf("events %+v, want one step_started", evs)
+	}
+	rd, err := s.Read(ctx, &store.ReadParams{StreamID: res.Stream.ID})
+	if err != nil || len(rd.Records) != 2 {
+		t.Fatalf("records %+v %v, want 2", rd, err)
+	}
+}
+
+// A process alone on its schema sends no NOTIFY once it has looked and
+// found no other listener; one that starts listening later is heard at once
+// (its hello) and woken by the next append.
+func TestNotifyOnlyWhenOthersListen(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	a := open(t, schema, nil)
+	ctx := t.Context()
+	si, err := a.OpenStream(ctx, &store.OpenStreamParams{Path: "s", Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := func(s *pgstore.Store) {
+		t.Helper()
+		if _, err := s.Append(ctx, &store.AppendParams{StreamID: si.ID, Chunks: [][]byte{[]byte("x")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A waiter here: a's own listener is up, and its look finds no other.
+	go func() { _ = a.Wait(ctx, si.ID, 1<<40) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		app(a)
+		before := a.Notifies()
+		for range 20 {
+			app(a)
+		}
+		time.Sleep(10 * time.Millisecond) // the publisher sends within NotifyInterval (2 ms)
+		if a.Notifies() == before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a store alone still sends NOTIFYs after 10 s (%d)", a.Notifies())
+		}
+	}
+	cfg := testConfig(schema)
+	cfg.PollInterval, cfg.SafetyPollInterval = time.Hour, time.Hour
+	b := open(t, schema, cfg)
+	head := func() int64 {
+		res, err := b.Read(ctx, &store.ReadParams{StreamID: si.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.NextOffset
+	}
+	next := head()
+	done := make(chan error, 1)
+	go func() { done <- b.Wait(ctx, si.ID, next) }()
+	for b.Waiting(si.ID) == 0 {
+		time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatal("b's Wait did not subscribe")
+		}
+	}
+	// b's listener said hello before its LISTEN: a hears it.
+	for !a.HearsOthers() {
+		if time.Now().After(deadline) {
+			t.Fatal("a did not hear b's hello")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	end := time.Now().Add(5 * time.Second)
+	for {
+		app(a)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(end) {
+			t.Fatal("a new listener was not woken by appends for 5 s: its hello was not heard")
+		}
+	}
+}
+
+// Leases are renewed on a connection of their own: with every connection
+// of the pool waiting on a limiter's row (held by another session), a
+// run's lease is still renewed at once, where a renewal through the pool
+// waits as long as the limiter does.
+func TestLeasesRenewedWhileThePoolWaits(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	s := open(t, schema, nil) // MaxConns 4
+	ctx := t.Context()
+	run, _, err := s.CreateRun(ctx, &store.CreateRunParams{ID: "r", Workflow: "wf", Owner: "w", LeaseTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetLimiter(ctx, &limit.Config{Name: "busy", Concurrency: 2}); err != nil {
+		t.Fatal(err)
+	}
+	// Another session holds the limiter's row.
+	tx, err := adminPool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{schema}.Sanitize()+`.limiters WHERE name = 'busy' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	// Every connection of the pool waits for it.
+	waiting, cancelWaiting := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { _ = s.SetLimiter(waiting, &limit.Config{Name: "busy", Concurrency: 3}) })
+	}
+	defer func() { cancelWaiting(); wg.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Pool().Stat().AcquiredConns() < s.Pool().Stat().MaxConns() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never filled: %d of %d connections acquired", s.Pool().Stat().AcquiredConns(), s.Pool().Stat().MaxConns())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pooled, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = s.RenewLease(pooled, &store.RenewLeaseParams{RunID: "r", LeaseEpoch: run.LeaseEpoch, LeaseTTL: time.Minute})
+	cancel()
+	if err == nil {
+		t.Fatal("a renewal through the pool went through while every connection waited: the test shows nothing")
+	}
+	own, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := s.RenewLeases(own, []store.RenewLeaseParams{{RunID: "r", LeaseEpoch: run.LeaseEpoch, LeaseTTL: time.Minute}})
+	if err != nil || res[0].Err != nil {
+		t.Fatalf("RenewLeases while the pool waits: %v %+v", err, res)
 	}
 }

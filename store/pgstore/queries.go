@@ -13,9 +13,9 @@ type queries struct {
 	schema string // quoted
 
 	// Read and written outside the group commit.
-	run, runExists, runLease, renew, cancel, events, streamByPath, streamByID string
-	runStreams, head, read, readMore, readWindow, touch, insertBatch, setHead string
-	countStandalone, standalone                                               string
+	run, runExists, runWithin, runLease, renew, renewMany, cancel, events, eventPage, schedulePage, streamByPath, streamByID string
+	runStreams, head, read, readMore, readWindow, touch, insertBatch, setHead                                                string
+	countStandalone, standalone                                                                                              string
 
 	// Group commit (group.go).
 	lockRuns, lockStreams, readWriters, readFences, readProducers, readKeys     string
@@ -49,10 +49,15 @@ func newQueries(schema string) *queries {
 	// Runs.
 	set(&q.run, `SELECT `+sqlrow.RunCols+` FROM $S.runs WHERE id = $1`)
 	set(&q.runExists, `SELECT 1 FROM $S.runs WHERE id = $1`)
+	set(&q.runWithin, `SELECT `+sqlrow.RunColsWithin("$2::bigint")+` FROM $S.runs WHERE id = $1`)
 	set(&q.runLease, `SELECT lease_epoch, lease_owner, status FROM $S.runs WHERE id = $1`)
 	set(&q.renew, `UPDATE $S.runs SET lease_expires = $1, updated_at = $2
 		WHERE id = $3 AND lease_epoch = $4 AND lease_owner <> '' AND status IN ('pending', 'running')
 		RETURNING cancel_requested`)
+	set(&q.renewMany, `UPDATE $S.runs r SET lease_expires = u.expires, updated_at = $4
+		FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, epoch, expires)
+		WHERE r.id = u.id AND r.lease_epoch = u.epoch AND r.lease_owner <> '' AND r.status IN ('pending', 'running')
+		RETURNING r.id, r.lease_epoch, r.cancel_requested`)
 	set(&q.cancel, `WITH u AS (
 			UPDATE $S.runs SET cancel_requested = true, wake_at = 0, updated_at = $2
 			WHERE id = $1 AND status IN ('pending', 'running') RETURNING 1
@@ -60,6 +65,8 @@ func newQueries(schema string) *queries {
 		SELECT EXISTS (SELECT 1 FROM u), EXISTS (SELECT 1 FROM $S.runs WHERE id = $1)`)
 	set(&q.events, `SELECT seq, type, op, name, attempt, data, error, final, at, wake_at
 		FROM $S.events WHERE run_id = $1 AND seq > $2 ORDER BY seq`)
+	set(&q.eventPage, sqlrow.EventPageSQL("$S.events", "$1", "$2", "$3::bigint", "$4::bigint"))
+	set(&q.schedulePage, sqlrow.SchedulePageSQL("$S.schedules", `name COLLATE "C"`, "$1", "$2::bigint", "$3::bigint"))
 
 	// Streams.
 	set(&q.streamByPath, `SELECT `+sqlrow.StreamCols+` FROM $S.streams WHERE path = $1`)
@@ -257,13 +264,14 @@ func newQueries(schema string) *queries {
 			lease_owner = CASE WHEN u.release THEN '' ELSE x.lease_owner END,
 			lease_expires = CASE WHEN u.release THEN 0 ELSE x.lease_expires END,
 			wake_at = CASE WHEN u.release THEN u.wake WHEN u.wake_now THEN u.now ELSE x.wake_at END,
+			awaits = CASE WHEN u.release THEN u.awaits ELSE x.awaits END,
 			updated_at = u.now,
 			ended_at = CASE WHEN u.ended THEN u.now ELSE x.ended_at END,
 			last_event = u.last_event,
 			record_token = CASE WHEN u.recorded THEN $13 ELSE x.record_token END
 		FROM unnest($1::text[], $2::boolean[], $3::text[], $4::bytea[], $5::text[], $6::boolean[], $7::bigint[],
-			$8::bigint[], $9::boolean[], $10::bigint[], $11::boolean[], $12::boolean[])
-			AS u(id, set_status, status, output, error, release, wake, now, ended, last_event, wake_now, recorded)
+			$8::bigint[], $9::boolean[], $10::bigint[], $11::boolean[], $12::boolean[], $14::text[])
+			AS u(id, set_status, status, output, error, release, wake, now, ended, last_event, wake_now, recorded, awaits)
 		WHERE x.id = u.id`)
 	set(&q.lockHooks, `SELECT h.token, h.run_id, h.op, h.disposed, h.received, h.created_at
 		FROM unnest($1::text[]) AS k(token), LATERAL (
@@ -276,10 +284,19 @@ func newQueries(schema string) *queries {
 		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[], $6::text[],
 				$7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::text[])
 			AS u(id, workflow, input, now, wake, parent, status, owner, expires, epoch, trace, version)
-		ON CONFLICT (id) DO NOTHING RETURNING id`)
-	set(&q.runsByID, `SELECT r.* FROM unnest($1::text[]) AS k(id), LATERAL (
+		ON CONFLICT (id) DO NOTHING RETURNING `+sqlrow.RunCols)
+	// runsByID wraps insertRuns: the runs it inserted and, for the ids it
+	// did not (they exist), the runs as they are, in one statement: each
+	// with whether it was inserted. (The outer SELECT's snapshot is the
+	// statement's: it does not see the rows the insert adds, and a row
+	// another transaction inserted while this one waited on it is missing:
+	// the create op then retries.)
+	set(&q.runsByID, `WITH ins AS (`+q.insertRuns+`)
+		SELECT ins.*, true FROM ins
+		UNION ALL
+		SELECT r.*, false FROM unnest($1::text[]) AS k(id), LATERAL (
 			SELECT `+sqlrow.RunCols+` FROM $S.runs WHERE id = k.id
-		) r`)
+		) r WHERE k.id NOT IN (SELECT id FROM ins)`)
 	// A run stream is created only for a run that exists, and the run is
 	// locked FOR KEY SHARE until the commit, as a foreign key would lock it:
 	// a purge (which locks the runs it deletes FOR UPDATE, SKIP LOCKED)
@@ -289,10 +306,15 @@ func newQueries(schema string) *queries {
 		SELECT u.path, NULLIF(u.run_id, ''), u.name, u.content_type, u.now, u.now
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) AS u(path, run_id, name, content_type, now)
 		WHERE u.run_id = '' OR EXISTS (SELECT 1 FROM $S.runs WHERE id = u.run_id FOR KEY SHARE)
-		ON CONFLICT (path) DO NOTHING`)
-	set(&q.streamsByPath, `SELECT s.* FROM unnest($1::text[]) AS k(path), LATERAL (
+		ON CONFLICT (path) DO NOTHING
+		RETURNING `+sqlrow.StreamCols)
+	// streamsByPath wraps insertStreams as runsByID wraps insertRuns.
+	set(&q.streamsByPath, `WITH ins AS (`+q.insertStreams+`)
+		SELECT ins.*, true FROM ins
+		UNION ALL
+		SELECT s.*, false FROM unnest($1::text[]) AS k(path), LATERAL (
 			SELECT `+sqlrow.StreamCols+` FROM $S.streams WHERE path = k.path
-		) s`)
+		) s WHERE k.path NOT IN (SELECT path FROM ins)`)
 	// claimIn is a claim inside a group: it skips the runs the group holds
 	// ($5), marks the runs it claims with the group's token ($6), and, for
 	// a retry, returns the runs the lost try claimed ($7, its token) rather

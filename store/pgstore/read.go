@@ -26,6 +26,13 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 		return nil, fmt.Errorf("read: %w", err)
 	}
 	p = p.WithDefaults()
+	if h, ok := s.known.get(p.StreamID); ok {
+		// The records this process committed, if they reach the newest
+		// head it heard of (heads.go).
+		if res, ok, err := s.tail.Read(p, h.next); ok {
+			return res, err
+		}
+	}
 	var res *store.ReadResult
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		var err error
@@ -116,6 +123,7 @@ func (s *Store) readPage(ctx context.Context, p *store.ReadParams) (*store.ReadR
 	}
 	s.hints.Leave(p.StreamID, cur)
 	res.Records, res.Piece = pg.Records, pg.Piece
+	s.known.see(head{id: p.StreamID, next: res.NextOffset, closed: res.Closed, known: true})
 	return res, nil
 }
 

@@ -55,6 +55,25 @@ func (s *Store) GetRun(ctx context.Context, id string) (*store.Run, error) {
 	return run, nil
 }
 
+// GetRunWithin returns a run, without its input and output if together
+// over max bytes (store.RunsWithin).
+func (s *Store) GetRunWithin(ctx context.Context, id string, max int64) (*store.Run, int64, error) {
+	if err := store.CheckRunID(id); err != nil {
+		return nil, 0, fmt.Errorf("get run: %w", err)
+	}
+	var run *store.Run
+	var size int64
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		var err error
+		run, size, err = sqlrow.ScanRunWithin(s.pool.QueryRow(ctx, s.q.runWithin, id, max))
+		return err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("get run %q: %w", id, err)
+	}
+	return run, size, nil
+}
+
 // ListRuns lists runs, newest first.
 func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store.Run, error) {
 	if err := p.Check(); err != nil {
@@ -93,7 +112,7 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 		// An unknown cursor must be an error, not an empty page.
 		where = append(where, "seq < (SELECT seq FROM "+s.q.schema+".runs WHERE id = "+arg(p.Before)+")")
 	}
-	q := `SELECT ` + sqlrow.RunCols + ` FROM ` + s.q.schema + `.runs`
+	q := `SELECT ` + sqlrow.ListedRunCols + ` FROM ` + s.q.schema + `.runs`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
@@ -120,7 +139,7 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 		}
 		defer rows.Close()
 		for rows.Next() {
-			r, err := sqlrow.ScanRun(rows)
+			r, err := sqlrow.ScanListedRun(rows)
 			if err != nil {
 				return err
 			}
@@ -258,6 +277,47 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64) ([
 		return nil, fmt.Errorf("list events: %w", err)
 	}
 	return out, nil
+}
+
+// ListEventsPage returns a page of a run's log (store.ListEventsPage).
+func (s *Store) ListEventsPage(ctx context.Context, p *store.ListEventsParams) (*store.EventPage, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	p = p.WithDefaults()
+	var page store.EventPage
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		page = store.EventPage{}
+		b := &pgx.Batch{}
+		b.Queue(s.q.runExists, p.RunID)
+		b.Queue(s.q.eventPage, p.RunID, p.After, p.Limit, p.MaxBytes)
+		br := s.pool.SendBatch(ctx, b)
+		defer br.Close()
+		var one int
+		if err := br.QueryRow().Scan(&one); err != nil {
+			return fmt.Errorf("run %q: %w", p.RunID, err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e, err := sqlrow.ScanEvent(rows, &page.More)
+			if err != nil {
+				return err
+			}
+			page.Events = append(page.Events, e)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	return &page, nil
 }
 
 // Advance applies one engine transaction (apply.Advance) in a group commit

@@ -36,22 +36,9 @@ type scheduleTx struct {
 // claimer): the one condition of a claim and of its cheap first look.
 const scheduleDue = `NOT paused AND next_due <= $1 AND (lease_expires <= $1 OR lease_owner = $2)`
 
-const scheduleCols = `name, config, state, paused, next_due, version, lease_owner, lease_expires, created_at, updated_at`
-
-func scanSchedule(row pgx.Row) (*store.Schedule, error) {
-	s := &store.Schedule{}
-	var config, state []byte
-	var next, expires, created, updated int64
-	if err := row.Scan(&s.Name, &config, &state, &s.Paused, &next, &s.Version, &s.LeaseOwner, &expires, &created, &updated); err != nil {
-		return nil, err
-	}
-	s.NextDue, s.LeaseExpires, s.CreatedAt, s.UpdatedAt = sqlrow.Time(next), sqlrow.Time(expires), sqlrow.Time(created), sqlrow.Time(updated)
-	return s, apply.DecodeSchedule(s, config, state)
-}
-
 // LockSchedule loads schedule name and locks its row.
 func (t *scheduleTx) LockSchedule(name string) (*store.Schedule, error) {
-	s, err := scanSchedule(t.x.c.QueryRow(t.ctx, `SELECT `+scheduleCols+` FROM `+t.s.q.schema+`.schedules WHERE name = $1 FOR UPDATE`, name))
+	s, err := sqlrow.ScanSchedule(t.x.c.QueryRow(t.ctx, `SELECT `+sqlrow.ScheduleCols+` FROM `+t.s.q.schema+`.schedules WHERE name = $1 FOR UPDATE`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -67,11 +54,23 @@ func (t *scheduleTx) SaveSchedule(s *store.Schedule, insert bool) error {
 	q := `UPDATE ` + t.s.q.schema + `.schedules SET config = $2, state = $3, paused = $4, next_due = $5, version = $6,
 		lease_owner = $7, lease_expires = $8, created_at = $9, updated_at = $10 WHERE name = $1`
 	if insert {
-		q = `INSERT INTO ` + t.s.q.schema + `.schedules (` + scheduleCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+		q = `INSERT INTO ` + t.s.q.schema + `.schedules (` + sqlrow.ScheduleCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 	}
 	_, err = t.x.c.Exec(t.ctx, q, s.Name, config, state, s.Paused, sqlrow.Nanos(s.NextDue), s.Version, s.LeaseOwner,
 		sqlrow.Nanos(s.LeaseExpires), sqlrow.Nanos(s.CreatedAt), sqlrow.Nanos(s.UpdatedAt))
 	return err
+}
+
+// CountSchedules counts the schedules. The rule asks it only to make a
+// new one: creations take turns on a lock held to their commit, so that
+// the bound holds when many are made at once.
+func (t *scheduleTx) CountSchedules() (int, error) {
+	if _, err := t.x.c.Exec(t.ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, t.s.q.schema+".schedules"); err != nil {
+		return 0, err
+	}
+	var n int
+	err := t.x.c.QueryRow(t.ctx, `SELECT count(*) FROM `+t.s.q.schema+`.schedules`).Scan(&n)
+	return n, err
 }
 
 // DueSchedules returns the schedules due at now with no live lease,
@@ -118,7 +117,7 @@ func (s *Store) GetSchedule(ctx context.Context, name string) (*store.Schedule, 
 	var out *store.Schedule
 	err := s.do(ctx, true, func(ctx context.Context, _ *try) error {
 		var err error
-		out, err = scanSchedule(s.pool.QueryRow(ctx, `SELECT `+scheduleCols+` FROM `+s.q.schema+`.schedules WHERE name = $1`, name))
+		out, err = sqlrow.ScanSchedule(s.pool.QueryRow(ctx, `SELECT `+sqlrow.ScheduleCols+` FROM `+s.q.schema+`.schedules WHERE name = $1`, name))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errNoSchedule
 		}
@@ -133,29 +132,33 @@ func (s *Store) GetSchedule(ctx context.Context, name string) (*store.Schedule, 
 	return out, nil
 }
 
-// ListSchedules returns every schedule, by name.
-func (s *Store) ListSchedules(ctx context.Context) ([]*store.Schedule, error) {
-	var out []*store.Schedule
+// ListSchedules returns a page of the schedules (store.ListSchedules).
+func (s *Store) ListSchedules(ctx context.Context, p *store.ListSchedulesParams) (*store.SchedulePage, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("list schedules: %w", err)
+	}
+	p = p.WithDefaults()
+	var page store.SchedulePage
 	err := s.do(ctx, true, func(ctx context.Context, _ *try) error {
-		out = out[:0]
-		rows, err := s.pool.Query(ctx, `SELECT `+scheduleCols+` FROM `+s.q.schema+`.schedules ORDER BY name COLLATE "C"`)
+		page = store.SchedulePage{}
+		rows, err := s.pool.Query(ctx, s.q.schedulePage, p.After, p.Limit, p.MaxBytes)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			sc, err := scanSchedule(rows)
+			sc, err := sqlrow.ScanSchedule(rows, &page.More)
 			if err != nil {
 				return err
 			}
-			out = append(out, sc)
+			page.Schedules = append(page.Schedules, sc)
 		}
 		return rows.Err()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list schedules: %w", err)
 	}
-	return out, nil
+	return &page, nil
 }
 
 // DeleteSchedule deletes a schedule.

@@ -40,6 +40,7 @@ func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*sto
 	}
 	si := o.info
 	s.setStreamRun(si.ID, si.RunID)
+	s.known.see(head{id: si.ID, next: si.NextOffset, closed: si.Closed, known: true})
 	return si, nil
 }
 
@@ -55,6 +56,7 @@ func (s *Store) GetStreamByPath(ctx context.Context, path string) (*store.Stream
 		return nil, fmt.Errorf("get stream %q: %w", path, err)
 	}
 	s.setStreamRun(si.ID, si.RunID)
+	s.known.see(head{id: si.ID, next: si.NextOffset, closed: si.Closed, known: true})
 	return si, nil
 }
 
@@ -70,6 +72,7 @@ func (s *Store) GetStream(ctx context.Context, id int64) (*store.StreamInfo, err
 		return nil, fmt.Errorf("get stream %d: %w", id, err)
 	}
 	s.setStreamRun(si.ID, si.RunID)
+	s.known.see(head{id: si.ID, next: si.NextOffset, closed: si.Closed, known: true})
 	return si, nil
 }
 

@@ -586,12 +586,34 @@ func page[T any](ctx context.Context, s *Store, cols, from, where string, args [
 		k int64
 		v *T
 	}
+	// The rows are read one by one and the page ends before the one that
+	// would pass MaxWorldPageBytes: what a page holds is bounded, not the
+	// rows the limit allows.
+	bytes := 0
+	var attempt pgx.Rows // a retry reads afresh: its bytes count from 0
 	rows, err := query(ctx, s, sql, args, func(r pgx.Rows) (kv, error) {
+		if r != attempt {
+			attempt, bytes = r, 0
+		}
 		var k int64
 		v, err := scan(prefixed{r, &k})
-		return kv{k, v}, err
+		if err != nil {
+			return kv{}, err
+		}
+		n := store.WorldItemBytes(v)
+		if bytes > 0 && bytes+n > store.MaxWorldPageBytes {
+			return kv{}, errPageFull
+		}
+		if p.Reserve != nil {
+			if err := p.Reserve(bytes + n); err != nil {
+				return kv{}, err
+			}
+		}
+		bytes += n
+		return kv{k, v}, nil
 	})
-	if err != nil {
+	full := errors.Is(err, errPageFull)
+	if err != nil && !full {
 		return nil, err
 	}
 	out := &store.WorldPage[T]{}
@@ -602,8 +624,15 @@ func page[T any](ctx context.Context, s *Store, cols, from, where string, args [
 		}
 		out.Data = append(out.Data, *r.v)
 	}
+	if full && out.NextCursor == "" && len(rows) > 0 {
+		out.NextCursor = fmt.Sprint(rows[len(rows)-1].k)
+	}
 	return out, nil
 }
+
+// errPageFull ends the read of a page whose payloads reached
+// store.MaxWorldPageBytes.
+var errPageFull = errors.New("page full")
 
 func parseCursor(c string) (int64, error) {
 	if c == "" {

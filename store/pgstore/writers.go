@@ -55,6 +55,15 @@ func (c *writerCache) take(k writerKey, version int64) (*stream.Writer, bool) {
 	return &e.w, true
 }
 
+// has reports whether k has an entry: its row exists (writers rows go
+// only with their streams).
+func (c *writerCache) has(k writerKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.m[k]
+	return ok
+}
+
 // put stores w as k's state at version.
 func (c *writerCache) put(k writerKey, w *stream.Writer, version int64) {
 	if c.max == 0 {

@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"fmt"
 
+	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
 	"github.com/weirhq/weir/store/internal/queue"
+	"github.com/weirhq/weir/store/internal/tail"
 	"github.com/weirhq/weir/stream"
 )
 
@@ -42,7 +44,10 @@ type committer struct {
 	batch   []*queue.Item[*op]
 	dirty   []cacheKey // cache entries handed to the ops of this transaction
 	notify  []int64    // streams that got records in this transaction
-	tails   []tailAdd  // their records, for the tail cache
+	runs    []string   // runs whose watchers wake after it
+	begins  []int64    // streams created while readers wait
+	watched []*store.StreamInfo
+	tails   []tail.Add // their records, for the tail cache
 	// keysSaved counts idempotency keys saved, to purge expired ones now
 	// and then.
 	keysSaved int
@@ -110,7 +115,8 @@ func (c *committer) loop() {
 
 // commit runs ops in one transaction and sets each op's outcome.
 func (c *committer) commit(ops []*op) {
-	c.dirty, c.notify, c.tails = c.dirty[:0], c.notify[:0], c.tails[:0]
+	c.dirty, c.notify, c.tails, c.runs, c.begins = c.dirty[:0], c.notify[:0], c.tails[:0], c.runs[:0], c.begins[:0]
+	c.watched = c.watched[:0]
 	ctx := context.Background() // one caller's context must not cut the others' transaction
 	if _, err := c.w.begin.ExecContext(ctx); err != nil {
 		c.fail(ops, fmt.Errorf("begin: %w", translate(err)))
@@ -155,6 +161,9 @@ func (c *committer) commit(ops []*op) {
 		c.dirty = append(c.dirty, c.tx.loaded...)
 		c.notify = append(c.notify, c.tx.notify...)
 		c.tails = append(c.tails, c.tx.tails...)
+		c.runs = append(c.runs, c.tx.runs...)
+		c.begins = append(c.begins, c.tx.begins...)
+		c.watched = append(c.watched, c.tx.watched...)
 		ok++
 	}
 	if ok == 0 {
@@ -167,10 +176,21 @@ func (c *committer) commit(ops []*op) {
 		c.abandon(ops, fmt.Errorf("commit: %w", translate(err)))
 		return
 	}
+	c.s.counts.commits.Add(1)
+	c.s.counts.ops.Add(int64(ok))
 	// The tail cache first: a woken reader or a replied writer reads it.
-	c.s.tail.apply(c.tails, c.notify, c.s.notify.Has)
+	for _, id := range c.begins {
+		c.s.tail.Begin(id, 0)
+	}
+	for _, si := range c.watched {
+		c.s.created.Put(si)
+	}
+	c.s.tail.Apply(c.tails, c.notify, c.s.notify.Has)
 	clear(c.tails)
 	c.s.notify.WakeEach(c.notify, func(int) struct{} { return struct{}{} })
+	for _, r := range c.runs {
+		c.s.runs.Wake(store.RunKey(r), struct{}{})
+	}
 	if cap(c.tx.buf) > 4<<20 {
 		c.tx.buf = nil // do not pin one huge append's buffer forever
 	}

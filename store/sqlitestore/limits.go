@@ -64,6 +64,53 @@ func (tx *wtx) SaveLimiter(c *limit.Config, state []byte) error {
 	return nil
 }
 
+// CountLimiters counts the limiters.
+func (tx *wtx) CountLimiters() (int, error) {
+	st, err := tx.stmt(`SELECT count(*) FROM limiters`)
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	if err := st.QueryRowContext(bg).Scan(&n); err != nil {
+		return 0, translate(err)
+	}
+	return n, nil
+}
+
+// QueuedRuns reports runs queued in limiter name, or admitted from it and
+// not ended.
+func (tx *wtx) QueuedRuns(name string) (bool, error) {
+	st, err := tx.stmt(`SELECT EXISTS (SELECT 1 FROM runs WHERE queue = ? AND status IN ('pending', 'running'))`)
+	if err != nil {
+		return false, err
+	}
+	var any bool
+	if err := st.QueryRowContext(bg, name).Scan(&any); err != nil {
+		return false, translate(err)
+	}
+	return any, nil
+}
+
+// DeleteLimiter deletes limiter name's row.
+func (tx *wtx) DeleteLimiter(name string) error {
+	tx.changed = true
+	st, err := tx.stmt(`DELETE FROM limiters WHERE name = ?`)
+	if err != nil {
+		return err
+	}
+	_, err = st.ExecContext(bg, name)
+	return translate(err)
+}
+
+// DeleteLimiter deletes a limiter nothing uses.
+func (s *Store) DeleteLimiter(ctx context.Context, name string) error {
+	now := s.cfg.Now()
+	if err := s.write(ctx, func(tx *wtx) error { return apply.DeleteLimiter(tx, name, now) }); err != nil {
+		return fmt.Errorf("delete limiter: %w", err)
+	}
+	return nil
+}
+
 // SetLimiter creates or changes a limiter.
 func (s *Store) SetLimiter(ctx context.Context, c *limit.Config) error {
 	if err := store.CheckLimiter(c); err != nil {

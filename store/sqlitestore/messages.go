@@ -31,6 +31,45 @@ func (tx *wtx) MessageKey(run, key string) (*apply.Key, error) {
 	return k, nil
 }
 
+// RunInbox reads run's inbox counters.
+func (tx *wtx) RunInbox(run string) (int64, int64, error) {
+	st, err := tx.stmt(`SELECT inbox, inbox_bytes FROM runs WHERE id = ?`)
+	if err != nil {
+		return 0, 0, err
+	}
+	var n, b int64
+	if err := st.QueryRowContext(bg, run).Scan(&n, &b); err != nil {
+		return 0, 0, fmt.Errorf("run inbox: %w", translate(err))
+	}
+	return n, b, nil
+}
+
+// AddInbox counts n more messages or hook payloads, of bytes, to run.
+func (tx *wtx) AddInbox(run string, n, bytes int64) error {
+	st, err := tx.stmt(`UPDATE runs SET inbox = inbox + ?, inbox_bytes = inbox_bytes + ? WHERE id = ?`)
+	if err != nil {
+		return err
+	}
+	tx.changed = true
+	if _, err := st.ExecContext(bg, n, bytes, run); err != nil {
+		return fmt.Errorf("count inbox: %w", translate(err))
+	}
+	return nil
+}
+
+// Awaits returns what messages wake run while parked.
+func (tx *wtx) Awaits(run string) (*store.Awaits, error) {
+	st, err := tx.stmt(`SELECT awaits FROM runs WHERE id = ?`)
+	if err != nil {
+		return nil, err
+	}
+	var a sql.NullString
+	if err := st.QueryRowContext(bg, run).Scan(&a); err != nil {
+		return nil, fmt.Errorf("run awaits: %w", translate(err))
+	}
+	return sqlrow.DecodeAwaits(a.String, a.Valid), nil
+}
+
 // SaveMessageKey stores what a message with key left.
 func (tx *wtx) SaveMessageKey(run, key string, k *apply.Key) error {
 	tx.changed = true

@@ -77,6 +77,22 @@ func (s *Store) GetRun(ctx context.Context, id string) (*store.Run, error) {
 	return run, nil
 }
 
+// GetRunWithin returns a run, without its input and output if together
+// over max bytes (store.RunsWithin).
+func (s *Store) GetRunWithin(ctx context.Context, id string, max int64) (*store.Run, int64, error) {
+	if err := store.CheckRunID(id); err != nil {
+		return nil, 0, fmt.Errorf("get run: %w", err)
+	}
+	if s.isClosed() {
+		return nil, 0, store.ErrClosedStore
+	}
+	run, size, err := sqlrow.ScanRunWithin(s.r.runWithin.QueryRowContext(ctx, id, max))
+	if err != nil {
+		return nil, 0, fmt.Errorf("get run %q: %w", id, s.readErr(err))
+	}
+	return run, size, nil
+}
+
 // ListRuns lists runs, newest first. A Before cursor naming an unknown run
 // returns store.ErrNotFound.
 func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store.Run, error) {
@@ -119,7 +135,7 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 		}
 		where, args = append(where, "seq < ?"), append(args, seq)
 	}
-	q := `SELECT ` + sqlrow.RunCols + ` FROM runs`
+	q := `SELECT ` + sqlrow.ListedRunCols + ` FROM runs`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
@@ -132,7 +148,7 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 	defer rows.Close()
 	var out []*store.Run
 	for rows.Next() {
-		r, err := sqlrow.ScanRun(rows)
+		r, err := sqlrow.ScanListedRun(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list runs: %w", s.readErr(err))
 		}
@@ -277,6 +293,38 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64) ([
 	return out, nil
 }
 
+// ListEventsPage returns a page of a run's log (store.ListEventsPage).
+func (s *Store) ListEventsPage(ctx context.Context, p *store.ListEventsParams) (*store.EventPage, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	p = p.WithDefaults()
+	if s.isClosed() {
+		return nil, store.ErrClosedStore
+	}
+	var one int
+	if err := s.r.runExists.QueryRowContext(ctx, p.RunID).Scan(&one); err != nil {
+		return nil, fmt.Errorf("list events: run %q: %w", p.RunID, s.readErr(err))
+	}
+	rows, err := s.r.eventPage.QueryContext(ctx, p.RunID, p.After, p.Limit, p.MaxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", s.readErr(err))
+	}
+	defer rows.Close()
+	page := &store.EventPage{}
+	for rows.Next() {
+		e, err := sqlrow.ScanEvent(rows, &page.More)
+		if err != nil {
+			return nil, fmt.Errorf("list events: %w", s.readErr(err))
+		}
+		page.Events = append(page.Events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list events: %w", s.readErr(err))
+	}
+	return page, nil
+}
+
 // Advance applies one engine transaction (apply.Advance). Any failure undoes
 // all of it.
 func (s *Store) Advance(ctx context.Context, p *store.AdvanceParams) error {
@@ -343,4 +391,42 @@ func (tx *wtx) SetRunVersion(id, version string, now time.Time) error {
 	}
 	_, err = st.ExecContext(bg, version, sqlrow.Nanos(now), id)
 	return translate(err)
+}
+
+var _ store.LeaseRenewer = (*Store)(nil)
+
+// RenewLeases renews leases in one write (store.LeaseRenewer): one
+// transaction, one fsync, however many runs the engine holds.
+func (s *Store) RenewLeases(ctx context.Context, ps []store.RenewLeaseParams) ([]store.RenewLeaseResult, error) {
+	out := make([]store.RenewLeaseResult, len(ps))
+	now := s.cfg.Now()
+	err := s.write(ctx, func(tx *wtx) error {
+		for i := range ps {
+			out[i] = store.RenewLeaseResult{}
+			p := &ps[i]
+			if err := p.Check(); err != nil {
+				out[i].Err = fmt.Errorf("renew lease: %w", err)
+				continue
+			}
+			tx.changed = true
+			err := tx.w.renew.QueryRowContext(bg, sqlrow.Nanos(now.Add(p.LeaseTTL)), sqlrow.Nanos(now), p.RunID, p.LeaseEpoch).Scan(&out[i].Cancel)
+			if errors.Is(err, sql.ErrNoRows) {
+				run, err := tx.Run(p.RunID)
+				if err != nil {
+					out[i].Err = fmt.Errorf("renew lease: %w", err)
+					continue
+				}
+				out[i].Err = fmt.Errorf("renew lease: %w", apply.LeaseLost(run, p.LeaseEpoch))
+				continue
+			}
+			if err != nil {
+				return translate(err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("renew leases: %w", err)
+	}
+	return out, nil
 }

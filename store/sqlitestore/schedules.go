@@ -26,27 +26,13 @@ var (
 // claimer): the one condition of a claim and of its cheap first look.
 const scheduleDue = `paused = 0 AND next_due <= ?1 AND (lease_expires <= ?1 OR lease_owner = ?2)`
 
-const scheduleCols = `name, config, state, paused, next_due, version, lease_owner, lease_expires, created_at, updated_at`
-
-// scanSchedule reads a row of scheduleCols.
-func scanSchedule(row interface{ Scan(...any) error }) (*store.Schedule, error) {
-	s := &store.Schedule{}
-	var config, state []byte
-	var next, expires, created, updated int64
-	if err := row.Scan(&s.Name, &config, &state, &s.Paused, &next, &s.Version, &s.LeaseOwner, &expires, &created, &updated); err != nil {
-		return nil, err
-	}
-	s.NextDue, s.LeaseExpires, s.CreatedAt, s.UpdatedAt = sqlrow.Time(next), sqlrow.Time(expires), sqlrow.Time(created), sqlrow.Time(updated)
-	return s, apply.DecodeSchedule(s, config, state)
-}
-
 // LockSchedule loads schedule name.
 func (tx *wtx) LockSchedule(name string) (*store.Schedule, error) {
-	st, err := tx.stmt(`SELECT ` + scheduleCols + ` FROM schedules WHERE name = ?`)
+	st, err := tx.stmt(`SELECT ` + sqlrow.ScheduleCols + ` FROM schedules WHERE name = ?`)
 	if err != nil {
 		return nil, err
 	}
-	s, err := scanSchedule(st.QueryRowContext(bg, name))
+	s, err := sqlrow.ScanSchedule(st.QueryRowContext(bg, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -66,7 +52,7 @@ func (tx *wtx) SaveSchedule(s *store.Schedule, insert bool) error {
 	q := `UPDATE schedules SET config = ?2, state = ?3, paused = ?4, next_due = ?5, version = ?6, lease_owner = ?7,
 		lease_expires = ?8, created_at = ?9, updated_at = ?10 WHERE name = ?1`
 	if insert {
-		q = `INSERT INTO schedules (` + scheduleCols + `) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)`
+		q = `INSERT INTO schedules (` + sqlrow.ScheduleCols + `) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)`
 	}
 	st, err := tx.stmt(q)
 	if err != nil {
@@ -77,6 +63,19 @@ func (tx *wtx) SaveSchedule(s *store.Schedule, insert bool) error {
 		return fmt.Errorf("save schedule: %w", translate(err))
 	}
 	return nil
+}
+
+// CountSchedules counts the schedules.
+func (tx *wtx) CountSchedules() (int, error) {
+	st, err := tx.stmt(`SELECT count(*) FROM schedules`)
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	if err := st.QueryRowContext(bg).Scan(&n); err != nil {
+		return 0, translate(err)
+	}
+	return n, nil
 }
 
 // DueSchedules returns the schedules due at now with no live lease.
@@ -124,7 +123,7 @@ func (s *Store) GetSchedule(ctx context.Context, name string) (*store.Schedule, 
 	if err := store.CheckScheduleName(name); err != nil {
 		return nil, fmt.Errorf("get schedule: %w", err)
 	}
-	sc, err := scanSchedule(s.rdb.QueryRowContext(ctx, `SELECT `+scheduleCols+` FROM schedules WHERE name = ?`, name))
+	sc, err := sqlrow.ScanSchedule(s.rdb.QueryRowContext(ctx, `SELECT `+sqlrow.ScheduleCols+` FROM schedules WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("get schedule: %w: no schedule %q", store.ErrNotFound, name)
 	}
@@ -134,22 +133,33 @@ func (s *Store) GetSchedule(ctx context.Context, name string) (*store.Schedule, 
 	return sc, nil
 }
 
-// ListSchedules returns every schedule, by name.
-func (s *Store) ListSchedules(ctx context.Context) ([]*store.Schedule, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+scheduleCols+` FROM schedules ORDER BY name`)
+// schedulePage is a page of the schedules; names sort by their bytes
+// (SQLite's BINARY collation).
+var schedulePage = sqlrow.SchedulePageSQL("schedules", "name", "?1", "?2", "?3")
+
+// ListSchedules returns a page of the schedules (store.ListSchedules).
+func (s *Store) ListSchedules(ctx context.Context, p *store.ListSchedulesParams) (*store.SchedulePage, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("list schedules: %w", err)
+	}
+	p = p.WithDefaults()
+	rows, err := s.rdb.QueryContext(ctx, schedulePage, p.After, p.Limit, p.MaxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("list schedules: %w", s.readErr(err))
 	}
 	defer rows.Close()
-	var out []*store.Schedule
+	page := &store.SchedulePage{}
 	for rows.Next() {
-		sc, err := scanSchedule(rows)
+		sc, err := sqlrow.ScanSchedule(rows, &page.More)
 		if err != nil {
 			return nil, fmt.Errorf("list schedules: %w", s.readErr(err))
 		}
-		out = append(out, sc)
+		page.Schedules = append(page.Schedules, sc)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list schedules: %w", s.readErr(err))
+	}
+	return page, nil
 }
 
 // DeleteSchedule deletes a schedule.

@@ -369,6 +369,22 @@ CREATE INDEX schedules_due ON schedules (next_due) WHERE paused = 0;
 	`
 ALTER TABLE runs ADD COLUMN version TEXT NOT NULL DEFAULT '';
 `,
+	// 14: what messages wake a parked run (store.AdvanceParams.Awaits, in
+	// sqlrow.EncodeAwaits's form); NULL: every one.
+	`
+ALTER TABLE runs ADD COLUMN awaits TEXT;
+`,
+	// 15: what a run's inbox holds (apply.InboxTx): its messages and hook
+	// payloads, and their bytes, counted as they come; a run in flight
+	// counts what its log holds already.
+	`
+ALTER TABLE runs ADD COLUMN inbox INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN inbox_bytes INTEGER NOT NULL DEFAULT 0;
+UPDATE runs SET
+	inbox = (SELECT count(*) FROM events e WHERE e.run_id = runs.id AND e.type IN ('message_received', 'hook_received')),
+	inbox_bytes = (SELECT COALESCE(sum(length(e.data)), 0) FROM events e WHERE e.run_id = runs.id AND e.type IN ('message_received', 'hook_received'))
+WHERE status IN ('pending', 'running');
+`,
 }
 
 // fixups run in a migration's transaction after its SQL, for what SQL

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -18,6 +19,7 @@ import (
 	"github.com/weirhq/weir/store/internal/hub"
 	"github.com/weirhq/weir/store/internal/queue"
 	"github.com/weirhq/weir/store/internal/sqlrow"
+	"github.com/weirhq/weir/store/internal/tail"
 	"github.com/weirhq/weir/world"
 )
 
@@ -127,10 +129,26 @@ type Store struct {
 	committed chan struct{} // closed when the committer has exited
 
 	notify hub.Hub[struct{}] // wakes Waits after commits
-	tail   *tailCache        // newest records of followed streams; see tail.go
-	hints  sqlrow.Hints      // where read pages that ended inside a batch left off
-	c      *committer        // owned by the committer goroutine
-	ids    world.ULIDs       // the World's event ids
+	runs   hub.Hub[struct{}] // wakes WatchRun, by store.RunKey
+	// created are the run streams made while their runs were watched
+	// (CreatedStream).
+	created tail.Created
+	tail    *tail.Cache  // newest records of followed streams (package tail)
+	hints   sqlrow.Hints // where read pages that ended inside a batch left off
+	c       *committer   // owned by the committer goroutine
+	ids     world.ULIDs  // the World's event ids
+
+	// counts are the committer's transactions and the writes they applied
+	// (Counts).
+	counts struct{ commits, ops atomic.Int64 }
+}
+
+// Counts returns the committer's transactions and writes since the store
+// opened (store.Counter): each group commit is one commit; SQLite has no
+// statements to send or round trips to wait for.
+func (s *Store) Counts() store.Counts {
+	c, o := s.counts.commits.Load(), s.counts.ops.Load()
+	return store.Counts{Commits: c, Groups: c, GroupOps: o}
 }
 
 // Open opens or creates the database at path and migrates it to the current
@@ -149,7 +167,7 @@ func Open(ctx context.Context, path string, cfg *Config) (*Store, error) {
 		ops:       queue.New[*op](cfg.MaxBatch),
 		closing:   make(chan struct{}),
 		committed: make(chan struct{}),
-		tail:      newTailCache(1024),
+		tail:      tail.New(1024),
 	}
 	s.ids.Time = cfg.Now
 	if err := s.open(ctx, path); err != nil {

@@ -114,6 +114,7 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 				lease_owner = CASE WHEN ?4 THEN '' ELSE lease_owner END,
 				lease_expires = CASE WHEN ?4 THEN 0 ELSE lease_expires END,
 				wake_at = CASE WHEN ?4 THEN ?5 WHEN ?8 THEN ?6 ELSE wake_at END,
+				awaits = CASE WHEN ?4 THEN ?9 ELSE awaits END,
 				updated_at = ?6
 			WHERE id = ?7`),
 		p(&w.hook, `SELECT run_id, op, disposed, received, created_at FROM hooks WHERE token = ?`),
@@ -183,7 +184,8 @@ type rstmts struct {
 	runEvent, runEvents       *sql.Stmt
 	runStreams, head, batches *sql.Stmt
 	window                    *sql.Stmt
-	runExists                 *sql.Stmt
+	runExists, eventPage      *sql.Stmt
+	runWithin                 *sql.Stmt
 	all                       []*sql.Stmt
 }
 
@@ -201,6 +203,8 @@ func prepareRead(ctx context.Context, db *sql.DB) (*rstmts, error) {
 	err := errors.Join(
 		p(&r.run, `SELECT `+sqlrow.RunCols+` FROM runs WHERE id = ?`),
 		p(&r.runExists, `SELECT 1 FROM runs WHERE id = ?`),
+		p(&r.runWithin, `SELECT `+sqlrow.RunColsWithin("?2")+` FROM runs WHERE id = ?1`),
+		p(&r.eventPage, sqlrow.EventPageSQL("events", "?1", "?2", "?3", "?4")),
 		p(&r.events, `SELECT seq, type, op, name, attempt, data, error, final, at, wake_at
 			FROM events WHERE run_id = ? AND seq > ? ORDER BY seq`),
 		p(&r.stream, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE id = ?`),

@@ -1,8 +1,6 @@
 package sqlitestore
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -54,14 +52,106 @@ func (s *Store) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*sto
 				return err
 			}
 		}
-		tx.changed = true
-		si, err = sqlrow.ScanStream(tx.w.insertStream.QueryRowContext(bg, path, p.RunID, p.Name, ct, now))
-		return translate(err)
+		si, err = tx.insertRunStream(path, p.RunID, p.Name, ct, now)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open stream: %w", err)
 	}
 	return si, nil
+}
+
+// insertRunStream inserts a stream; a run's wakes its run's watchers, and
+// keeps its first records in the tail cache if they wait.
+func (tx *wtx) insertRunStream(path, run, name, ct string, now int64) (*store.StreamInfo, error) {
+	tx.changed = true
+	si, err := sqlrow.ScanStream(tx.w.insertStream.QueryRowContext(bg, path, run, name, ct, now))
+	if err != nil {
+		return nil, translate(err)
+	}
+	if run != "" {
+		tx.runs = append(tx.runs, run)
+		if tx.c.s.runs.Has(store.RunKey(run)) {
+			tx.begins = append(tx.begins, si.ID)
+			tx.watched = append(tx.watched, si)
+		}
+	}
+	return si, nil
+}
+
+// OpenAppend creates run p.RunID's stream p.Name with the first chunks of a
+// step writer, after its start (store.StepAppender, apply.OpenAppend), in
+// one transaction; a stream that exists gets the start alone.
+func (s *Store) OpenAppend(ctx context.Context, p *store.OpenAppendParams) (*store.OpenAppendResult, error) {
+	path, err := p.Check()
+	if err != nil {
+		return nil, fmt.Errorf("open-append: %w", err)
+	}
+	if s.isClosed() {
+		return nil, store.ErrClosedStore
+	}
+	ap := p.Append.WithDefaults(s.cfg.Now)
+	q := *p
+	q.Append = *ap
+	now := s.cfg.Now()
+	var res *store.OpenAppendResult
+	err = s.write(ctx, func(tx *wtx) error {
+		res = nil
+		si, err := sqlrow.ScanStream(tx.w.streamByPath.QueryRowContext(bg, path))
+		if err == nil {
+			st, err := tx.Stream(si.ID)
+			if err != nil {
+				return err
+			}
+			res = &store.OpenAppendResult{Stream: si}
+			res.Append, err = apply.OpenAppendExisting(tx, &q, st, now)
+			return err
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return translate(err)
+		}
+		if _, err := tx.Run(q.RunID); err != nil {
+			return err
+		}
+		if si, err = tx.insertRunStream(path, q.RunID, q.Name, store.ContentTypeOr(q.ContentType), sqlrow.Nanos(now)); err != nil {
+			return err
+		}
+		st, err := tx.Stream(si.ID)
+		if err != nil {
+			return err
+		}
+		ar, err := apply.OpenAppend(tx, &q, st, now)
+		if err != nil {
+			return err
+		}
+		res = &store.OpenAppendResult{Stream: si, Created: true, Append: ar}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open-append: %w", err)
+	}
+	return res, nil
+}
+
+// CreatedStream is store.RunWatcher's: a run stream this store created
+// while its run was watched, with its head.
+func (s *Store) CreatedStream(path string) (*store.StreamInfo, bool) {
+	si, ok := s.created.Get(path)
+	if !ok {
+		return nil, false
+	}
+	if n, closed, ok := s.tail.Head(si.ID); ok && n >= si.NextOffset {
+		si.NextOffset, si.Closed = n, closed
+	}
+	return si, true
+}
+
+// WatchRun is store.RunWatcher's: a stream of run created, or the run
+// ended.
+func (s *Store) WatchRun(run string) (<-chan struct{}, func()) {
+	k := store.RunKey(run)
+	w := s.runs.Subscribe(k)
+	return w.C, func() { s.runs.Unsubscribe(k, w) }
 }
 
 // GetStream returns a stream by id.
@@ -165,19 +255,8 @@ func (s *Store) Read(ctx context.Context, p *store.ReadParams) (*store.ReadResul
 	if s.isClosed() {
 		return nil, store.ErrClosedStore
 	}
-	if recs, next, closed, ok := s.tail.read(p.StreamID, p.From, p); ok {
-		res := &store.ReadResult{Records: recs, NextOffset: next, Closed: closed}
-		if len(recs) > 0 && p.Piece(recs[0].Offset, len(recs[0].Data)) {
-			// A piece of a record the cache holds: copied, so that the
-			// reader keeps no more than it.
-			piece, n, err := p.PieceOf(len(recs[0].Data))
-			if err != nil || recs[0].Kind != stream.KindData {
-				return nil, fmt.Errorf("read: %w", cmp.Or(err, store.ErrInvalid))
-			}
-			recs[0].Data = bytes.Clone(recs[0].Data[piece.From : piece.From+int64(n)])
-			res.Records, res.Piece = recs[:1], piece
-		}
-		return res, nil
+	if res, ok, err := s.tail.Read(p, -1); ok {
+		return res, err
 	}
 	res := &store.ReadResult{}
 	// The head first: records committed after it are left for the next read,
@@ -315,7 +394,7 @@ func (s *Store) waitOnce(ctx context.Context, id int64, next int64) (done bool, 
 	if s.isClosed() {
 		return true, store.ErrClosedStore
 	}
-	n, closed, ok := s.tail.head(id)
+	n, closed, ok := s.tail.Head(id)
 	if !ok {
 		if err := s.r.head.QueryRowContext(ctx, id).Scan(&n, &closed); err != nil {
 			return true, fmt.Errorf("wait stream %d: %w", id, s.readErr(err))

@@ -390,15 +390,23 @@ func page[T any](ctx context.Context, s *Store, q string, args []any, p *store.W
 	defer rows.Close()
 	out := &store.WorldPage[T]{}
 	var last int64
+	bytes := 0 // the page ends before the row that would pass store.MaxWorldPageBytes
 	for rows.Next() {
 		v, k, err := scan(rows)
 		if err != nil {
 			return nil, s.readErr(err)
 		}
-		if len(out.Data) == p.Limit {
+		n := store.WorldItemBytes(&v)
+		if len(out.Data) == p.Limit || bytes > 0 && bytes+n > store.MaxWorldPageBytes {
 			out.NextCursor = strconv.FormatInt(last, 10)
 			break
 		}
+		if p.Reserve != nil {
+			if err := p.Reserve(bytes + n); err != nil {
+				return nil, err
+			}
+		}
+		bytes += n
 		out.Data, last = append(out.Data, v), k
 	}
 	return out, s.readErr(rows.Err())

@@ -5,10 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
 	"github.com/weirhq/weir/store/internal/sqlrow"
+	"github.com/weirhq/weir/store/internal/tail"
 	"github.com/weirhq/weir/stream"
 )
 
@@ -22,11 +24,14 @@ type wtx struct {
 	c       *committer
 	w       *wstmts
 	loaded  []cacheKey
-	changed bool            // the op saved something (or is about to)
-	notify  []int64         // streams that got records
-	tails   []tailAdd       // their records, for the tail cache (tail.go)
-	buf     []byte          // EncodeBatch scratch
-	recs    []stream.Record // DecodeBatch scratch
+	changed bool                // the op saved something (or is about to)
+	notify  []int64             // streams that got records
+	tails   []tail.Add          // their records, for the tail cache (package tail)
+	runs    []string            // runs whose watchers wake (store.RunWatcher)
+	begins  []int64             // streams created while readers wait: tail.Cache.Begin
+	watched []*store.StreamInfo // those streams, for CreatedStream
+	buf     []byte              // EncodeBatch scratch
+	recs    []stream.Record     // DecodeBatch scratch
 }
 
 var _ apply.Tx = (*wtx)(nil)
@@ -35,7 +40,8 @@ var bg = context.Background()
 
 // reset readies tx for the next op.
 func (tx *wtx) reset() {
-	tx.loaded, tx.notify, tx.tails, tx.changed = tx.loaded[:0], tx.notify[:0], tx.tails[:0], false
+	tx.loaded, tx.notify, tx.tails, tx.runs, tx.changed = tx.loaded[:0], tx.notify[:0], tx.tails[:0], tx.runs[:0], false
+	tx.begins, tx.watched = tx.begins[:0], tx.watched[:0]
 }
 
 // Stream returns stream id's cached state, loading it on a miss.
@@ -205,8 +211,8 @@ func (tx *wtx) AddRecords(st *apply.Stream, recs []stream.Record) error {
 	if err := tx.saveHead(st); err != nil {
 		return err
 	}
-	if s := tx.c.s; s.tail.has(st.ID) || s.notify.Has(st.ID) {
-		tx.tails = append(tx.tails, tailAdd{id: st.ID, recs: copyRecords(recs)})
+	if s := tx.c.s; s.tail.Has(st.ID) || s.notify.Has(st.ID) || slices.Contains(tx.begins, st.ID) {
+		tx.tails = append(tx.tails, tail.Add{ID: st.ID, Recs: tail.CopyRecords(recs)})
 	}
 	return nil
 }
@@ -297,9 +303,12 @@ func (tx *wtx) AddEvents(run *apply.Run, evs []store.Event) error {
 // SaveRun applies c to run's row.
 func (tx *wtx) SaveRun(run *apply.Run, c *apply.RunChange) error {
 	tx.changed = true
-	_, err := tx.w.updateRun.ExecContext(bg, string(c.Status), c.Output, c.Error, c.Release, sqlrow.Nanos(c.WakeAt), sqlrow.Nanos(c.Now), run.ID, c.Wake)
+	_, err := tx.w.updateRun.ExecContext(bg, string(c.Status), c.Output, c.Error, c.Release, sqlrow.Nanos(c.WakeAt), sqlrow.Nanos(c.Now), run.ID, c.Wake, sqlrow.EncodeAwaits(c.Awaits))
 	if err != nil {
 		return fmt.Errorf("update run: %w", translate(err))
+	}
+	if c.Ended {
+		tx.runs = append(tx.runs, run.ID)
 	}
 	return nil
 }

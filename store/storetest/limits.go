@@ -61,6 +61,41 @@ func testLimits(t *testing.T, h harness) {
 		wantErr(t, err, store.ErrNotFound)
 	})
 
+	t.Run("Delete", func(t *testing.T) {
+		t.Parallel()
+		s := newLimits(t)
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "busy", Concurrency: 1}))
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "idle", Concurrency: 1}))
+		if d := acq(t, s, "busy", "a1", 0); !d.Granted {
+			t.Fatalf("a1: %+v", d)
+		}
+		if d := acq(t, s, "busy", "b1", 1); d.Granted {
+			t.Fatalf("b1 granted past the limit: %+v", d)
+		}
+		// Someone waits in its line: in use.
+		if err := s.DeleteLimiter(ctx(t), "busy"); !errors.Is(err, store.ErrLimiterInUse) {
+			t.Fatalf("delete a limiter someone waits for: %v, want ErrLimiterInUse", err)
+		}
+		if _, err := s.GetLimiter(ctx(t), "busy"); err != nil {
+			t.Fatalf("a refused delete took the limiter: %v", err)
+		}
+		must(t, s.DeleteLimiter(ctx(t), "idle"))
+		if _, err := s.GetLimiter(ctx(t), "idle"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("get a deleted limiter: %v", err)
+		}
+		if _, err := s.AcquireSlot(ctx(t), &store.AcquireSlotParams{Limiter: "idle", Request: limit.Request{Holder: "c1", Lease: time.Second}, Now: at(2)}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a slot of a deleted limiter: %v", err)
+		}
+		for _, name := range []string{"idle", "nope"} {
+			if err := s.DeleteLimiter(ctx(t), name); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("delete %q: %v, want ErrNotFound", name, err)
+			}
+		}
+		if err := s.DeleteLimiter(ctx(t), "a\x00b"); !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("delete a name no limiter can have: %v", err)
+		}
+	})
+
 	t.Run("Slots", func(t *testing.T) {
 		t.Parallel()
 		s := newLimits(t)

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +59,133 @@ func testMessages(t *testing.T, h harness) {
 		if err != nil || !again.Duplicate {
 			t.Fatalf("sent again after the end: %+v %v", again, err)
 		}
+	})
+
+	t.Run("MessagesWakeWhatWaits", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		epoch := startRun(t, s, "w")
+		claim := func() []*store.Run {
+			runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl})
+			must(t, err)
+			return runs
+		}
+		send := func(topic string) {
+			_, err := s.SendMessage(ctx(t), &store.SendMessageParams{RunID: "w", Topic: topic, Payload: []byte(`1`)})
+			must(t, err)
+		}
+		// Parked waiting for topic a: a message on b waits in the log.
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "w", LeaseEpoch: epoch, Release: true, WakeAt: time.Now().Add(24 * time.Hour),
+			Awaits: &store.Awaits{Topics: []string{"a", "a b"}}}))
+		send("b")
+		send("a b c")
+		if runs := claim(); len(runs) != 0 {
+			t.Fatal("a message on a topic the run does not wait for woke it")
+		}
+		send("a")
+		runs := claim()
+		if len(runs) != 1 {
+			t.Fatal("a message on the topic the run waits for did not wake it")
+		}
+		// Asleep (Awaits{}): no message wakes it. (Released without a
+		// word, nil, every one does: SendKeepsMessagesInTheLog.)
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "w", LeaseEpoch: runs[0].LeaseEpoch, Release: true, WakeAt: time.Now().Add(24 * time.Hour),
+			Awaits: &store.Awaits{}, SeenEvents: 3}))
+		send("a")
+		if runs := claim(); len(runs) != 0 {
+			t.Fatal("a message woke a sleeping run")
+		}
+		ev, err := s.ListEvents(ctx(t), "w", 0)
+		must(t, err)
+		if len(ev) != 4 {
+			t.Fatalf("%d events, want the 4 messages", len(ev))
+		}
+	})
+
+	t.Run("SendBoundedPerRun", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		startRun(t, s, "full")
+		payload := []byte(`"` + strings.Repeat("x", store.MaxMessagePayload-2) + `"`)
+		for i := range store.MaxRunMessageBytes / store.MaxMessagePayload {
+			if _, err := s.SendMessage(ctx(t), &store.SendMessageParams{RunID: "full", Topic: "t", Payload: payload}); err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+		}
+		_, err := s.SendMessage(ctx(t), &store.SendMessageParams{RunID: "full", Topic: "t", Payload: []byte(`1`)})
+		wantErr(t, err, store.ErrQuota)
+		evs, err := s.ListEvents(ctx(t), "full", 0)
+		must(t, err)
+		if n := len(evs); n != store.MaxRunMessageBytes/store.MaxMessagePayload {
+			t.Fatalf("%d events after the refused message", n)
+		}
+	})
+
+	t.Run("HookPayloadsShareTheBound", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		epoch := startRun(t, s, "hk")
+		must(t, s.CreateHook(ctx(t), &store.HookParams{RunID: "hk", LeaseEpoch: epoch, Token: "hk-tok", Op: 1}))
+		must(t, s.CreateHook(ctx(t), &store.HookParams{RunID: "hk", LeaseEpoch: epoch, Token: "hk-child", Op: 2}))
+		payload := []byte(`"` + strings.Repeat("x", store.MaxHookPayload-2) + `"`)
+		half := store.MaxRunMessageBytes / store.MaxMessagePayload / 2
+		for i := range half {
+			if _, err := s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "hk-tok", Payload: payload}); err != nil {
+				t.Fatalf("payload %d: %v", i, err)
+			}
+			if _, err := s.SendMessage(ctx(t), &store.SendMessageParams{RunID: "hk", Topic: "t", Payload: payload}); err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+		}
+		_, err := s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "hk-tok", Payload: []byte(`1`)})
+		wantErr(t, err, store.ErrQuota)
+		_, err = s.SendMessage(ctx(t), &store.SendMessageParams{RunID: "hk", Topic: "t", Payload: []byte(`1`)})
+		wantErr(t, err, store.ErrQuota)
+		// A child's end (OnlyFirst) is the engine's: never refused.
+		if _, err := s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "hk-child", Payload: []byte(`{"status":"completed"}`), OnlyFirst: true}); err != nil {
+			t.Fatalf("a child's end to a full run: %v", err)
+		}
+		evs, err := s.ListEvents(ctx(t), "hk", 0)
+		must(t, err)
+		if want := 2 + 2*half + 1; len(evs) != want { // two hook_created
+			t.Fatalf("%d events, want %d", len(evs), want)
+		}
+	})
+
+	t.Run("ForkCountsTheInboxItCopies", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		f, ok := s.(store.Forks)
+		if !ok {
+			t.Skip("the store has no forks")
+		}
+		run, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "fsrc", Workflow: "wf", Owner: owner, LeaseTTL: ttl})
+		must(t, err)
+		adv := func(p store.AdvanceParams) {
+			t.Helper()
+			p.RunID, p.LeaseEpoch = run.ID, run.LeaseEpoch
+			must(t, s.Advance(ctx(t), &p))
+		}
+		adv(store.AdvanceParams{Events: []store.Event{{Type: store.EventRunStarted}}})
+		payload := []byte(`"` + strings.Repeat("x", store.MaxMessagePayload-2) + `"`)
+		copied := store.MaxRunMessageBytes/store.MaxMessagePayload - 1
+		for i := range copied {
+			if _, err := s.SendMessage(ctx(t), &store.SendMessageParams{RunID: "fsrc", Topic: "t", Payload: payload}); err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+		}
+		adv(store.AdvanceParams{Events: []store.Event{{Type: store.EventStepStarted, Op: 1, Name: "a", Attempt: 1}}, Fence: &store.Fence{Writer: "step/1", Attempt: 1}})
+		adv(store.AdvanceParams{Events: []store.Event{{Type: store.EventStepCompleted, Op: 1, Name: "a", Attempt: 1, Data: []byte(`1`)}},
+			Finish: &store.Finish{Writer: "step/1", Attempt: 1, Commit: true}})
+		if _, _, err := f.ForkRun(ctx(t), &store.ForkRunParams{Source: "fsrc", ID: "fcopy", Op: 1}); err != nil {
+			t.Fatal(err)
+		}
+		// The fork holds the 15 MiB it copied: one more 1 MiB message, no more.
+		if _, err := s.SendMessage(ctx(t), &store.SendMessageParams{RunID: "fcopy", Topic: "t", Payload: payload}); err != nil {
+			t.Fatalf("the fork's first message: %v", err)
+		}
+		_, err = s.SendMessage(ctx(t), &store.SendMessageParams{RunID: "fcopy", Topic: "t", Payload: payload})
+		wantErr(t, err, store.ErrQuota)
 	})
 
 	t.Run("SendBadInput", func(t *testing.T) {

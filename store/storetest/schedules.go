@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -54,15 +55,22 @@ func testSchedules(t *testing.T, h harness) {
 			got.Overlap != schedule.BufferOne || got.Backfill != time.Hour || !got.NextDue.Equal(sc.NextDue) || !got.CreatedAt.Equal(at(0)) {
 			t.Fatalf("get: %+v", got)
 		}
-		// A change keeps the state; the overlap defaults to skip.
+		// A new spec starts from the change, not from the creation (its
+		// ticks before it were not the schedule's: backfilled, they
+		// would start at once); the overlap defaults to skip.
 		sc = set(t, s, store.SetScheduleParams{Name: "nightly", Spec: "@every 1m", Now: at(5000)})
-		if !sc.State.Cursor.Equal(at(0)) || !sc.NextDue.Equal(at(60_000)) || sc.Overlap != schedule.Skip || sc.Version != 2 || !sc.CreatedAt.Equal(at(0)) {
+		if !sc.State.Cursor.Equal(at(5000)) || !sc.NextDue.Equal(at(60_000)) || sc.Overlap != schedule.Skip || sc.Version != 2 || !sc.CreatedAt.Equal(at(0)) {
 			t.Fatalf("changed: %+v", sc)
 		}
+		// A change of anything else keeps the state.
+		sc = set(t, s, store.SetScheduleParams{Name: "nightly", Spec: "@every 1m", Input: []byte(`{"n":2}`), Now: at(9000)})
+		if !sc.State.Cursor.Equal(at(5000)) || !sc.NextDue.Equal(at(60_000)) || sc.Version != 3 {
+			t.Fatalf("input changed: %+v", sc)
+		}
 		set(t, s, store.SetScheduleParams{Name: "a-first", Spec: "@hourly", Now: at(0)})
-		all, err := s.ListSchedules(ctx(t))
+		all, err := s.ListSchedules(ctx(t), &store.ListSchedulesParams{})
 		must(t, err)
-		if len(all) != 2 || all[0].Name != "a-first" || all[1].Name != "nightly" {
+		if len(all.Schedules) != 2 || all.Schedules[0].Name != "a-first" || all.Schedules[1].Name != "nightly" || all.More {
 			t.Fatalf("list: %+v", all)
 		}
 		for _, bad := range []store.SetScheduleParams{
@@ -86,6 +94,64 @@ func testSchedules(t *testing.T, h harness) {
 		wantErr(t, err, store.ErrInvalid)
 		must(t, s.DeleteSchedule(ctx(t), "a-first"))
 		wantErr(t, s.DeleteSchedule(ctx(t), "a-first"), store.ErrNotFound)
+	})
+
+	t.Run("Pages", func(t *testing.T) {
+		t.Parallel()
+		s := newSchedules(t)
+		// Names in byte order, upper case before lower (not a locale's
+		// order), each input 40 KiB but one.
+		names := []string{"B", "Z9", "a", "a-1", "a.b", "a_z", "b"}
+		big := []byte(`"` + strings.Repeat("x", 40<<10) + `"`)
+		for i := len(names) - 1; i >= 0; i-- {
+			in := big
+			if names[i] == "a" {
+				in = []byte(`1`)
+			}
+			set(t, s, store.SetScheduleParams{Name: names[i], Spec: "@hourly", Input: in, Now: at(0)})
+		}
+		page := func(after string, limit, maxBytes int) *store.SchedulePage {
+			t.Helper()
+			p, err := s.ListSchedules(ctx(t), &store.ListSchedulesParams{After: after, Limit: limit, MaxBytes: maxBytes})
+			must(t, err)
+			return p
+		}
+		var got []string
+		for after := ""; ; {
+			p := page(after, 3, 0)
+			for _, sc := range p.Schedules {
+				got = append(got, sc.Name)
+			}
+			if !p.More {
+				break
+			}
+			after = p.Schedules[len(p.Schedules)-1].Name
+		}
+		if strings.Join(got, " ") != strings.Join(names, " ") {
+			t.Fatalf("paged by 3: %v, want %v", got, names)
+		}
+		// 60 KiB holds the schedules that begin within it: B (40 KiB)
+		// and Z9; then Z9, a (tiny) and a-1.
+		if p := page("", 100, 60<<10); len(p.Schedules) != 2 || !p.More || p.Schedules[1].Name != "Z9" || string(p.Schedules[0].Input) != string(big) {
+			t.Fatalf("60 KiB: %+v", p)
+		}
+		if p := page("B", 100, 60<<10); len(p.Schedules) != 3 || p.Schedules[2].Name != "a-1" || !p.More {
+			t.Fatalf("60 KiB after B: %d schedules", len(p.Schedules))
+		}
+		// A schedule larger than the page comes alone; the last page
+		// says there is no more.
+		if p := page("a_z", 100, 1); len(p.Schedules) != 1 || p.Schedules[0].Name != "b" || p.More {
+			t.Fatalf("the last: %+v", p)
+		}
+		if p := page("b", 100, 0); len(p.Schedules) != 0 || p.More {
+			t.Fatalf("past the last: %+v", p)
+		}
+		for _, bad := range []store.ListSchedulesParams{
+			{Limit: -1}, {Limit: store.MaxSchedulePage + 1}, {MaxBytes: store.MaxSchedulePageBytes + 1}, {After: "a b"}, {After: "sched:x"},
+		} {
+			_, err := s.ListSchedules(ctx(t), &bad)
+			wantErr(t, err, store.ErrInvalid)
+		}
 	})
 
 	t.Run("ClaimAndAdvance", func(t *testing.T) {

@@ -93,6 +93,8 @@ func Run(t *testing.T, hh Harness) {
 	t.Run("Schedules", func(t *testing.T) { t.Parallel(); testSchedules(t, h) })
 	t.Run("Versions", func(t *testing.T) { t.Parallel(); testVersions(t, h) })
 	t.Run("Forks", func(t *testing.T) { t.Parallel(); testForks(t, h) })
+	t.Run("OpenAppend", func(t *testing.T) { t.Parallel(); testOpenAppend(t, h) })
+	t.Run("EventPages", func(t *testing.T) { t.Parallel(); testEventPages(t, h) })
 	t.Run("Hostile", func(t *testing.T) { testHostile(t, h) })
 	t.Run("ClosedStore", func(t *testing.T) { testClosedStore(t, h) })
 }

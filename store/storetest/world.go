@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ func testWorld(t *testing.T, h harness) {
 	t.Run("Hooks", func(t *testing.T) { t.Parallel(); testWorldHooks(t, h) })
 	t.Run("Waits", func(t *testing.T) { t.Parallel(); testWorldWaits(t, h) })
 	t.Run("Lists", func(t *testing.T) { t.Parallel(); testWorldLists(t, h) })
+	t.Run("PagesBoundedInBytes", func(t *testing.T) { t.Parallel(); testWorldPageBytes(t, h) })
 	t.Run("Queue", func(t *testing.T) { t.Parallel(); testWorldQueue(t, h) })
 	t.Run("QueueRuns", func(t *testing.T) { t.Parallel(); testWorldQueueRuns(t, h) })
 	t.Run("QueueSkipsTargets", func(t *testing.T) { t.Parallel(); testWorldQueueTargets(t, h) })
@@ -770,5 +772,41 @@ func testWorldQueueTargets(t *testing.T, h harness) {
 	must(t, err)
 	if len(ms) != 3 {
 		t.Fatalf("claimed %d once nothing is skipped, want the other 3", len(ms))
+	}
+}
+
+// A page of World runs ends before the run whose input would take it past
+// store.MaxWorldPageBytes (the first is taken whatever its size), with a
+// cursor to the rest: every run is listed once, a page at a time.
+func testWorldPageBytes(t *testing.T, h harness) {
+	s := h.New(t)
+	big := strings.Repeat("x", 1<<20+1) // two of these pass 2 MiB; four pass the bound
+	for i := range 6 {
+		wev(t, s, fmt.Sprintf("wrun_big%d", i), world.RunCreated, "", jmap{"deploymentId": "dpl_1", "workflowName": "wf//big", "input": []any{big}})
+	}
+	var seen []string
+	p := &store.WorldListParams{WorkflowName: "wf//big", Limit: 100}
+	for pages := 0; ; pages++ {
+		if pages > 6 {
+			t.Fatalf("more pages than runs: %v", seen)
+		}
+		page, err := s.WorldRuns(ctx(t), p)
+		must(t, err)
+		bytes := 0
+		for i := range page.Data {
+			bytes += store.WorldItemBytes(&page.Data[i])
+			seen = append(seen, page.Data[i].RunID)
+		}
+		if len(page.Data) > 1 && bytes > store.MaxWorldPageBytes {
+			t.Fatalf("a page of %d runs holds %d bytes of payloads", len(page.Data), bytes)
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		p.Cursor = page.NextCursor
+	}
+	slices.Sort(seen)
+	if len(seen) != 6 || len(slices.Compact(slices.Clone(seen))) != 6 {
+		t.Fatalf("listed %v, want each of the 6 runs once", seen)
 	}
 }

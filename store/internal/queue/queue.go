@@ -112,6 +112,32 @@ func (q *Queue[T]) Next(batch []*Item[T], n int, size func(T) int, max int) ([]*
 	return batch, true
 }
 
+// More adds to batch the writes waiting now, without waiting for any,
+// while more fits (up to n writes and max of size in all, counting
+// batch's), leaving out the ones their callers dropped: a committer that
+// took a batch and then waited for its turn takes what queued meanwhile.
+func (q *Queue[T]) More(batch []*Item[T], n int, size func(T) int, max int) []*Item[T] {
+	total := 0
+	for _, it := range batch {
+		total += size(it.Op)
+	}
+	for len(batch) < n && total < max {
+		select {
+		case it, ok := <-q.ch:
+			if !ok {
+				return batch
+			}
+			if it.state.CompareAndSwap(queued, taken) {
+				batch = append(batch, it)
+				total += size(it.Op)
+			}
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
 // Close stops taking writes in; Next still returns those queued.
 func (q *Queue[T]) Close() {
 	q.mu.Lock()

@@ -6,6 +6,7 @@ package sqlrow
 
 import (
 	"database/sql"
+	"strings"
 	"time"
 
 	"github.com/weirhq/weir/store"
@@ -19,12 +20,69 @@ type Scanner interface{ Scan(dest ...any) error }
 // EventCols are an event's columns, as ScanEvent takes them.
 const EventCols = `seq, type, op, name, attempt, data, error, final, at, wake_at`
 
-// ScanEvent scans an event's EventCols.
-func ScanEvent(row Scanner) (store.Event, error) {
+// EventPageSQL is a page of a run's log (store.ListEventsPage) in either
+// backend's placeholders (run, after, limit, max bytes): at most limit
+// events after after, those that begin within max bytes of data and errors
+// (the first whatever its size), each with whether another event follows
+// it (the page's last: whether the log goes on). The page is chosen from
+// the events' seqs and sizes alone (the columns' lengths, which neither
+// backend reads the data to know), and only its events' data is fetched:
+// a window over whole rows would copy every candidate's data (up to limit
+// messages of 1 MiB) to choose a few.
+func EventPageSQL(events, run, after, limit, maxBytes string) string {
+	return `SELECT ` + qualified("e", EventCols) + `, k.more FROM ` + events + ` e JOIN (
+		SELECT seq, more FROM (
+			SELECT seq, lead(seq) OVER w IS NOT NULL AS more, sum(size) OVER w AS cum, size
+			FROM (SELECT seq, COALESCE(length(data), 0) + length(error) AS size
+				FROM ` + events + ` WHERE run_id = ` + run + ` AND seq > ` + after + ` ORDER BY seq LIMIT ` + limit + ` + 1) x
+			WINDOW w AS (ORDER BY seq)
+		) y WHERE cum - size < ` + maxBytes + ` ORDER BY seq LIMIT ` + limit + `
+	) k ON e.run_id = ` + run + ` AND e.seq = k.seq ORDER BY e.seq`
+}
+
+// qualified prefixes each of cols (a comma-separated list) with table.
+func qualified(table, cols string) string {
+	return table + "." + strings.ReplaceAll(cols, ", ", ", "+table+".")
+}
+
+// ScheduleCols are a schedule's columns, as ScanSchedule takes them.
+const ScheduleCols = `name, config, state, paused, next_due, version, lease_owner, lease_expires, created_at, updated_at`
+
+// ScanSchedule scans ScheduleCols, then extra.
+func ScanSchedule(row Scanner, extra ...any) (*store.Schedule, error) {
+	s := &store.Schedule{}
+	var config, state []byte
+	var next, expires, created, updated int64
+	if err := row.Scan(append([]any{&s.Name, &config, &state, &s.Paused, &next, &s.Version, &s.LeaseOwner, &expires, &created, &updated}, extra...)...); err != nil {
+		return nil, err
+	}
+	s.NextDue, s.LeaseExpires, s.CreatedAt, s.UpdatedAt = Time(next), Time(expires), Time(created), Time(updated)
+	return s, apply.DecodeSchedule(s, config, state)
+}
+
+// SchedulePageSQL is a page of the schedules (store.ListSchedules) in
+// either backend's placeholders (after, limit, max bytes), byName the
+// ORDER BY that sorts names by their bytes: as EventPageSQL, those that
+// begin within max bytes of configuration, each with whether another
+// schedule follows it, chosen from names and sizes before any
+// configuration is fetched.
+func SchedulePageSQL(schedules, byName, after, limit, maxBytes string) string {
+	return `SELECT ` + qualified("s", ScheduleCols) + `, k.more FROM ` + schedules + ` s JOIN (
+		SELECT name, more, pos FROM (
+			SELECT name, lead(name) OVER w IS NOT NULL AS more, sum(size) OVER w AS cum, size, row_number() OVER w AS pos
+			FROM (SELECT name, length(config) AS size
+				FROM ` + schedules + ` WHERE ` + byName + ` > ` + after + ` ORDER BY ` + byName + ` LIMIT ` + limit + ` + 1) x
+			WINDOW w AS (ORDER BY ` + byName + `)
+		) y WHERE cum - size < ` + maxBytes + ` ORDER BY pos LIMIT ` + limit + `
+	) k ON s.name = k.name ORDER BY k.pos`
+}
+
+// ScanEvent scans an event's EventCols, then extra.
+func ScanEvent(row Scanner, extra ...any) (store.Event, error) {
 	var e store.Event
 	var typ string
 	var at, wake int64
-	err := row.Scan(&e.Seq, &typ, &e.Op, &e.Name, &e.Attempt, &e.Data, &e.Error, &e.Final, &at, &wake)
+	err := row.Scan(append([]any{&e.Seq, &typ, &e.Op, &e.Name, &e.Attempt, &e.Data, &e.Error, &e.Final, &at, &wake}, extra...)...)
 	e.Type, e.At, e.WakeAt = store.EventType(typ), Time(at), Time(wake)
 	return e, err
 }
@@ -33,6 +91,55 @@ func ScanEvent(row Scanner) (store.Event, error) {
 const RunCols = `id, workflow, status, input, output, error, created_at, updated_at,
 	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
 	queue, queue_key, priority, dedupe, queued, version`
+
+// ListedRunCols are RunCols as a list carries them (store.ListRuns): an
+// input or output over store.MaxListedValue bytes left out with the
+// other, and whether they were (store.Run.Elided), as ScanListedRun takes
+// them. Both backends know a value's length without reading it.
+const ListedRunCols = `id, workflow, status,
+	CASE WHEN ` + elided + ` THEN NULL ELSE input END, CASE WHEN ` + elided + ` THEN NULL ELSE output END,
+	error, created_at, updated_at,
+	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
+	queue, queue_key, priority, dedupe, queued, version, ` + elided
+
+// RunColsWithin are RunCols with the input and output left out if
+// together over max bytes (a placeholder), then whether they were and
+// the bytes of the input, output and error, as ScanRunWithin takes them.
+func RunColsWithin(max string) string {
+	over := `(COALESCE(length(input), 0) + COALESCE(length(output), 0) > ` + max + `)`
+	return `id, workflow, status,
+	CASE WHEN ` + over + ` THEN NULL ELSE input END, CASE WHEN ` + over + ` THEN NULL ELSE output END,
+	error, created_at, updated_at,
+	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
+	queue, queue_key, priority, dedupe, queued, version, ` + over + `,
+	COALESCE(length(input), 0) + COALESCE(length(output), 0) + COALESCE(length(error), 0)`
+}
+
+// ScanRunWithin scans RunColsWithin.
+func ScanRunWithin(row Scanner) (*store.Run, int64, error) {
+	var omitted bool
+	var size int64
+	r, err := ScanRun(row, &omitted, &size)
+	if err != nil {
+		return nil, 0, err
+	}
+	r.Elided = omitted
+	return r, size, nil
+}
+
+// elided is whether a run's input or output is over store.MaxListedValue.
+const elided = `(COALESCE(length(input), 0) > 4096 OR COALESCE(length(output), 0) > 4096)`
+
+// ScanListedRun scans ListedRunCols.
+func ScanListedRun(row Scanner) (*store.Run, error) {
+	var omitted bool
+	r, err := ScanRun(row, &omitted)
+	if err != nil {
+		return nil, err
+	}
+	r.Elided = omitted
+	return r, nil
+}
 
 // StreamCols are a stream's columns, as ScanStream takes them.
 const StreamCols = `id, path, COALESCE(run_id, ''), name, content_type, next_offset, closed, created_at,
@@ -75,16 +182,17 @@ func ScanRun(row Scanner, extra ...any) (*store.Run, error) {
 	return &r, nil
 }
 
-// ScanStream scans StreamCols.
-func ScanStream(row Scanner) (*store.StreamInfo, error) {
+// ScanStream scans StreamCols, then extra.
+func ScanStream(row Scanner, extra ...any) (*store.StreamInfo, error) {
 	var si store.StreamInfo
 	var created, expires, access, cbEpoch, cbSeq, forkOffset, forkSub int64
 	var ttl, forkSource sql.NullInt64
 	var closedBy sql.NullString
 	var forkPath string
-	if err := row.Scan(&si.ID, &si.Path, &si.RunID, &si.Name, &si.ContentType, &si.NextOffset, &si.Closed, &created,
+	dest := []any{&si.ID, &si.Path, &si.RunID, &si.Name, &si.ContentType, &si.NextOffset, &si.Closed, &created,
 		&ttl, &expires, &access, &closedBy, &cbEpoch, &cbSeq, &si.StreamSeq,
-		&forkSource, &forkPath, &forkOffset, &forkSub, &si.Forks, &si.Deleted, &si.DataBytes); err != nil {
+		&forkSource, &forkPath, &forkOffset, &forkSub, &si.Forks, &si.Deleted, &si.DataBytes}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}
 	si.CreatedAt, si.LastAccess = Time(created), Time(access)
@@ -154,4 +262,33 @@ func Time(n int64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, n).UTC()
+}
+
+// EncodeAwaits is a run's awaits column for a (store.AdvanceParams.Awaits):
+// nil (SQL NULL) for nil, else each topic followed by a newline, which no
+// topic holds (names.Topic).
+func EncodeAwaits(a *store.Awaits) any {
+	if a == nil {
+		return nil
+	}
+	var b strings.Builder
+	for _, t := range a.Topics {
+		b.WriteString(t)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// DecodeAwaits reads an awaits column: nil when not valid (NULL).
+func DecodeAwaits(s string, valid bool) *store.Awaits {
+	if !valid {
+		return nil
+	}
+	a := &store.Awaits{Topics: []string{}}
+	for s != "" {
+		t, rest, _ := strings.Cut(s, "\n")
+		a.Topics = append(a.Topics, t)
+		s = rest
+	}
+	return a
 }

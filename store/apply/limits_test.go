@@ -1,0 +1,85 @@
+package apply
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/limit"
+	"github.com/weirhq/weir/store"
+)
+
+// limTx is an in-memory LimiterTx: limiters by name, a count it may claim
+// to have beside them, the queues with runs in them.
+type limTx struct {
+	cfg    map[string]*limit.Config
+	state  map[string][]byte
+	extra  int
+	queued map[string]bool
+}
+
+func newLimTx() *limTx {
+	return &limTx{cfg: map[string]*limit.Config{}, state: map[string][]byte{}, queued: map[string]bool{}}
+}
+
+func (m *limTx) LockLimiter(name string) (*limit.Config, []byte, bool, error) {
+	c, ok := m.cfg[name]
+	return c, m.state[name], ok, nil
+}
+func (m *limTx) SaveLimiter(c *limit.Config, st []byte) error {
+	m.cfg[c.Name], m.state[c.Name] = c, st
+	return nil
+}
+func (m *limTx) CountLimiters() (int, error)          { return len(m.cfg) + m.extra, nil }
+func (m *limTx) QueuedRuns(name string) (bool, error) { return m.queued[name], nil }
+func (m *limTx) DeleteLimiter(name string) error {
+	delete(m.cfg, name)
+	delete(m.state, name)
+	return nil
+}
+
+func TestLimiterCountAndDelete(t *testing.T) {
+	now := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	tx := newLimTx()
+	c := &limit.Config{Name: "openai", Concurrency: 2}
+	if err := SetLimiter(tx, c); err != nil {
+		t.Fatal(err)
+	}
+	// At the bound a new limiter is refused; a change of one that exists
+	// is not.
+	tx.extra = store.MaxLimiters - 1
+	if err := SetLimiter(tx, &limit.Config{Name: "more", Concurrency: 1}); !errors.Is(err, store.ErrQuota) {
+		t.Fatalf("a limiter past the bound: %v, want ErrQuota", err)
+	}
+	if err := SetLimiter(tx, &limit.Config{Name: "openai", Concurrency: 3}); err != nil {
+		t.Fatalf("a change at the bound: %v", err)
+	}
+	tx.extra = 0
+	for _, c := range []struct {
+		name  string
+		state limit.State
+		queue bool
+		want  error
+	}{
+		{"a live hold", limit.State{Holds: []limit.Hold{{Holder: "r/1/1", Until: now.Add(time.Second)}}}, false, store.ErrLimiterInUse},
+		{"a run's hold", limit.State{Holds: []limit.Hold{{Holder: "r", Run: true}}}, false, store.ErrLimiterInUse},
+		{"someone in line", limit.State{Waiters: []limit.Waiter{{Holder: "r/2/1"}}}, false, store.ErrLimiterInUse},
+		{"a queued run", limit.State{}, true, store.ErrLimiterInUse},
+		{"a lapsed hold", limit.State{Holds: []limit.Hold{{Holder: "r/1/1", Until: now.Add(-time.Second)}}}, false, nil},
+	} {
+		b, err := EncodeLimiterState(c.state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx.cfg["openai"], tx.state["openai"], tx.queued["openai"] = &limit.Config{Name: "openai", Concurrency: 1}, b, c.queue
+		if err := DeleteLimiter(tx, "openai", now); !errors.Is(err, c.want) || c.want == nil && err != nil {
+			t.Fatalf("%s: %v, want %v", c.name, err, c.want)
+		}
+		if _, gone := tx.cfg["openai"]; gone == (c.want == nil) {
+			t.Fatalf("%s: deleted %v", c.name, !gone)
+		}
+	}
+	if err := DeleteLimiter(tx, "openai", now); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("delete twice: %v", err)
+	}
+}
