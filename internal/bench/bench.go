@@ -79,6 +79,12 @@ type Config struct {
 	// DBOSRuns, DBOSChunks and DBOSConcurrency shape dbos-like. Default 500,
 	// 20 and 16.
 	DBOSRuns, DBOSChunks, DBOSConcurrency int
+	// GuardPostgres is the database of the guard's PostgreSQL workloads
+	// (Guard.Store); empty: DefaultPostgres.
+	GuardPostgres string
+	// CostsRuns and CostsChunks shape costs: runs a phase (default 200),
+	// chunks a run (default 20).
+	CostsRuns, CostsChunks int
 	// Processes is scale's list of process counts. Defaults to 1, 2, 3.
 	Processes []int
 	// ScaleRuns, ScaleChunks and ScaleConcurrency shape scale: runs per
@@ -145,6 +151,8 @@ func (c Config) WithDefaults() Config {
 	def(&c.Readers, 1_000)
 	def(&c.Messages, 50)
 	def(&c.DBOSRuns, 500)
+	def(&c.CostsRuns, 200)
+	def(&c.CostsChunks, 20)
 	def(&c.DBOSChunks, 20)
 	def(&c.DBOSConcurrency, 16)
 	def(&c.RunConcurrency, 16)
@@ -211,6 +219,38 @@ func (r *Result) extra(name string, v float64) {
 	r.Extra[name] = round(v)
 }
 
+// counts adds what the store asked of its database per run between two
+// readings (store.Counts): statements_per_run, round_trips_per_run,
+// commits_per_run, groups_per_run and group_ops_per_run.
+func (r *Result) counts(d store.Counts, runs int) {
+	per := func(v int64) float64 { return float64(v) / float64(max(runs, 1)) }
+	if d.Statements > 0 {
+		r.extra("statements_per_run", per(d.Statements))
+		r.extra("round_trips_per_run", per(d.RoundTrips))
+	}
+	r.extra("commits_per_run", per(d.Commits))
+	r.extra("groups_per_run", per(d.Groups))
+	r.extra("group_ops_per_run", per(d.GroupOps))
+}
+
+// cpu adds the CPU per run between two samples: cpu_weir_ms_per_run (this
+// process: the engine, the store's client, the bench's clients) and, when
+// the store is a PostgreSQL server on this machine, cpu_pg_ms_per_run
+// (every postgres process), and the machine's busy cores.
+func (r *Result) cpu(a, b cpuSample, runs int, pg bool) {
+	per := func(sec float64) float64 { return 1000 * sec / float64(max(runs, 1)) }
+	if b.self == 0 {
+		return // no /proc
+	}
+	r.extra("cpu_weir_ms_per_run", per(b.self-a.self))
+	if pg {
+		r.extra("cpu_pg_ms_per_run", per(b.postgres-a.postgres))
+	}
+	if w := b.at.Sub(a.at).Seconds(); w > 0 {
+		r.extra("machine_busy_cores", (b.busy-a.busy)/w)
+	}
+}
+
 func (r *Result) target(desc string, met bool) {
 	r.Target = desc
 	r.TargetMet = &met
@@ -240,6 +280,7 @@ var workloads = []workload{
 	{"replay", "replay of a run of 1,000 completed steps; vs loading its log", true, runReplay},
 	{"fanout", "N live readers on one stream: delivery p99, memory per reader; vs one reader", true, runFanout},
 	{"dbos-like", "500 runs × 20 chunks, 16 at a time, through the engine; vs plain appends", true, runDBOSLike},
+	{"costs", "what one run costs the store, one run at a time, in process and through a weir server's runs API with a follower: statements, round trips, commits, CPU per run; vs in process", true, runCosts},
 	{"tracing", "steps' runs and dbos-like's with tracing off, on with a no-op exporter, on over OTLP/HTTP, interleaved rounds; vs off (named only)", true, runTracing},
 	{"flow", "short runs plain, queued and with limited steps (interleaved rounds), a rate queue's accuracy, and (PostgreSQL) a queue's global limit across 1, 2, 3 weir server processes; vs plain (named only)", true, runFlow},
 	{"schedules", "tick → its run's step latency (p50, p99) of 20 schedules of @every 200ms; vs a direct start (named only)", true, runSchedules},

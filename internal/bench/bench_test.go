@@ -15,7 +15,7 @@ func tiny() Config {
 	return Config{
 		Chunks: 4000, Writers: 4, AdoptChunks: 3000, Samples: 20, Interval: time.Millisecond,
 		Steps: 30, Runs: 10, Replays: 2, Readers: 20, Messages: 3,
-		DBOSRuns: 10, DBOSChunks: 5, DBOSConcurrency: 4,
+		DBOSRuns: 10, DBOSChunks: 5, DBOSConcurrency: 4, CostsRuns: 10,
 	}
 }
 
@@ -44,6 +44,7 @@ func TestWorkloadsJSON(t *testing.T) {
 		"replay":    {"ops_per_sec", "baseline", "ratio", "p50_ms", "p99_ms", "p999_ms", "target_met"},
 		"fanout":    {"baseline", "ratio", "p50_ms", "p99_ms", "p999_ms", "target_met", "extra"},
 		"dbos-like": {"ops_per_sec", "baseline", "baseline_ops_per_sec", "ratio"},
+		"costs":     {"ops_per_sec", "baseline", "baseline_ops_per_sec", "ratio", "extra"},
 	}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != len(names) {
@@ -74,6 +75,18 @@ func TestWorkloadsJSON(t *testing.T) {
 		case "adopt", "diverge":
 			if r.Extra["committed_chunks"] != 0 && r.Extra["committed_chunks"] != 3000 {
 				t.Errorf("%s: committed %v chunks", r.Workload, r.Extra["committed_chunks"])
+			}
+		case "costs":
+			// A run, alone, is two commits: its creation; its end, with
+			// its step's outcome, which carries the chunks the step wrote
+			// (the step returned before its writer sent them) and the
+			// creation of their stream. A step that took longer than
+			// FirstLinger (a loaded machine, -race) sent its batch with its
+			// start: three.
+			for _, k := range []string{"inproc_commits_per_run", "http_commits_per_run"} {
+				if v := r.Extra[k]; v < 2 || v > 3 {
+					t.Errorf("costs: %s = %v, want 2 (3 for steps slower than 1 ms)", k, v)
+				}
 			}
 		case "fanout":
 			if r.Ops != 20*3 {

@@ -30,7 +30,16 @@ type GuardFile struct {
 // Guard is one workload's band.
 type Guard struct {
 	Workload string `json:"workload"`
-	// Ratio is the committed ratio (Result.Ratio) of a healthy build.
+	// Metric, if set, names the figure held instead of the ratio: one of
+	// the result's Extra, a count per run (statements, round trips,
+	// commits: the costs workload), which the machine's speed does not
+	// move.
+	Metric string `json:"metric,omitempty"`
+	// Store, if "postgres", runs the workload on PostgreSQL (Config's
+	// GuardPostgres); otherwise on the guard's store.
+	Store string `json:"store,omitempty"`
+	// Ratio is the committed ratio (Result.Ratio), or Metric's value, of a
+	// healthy build.
 	Ratio float64 `json:"ratio"`
 	// Higher says a higher ratio is better (a throughput over its
 	// baseline's); otherwise lower is (a time over its baseline's).
@@ -70,6 +79,9 @@ func ReadGuardFile(path string) (*GuardFile, error) {
 		if gd.Ratio <= 0 || gd.Factor < 1 {
 			return nil, fmt.Errorf("guard file %s: workload %q: want a ratio > 0 and a factor >= 1", path, gd.Workload)
 		}
+		if gd.Store != "" && gd.Store != "postgres" {
+			return nil, fmt.Errorf("guard file %s: workload %q: store %q: want empty (the guard's) or postgres", path, gd.Workload, gd.Store)
+		}
 	}
 	return &g, nil
 }
@@ -81,20 +93,48 @@ func RunGuard(ctx context.Context, g *GuardFile, base Config) ([]Verdict, error)
 	if c.Store == "" {
 		c.Store = base.Store
 	}
+	// A workload some guards share runs once a round for all of them.
+	type key struct{ workload, store string }
+	results := map[key][]*Result{}
 	out := make([]Verdict, len(g.Guards))
 	for i, gd := range g.Guards {
-		var rounds []float64
-		for range g.Rounds {
-			rs, err := Run(ctx, c, []string{gd.Workload})
-			if err != nil {
-				return nil, fmt.Errorf("guard %s: %w", gd.Workload, err)
+		k := key{gd.Workload, gd.Store}
+		if results[k] == nil {
+			wc := c
+			if gd.Store == "postgres" {
+				wc.Store = base.GuardPostgres
+				if wc.Store == "" {
+					wc.Store = DefaultPostgres
+				}
 			}
-			rounds = append(rounds, rs[0].Ratio)
+			for range g.Rounds {
+				rs, err := Run(ctx, wc, []string{gd.Workload})
+				if err != nil {
+					return nil, fmt.Errorf("guard %s (%s): %w", gd.Workload, storeLabel(wc.Store), err)
+				}
+				results[k] = append(results[k], rs[0])
+			}
+		}
+		var rounds []float64
+		for _, r := range results[k] {
+			if gd.Metric == "" {
+				rounds = append(rounds, r.Ratio)
+				continue
+			}
+			v, ok := r.Extra[gd.Metric]
+			if !ok {
+				return nil, fmt.Errorf("guard %s: the workload reports no %q", gd.Workload, gd.Metric)
+			}
+			rounds = append(rounds, v)
 		}
 		out[i] = Judge(gd, rounds)
 	}
 	return out, nil
 }
+
+// DefaultPostgres is the database the guard's PostgreSQL workloads use
+// unless Config.GuardPostgres names one: the tests' (README, Testing).
+const DefaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 // Judge is gd's verdict on the ratios of its rounds: the best counts.
 func Judge(gd Guard, rounds []float64) Verdict {
@@ -133,7 +173,14 @@ func WriteVerdicts(w io.Writer, vs []Verdict) (bool, error) {
 		for i, r := range v.Rounds {
 			rounds[i] = fmt.Sprintf("%.3g", r)
 		}
-		fmt.Fprintf(tw, "%s\t%.3g\t%.3g\t%s\t%s %.3g\t%s\n", v.Workload, v.Ratio, v.Best, strings.Join(rounds, " "), cmp, v.Limit, verdict)
+		name := v.Workload
+		if v.Metric != "" {
+			name += " " + v.Metric
+		}
+		if v.Store != "" {
+			name += " (" + v.Store + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%.3g\t%.3g\t%s\t%s %.3g\t%s\n", name, v.Ratio, v.Best, strings.Join(rounds, " "), cmp, v.Limit, verdict)
 	}
 	return all, tw.Flush()
 }

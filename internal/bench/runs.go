@@ -268,6 +268,8 @@ func runDBOSLike(ctx context.Context, v *env) (*Result, error) {
 		closeE()
 		return nil, err
 	}
+	c0, _ := store.CountsOf(v.store)
+	cpu0 := sampleCPU(nil)
 	t1 := time.Now()
 	if err := each(ctx, c.DBOSRuns, c.DBOSConcurrency, func(ctx context.Context, _ int) error {
 		h, err := wf.Start(ctx, 0, nil)
@@ -279,6 +281,8 @@ func runDBOSLike(ctx context.Context, v *env) (*Result, error) {
 		return nil, err
 	}
 	d := time.Since(t1)
+	c1, _ := store.CountsOf(v.store)
+	cpu1 := sampleCPU(nil)
 	const dbosGo = 1371
 	r := &Result{Unit: "chunks", Ops: int64(total), Seconds: d.Seconds(), OpsPerSec: float64(total) / d.Seconds(),
 		Baseline:          "plain appends of the same shape: a stream per run, one anonymous append per chunk, same concurrency",
@@ -287,6 +291,8 @@ func runDBOSLike(ctx context.Context, v *env) (*Result, error) {
 	}
 	r.Ratio = r.OpsPerSec / r.BaselineOpsPerSec
 	r.extra("runs_per_sec", float64(c.DBOSRuns)/d.Seconds())
+	r.counts(c1.Sub(c0), c.DBOSRuns)
+	r.cpu(cpu0, cpu1, c.DBOSRuns, multiProcess(c.Store))
 	r.extra("peer_dbos_go_exactly_once_pg_chunks_per_sec", dbosGo)
 	r.extra("vs_peer", r.OpsPerSec/dbosGo)
 	r.Notes = append(r.Notes, fmt.Sprintf("%d clients each start a run and await its result, again and again (the shape of bench/peers/dbos)", c.DBOSConcurrency),

@@ -138,6 +138,9 @@ type scaleRound struct {
 	cpuBusy, cpuWindow float64 // busy core-seconds of the machine; the window's seconds
 	cpuSoftirq         float64
 	pg                 pgDelta
+	// counts is what the servers' stores asked of PostgreSQL in the
+	// window, by their own counts (less the metrics reads themselves).
+	counts store.Counts
 	// backends is the servers' PostgreSQL connections at the window's end;
 	// waits, what they were doing on average (sampled every 50 ms).
 	backends int
@@ -255,6 +258,11 @@ func runScale(ctx context.Context, v *env) (*Result, error) {
 		res.extra(p+"cpu_pg_ms_per_run", perRun(func(r *scaleRound) float64 { return 1000 * r.cpuPGBackends }))
 		res.extra(p+"cpu_bench_ms_per_run", perRun(func(r *scaleRound) float64 { return 1000 * r.cpuBench }))
 		res.extra(p+"machine_busy_cores", median(rs, func(r *scaleRound) float64 { return r.cpuBusy / r.cpuWindow }))
+		res.extra(p+"weir_statements_per_run", perRun(func(r *scaleRound) float64 { return float64(r.counts.Statements) }))
+		res.extra(p+"weir_round_trips_per_run", perRun(func(r *scaleRound) float64 { return float64(r.counts.RoundTrips) }))
+		res.extra(p+"weir_commits_per_run", perRun(func(r *scaleRound) float64 { return float64(r.counts.Commits) }))
+		res.extra(p+"weir_groups_per_run", perRun(func(r *scaleRound) float64 { return float64(r.counts.Groups) }))
+		res.extra(p+"weir_group_ops_per_run", perRun(func(r *scaleRound) float64 { return float64(r.counts.GroupOps) }))
 		if ps.statements {
 			res.extra(p+"pg_statements_per_run", perRun(func(r *scaleRound) float64 { return float64(r.pg.statements) }))
 			res.extra(p+"pg_commit_statements_per_run", perRun(func(r *scaleRound) float64 { return float64(r.pg.commitStmts) }))
@@ -337,6 +345,10 @@ func scaleOnce(ctx context.Context, v *env, ps *pgStats, base, schema string, n 
 		r.pids = append(r.pids, k.pid)
 		pidIdx[k.pid] = i
 	}
+	counts0, err := storeCounts(ctx, hc, kids)
+	if err != nil {
+		return nil, err
+	}
 	cpu0 := sampleCPU(kids)
 	s0, err := ps.snap(ctx, app, true)
 	if err != nil {
@@ -388,6 +400,11 @@ func scaleOnce(ctx context.Context, v *env, ps *pgStats, base, schema string, n 
 		return nil, err
 	}
 	cpu1 := sampleCPU(kids)
+	counts1, err := storeCounts(ctx, hc, kids)
+	if err != nil {
+		return nil, err
+	}
+	r.counts = counts1.Sub(counts0)
 	if s1.stmtsEpoch != s0.stmtsEpoch {
 		return nil, fmt.Errorf("%w: pg_stat_statements was reset or evicted entries during the round (%s, then %s)", errSpoiled, s0.stmtsEpoch, s1.stmtsEpoch)
 	}
@@ -463,43 +480,22 @@ func scaleRun(ctx context.Context, cl *client.Client, id string, in EmitInput, o
 	if _, _, err := cl.Start(ctx, EmitWorkflow, in, &o); err != nil {
 		return 0, 0, err
 	}
-	path := store.RunStreamPath(id, EmitStream)
 	want := EmitChunk(in.Size, 0)
-	chunks, off := 0, ""
-	// The step writer creates the stream with its first batch: until then
-	// a read is 404, asked again after a short, growing pause.
-	pause := 2 * time.Millisecond
-	for {
-		var rerr error
-		for rec, err := range cl.ReadPath(ctx, path, &client.ReadOptions{Offset: off, Follow: true, View: stream.CommittedView}) {
-			if err != nil {
-				rerr = err
-				break
-			}
-			off = rec.NextOffset
-			if rec.Kind != stream.KindData {
-				continue
-			}
-			fillChunk(want, 'e', chunks)
-			if string(rec.Data) != string(want) {
-				return 0, 0, fmt.Errorf("chunk %d of stream %s: %q, want %q", chunks, path, rec.Data, want)
-			}
-			chunks++
+	chunks := 0
+	// A follower's first read waits on the server for the stream, which
+	// the step writer creates with its first batch.
+	for rec, err := range cl.Read(ctx, id, EmitStream, &client.ReadOptions{Follow: true, View: stream.CommittedView}) {
+		if err != nil {
+			return 0, 0, err
 		}
-		if rerr == nil {
-			break
+		if rec.Kind != stream.KindData {
+			continue
 		}
-		if off != "" || !errors.Is(rerr, store.ErrNotFound) {
-			return 0, 0, rerr
+		fillChunk(want, 'e', chunks)
+		if string(rec.Data) != string(want) {
+			return 0, 0, fmt.Errorf("chunk %d of stream %s: %q, want %q", chunks, store.RunStreamPath(id, EmitStream), rec.Data, want)
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, 0, fmt.Errorf("waiting for its stream: %w", ctx.Err())
-		case <-t.C:
-		}
-		pause = min(2*pause, 50*time.Millisecond)
+		chunks++
 	}
 	run, err := cl.GetRun(ctx, id)
 	if err != nil {
@@ -586,10 +582,17 @@ func (r *scaleRound) note(round int) string {
 	for _, s := range r.cpuWeir {
 		weirCPU = append(weirCPU, strconv.FormatFloat(round2(s), 'f', -1, 64))
 	}
-	return fmt.Sprintf("N=%d round %d: %d runs in %.2f s: %.0f runs/s, %.0f chunks/s, p50 %.1f ms, p99 %.1f ms, %d retried; executed by %s; CPU s: weir %s, bench %.2f, pg backends %.2f, all postgres %.2f, machine %.2f of %.2f core-s (softirq %.2f, other processes %.2f); %d pg connections, active on average: %s; pg per run: %s",
+	return fmt.Sprintf("N=%d round %d: %d runs in %.2f s: %.0f runs/s, %.0f chunks/s, p50 %.1f ms, p99 %.1f ms, %d retried; executed by %s; CPU s: weir %s, bench %.2f, pg backends %.2f, all postgres %.2f, machine %.2f of %.2f core-s (softirq %.2f, other processes %.2f); %d pg connections, active on average: %s; pg per run: %s; weir's stores per run: %s",
 		r.n, round, r.runs, r.dur.Seconds(), float64(r.runs)/r.dur.Seconds(), float64(r.chunk)/r.dur.Seconds(), pct(r.lat, 0.5), pct(r.lat, 0.99), r.retried,
 		strings.Join(who, ", "), strings.Join(weirCPU, "+"), r.cpuBench, r.cpuPGBackends, r.cpuPGAll, r.cpuBusy, float64(runtime.NumCPU())*r.cpuWindow,
-		r.cpuSoftirq, r.cpuBusy-r.cpuSoftirq-sumF(r.cpuWeir)-r.cpuBench-r.cpuPGAll, r.backends, waitsNote(r.waits), r.pg.perRun(r.runs))
+		r.cpuSoftirq, r.cpuBusy-r.cpuSoftirq-sumF(r.cpuWeir)-r.cpuBench-r.cpuPGAll, r.backends, waitsNote(r.waits), r.pg.perRun(r.runs), countsNote(r.counts, r.runs))
+}
+
+// countsNote is what the stores asked of the database per run.
+func countsNote(c store.Counts, runs int) string {
+	per := func(v int64) float64 { return float64(v) / float64(max(runs, 1)) }
+	return fmt.Sprintf("%.1f statements in %.1f round trips, %.2f commits, %.2f group commits of %.1f writes each",
+		per(c.Statements), per(c.RoundTrips), per(c.Commits), per(c.Groups), float64(c.GroupOps)/float64(max(c.Groups, 1)))
 }
 
 // waitsNote lists the mean backends in each state, the busiest first.
@@ -825,26 +828,52 @@ func (t *tailBuffer) String() string {
 // completedMetric reads weir_runs_completed_total from a server's /metrics:
 // the runs that ended on that process, by its own count.
 func completedMetric(ctx context.Context, hc *http.Client, base string) (int, error) {
+	m, err := readMetrics(ctx, hc, base)
+	return int(m["weir_runs_completed_total"]), err
+}
+
+// readMetrics reads a server's /metrics: each sample without labels, by
+// name.
+func readMetrics(ctx context.Context, hc *http.Client, base string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
+	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "weir_runs_completed_total "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return int(f), err
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+			out[name] = f
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return 0, err
+	return out, sc.Err()
+}
+
+// storeCounts sums what the servers' stores asked of PostgreSQL, by their
+// own counts (store.Counts, in /metrics).
+func storeCounts(ctx context.Context, hc *http.Client, kids []*child) (store.Counts, error) {
+	var c store.Counts
+	for _, k := range kids {
+		m, err := readMetrics(ctx, hc, k.url)
+		if err != nil {
+			return c, err
+		}
+		c.Statements += int64(m["weir_store_statements_total"])
+		c.RoundTrips += int64(m["weir_store_round_trips_total"])
+		c.Commits += int64(m["weir_store_commits_total"])
+		c.Groups += int64(m["weir_store_groups_total"])
+		c.GroupOps += int64(m["weir_store_group_ops_total"])
 	}
-	return 0, nil
+	return c, nil
 }
 
 // ---- PostgreSQL's own counts ----

@@ -122,7 +122,7 @@ var (
 	flagConnKiB     = flag.Int64("conn-kib", 64, "KiB allowed per open connection (goroutine stack, bufio buffers)")
 	flagGC          = flag.Int64("gc", 2, "the RSS the Go heap may take per live byte (GOGC=100: 2)")
 	flagKeep        = flag.Bool("keep", false, "keep the temporary directory (server log, SQLite file)")
-	flagRound       = flag.Int("round", 1, "1: the budgets of issue 13 (stalled readers, uploads, cross-site); 2: the cases of issue 21 (round2.go)")
+	flagRound       = flag.Int("round", 1, "1: the budgets of issue 13 (stalled readers, uploads, cross-site); 2: the cases of issue 21 (round2.go); 3: the cases of issue 37 (round3.go)")
 )
 
 func main() {
@@ -133,8 +133,10 @@ func main() {
 		code = run()
 	case 2:
 		code = runRound2()
+	case 3:
+		code = runRound3()
 	default:
-		logf("-round: 1 or 2, not %d", *flagRound)
+		logf("-round: 1, 2 or 3, not %d", *flagRound)
 	}
 	os.Exit(code)
 }

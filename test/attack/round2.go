@@ -96,7 +96,29 @@ func (a *r2) call(method, path string, body []byte, hdr ...string) (int, http.He
 	return code, rh, msg
 }
 
+// roundCase is one case of a round: a name, and what runs it.
+type roundCase struct {
+	name string
+	f    func() error
+}
+
 func runRound2() int {
+	return runRound("two (issue 21)", func(a *r2) []roundCase {
+		return []roundCase{
+			{"1 JSON split", a.jsonSplit},
+			{"2 committed readers", a.committedReaders},
+			{"3 upload budget", a.uploadBudget},
+			{"4 large records", a.largeRecords},
+			{"6-7 queue", a.queue},
+			{"8-10 World events and names", a.worldEvents},
+			{"11 World hang-ups", a.hangUps},
+			{"12 hung target", a.hungTarget},
+		}
+	})
+}
+
+// runRound runs a round's cases against one server and prints its table.
+func runRound(title string, cases func(a *r2) []roundCase) int {
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), *flagDuration+60*time.Second)
 	defer cancel()
@@ -104,7 +126,7 @@ func runRound2() int {
 		logf("RLIMIT_NOFILE: %v", err)
 		return 2
 	}
-	dir, err := os.MkdirTemp("", "weir-attack2-")
+	dir, err := os.MkdirTemp("", "weir-attack-")
 	if err != nil {
 		logf("%v", err)
 		return 2
@@ -137,24 +159,12 @@ func runRound2() int {
 			a.srv.kill()
 		}
 	}()
-	logf("round 2: weir server pid %d at %s (store %s)", a.srv.pid, a.srv.url, storeName)
+	logf("round %s: weir server pid %d at %s (store %s)", title, a.srv.pid, a.srv.url, storeName)
 	a.samp = newSampler(a.srv.pid, a.srv.port, t0)
 	gc := a.samp.gc
 	gcSink.Store(&gc)
 
-	for _, c := range []struct {
-		name string
-		f    func() error
-	}{
-		{"1 JSON split", a.jsonSplit},
-		{"2 committed readers", a.committedReaders},
-		{"3 upload budget", a.uploadBudget},
-		{"4 large records", a.largeRecords},
-		{"6-7 queue", a.queue},
-		{"8-10 World events and names", a.worldEvents},
-		{"11 World hang-ups", a.hangUps},
-		{"12 hung target", a.hungTarget},
-	} {
+	for _, c := range cases(a) {
 		if ctx.Err() != nil {
 			a.rep.check(false, "%s: the run's deadline passed first", c.name)
 			break
@@ -169,7 +179,7 @@ func runRound2() int {
 	msg, ok := a.srv.stop(20 * time.Second)
 	a.rep.check(ok, "%s", msg)
 
-	fmt.Printf("\n## Round two (issue 21): %s, %s\n\n", storeName, secs(time.Since(t0)))
+	fmt.Printf("\n## Round %s: %s, %s\n\n", title, storeName, secs(time.Since(t0)))
 	fmt.Println("| case | measured | bound | |")
 	fmt.Println("|---|---|---|---|")
 	for _, r := range a.rows {

@@ -196,6 +196,30 @@ test("schedules are listed with what they did, and paused from the page", { time
   assert.deepEqual(errors, []);
 });
 
+test("schedules are listed fifty at a time, with Next and Previous", { timeout: 60_000 }, async (t) => {
+  const { url, call } = await startServer(t, { sqlite: true });
+  const names = Array.from({ length: 55 }, (_, i) => `page-${String(i).padStart(2, "0")}`);
+  for (const name of names) {
+    await call("PUT", `/v1/schedules/${name}`, { workflow: "demo.tokens", spec: "30 2 * * *", paused: true });
+  }
+  const { page, errors } = await openPage(t, url);
+  const rows = page.locator("#schedules tbody tr");
+  await until("the first page", async () => (await rows.count()) === 50, 20_000);
+  assert.equal(await rows.first().getAttribute("data-schedule"), "page-00");
+  assert.equal(await rows.last().getAttribute("data-schedule"), "page-49");
+  assert.match(await page.locator("#schedules h2").textContent(), /page-00 to page-49/);
+  assert.equal(await page.locator("#schedules button.prev-schedules").count(), 0);
+  await page.locator("#schedules button.next-schedules").click();
+  await until("the second page", async () => (await rows.count()) === 5, 10_000);
+  assert.deepEqual(await rows.evaluateAll((trs) => trs.map((tr) => tr.dataset.schedule)), names.slice(50));
+  assert.equal(await page.locator("#schedules button.next-schedules").count(), 0);
+  // The page stays put through the list's polls, and Previous goes back.
+  await until("a poll later, still the second page", async () => (await rows.count()) === 5 && (await rows.first().getAttribute("data-schedule")) === "page-50", 3_000);
+  await page.locator("#schedules button.prev-schedules").click();
+  await until("the first page again", async () => (await rows.count()) === 50 && (await rows.first().getAttribute("data-schedule")) === "page-00", 10_000);
+  assert.deepEqual(errors, []);
+});
+
 test("a cancelled run is resumed from its page, and forked from a step into a new run", { timeout: 90_000 }, async (t) => {
   const { url, call } = await startServer(t);
   const { page, errors } = await openPage(t, url);

@@ -95,6 +95,7 @@ export async function startWeir(store, { port, args = [] } = {}) {
     url,
     port: Number(new URL(url).port),
     secret: SECRET,
+    pid: p.proc.pid,
     output: p.output,
     kill: () => p.proc.kill('SIGKILL'),
     exited: p.exited,
@@ -112,7 +113,7 @@ export async function startApp(env, { port, nodeArgs = [] } = {}) {
   });
   const [, portStr] = await p.ready;
   const url = `http://127.0.0.1:${portStr}`;
-  return { url, port: Number(portStr), output: p.output, kill: () => p.proc.kill('SIGKILL'), exited: p.exited, stop: () => stopProc(p.proc, p.exited) };
+  return { url, port: Number(portStr), pid: p.proc.pid, output: p.output, kill: () => p.proc.kill('SIGKILL'), exited: p.exited, stop: () => stopProc(p.proc, p.exited) };
 }
 
 /** The env that points an app at weir. */
