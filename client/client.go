@@ -245,15 +245,23 @@ func (c *Client) Runs(ctx context.Context, opts *ListOptions) iter.Seq2[Run, err
 
 // Events returns a run's event log after seq after (0: all of it).
 func (c *Client) Events(ctx context.Context, id string, after int64) ([]Event, error) {
-	var q url.Values
-	if after > 0 {
-		q = url.Values{"after": {strconv.FormatInt(after, 10)}}
+	var all []Event
+	for {
+		var q url.Values
+		if after > 0 {
+			q = url.Values{"after": {strconv.FormatInt(after, 10)}}
+		}
+		var out api.EventList
+		if _, err := c.doJSON(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/events", q, nil, nil, &out); err != nil {
+			return nil, err
+		}
+		all = append(all, out.Events...)
+		// The server answers a page at a time (EventList.More).
+		if !out.More || out.NextAfter <= after {
+			return all, nil
+		}
+		after = out.NextAfter
 	}
-	var out api.EventList
-	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/events", q, nil, nil, &out); err != nil {
-		return nil, err
-	}
-	return out.Events, nil
 }
 
 // WorldEvents returns the whole event log of a World run (a Vercel
@@ -494,6 +502,14 @@ func (c *Client) SetLimiter(ctx context.Context, l *api.Limiter) (*api.Limiter, 
 	return &out, nil
 }
 
+// DeleteLimiter deletes a limiter nothing uses (DELETE
+// /v1/limiters/{name}): a slot held, someone in line or a run queued in it
+// is a conflict (Weir-Error limiter_in_use).
+func (c *Client) DeleteLimiter(ctx context.Context, name string) error {
+	_, err := c.doJSON(ctx, http.MethodDelete, "/v1/limiters/"+url.PathEscape(name), nil, nil, nil, nil)
+	return err
+}
+
 // Workflows returns the names of the workflows the server can start.
 func (c *Client) Workflows(ctx context.Context) ([]string, error) {
 	var out api.WorkflowList
@@ -606,13 +622,26 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Schedules returns every schedule (GET /v1/schedules).
+// Schedules returns every schedule (GET /v1/schedules), by name, asking
+// for them a page at a time.
 func (c *Client) Schedules(ctx context.Context) ([]api.Schedule, error) {
-	var out api.ScheduleList
-	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/schedules", nil, nil, nil, &out); err != nil {
-		return nil, err
+	var all []api.Schedule
+	after := ""
+	for {
+		var q url.Values
+		if after != "" {
+			q = url.Values{"after": {after}}
+		}
+		var out api.ScheduleList
+		if _, err := c.doJSON(ctx, http.MethodGet, "/v1/schedules", q, nil, nil, &out); err != nil {
+			return nil, err
+		}
+		all = append(all, out.Schedules...)
+		if !out.More || out.NextAfter <= after {
+			return all, nil
+		}
+		after = out.NextAfter
 	}
-	return out.Schedules, nil
 }
 
 // Schedule returns one schedule (GET /v1/schedules/{name}).

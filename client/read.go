@@ -112,7 +112,14 @@ func (c *Client) read(ctx context.Context, path, runID string, opts *ReadOptions
 			}
 		}
 		r := &reader{c: c, path: streamURLPath(path), view: o.View.String(), offset: offset}
-		live := "" // the first request catches up
+		// A follower's first request is live already: it answers at once
+		// with whatever is there, like a catch-up read, and otherwise waits
+		// for the first records (a run's stream, for its creation) instead
+		// of answering "nothing yet" and being asked again.
+		live := ""
+		if o.Follow {
+			live = liveMode(o.SSE)
+		}
 		missing := 10 * time.Millisecond
 		for {
 			st, err := r.get(ctx, live, yield)
@@ -151,13 +158,18 @@ func (c *Client) read(ctx context.Context, path, runID string, opts *ReadOptions
 				return
 			}
 			if st.upToDate {
-				live = "long-poll"
-				if o.SSE {
-					live = "sse"
-				}
+				live = liveMode(o.SSE)
 			}
 		}
 	}
+}
+
+// liveMode is the live parameter of a follower's reads.
+func liveMode(sse bool) string {
+	if sse {
+		return "sse"
+	}
+	return "long-poll"
 }
 
 // streamURLPath escapes a stream path segment by segment.

@@ -48,7 +48,7 @@ func (s *Server) handleDeliverHook(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	s.writeJSON(w, http.StatusOK, res)
 }
 
 // handleHooks serves GET /v1/runs/{id}/hooks: the run's hooks, by op.
@@ -72,7 +72,7 @@ func (s *Server) handleHooks(w http.ResponseWriter, r *http.Request) {
 		out.Hooks[i] = api.Hook{Token: h.Token, Op: h.Op, Received: h.Received,
 			Disposed: h.Disposed || run.Status.Terminal(), CreatedAt: h.CreatedAt.UTC().Truncate(time.Millisecond)}
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 // parseBool reads an optional boolean query parameter: true or false (1 or

@@ -30,7 +30,7 @@ func (s *Server) handleLimiters(w http.ResponseWriter, r *http.Request) {
 	for _, c := range cs {
 		out.Limiters = append(out.Limiters, s.limiterJSON(r, c))
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 // handleLimiter serves GET /v1/limiters/{name}.
@@ -44,7 +44,22 @@ func (s *Server) handleLimiter(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.limiterJSON(r, c))
+	s.writeJSON(w, http.StatusOK, s.limiterJSON(r, c))
+}
+
+// handleDeleteLimiter serves DELETE /v1/limiters/{name}: 204, or 409
+// limiter_in_use while a slot is held, someone waits or runs are queued in
+// it.
+func (s *Server) handleDeleteLimiter(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := s.store.DeleteLimiter(r.Context(), r.PathValue("name")); err != nil {
+		httpError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // handleSetLimiter serves PUT /v1/limiters/{name}: creates the limiter or
@@ -72,7 +87,7 @@ func (s *Server) handleSetLimiter(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.limiterJSON(r, &c))
+	s.writeJSON(w, http.StatusOK, s.limiterJSON(r, &c))
 }
 
 // limiterJSON is c as the API gives it, with its state now (left out if

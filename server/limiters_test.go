@@ -68,6 +68,14 @@ func TestLimitersAPI(t *testing.T) {
 			}
 		}
 		d.send("PUT", "/v1/limiters/"+strings.Repeat("n", 300), `{"concurrency":1}`, js...).must(t, http.StatusBadRequest)
+		// A name PostgreSQL's text cannot hold (a NUL), or a log line
+		// could be split by (CR, LF), is refused before either store.
+		for _, name := range []string{"a%00b", "a%0D%0Ab", "a%01b"} {
+			r := d.send("PUT", "/v1/limiters/"+name, `{"concurrency":1}`, js...).must(t, http.StatusBadRequest)
+			if r.h.Get(api.ErrorHeader) != "invalid_name" {
+				t.Fatalf("limiter %q: %s %s", name, r.h.Get(api.ErrorHeader), r.body)
+			}
+		}
 		var one api.Limiter
 		if err := json.Unmarshal(d.runsCall("GET", "/v1/limiters/openai").must(t, http.StatusOK).body, &one); err != nil {
 			t.Fatal(err)
@@ -91,5 +99,10 @@ func TestLimitersAPI(t *testing.T) {
 			}
 		}
 		d.runsCall("GET", "/v1/limiters/openai?x=1").must(t, http.StatusBadRequest)
+		// Deleted once nothing uses it; then it is gone.
+		d.send("DELETE", "/v1/limiters/tokens", "").must(t, http.StatusNoContent)
+		d.runsCall("GET", "/v1/limiters/tokens").must(t, http.StatusNotFound)
+		d.send("DELETE", "/v1/limiters/tokens", "").must(t, http.StatusNotFound)
+		d.send("DELETE", "/v1/limiters/a%00b", "").must(t, http.StatusBadRequest)
 	})
 }

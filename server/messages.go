@@ -53,7 +53,7 @@ func (s *Server) handleSendMessage(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.MessageSent{RunID: res.RunID, Topic: res.Topic, Seq: res.Seq, Duplicate: res.Duplicate})
+	s.writeJSON(w, http.StatusOK, api.MessageSent{RunID: res.RunID, Topic: res.Topic, Seq: res.Seq, Duplicate: res.Duplicate})
 }
 
 // handleRunEvent serves GET /v1/runs/{id}/events/{key}: the run event's
@@ -112,7 +112,7 @@ func (s *Server) handleRunEvent(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, runEventJSON(ev))
+	s.writeJSON(w, http.StatusOK, runEventJSON(ev))
 }
 
 // running reports whether run id exists and has not ended.
@@ -147,5 +147,5 @@ func (s *Server) handleRunState(w http.ResponseWriter, r *http.Request) {
 	for i, ev := range evs {
 		out.Events[i] = runEventJSON(ev)
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.writeJSON(w, http.StatusOK, out)
 }

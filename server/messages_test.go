@@ -74,8 +74,10 @@ func TestMessagesAndRunEventsOverHTTP(t *testing.T) {
 			wire string
 		}{
 			{"/v1/runs/nope/messages/user", `1`, jsonHdr, http.StatusNotFound, "not_found"},
-			{path + "/messages/bad%FFtopic", `1`, jsonHdr, http.StatusBadRequest, "invalid"},
-			{path + "/messages/" + strings.Repeat("t", store.MaxTopicLen+1), `1`, jsonHdr, http.StatusBadRequest, "invalid"},
+			{path + "/messages/bad%FFtopic", `1`, jsonHdr, http.StatusBadRequest, "invalid_name"},
+			{path + "/messages/" + strings.Repeat("t", store.MaxTopicLen+1), `1`, jsonHdr, http.StatusBadRequest, "invalid_name"},
+			{path + "/messages/a%0D%0Ab", `1`, jsonHdr, http.StatusBadRequest, "invalid_name"},
+			{path + "/messages/a%01b", `1`, jsonHdr, http.StatusBadRequest, "invalid_name"},
 			{path + "/messages/user", `{"text":`, jsonHdr, http.StatusBadRequest, "invalid"},
 			{path + "/messages/user", `{"text":"hi"}`, []string{"Content-Type", "text/plain"}, http.StatusUnsupportedMediaType, "unsupported_media_type"},
 			{path + "/messages/user?x=1", `{"text":"hi"}`, jsonHdr, http.StatusBadRequest, "bad_request"},

@@ -287,7 +287,31 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	s.writeWorldMetrics(bw)
 	s.writeLimiterMetrics(bw)
 	s.writeUnclaimedMetrics(bw)
+	s.writeStoreMetrics(bw)
 	_ = bw.Flush()
+}
+
+// writeStoreMetrics writes what the store asked of its database
+// (store.Counts): a run's cost in statements, round trips and commits is
+// their growth over weir_runs_completed_total's.
+func (s *Server) writeStoreMetrics(w io.Writer) {
+	c, ok := store.CountsOf(s.e.Store())
+	if !ok {
+		return
+	}
+	family := func(name, help string) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", name, help, name)
+	}
+	family("weir_store_statements_total", "SQL statements this process sent to the database server (each of a pipeline counted; 0 on SQLite).")
+	fmt.Fprintf(w, "weir_store_statements_total %d\n", c.Statements)
+	family("weir_store_round_trips_total", "Times this process waited for the database server: a statement alone, a pipelined batch, a first preparation.")
+	fmt.Fprintf(w, "weir_store_round_trips_total %d\n", c.RoundTrips)
+	family("weir_store_commits_total", "Explicit transactions this process committed (its group commits and its own transactions).")
+	fmt.Fprintf(w, "weir_store_commits_total %d\n", c.Commits)
+	family("weir_store_groups_total", "Group commits: writes from any goroutine of the process applied together in one transaction.")
+	fmt.Fprintf(w, "weir_store_groups_total %d\n", c.Groups)
+	family("weir_store_group_ops_total", "Writes the group commits applied (÷ weir_store_groups_total: the mean group).")
+	fmt.Fprintf(w, "weir_store_group_ops_total %d\n", c.GroupOps)
 }
 
 // writeEngineMetrics writes the engine's own counters (weir.EngineStats).

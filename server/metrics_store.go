@@ -59,6 +59,21 @@ func (s *instrumentedStore) Advance(ctx context.Context, p *store.AdvanceParams)
 	return err
 }
 
+// OpenAppend forwards store.StepAppender, counting the start's events.
+func (s *instrumentedStore) OpenAppend(ctx context.Context, p *store.OpenAppendParams) (*store.OpenAppendResult, error) {
+	sa, ok := store.StepAppenderOf(s.Full)
+	if !ok {
+		return nil, store.ErrUnsupported
+	}
+	res, err := sa.OpenAppend(ctx, p)
+	if err == nil && p.Start != nil {
+		for i := range p.Start.Events {
+			s.runs.event(p.Start.Events[i].Type, 1)
+		}
+	}
+	return res, err
+}
+
 func (s *instrumentedStore) CreateHook(ctx context.Context, p *store.HookParams) error {
 	err := s.Full.CreateHook(ctx, p)
 	if err == nil {

@@ -26,6 +26,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/limiters", s.handleLimiters)
 	s.mux.HandleFunc("GET /v1/limiters/{name}", s.handleLimiter)
 	s.mux.HandleFunc("PUT /v1/limiters/{name}", s.handleSetLimiter)
+	s.mux.HandleFunc("DELETE /v1/limiters/{name}", s.handleDeleteLimiter)
 	s.mux.HandleFunc("GET /v1/schedules", s.handleSchedules)
 	s.mux.HandleFunc("GET /v1/schedules/{name}", s.handleSchedule)
 	s.mux.HandleFunc("PUT /v1/schedules/{name}", s.handleSetSchedule)

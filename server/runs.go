@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weirhq/weir/names"
 	"io"
 	"net/http"
 	"net/url"
@@ -30,9 +31,6 @@ const (
 	defaultRunsLimit = 50
 	maxRunsLimit     = 1000
 )
-
-// maxRunIDLen bounds a run id chosen by a client.
-const maxRunIDLen = 128
 
 // maxDebounceMS bounds a start's debounce: a day.
 const maxDebounceMS = 24 * 60 * 60 * 1000
@@ -98,7 +96,7 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request) {
 			s.metrics.runs.started.Add(1)
 		}
 	}
-	writeJSON(w, status, runJSON(run))
+	s.writeJSON(w, status, runJSON(run))
 }
 
 // parseStartRequest decodes and checks a POST /v1/runs body.
@@ -171,19 +169,11 @@ func jsonKind(k string) string {
 	return k
 }
 
-// checkRunID refuses ids that could not sit in a URL path segment as they
-// are.
+// checkRunID refuses a run id the client chose (names.RunID: an id that
+// sits in a URL as it is, and none weir mints).
 func checkRunID(id string) error {
-	if len(id) > maxRunIDLen {
-		return fmt.Errorf("%w: run id of %d bytes, the limit is %d", api.ErrBadRequest, len(id), maxRunIDLen)
-	}
-	if id == "." || id == ".." {
-		return fmt.Errorf("%w: run id %q", api.ErrBadRequest, id)
-	}
-	for _, c := range []byte(id) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
-			return fmt.Errorf("%w: run id %q: use letters, digits and - _ . : only", api.ErrBadRequest, id)
-		}
+	if err := names.RunID(id); err != nil {
+		return fmt.Errorf("%w: %w", api.ErrBadRequest, err)
 	}
 	return nil
 }
@@ -270,7 +260,7 @@ func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Runs = append(out.Runs, runJSON(run))
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 // handleGetRun serves GET /v1/runs/{id}.
@@ -279,13 +269,33 @@ func (s *Server) handleGetRun(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	run, err := s.getRun(r)
+	// The run's size first: a run whose input and output are large is
+	// read only once the budget has room for it (read, encoded, and its
+	// encoding: three times its size while the reply is built).
+	id := r.PathValue("id")
+	run, size, err := s.store.GetRunWithin(r.Context(), id, inlineRun)
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, runJSON(run))
+	h := &replyHold{s: s}
+	if run.Elided {
+		var ok bool
+		if h, ok = s.hold(w, 3*size+64<<10); !ok {
+			return
+		}
+		if run, err = s.store.GetRun(r.Context(), id); err != nil {
+			_ = h.to(0)
+			httpError(w, err)
+			return
+		}
+	}
+	h.send(w, http.StatusOK, runJSON(run))
 }
+
+// inlineRun is the largest input and output GET /v1/runs/{id} reads with
+// the run's size: a larger run is read again once its reply is held.
+const inlineRun = 64 << 10
 
 func (s *Server) getRun(r *http.Request) (*store.Run, error) {
 	return s.store.GetRun(r.Context(), r.PathValue("id"))
@@ -293,30 +303,46 @@ func (s *Server) getRun(r *http.Request) (*store.Run, error) {
 
 // handleEvents serves GET /v1/runs/{id}/events[?after=SEQ].
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
-	q, err := parseQuery(r, "after")
+	q, err := parseQuery(r, "after", "limit")
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	var after int64
+	p := &store.ListEventsParams{RunID: r.PathValue("id"), Limit: store.MaxEventPage}
 	if v, ok := q["after"]; ok {
-		after, err = strconv.ParseInt(v[0], 10, 64)
-		if err != nil || after < 0 {
+		p.After, err = strconv.ParseInt(v[0], 10, 64)
+		if err != nil || p.After < 0 {
 			httpError(w, fmt.Errorf("%w: after=%q: want an event seq (a whole number, 0 or more)", api.ErrBadRequest, v[0]))
 			return
 		}
 	}
-	id := r.PathValue("id")
-	events, err := s.store.ListEvents(r.Context(), id, after)
+	if v, ok := q["limit"]; ok {
+		if p.Limit, err = strconv.Atoi(v[0]); err != nil || p.Limit < 1 || p.Limit > store.MaxEventPage {
+			httpError(w, fmt.Errorf("%w: limit=%q: want 1 to %d events", api.ErrBadRequest, v[0], store.MaxEventPage))
+			return
+		}
+	}
+	// A page is charged to the replies' budget before it is read: its rows
+	// and its JSON are both in memory until the client took it, and a
+	// page refused after it was built would have cost as much.
+	h, ok := s.hold(w, int64(2*(store.MaxEventPageBytes+store.MaxMessagePayload))+1<<20)
+	if !ok {
+		return
+	}
+	page, err := s.store.ListEventsPage(r.Context(), p)
 	if err != nil {
+		_ = h.to(0)
 		httpError(w, err)
 		return
 	}
-	out := api.EventList{Events: make([]api.Event, len(events))}
-	for i := range events {
-		out.Events[i] = eventJSON(&events[i])
+	out := api.EventList{Events: make([]api.Event, len(page.Events)), More: page.More}
+	for i := range page.Events {
+		out.Events[i] = eventJSON(&page.Events[i])
 	}
-	writeJSON(w, http.StatusOK, out)
+	if page.More && len(page.Events) > 0 {
+		out.NextAfter = page.Events[len(page.Events)-1].Seq
+	}
+	h.send(w, http.StatusOK, out)
 }
 
 // handleCancel serves POST /v1/runs/{id}/cancel: 202 and the run, whose
@@ -353,7 +379,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	if before.Status.Terminal() {
 		status = http.StatusOK
 	}
-	writeJSON(w, status, runJSON(run))
+	s.writeJSON(w, status, runJSON(run))
 }
 
 // handleStreams serves GET /v1/runs/{id}/streams.
@@ -376,7 +402,7 @@ func (s *Server) handleStreams(w http.ResponseWriter, r *http.Request) {
 	for i, in := range infos {
 		out.Streams[i] = streamJSON(in)
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 func streamJSON(in *store.StreamInfo) api.StreamInfo {
@@ -412,7 +438,7 @@ func (s *Server) handleListStandalone(w http.ResponseWriter, r *http.Request) {
 	for i, in := range l.Streams {
 		out.Streams[i] = streamJSON(in)
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 // handleWorkflows serves GET /v1/workflows.
@@ -421,7 +447,7 @@ func (s *Server) handleWorkflows(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.WorkflowList{Workflows: s.e.Workflows()})
+	s.writeJSON(w, http.StatusOK, api.WorkflowList{Workflows: s.e.Workflows()})
 }
 
 // handleUnknown answers every path nothing else serves.
@@ -479,15 +505,79 @@ func checkQuery(r *http.Request) error {
 	return err
 }
 
-// writeJSON writes v as the JSON reply, with a deadline so a client that
-// never reads cannot hold the handler.
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// writeJSON writes v as a JSON reply, charged to MaxReplyBytes while the
+// client takes it: a reply that does not fit is 503 busy.
+func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
+	h := replyHold{s: s}
+	h.send(w, status, v)
+}
+
+// replyHold is a reply's share of the replies' budget (MaxReplyBytes).
+// A reply that may be large is charged before it is built (hold), so a
+// request refused at the budget has read and encoded nothing; once built,
+// it holds twice its encoding (the value it came from is live beside the
+// bytes) until the client took it or the write timed out.
+type replyHold struct {
+	s *Server
+	n int64
+}
+
+// busy is the refusal of a reply the budget cannot take.
+func (h *replyHold) busy() error {
+	return fmt.Errorf("%w: %d bytes of replies are held for clients reading them, the limit is %d: ask again shortly",
+		api.ErrBusy, h.s.replies.inUse(), h.s.replies.max)
+}
+
+// to makes the hold n bytes: a hold that cannot grow is refused (busy),
+// and keeps what it had.
+func (h *replyHold) to(n int64) error {
+	switch {
+	case n > h.n:
+		if !h.s.replies.take(n - h.n) {
+			return h.busy()
+		}
+	case n < h.n:
+		h.s.replies.give(h.n - n)
+	}
+	h.n = n
+	return nil
+}
+
+// hold charges n bytes before a reply is built; false if the budget
+// cannot take them, the request then answered 503 busy.
+func (s *Server) hold(w http.ResponseWriter, n int64) (*replyHold, bool) {
+	h := &replyHold{s: s}
+	if err := h.to(n); err != nil {
+		httpError(w, err)
+		return nil, false
+	}
+	return h, true
+}
+
+// send writes v as a JSON reply and lets the hold go once it is sent.
+// A small reply (4 KiB or less, what the server's buffer takes at once)
+// holds nothing.
+func (h *replyHold) send(w http.ResponseWriter, status int, v any) {
+	defer func() { _ = h.to(0) }()
 	b, err := json.Marshal(v)
 	if err != nil {
 		httpError(w, err)
 		return
 	}
 	b = append(b, '\n')
+	need := int64(0)
+	if len(b) > 4096 {
+		need = 2 * int64(len(b))
+	}
+	if err := h.to(need); err != nil {
+		httpError(w, err)
+		return
+	}
+	sendJSON(w, status, b)
+}
+
+// sendJSON writes b, a JSON reply, within writeTimeout.
+func sendJSON(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -534,7 +624,7 @@ func (s *Server) handleMigrate(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.MigrateReply{Migrated: append([]string{}, ids...)})
+	s.writeJSON(w, http.StatusOK, api.MigrateReply{Migrated: append([]string{}, ids...)})
 }
 
 // handleFork serves POST /v1/runs/{id}/fork: 201 with the fork, pending
@@ -545,12 +635,18 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	if in.ID != "" {
+		if err := checkRunID(in.ID); err != nil {
+			httpError(w, err)
+			return
+		}
+	}
 	run, err := s.e.Fork(r.Context(), r.PathValue("id"), weir.ForkOptions{ID: in.ID, Op: in.Op, Step: in.Step, Input: in.Input, Version: in.Version})
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, runJSON(run))
+	s.writeJSON(w, http.StatusCreated, runJSON(run))
 }
 
 // handleRetry serves POST /v1/runs/{id}/retry: a fork from a step (by
@@ -566,7 +662,7 @@ func (s *Server) handleRetry(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, runJSON(run))
+	s.writeJSON(w, http.StatusCreated, runJSON(run))
 }
 
 // handleResume serves POST /v1/runs/{id}/resume: 202 with the run, pending
@@ -581,5 +677,5 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, runJSON(run))
+	s.writeJSON(w, http.StatusAccepted, runJSON(run))
 }

@@ -19,6 +19,7 @@ func runJSON(r *store.Run) api.Run {
 		CreatedAt:       r.CreatedAt.UTC(),
 		UpdatedAt:       r.UpdatedAt.UTC(),
 		CancelRequested: r.CancelRequested,
+		Elided:          r.Elided,
 		Kind:            r.Kind,
 		Parent:          r.Parent,
 		Queue:           r.Queue,

@@ -280,6 +280,11 @@ func TestBadInput(t *testing.T) {
 		{"bad run id", "POST", "/v1/runs", `{"workflow":"echo","id":"a/b"}`, 400, "run id"},
 		{"dot run id", "POST", "/v1/runs", `{"workflow":"echo","id":".."}`, 400, "run id"},
 		{"long run id", "POST", "/v1/runs", `{"workflow":"echo","id":"` + strings.Repeat("a", 200) + `"}`, 400, "run id"},
+		// A schedule's tick run, taken before its tick (and the other
+		// prefixes weir mints).
+		{"a tick's run id", "POST", "/v1/runs", `{"workflow":"echo","id":"sched:nightly:20261207T000000.000Z"}`, 400, "prefix"},
+		{"an idempotency key's run id", "POST", "/v1/runs", `{"workflow":"echo","id":"idem_00112233445566778899aabbccddeeff"}`, 400, "prefix"},
+		{"a World run's id", "POST", "/v1/runs", `{"workflow":"echo","id":"wrun_01J0000000000000000000000"}`, 400, "prefix"},
 		{"huge body", "POST", "/v1/runs", `{"workflow":"echo","input":"` + strings.Repeat("x", 2000) + `"}`, 413, "limit"},
 		{"query on start", "POST", "/v1/runs?x=1", `{"workflow":"echo"}`, 400, "unknown query parameter"},
 		{"limit not a number", "GET", "/v1/runs?limit=abc", "", 400, "limit"},
@@ -313,7 +318,13 @@ func TestMetricsCountRunsAndRequests(t *testing.T) {
 	s.srv.metrics.streamFenced()
 	s.srv.metrics.streamRejected("gap")
 	s.srv.metrics.readerOpened(readerSSE)
-	r := s.do("GET", "/metrics", "").want(t, http.StatusOK)
+	// The run's end is committed before its engine lets go of it, so the
+	// executing gauge reaches 0 a moment after wait returns.
+	var r *reply
+	eventually(t, "the engine to let go of the finished run", func() bool {
+		r = s.do("GET", "/metrics", "").want(t, http.StatusOK)
+		return strings.Contains(r.body, "weir_engine_runs_executing 0\n")
+	})
 	for _, want := range []string{
 		"weir_runs_started_total 1\n",
 		"weir_runs_completed_total 1\n",
@@ -370,6 +381,17 @@ func TestForkRetryResume(t *testing.T) {
 	s.do("POST", "/v1/runs/"+run.ID+"/fork", `{"op":1,"input":"nope`).want(t, http.StatusBadRequest)
 	s.do("POST", "/v1/runs/nope/fork", `{"op":1}`).want(t, http.StatusNotFound)
 	s.do("POST", "/v1/runs/"+run.ID+"/fork", `{"id":"f1","op":1}`, "Content-Type", "text/plain").want(t, http.StatusUnsupportedMediaType)
+	// A fork's id is a client's run id: inside another run's streams, past
+	// the length, or weir's own prefix, it is refused and nothing is made.
+	for _, id := range []string{"../x", run.ID + "/spoof", strings.Repeat("x", 129), "sched:n:20261207T000000.000Z", "a b", `f\u0000`} {
+		r := s.do("POST", "/v1/runs/"+run.ID+"/fork", `{"id":"`+id+`","op":1}`).want(t, http.StatusBadRequest)
+		if r.header.Get(api.ErrorHeader) != "invalid_name" {
+			t.Fatalf("fork id %q: %s %q", id, r.header.Get(api.ErrorHeader), r.body)
+		}
+	}
+	if list, err := s.e.Store().ListRuns(t.Context(), &store.ListRunsParams{Limit: 100}); err != nil || len(list) != 1 {
+		t.Fatalf("after refused forks: %d runs, %v", len(list), err)
+	}
 	if r := s.do("GET", "/v1/runs/f1", ""); r.status != http.StatusNotFound {
 		t.Fatalf("a refused fork made run f1: %d", r.status)
 	}

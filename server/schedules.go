@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/weirhq/weir/api"
@@ -14,22 +15,37 @@ import (
 // every worker on the store decides, one at a time, each tick starting one
 // run (schedule.RunID).
 
-// handleSchedules serves GET /v1/schedules.
+// handleSchedules serves GET /v1/schedules[?after=NAME&limit=N]: a page of
+// the schedules (store.ListSchedules bounds its size).
 func (s *Server) handleSchedules(w http.ResponseWriter, r *http.Request) {
-	if err := checkQuery(r); err != nil {
-		httpError(w, err)
-		return
-	}
-	ss, err := s.store.ListSchedules(r.Context())
+	q, err := parseQuery(r, "after", "limit")
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	out := api.ScheduleList{Schedules: make([]api.Schedule, 0, len(ss))}
-	for _, sc := range ss {
+	p := &store.ListSchedulesParams{}
+	if v, ok := q["after"]; ok {
+		p.After = v[0]
+	}
+	if v, ok := q["limit"]; ok {
+		if p.Limit, err = strconv.Atoi(v[0]); err != nil || p.Limit < 1 || p.Limit > store.MaxSchedulePage {
+			httpError(w, fmt.Errorf("%w: limit=%q: want 1 to %d schedules", api.ErrBadRequest, v[0], store.MaxSchedulePage))
+			return
+		}
+	}
+	page, err := s.store.ListSchedules(r.Context(), p)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	out := api.ScheduleList{Schedules: make([]api.Schedule, 0, len(page.Schedules)), More: page.More}
+	for _, sc := range page.Schedules {
 		out.Schedules = append(out.Schedules, scheduleJSON(sc))
 	}
-	writeJSON(w, http.StatusOK, out)
+	if page.More && len(page.Schedules) > 0 {
+		out.NextAfter = page.Schedules[len(page.Schedules)-1].Name
+	}
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 // handleSchedule serves GET /v1/schedules/{name}.
@@ -43,7 +59,7 @@ func (s *Server) handleSchedule(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, scheduleJSON(sc))
+	s.writeJSON(w, http.StatusOK, scheduleJSON(sc))
 }
 
 // handleSetSchedule serves PUT /v1/schedules/{name}: creates the schedule
@@ -74,7 +90,7 @@ func (s *Server) handleSetSchedule(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, scheduleJSON(sc))
+	s.writeJSON(w, http.StatusOK, scheduleJSON(sc))
 }
 
 // handleDeleteSchedule serves DELETE /v1/schedules/{name}: the schedule

@@ -71,9 +71,35 @@ func TestSchedulesAPI(t *testing.T) {
 		if err := json.Unmarshal(d.runsCall("GET", "/v1/schedules").must(t, http.StatusOK).body, &list); err != nil {
 			t.Fatal(err)
 		}
-		if len(list.Schedules) != 1 || list.Schedules[0].Name != "ping" {
+		if len(list.Schedules) != 1 || list.Schedules[0].Name != "ping" || list.More {
 			t.Fatalf("list: %+v", list)
 		}
+		// The list comes a page at a time.
+		for _, n := range []string{"a", "b"} {
+			d.send("PUT", "/v1/schedules/"+n, `{"workflow":"ping","spec":"@hourly","paused":true}`, js...).must(t, http.StatusOK)
+		}
+		var names []string
+		for q := "?limit=2"; ; {
+			list = api.ScheduleList{}
+			if err := json.Unmarshal(d.runsCall("GET", "/v1/schedules"+q).must(t, http.StatusOK).body, &list); err != nil {
+				t.Fatal(err)
+			}
+			for _, sc := range list.Schedules {
+				names = append(names, sc.Name)
+			}
+			if !list.More {
+				break
+			}
+			q = "?limit=2&after=" + list.NextAfter
+		}
+		if strings.Join(names, " ") != "a b ping" {
+			t.Fatalf("paged by 2: %v", names)
+		}
+		for _, q := range []string{"?limit=0", "?limit=1001", "?limit=x", "?after=a%20b", "?after=sched:x", "?page=2"} {
+			d.runsCall("GET", "/v1/schedules"+q).must(t, http.StatusBadRequest)
+		}
+		d.runsCall("DELETE", "/v1/schedules/a").must(t, http.StatusNoContent)
+		d.runsCall("DELETE", "/v1/schedules/b").must(t, http.StatusNoContent)
 		for _, bad := range []struct {
 			path, body string
 			code       int

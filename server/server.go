@@ -69,6 +69,13 @@ type Config struct {
 	// (their Content-Length, or MaxBodyBytes when unknown); one more gets
 	// 503 with Retry-After. Defaults to 256 MiB.
 	MaxUploadBytes int64
+	// MaxReplyBytes bounds the JSON replies of the runs, hooks, schedules,
+	// limiters and World APIs held while their clients read them (a reply
+	// over 4 KiB is held until the client took it, at most 30 s); one more
+	// gets 503 with Retry-After. A page of a run's log is up to ~5 MiB, so
+	// without it clients that never read could make the server hold a
+	// page each. Defaults to 256 MiB.
+	MaxReplyBytes int64
 	// MinUploadRate is the slowest a body may arrive, in bytes a second,
 	// after a 30 s grace: a body that trickles slower is cut. Defaults to
 	// 1 KiB/s.
@@ -134,6 +141,9 @@ func (c Config) WithDefaults() Config {
 	if c.ReadPageBytes == 0 {
 		c.ReadPageBytes = 256 << 10
 	}
+	if c.MaxReplyBytes == 0 {
+		c.MaxReplyBytes = 256 << 20
+	}
 	if c.MaxUploadBytes == 0 {
 		c.MaxUploadBytes = 256 << 20
 	}
@@ -177,6 +187,7 @@ type Server struct {
 		last time.Time
 	}
 	uploads  *uploadBudget // body bytes held (MaxUploadBytes): upload.go
+	replies  *uploadBudget // JSON reply bytes held (MaxReplyBytes): runs.go
 	metrics  *metrics      // see metrics.go
 	ds       dsState       // the streams handler's own state (stream.go)
 	worldIDs world.ULIDs   // message ids the World API mints
@@ -202,7 +213,7 @@ func New(e *weir.Engine, cfg *Config) *Server {
 	}
 	c = c.WithDefaults()
 	s := &Server{e: e, store: e.Store(), cfg: c, log: c.Logger, mux: http.NewServeMux(), metrics: newMetrics(),
-		readers: make(chan struct{}, c.MaxReaders), uploads: newUploadBudget(c.MaxUploadBytes), paths: newPathCache(c.StreamCacheSize), now: time.Now}
+		readers: make(chan struct{}, c.MaxReaders), uploads: newUploadBudget(c.MaxUploadBytes), replies: newUploadBudget(c.MaxReplyBytes), paths: newPathCache(c.StreamCacheSize), now: time.Now}
 	s.drained, s.drainCancel = context.WithCancel(context.Background())
 	s.metrics.useStore(s.store)
 	s.routes()

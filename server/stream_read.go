@@ -214,9 +214,13 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request, path string)
 		s.streamError(w, err)
 		return
 	}
+	// A live read of a run's stream watches the run before it looks, so
+	// that the stream's creation after the look still wakes it.
+	watch := s.watchRunStream(path, q.live != "")
+	defer watch.stop()
 	info, err := s.lookup(ctx, path, now)
 	if errors.Is(err, store.ErrNotFound) && q.live != "" {
-		info, err = s.awaitRunStream(ctx, path, err)
+		info, err = s.awaitRunStream(ctx, path, err, watch)
 		if info == nil && err == nil {
 			// Not written yet: the reader polls again from the start.
 			w.Header().Set("Stream-Next-Offset", formatOffset(0))
@@ -256,45 +260,126 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request, path string)
 	}
 }
 
+// runStreamWatch is a live reader's watch of the run whose stream it
+// reads (store.RunWatcher): changed is closed when a stream of the run is
+// created or the run ends. Without a watcher (or for a standalone stream),
+// changed is nil.
+type runStreamWatch struct {
+	run     string
+	changed <-chan struct{}
+	cancel  func()
+	w       store.RunWatcher
+}
+
+func (w *runStreamWatch) stop() {
+	if w.cancel != nil {
+		w.cancel()
+		w.cancel = nil
+	}
+}
+
+// again watches anew, after a wake.
+func (w *runStreamWatch) again() {
+	w.stop()
+	if w.w != nil {
+		w.changed, w.cancel = w.w.WatchRun(w.run)
+	}
+}
+
+// watchRunStream watches the run of path, if path is a run's stream and
+// live says the reader will wait for it.
+func (s *Server) watchRunStream(path string, live bool) *runStreamWatch {
+	run, _, ok := strings.Cut(strings.TrimPrefix(path, runsPrefix), "/")
+	w := &runStreamWatch{run: run}
+	if !live || !ok || !strings.HasPrefix(path, runsPrefix) {
+		return w
+	}
+	if rw, ok := store.WatcherOf(s.store); ok {
+		w.w = rw
+		w.changed, w.cancel = rw.WatchRun(run)
+	}
+	return w
+}
+
+// runWatchFallback is how often a wait for a run's stream looks again
+// while it has a watch: a change the store does not report (a run ended by
+// a purge, say) costs this much latency.
+const runWatchFallback = time.Second
+
 // awaitRunStream waits for a run's stream that a live reader asked for
 // before the run wrote it (a page starts a run and follows its stream at
-// once): while the run goes on, up to Config.LongPollTimeout, polling as
-// Engine.Read does. It returns the stream once it exists; nil, nil when the
-// wait timed out (or the server drains); notFound when path is no run's
-// stream, the run is unknown, or it ended without writing the stream.
-func (s *Server) awaitRunStream(ctx context.Context, path string, notFound error) (*store.StreamInfo, error) {
-	run, _, ok := strings.Cut(strings.TrimPrefix(path, runsPrefix), "/")
-	if !strings.HasPrefix(path, runsPrefix) || !ok {
+// once), while the run goes on, up to Config.LongPollTimeout: woken by w
+// (the stream's creation, the run's end) where the store watches runs,
+// else polling as Engine.Read does. The caller looked once already (after
+// w began). It returns the stream once it exists; nil, nil when the wait
+// timed out (or the server drains); notFound when path is no run's stream,
+// the run is unknown, or it ended without writing the stream.
+func (s *Server) awaitRunStream(ctx context.Context, path string, notFound error, w *runStreamWatch) (*store.StreamInfo, error) {
+	if !strings.HasPrefix(path, runsPrefix) || !strings.Contains(strings.TrimPrefix(path, runsPrefix), "/") {
 		return nil, notFound
 	}
 	deadline := time.Now().Add(s.cfg.LongPollTimeout)
 	delay := 2 * time.Millisecond
+	looked := true // by the caller
+	timedOut := false
 	for {
-		rs, err := s.store.GetRun(ctx, run)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
+		if !looked {
+			// Woken by the stream's creation in this process, most likely:
+			// the stream as it made it, else a lookup.
+			if w.w != nil {
+				if info, ok := w.w.CreatedStream(path); ok {
+					return info, nil
+				}
+			}
+			info, err := s.lookup(ctx, path, s.now())
+			if !errors.Is(err, store.ErrNotFound) {
+				return info, err
+			}
+		}
+		looked = false
+		// A run this process executes exists and has not ended, or its
+		// end wakes the watch: only a run elsewhere is looked up (and
+		// every run once the watch's fallback timer fired).
+		var rs *store.Run
+		var err error
+		if w.changed != nil && !timedOut && s.e.Executing(w.run) {
+			rs = &store.Run{Status: store.RunRunning}
+		} else if rs, err = s.store.GetRun(ctx, w.run); errors.Is(err, store.ErrNotFound) {
 			return nil, notFound
-		case err != nil:
+		} else if err != nil {
 			return nil, err
 		}
-		info, err := s.lookup(ctx, path, s.now())
-		if !errors.Is(err, store.ErrNotFound) {
-			return info, err
-		}
+		timedOut = false
 		if rs.Status.Terminal() {
-			return nil, fmt.Errorf("%w: run %s ended without writing this stream", store.ErrNotFound, clip(run))
+			// The stream may have come with the run's end: one more look.
+			info, err := s.lookup(ctx, path, s.now())
+			if !errors.Is(err, store.ErrNotFound) {
+				return info, err
+			}
+			return nil, fmt.Errorf("%w: run %s ended without writing this stream", store.ErrNotFound, clip(w.run))
 		}
-		wait := min(delay, time.Until(deadline))
+		wait := delay
+		if w.changed != nil {
+			wait = runWatchFallback
+		}
+		wait = min(wait, time.Until(deadline))
 		if wait <= 0 || s.draining() {
 			return nil, nil
 		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil, ctx.Err()
 		case <-s.drained.Done():
+			t.Stop()
 			return nil, nil
-		case <-time.After(wait):
+		case <-w.changed: // nil without a watcher: never
+			w.again()
+		case <-t.C:
+			timedOut = true
 		}
+		t.Stop()
 		delay = min(2*delay, 100*time.Millisecond)
 	}
 }

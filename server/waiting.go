@@ -25,7 +25,9 @@ func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request) {
 	}
 	out := api.Waiting{Waits: []api.Wait{}}
 	if !run.Status.Terminal() {
-		events, err := s.store.ListEvents(r.Context(), run.ID, 0)
+		// The log's heads, and the data of limiter waits alone: what
+		// the run waits on, held as a page at a time, not the log.
+		events, err := store.Outline(r.Context(), s.store, run.ID, func(t store.EventType) bool { return t == store.EventLimitWaiting })
 		if err != nil {
 			httpError(w, err)
 			return
@@ -46,7 +48,7 @@ func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request) {
 			out.Waits = append(out.Waits, waitJSON(wt))
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 func waitJSON(w runwait.Wait) api.Wait {

@@ -179,6 +179,7 @@ func (s *Server) handleWorldEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	s.metrics.worldEvent(req.EventType)
 	rep := worldEventReply{Run: res.Run, Step: res.Step, Hook: res.Hook, Wait: res.Wait}
+	h := &replyHold{s: s}
 	if n := len(res.Events); n > 0 {
 		e := res.Events[n-1]
 		rep.Event = &e
@@ -187,8 +188,14 @@ func (s *Server) handleWorldEvent(w http.ResponseWriter, r *http.Request) {
 		// The whole log, so that the runtime can skip its first
 		// events.list (world-local does for a first start; weir for every
 		// one: each workflow delivery of a running run starts it again).
-		page, err := s.store.WorldEvents(r.Context(), &store.WorldListParams{RunID: res.Run.RunID, Limit: 1000})
-		if err == nil {
+		// Held as any page is; one the budget cannot take is left out (the
+		// runtime lists it).
+		lp := &store.WorldListParams{RunID: res.Run.RunID, Limit: 1000}
+		h = s.reservePage(lp)
+		page, err := s.store.WorldEvents(r.Context(), lp)
+		if err != nil {
+			_ = h.to(0)
+		} else {
 			for i := range page.Data {
 				stripEvent(&page.Data[i], none)
 			}
@@ -204,7 +211,7 @@ func (s *Server) handleWorldEvent(w http.ResponseWriter, r *http.Request) {
 	stripRun(rep.Run, none)
 	stripStep(rep.Step, none)
 	stripHook(rep.Hook, none)
-	writeJSON(w, http.StatusOK, rep)
+	h.send(w, http.StatusOK, rep)
 }
 
 // worldError answers a World error: a too-early step start says when to
@@ -279,12 +286,25 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, q map[string
 		return
 	}
 	p.RunID, p.CorrelationID = base.RunID, base.CorrelationID
+	h := s.reservePage(p)
 	page, err := s.store.WorldEvents(r.Context(), p)
 	if err != nil {
+		_ = h.to(0)
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, pageOf(page, func(e *world.Event) { stripEvent(e, none) }))
+	h.send(w, http.StatusOK, pageOf(page, func(e *world.Event) { stripEvent(e, none) }))
+}
+
+// reservePage holds a World list page's reply as the store reads it
+// (WorldListParams.Reserve): three times its payloads (read, encoded, and
+// the encoding) and room for the items' other fields, so that clients
+// that stall on their pages hold at most the replies' budget, and a
+// request refused at it stops reading.
+func (s *Server) reservePage(p *store.WorldListParams) *replyHold {
+	h := &replyHold{s: s}
+	p.Reserve = func(n int) error { return h.to(3*int64(n) + 1<<20) }
+	return h
 }
 
 // handleWorldEventGet serves GET /v1/world/runs/{run}/events/{event}.
@@ -305,7 +325,7 @@ func (s *Server) handleWorldEventGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stripEvent(e, none)
-	writeJSON(w, http.StatusOK, e)
+	s.writeJSON(w, http.StatusOK, e)
 }
 
 // handleWorldRuns serves GET /v1/world/runs: runs.list, newest first.
@@ -326,12 +346,14 @@ func (s *Server) handleWorldRuns(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.WorkflowName, p.Status = first(q, "workflowName"), world.Status(first(q, "status"))
+	h := s.reservePage(p)
 	page, err := s.store.WorldRuns(r.Context(), p)
 	if err != nil {
+		_ = h.to(0)
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, pageOf(page, func(run *world.Run) { stripRun(run, none) }))
+	h.send(w, http.StatusOK, pageOf(page, func(run *world.Run) { stripRun(run, none) }))
 }
 
 // handleWorldRun serves GET /v1/world/runs/{run}: runs.get.
@@ -352,7 +374,7 @@ func (s *Server) handleWorldRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stripRun(run, none)
-	writeJSON(w, http.StatusOK, run)
+	s.writeJSON(w, http.StatusOK, run)
 }
 
 // handleWorldCancel serves POST /v1/world/runs/{run}/cancel: a cancel from
@@ -369,7 +391,7 @@ func (s *Server) handleWorldCancel(w http.ResponseWriter, r *http.Request) {
 		s.worldError(w, err)
 		return
 	}
-	writeJSON(w, status, run)
+	s.writeJSON(w, status, run)
 }
 
 func (s *Server) cancelWorldRun(r *http.Request, id string) (*world.Run, int, error) {
@@ -419,12 +441,14 @@ func (s *Server) handleWorldSteps(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	h := s.reservePage(p)
 	page, err := s.store.WorldSteps(r.Context(), p)
 	if err != nil {
+		_ = h.to(0)
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, pageOf(page, func(st *world.Step) { stripStep(st, none) }))
+	h.send(w, http.StatusOK, pageOf(page, func(st *world.Step) { stripStep(st, none) }))
 }
 
 // handleWorldStep serves GET /v1/world/runs/{run}/steps/{step} and
@@ -446,7 +470,7 @@ func (s *Server) handleWorldStep(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stripStep(st, none)
-	writeJSON(w, http.StatusOK, st)
+	s.writeJSON(w, http.StatusOK, st)
 }
 
 // handleWorldHooks serves GET /v1/world/hooks: hooks.getByToken with
@@ -473,7 +497,7 @@ func (s *Server) handleWorldHooks(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		stripHook(h, none)
-		writeJSON(w, http.StatusOK, h)
+		s.writeJSON(w, http.StatusOK, h)
 		return
 	}
 	p, err := listParams(q, false)
@@ -482,12 +506,14 @@ func (s *Server) handleWorldHooks(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.RunID = first(q, "runId")
+	h := s.reservePage(p)
 	page, err := s.store.WorldHooks(r.Context(), p)
 	if err != nil {
+		_ = h.to(0)
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, pageOf(page, func(h *world.Hook) { stripHook(h, none) }))
+	h.send(w, http.StatusOK, pageOf(page, func(h *world.Hook) { stripHook(h, none) }))
 }
 
 // handleWorldHook serves GET /v1/world/hooks/{hook}: hooks.get.
@@ -508,7 +534,7 @@ func (s *Server) handleWorldHook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stripHook(h, none)
-	writeJSON(w, http.StatusOK, h)
+	s.writeJSON(w, http.StatusOK, h)
 }
 
 // enqueueRequest is the body of POST /v1/world/queue.
@@ -585,7 +611,7 @@ func (s *Server) handleWorldEnqueue(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"messageId": m.ID})
+	s.writeJSON(w, http.StatusOK, map[string]string{"messageId": m.ID})
 }
 
 // payloadRun is the run a queue payload names: a workflow message's runId,
@@ -699,7 +725,7 @@ func (s *Server) handleWorldMessages(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Messages[i] = mj
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 // handleWorldRedeliver serves POST /v1/world/queue/{msg}/redeliver: a dead

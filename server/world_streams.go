@@ -64,13 +64,14 @@ func (s *Server) handleWorldWrite(w http.ResponseWriter, r *http.Request) {
 		httpError(w, fmt.Errorf("%w: empty body: a write needs bytes", api.ErrBadRequest))
 		return
 	}
-	info, err := s.openWorldStream(ctx, r.PathValue("run"), r.PathValue("name"))
+	run, name := r.PathValue("run"), r.PathValue("name")
+	ref, err := s.worldStreamRef(ctx, run, name)
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	p := &store.AppendParams{StreamID: info.ID, Now: time.Now(), MaxBytes: limit(s.cfg.MaxStreamBytes)}
-	if p.Chunks, err = bodyChunks(info.ContentType, wh, body); err != nil {
+	p := &store.AppendParams{StreamID: ref.id, Now: time.Now(), MaxBytes: limit(s.cfg.MaxStreamBytes)}
+	if p.Chunks, err = bodyChunks(ref.contentType, wh, body); err != nil {
 		s.rejected(err)
 		httpError(w, err)
 		return
@@ -79,7 +80,7 @@ func (s *Server) handleWorldWrite(w http.ResponseWriter, r *http.Request) {
 		p.Writer, p.Attempt, p.FirstSeq, p.Late = wh.writer, wh.attempt, wh.seq, true
 	}
 	if wh.idemKey != "" {
-		k := inflightKey{info.ID, wh.idemKey}
+		k := inflightKey{ref.id, wh.idemKey}
 		if !s.ds.begin(k) {
 			s.rejected(api.ErrInFlight)
 			httpError(w, fmt.Errorf("%w: a request with this Idempotency-Key is still in flight", api.ErrInFlight))
@@ -89,6 +90,14 @@ func (s *Server) handleWorldWrite(w http.ResponseWriter, r *http.Request) {
 		p.IdempotencyKey, p.RequestDigest, p.KeyTTL = wh.idemKey, requestDigest(wh, body), s.cfg.IdempotencyTTL
 	}
 	res, err := s.store.Append(ctx, p)
+	if ref.cached && (errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrGone)) {
+		// The stream the cache named is gone (purged): look again.
+		s.paths.drop(worldStreamKey(run, name), ref.id)
+		if ref, err = s.worldStreamRef(ctx, run, name); err == nil {
+			p.StreamID = ref.id
+			res, err = s.store.Append(ctx, p)
+		}
+	}
 	if err != nil {
 		s.rejected(err)
 		s.streamError(w, err) // the extension's headers: Weir-Expected-Seq, …
@@ -107,7 +116,32 @@ func (s *Server) handleWorldWrite(w http.ResponseWriter, r *http.Request) {
 	for i, a := range res.Acks {
 		rep.Acks[i] = ackJSON{Offset: a.Offset, Outcome: a.Outcome.String()}
 	}
-	writeJSON(w, http.StatusOK, rep)
+	s.writeJSON(w, http.StatusOK, rep)
+}
+
+// worldStreamKey is World stream name of run's key in the path cache: not a
+// path any stream can have (a NUL is refused in paths).
+func worldStreamKey(run, name string) string { return "\x00world\x00" + run + "\x00" + name }
+
+// worldStreamRef is World stream name of run for a write: from the path
+// cache (a World stream's id, run and content type never change), or opened
+// (created if missing, checked to be run's) and cached. A health check's
+// stream, which expires, is not cached.
+func (s *Server) worldStreamRef(ctx context.Context, run, name string) (streamRef, error) {
+	health := world.HealthCheckStream(name)
+	if !health {
+		if ref, ok := s.paths.get(worldStreamKey(run, name)); ok {
+			return ref, nil
+		}
+	}
+	info, err := s.openWorldStream(ctx, run, name)
+	if err != nil {
+		return streamRef{}, err
+	}
+	if !health {
+		s.paths.put(worldStreamKey(run, name), info)
+	}
+	return refOf(info), nil
 }
 
 // closeRequest is the optional body of POST …/streams/{name}/close: the step
@@ -168,7 +202,7 @@ func (s *Server) handleWorldClose(w http.ResponseWriter, r *http.Request) {
 	if !closed && req.StepID != "" {
 		status = http.StatusAccepted
 	}
-	writeJSON(w, status, map[string]bool{"closed": closed})
+	s.writeJSON(w, status, map[string]bool{"closed": closed})
 }
 
 // handleWorldStreamNames serves GET /v1/world/runs/{run}/streams:
@@ -190,7 +224,7 @@ func (s *Server) handleWorldStreamNames(w http.ResponseWriter, r *http.Request) 
 	if names == nil {
 		names = []string{}
 	}
-	writeJSON(w, http.StatusOK, map[string][]string{"streams": names})
+	s.writeJSON(w, http.StatusOK, map[string][]string{"streams": names})
 }
 
 // chunkIter walks one view of a stream chunk by chunk: index is the next
@@ -574,7 +608,7 @@ func (s *Server) handleWorldInfo(w http.ResponseWriter, r *http.Request) {
 	info, view, err := s.worldStream(r, q)
 	if errors.Is(err, store.ErrNotFound) {
 		// Never written: empty, not done (world-local's answer).
-		writeJSON(w, http.StatusOK, map[string]any{"tailIndex": -1, "done": false})
+		s.writeJSON(w, http.StatusOK, map[string]any{"tailIndex": -1, "done": false})
 		return
 	}
 	if err != nil {
@@ -586,7 +620,7 @@ func (s *Server) handleWorldInfo(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tailIndex": n - 1, "done": done})
+	s.writeJSON(w, http.StatusOK, map[string]any{"tailIndex": n - 1, "done": done})
 }
 
 // chunkCursor is a getStreamChunks cursor: where the next page begins.
@@ -639,7 +673,7 @@ func (s *Server) handleWorldChunks(w http.ResponseWriter, r *http.Request) {
 	}{Data: []chunkJSON{}}
 	info, view, err := s.worldStream(r, q)
 	if errors.Is(err, store.ErrNotFound) {
-		writeJSON(w, http.StatusOK, out)
+		s.writeJSON(w, http.StatusOK, out)
 		return
 	}
 	if err != nil {
@@ -691,7 +725,7 @@ func (s *Server) handleWorldChunks(w http.ResponseWriter, r *http.Request) {
 		out.Cursor = &c
 	}
 	if big == nil {
-		writeJSON(w, http.StatusOK, out)
+		s.writeJSON(w, http.StatusOK, out)
 		return
 	}
 	// The one chunk larger than a page: the reply is written as its data

@@ -53,6 +53,7 @@ func benchCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&c.Messages, "messages", 0, "fanout: chunks written (default 50)")
 	fs.IntVar(&c.DBOSRuns, "dbos-runs", 0, "dbos-like: runs (default 500)")
 	fs.IntVar(&c.DBOSChunks, "dbos-chunks", 0, "dbos-like: chunks per run (default 20)")
+	fs.IntVar(&c.CostsRuns, "costs-runs", 0, "costs: runs counted in each phase, one at a time (default 200)")
 	fs.IntVar(&c.DBOSConcurrency, "dbos-concurrency", 0, "dbos-like: runs at once (default 16)")
 	fs.IntVar(&c.TracingRounds, "tracing-rounds", 0, "tracing: rounds of each variant, interleaved (default 6)")
 	fs.IntVar(&c.FlowRounds, "flow-rounds", 0, "flow: rounds of each variant (plain, queued, limited), interleaved (default 5)")
@@ -65,7 +66,8 @@ func benchCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&c.ScaleTimeout, "scale-timeout", 0, "scale: the longest one round's runs may take (default 5m)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memProfile := fs.String("memprofile", "", "write a heap profile at the end to this file")
-	guard := fs.String("guard", "", "run the performance guard in this file (bench/guard.json): its workloads' ratios must stay within its bands; exit 1 if one does not")
+	guard := fs.String("guard", "", "run the performance guard in this file (bench/guard.json): its workloads' ratios and counts must stay within its bands; exit 1 if one does not")
+	fs.StringVar(&c.GuardPostgres, "guard-postgres", os.Getenv("WEIR_TEST_PG"), "guard: the PostgreSQL database of its PostgreSQL workloads (default $WEIR_TEST_PG, else "+bench.DefaultPostgres+")")
 	// The cross-process reader of the tail workload (weir re-executes itself).
 	tailReader := fs.Bool("tail-reader", false, "")
 	runID := fs.String("run", "", "")
@@ -131,7 +133,7 @@ func benchCmd(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		if !ok {
-			return errors.New("bench: the performance guard failed: a ratio is outside its band (see above; bench/guard.json says how each is measured)")
+			return errors.New("bench: the performance guard failed: a figure is outside its band (see above; bench/guard.json says how each is measured)")
 		}
 		return nil
 	}

@@ -15,6 +15,7 @@ const limitersUsage = `Usage:
   weir limiters ls
   weir limiters show NAME
   weir limiters set NAME [--concurrency N] [--per-key N] [--rate N] [--budget N] [--period D]
+  weir limiters rm NAME
 
 A limiter bounds the steps that take its slots (weir.WithLimiter) and the
 runs started in it as a queue (weir runs start --queue): how many run at
@@ -24,7 +25,9 @@ much cost they may charge per period (--budget: the tokens a step reports
 with weir.ChargeLimiter). On PostgreSQL every process keeps to it; a change
 applies to the next step of every process. ls and show print each one's
 bounds and what it holds now: slots held, steps in line, slots taken and
-cost charged in its window, runs queued.
+cost charged in its window, runs queued. rm deletes a limiter nothing uses
+(no slot held, no one in line, no run queued in it); steps that name it
+afterwards fail as for a limiter never set. A store keeps at most 10,000.
 
 Every subcommand takes --url (default $WEIR_URL, else http://127.0.0.1:4437)
 and --token (default $WEIR_TOKEN).
@@ -50,7 +53,7 @@ func limitersCmd(ctx context.Context, name string, args []string, stdout, stderr
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, named(limitersUsage, name))
 		return nil
-	case "ls", "show", "set":
+	case "ls", "show", "set", "rm":
 	default:
 		return errUsage(fmt.Errorf("limiters: unknown subcommand %q\n\n%s", args[0], named(limitersUsage, name)))
 	}
@@ -71,6 +74,12 @@ func limitersCmd(ctx context.Context, name string, args []string, stdout, stderr
 	}
 	var ls []api.Limiter
 	switch args[0] {
+	case "rm":
+		if err := c.DeleteLimiter(ctx, pos[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "limiter %s deleted\n", pos[0])
+		return nil
 	case "ls":
 		ls, err = c.Limiters(ctx)
 	case "show":

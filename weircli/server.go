@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +45,7 @@ type serverFlags struct {
 	wcfg                          delivery.Config
 	versions                      versionFlags
 	registerBench                 func(*weir.Engine)
+	cpuProfile                    string
 }
 
 // parseServerFlags parses and checks the flags of `server`.
@@ -81,6 +83,7 @@ func parseServerFlags(cfg *Config, args []string, stderr io.Writer) (*serverFlag
 	fs.IntVar(&f.wcfg.MaxPerTarget, "world-target-concurrency", 32, "World deliveries in flight to one app at once (a hung app holds this many, no more)")
 	fs.StringVar(&f.wcfg.Limiter, "world-limiter", "", "a limiter (weir limiters set) every World delivery takes a slot of, keyed by its app: its concurrency, per-key (per app), rate and budget hold across every server on the database (default: none; the two flags above bound this process alone)")
 	fs.DurationVar(&f.wcfg.MaxAge, "world-max-age", 24*time.Hour, "dead-letter a World message that has failed for this long")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", os.Getenv("WEIR_CPUPROFILE"), "write a CPU profile of the process, from its start until it stops, to this file; %p in it is the pid (default $WEIR_CPUPROFILE, which reaches the servers weir bench starts)")
 	fs.IntVar(&f.wcfg.MaxFailures, "world-max-failures", 0, "dead-letter a World message after this many failed deliveries in a row (0: --world-max-age alone)")
 	if err := fs.Parse(args); err != nil {
 		return nil, errUsage(err)
@@ -161,6 +164,17 @@ func serverCmd(ctx context.Context, cfg *Config, args []string, stdout, stderr i
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if f.cpuProfile != "" {
+		stop, err := startProfiles(strings.ReplaceAll(f.cpuProfile, "%p", strconv.Itoa(os.Getpid())), "")
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := stop(); err != nil {
+				log.Error(cfg.name()+" server: cpu profile", "err", err)
+			}
+		}()
+	}
 	stopTracing, err := setupTracing(ctx, cfg.name(), log)
 	if err != nil {
 		return err

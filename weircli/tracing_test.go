@@ -13,6 +13,7 @@ import (
 
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
+	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/internal/otlptest"
 )
 
@@ -122,7 +123,12 @@ func TestTracesOverOTLP(t *testing.T) {
 		for _, kv := range sp.Attributes {
 			if kv.Key == "weir.wait.hooks" {
 				for _, v := range kv.Value.GetArrayValue().GetValues() {
-					hookWait = hookWait || v.GetStringValue() == "approve-"+run.ID
+					// The hook by its reference: the token, a capability,
+					// is not exported.
+					hookWait = hookWait || v.GetStringValue() == weir.HookRef("approve-"+run.ID)
+					if strings.Contains(v.GetStringValue(), "approve-") {
+						t.Fatalf("a span carries the hook's token: %q", v.GetStringValue())
+					}
 				}
 			}
 		}

@@ -142,8 +142,13 @@ func (c *Config) workerLine() string {
 // versionLine is what `version` prints: the version, and the commit the
 // binary was built from when the build recorded one.
 func (c *Config) versionLine() string {
-	line := c.name() + " " + cmp.Or(c.Version, "dev")
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	bi, ok := debug.ReadBuildInfo()
+	v := c.Version
+	if (v == "" || v == "dev") && ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version // go install github.com/weirhq/weir/cmd/weir@v0.1.0 stamps the module's
+	}
+	line := c.name() + " " + cmp.Or(v, "dev")
+	if ok {
 		rev, dirty := c.Commit, ""
 		for _, s := range bi.Settings {
 			switch s.Key {

@@ -40,7 +40,18 @@ const listOf = (body, key) => (Array.isArray(body) ? body : body[key] || []);
 const runsAPI = {
   list: (q) => api("/v1/runs?" + new URLSearchParams(q)),
   get: (id) => api(`/v1/runs/${encodeURIComponent(id)}`),
-  events: (id) => api(`/v1/runs/${encodeURIComponent(id)}/events`).then((b) => listOf(b, "events")),
+  async events(id) {
+    // The server answers a page at a time (more, next_after).
+    const out = [];
+    let after = 0;
+    for (;;) {
+      const q = after > 0 ? `?after=${after}` : "";
+      const page = await api(`/v1/runs/${encodeURIComponent(id)}/events${q}`);
+      out.push(...listOf(page, "events"));
+      if (!page.more || !(page.next_after > after)) return out;
+      after = page.next_after;
+    }
+  },
   streams: (id) => api(`/v1/runs/${encodeURIComponent(id)}/streams`).then((b) => listOf(b, "streams")),
   workflows: () => api("/v1/workflows").then((b) => listOf(b, "workflows")),
   start: (workflow, input) =>
@@ -57,7 +68,9 @@ const runsAPI = {
 
 // The schedules API.
 const schedulesAPI = {
-  list: () => api("/v1/schedules").then((b) => listOf(b, "schedules")),
+  // A page of the schedules after name after (the server bounds a page:
+  // at most limit schedules and about 1 MiB of their inputs).
+  page: (after, limit) => api("/v1/schedules?" + new URLSearchParams(after ? { limit, after } : { limit })),
   set: (s) => api(`/v1/schedules/${encodeURIComponent(s.name)}`, {
     method: "PUT", headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ workflow: s.workflow, input: s.input, spec: s.spec, tz: s.tz, overlap: s.overlap, backfill: s.backfill, paused: s.paused }),
@@ -254,12 +267,22 @@ async function renderStalled() {
       `). Is a worker running with ${wf} registered? (weir worker, or your program's; a server started with --no-worker claims nothing.)`)));
 }
 
-// renderSchedules lists the schedules: what each starts and when, what it
-// did, and a button that pauses or resumes it.
+// renderSchedules lists the schedules a page at a time (schedulePage of
+// them, from the one after schedAfter): what each starts and when, what it
+// did, and a button that pauses or resumes it. The list is polled each
+// second, so a page, not the whole list, is what each poll costs.
+const schedulePage = 50;
+let schedAfter = "";
+let schedBefore = []; // the cursors of the pages before this one
 async function renderSchedules() {
   const box = $("#schedules");
   if (!box) return;
-  const all = await schedulesAPI.list();
+  const page = await schedulesAPI.page(schedAfter, schedulePage);
+  const all = listOf(page, "schedules");
+  if (!all.length && schedAfter) { // the page emptied (its schedules deleted): back to the first
+    schedAfter = ""; schedBefore = [];
+    return renderSchedules();
+  }
   if (!all.length) { box.replaceChildren(); return; }
   const rows = all.map((s) => {
     const btn = el("button", { class: "pause", text: s.paused ? "Resume" : "Pause" });
@@ -280,10 +303,24 @@ async function renderSchedules() {
       el("td", { class: "num", text: `${s.started} / ${s.skipped}` }),
       el("td", {}, btn));
   });
-  box.replaceChildren(el("h2", { text: `Schedules (${all.length})` }),
+  const paged = page.more || schedBefore.length > 0;
+  const nav = el("p", { class: "pager" });
+  if (schedBefore.length) {
+    const prev = el("button", { class: "prev-schedules", text: "Previous" });
+    prev.onclick = () => { schedAfter = schedBefore.pop() ?? ""; renderSchedules().catch(() => {}); };
+    nav.append(prev);
+  }
+  if (page.more && page.next_after) {
+    const next = el("button", { class: "next-schedules", text: "Next" });
+    next.onclick = () => { schedBefore.push(schedAfter); schedAfter = page.next_after; renderSchedules().catch(() => {}); };
+    nav.append(next);
+  }
+  const title = paged ? `Schedules (${all[0].name} to ${all[all.length - 1].name})` : `Schedules (${all.length})`;
+  box.replaceChildren(el("h2", { text: title }),
     el("table", { class: "runs schedules" },
       el("thead", {}, el("tr", {}, ...["schedule", "workflow", "spec", "overlap", "state", "next tick", "last run", "started / skipped", ""].map((h) => el("th", { text: h })))),
-      el("tbody", {}, ...rows)));
+      el("tbody", {}, ...rows)),
+    paged ? nav : "");
 }
 
 // renderDead lists the World queue's dead letters, each with a button that

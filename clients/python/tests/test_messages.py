@@ -165,9 +165,13 @@ class MessageTests(ServerCase):
         self.status(run)
         # Topics the server refuses: the client escapes them, as any segment.
         for topic in ("a/b", "a?b", "a#b", "x" * 256, ".", ".."):
+            # The topic's rule refuses it (invalid_name); . and .. are
+            # refused first by the server's path guard (invalid).
             with self.assertRaises(weir.InvalidError, msg=topic) as cm:
                 self.client.send_message(run.id, topic, 1)
-            self.assertEqual((cm.exception.status, cm.exception.code), (400, "invalid"))
+            want = "invalid" if topic in (".", "..") else "invalid_name"
+            self.assertEqual((cm.exception.status, cm.exception.code), (400, want))
+            self.assertEqual(isinstance(cm.exception, weir.InvalidNameError), want == "invalid_name")
             self.assertIsInstance(cm.exception, weir.BadRequestError)
         # A 255-byte topic is one, as is any text.
         for topic in ("x" * 255, "ünïcode topic"):

@@ -34,6 +34,20 @@ class ScheduleTests(ServerCase):
         with self.assertRaises(weir.NotFoundError):
             self.client.delete_schedule(name)
 
+    def test_the_list_comes_a_page_at_a_time(self) -> None:
+        prefix = "py-pg-" + uuid.uuid4().hex[:6]
+        names = [f"{prefix}-{i}" for i in range(5)]
+        for n in names:
+            self.client.set_schedule(n, workflow="demo.tokens", spec="@daily", paused=True)
+        try:
+            got = [s.name for s in self.client.schedules(page=2) if s.name.startswith(prefix)]
+            self.assertEqual(got, names)
+            with self.assertRaises(weir.BadRequestError):
+                self.client.schedules(page=0)
+        finally:
+            for n in names:
+                self.client.delete_schedule(n)
+
     def test_bad_input_is_refused(self) -> None:
         bad = [
             lambda: self.client.set_schedule("py-bad", workflow="demo.tokens", spec="61 * * * *"),

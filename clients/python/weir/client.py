@@ -477,9 +477,16 @@ class Client:
 
     def events(self, run_id: str, *, after: int = 0) -> list[Event]:
         """A run's event log, in order; ``after``: only the events after that seq."""
-        q = {"after": after} if after > 0 else None
-        _, d = self._json("GET", f"/v1/runs/{_seg(run_id, 'run id')}/events", query=q, idempotent=True)
-        return [Event.from_json(e) for e in d.get("events", [])]
+        out: list[Event] = []
+        # The server answers a page at a time ("more", "next_after").
+        while True:
+            q = {"after": after} if after > 0 else None
+            _, d = self._json("GET", f"/v1/runs/{_seg(run_id, 'run id')}/events", query=q, idempotent=True)
+            out.extend(Event.from_json(e) for e in d.get("events", []))
+            nxt = d.get("next_after", 0)
+            if not d.get("more") or not isinstance(nxt, int) or nxt <= after:
+                return out
+            after = nxt
 
     def migrate_runs(self, from_version: str, to_version: str, run_ids: Sequence[str] | None = None) -> list[str]:
         """Moves the runs in flight that started on application version
@@ -749,10 +756,23 @@ class Client:
 
     # Schedules.
 
-    def schedules(self) -> list[Schedule]:
-        """Every schedule of the server's store, by name (``GET /v1/schedules``)."""
-        _, d = self._json("GET", "/v1/schedules", idempotent=True)
-        return [Schedule.from_json(x) for x in d.get("schedules") or []]
+    def schedules(self, *, page: int | None = None) -> list[Schedule]:
+        """Every schedule of the server's store, by name (``GET /v1/schedules``),
+        asked for ``page`` at a time (the server's default, 100, if None)."""
+        out: list[Schedule] = []
+        after = ""
+        while True:
+            q: dict[str, Any] = {}
+            if after:
+                q["after"] = after
+            if page is not None:
+                q["limit"] = page
+            _, d = self._json("GET", "/v1/schedules", query=q or None, idempotent=True)
+            out.extend(Schedule.from_json(x) for x in d.get("schedules") or [])
+            nxt = d.get("next_after", "")
+            if not d.get("more") or not isinstance(nxt, str) or nxt <= after:
+                return out
+            after = nxt
 
     def schedule(self, name: str) -> Schedule:
         """One schedule, with what it did (``GET /v1/schedules/{name}``).

@@ -52,12 +52,14 @@ __all__ = [
     "RunConflictError",
     "NotResumableError",
     "HookInUseError",
+    "LimiterInUseError",
     "LeaseLostError",
     "ProducerGapError",
     "StreamSeqError",
     "TooLargeError",
     "StreamFullError",
     "QuotaError",
+    "InvalidNameError",
     "ProducerEpochSeqError",
     "InvalidError",
     "UnauthorizedError",
@@ -394,6 +396,13 @@ class HookInUseError(WeirError):
     code_name = "hook_in_use"
 
 
+class LimiterInUseError(WeirError):
+    """409 ``limiter_in_use``: a delete of a limiter a slot is held in,
+    someone waits for, or a run is queued in."""
+
+    code_name = "limiter_in_use"
+
+
 class LeaseLostError(WeirError):
     """409 ``lease_lost``: another worker holds the run."""
 
@@ -462,6 +471,14 @@ class InvalidError(BadRequestError):
     """400 ``invalid``: parameters that can never succeed (a negative offset …)."""
 
     code_name = "invalid"
+
+
+class InvalidNameError(InvalidError):
+    """400 ``invalid_name``: a run id, stream name, topic, limiter, queue or
+    schedule name its rule refuses (control bytes, ``/ ? # %``, too long, a
+    prefix weir mints: ``sched:``, ``idem_``, ``wrun_``)."""
+
+    code_name = "invalid_name"
 
 
 class UnauthorizedError(WeirError):

@@ -216,9 +216,17 @@ export class Client {
 
   /** A run's event log, in order; after: only the events after that seq (poll with the last one you got). */
   async events(id: string, opts: { after?: number } = {}): Promise<LogEvent[]> {
-    const query = { after: opts.after && opts.after > 0 ? opts.after : undefined };
-    const r = await this.json<{ events: LogEvent[] }>({ method: 'GET', path: `/v1/runs/${seg(id, 'run id')}/events`, query, idempotent: true });
-    return r.body.events ?? [];
+    const out: LogEvent[] = [];
+    let after = opts.after && opts.after > 0 ? opts.after : 0;
+    // The server answers a page at a time (more, next_after).
+    for (;;) {
+      const query = { after: after > 0 ? after : undefined };
+      const r = await this.json<{ events?: LogEvent[]; more?: boolean; next_after?: number }>({ method: 'GET', path: `/v1/runs/${seg(id, 'run id')}/events`, query, idempotent: true });
+      out.push(...(r.body.events ?? []));
+      const next = r.body.next_after ?? 0;
+      if (!r.body.more || next <= after) return out;
+      after = next;
+    }
   }
 
   /** Asks for a run to be cancelled; returns it as it is now (cancelled once the engine stopped it). An ended run is unchanged. */

@@ -306,6 +306,12 @@ export class HookInUseError extends WeirError {
   override name = 'HookInUseError';
 }
 
+/** 409 `limiter_in_use`: a delete of a limiter a slot is held in, someone waits for, or a run is queued in. */
+export class LimiterInUseError extends WeirError {
+  static override readonly code: string = 'limiter_in_use';
+  override name = 'LimiterInUseError';
+}
+
 /** 409 `lease_lost`: another worker holds the run. */
 export class LeaseLostError extends WeirError {
   static override readonly code: string = 'lease_lost';
@@ -360,6 +366,15 @@ export class ProducerEpochSeqError extends BadRequestError {
 export class InvalidError extends BadRequestError {
   static override readonly code: string = 'invalid';
   override name = 'InvalidError';
+}
+
+/**
+ * 400 `invalid_name`: a run id, stream name, topic, limiter, queue or schedule name its rule
+ * refuses (control bytes, `/ ? # %`, too long, a prefix weir mints: `sched:`, `idem_`, `wrun_`).
+ */
+export class InvalidNameError extends InvalidError {
+  static override readonly code: string = 'invalid_name';
+  override name = 'InvalidNameError';
 }
 
 /** 401 `unauthorized`: no bearer token, or the wrong one. */
@@ -426,9 +441,9 @@ const classes: WeirErrorClass[] = [
   WorldConflictError, RunExpiredError, TooEarlyError, RunNotFoundError, HookNotFoundError,
   StepNotFoundError, WaitNotFoundError, RunNotSupportedError, InvalidEventError, UnsignedError,
   NoDeliveryError, UnknownWriterError, NotFoundError, ChunkConflictError, KeyReusedError, GapError,
-  ClosedError, WriterFinishedError, WriterModeError, RunConflictError, NotResumableError, HookInUseError, LeaseLostError,
+  ClosedError, WriterFinishedError, WriterModeError, RunConflictError, NotResumableError, HookInUseError, LimiterInUseError, LeaseLostError,
   ProducerGapError, StreamSeqError, TooLargeError, StreamFullError, QuotaError, ProducerEpochSeqError,
-  InvalidError, BadRequestError, UnauthorizedError, MethodNotAllowedError, ForbiddenError,
+  InvalidError, InvalidNameError, BadRequestError, UnauthorizedError, MethodNotAllowedError, ForbiddenError,
   UnsupportedMediaTypeError, BusyError, StoreClosedError, EngineClosedError, InternalError,
 ];
 

@@ -1,0 +1,147 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir/api"
+	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/world"
+)
+
+// replyStaller is a client that takes a reply's headers and then no
+// byte of its body until released.
+type replyStaller struct {
+	h       http.Header
+	writing chan struct{} // closed when the body's write began
+	release chan struct{}
+}
+
+func (w *replyStaller) Header() http.Header { return w.h }
+func (w *replyStaller) WriteHeader(int)     {}
+func (w *replyStaller) Write(b []byte) (int, error) {
+	close(w.writing)
+	<-w.release
+	return len(b), nil
+}
+
+// A JSON reply is charged to MaxReplyBytes while its client takes it: a
+// client that never reads a large page holds its share, the next large
+// reply past the budget is 503 busy with Retry-After (not held too),
+// small replies go on, and the share comes back when the write ends.
+// Before, each stalled reader of a ~5 MiB page held it, without bound.
+func TestRepliesHeldAreBounded(t *testing.T) {
+	// A reply held holds twice its encoding (it and the value it came
+	// from): 4 MiB of a 5 MiB budget.
+	s := newTestServer(t, &Config{MaxReplyBytes: 5 << 20})
+	page := map[string]string{"data": strings.Repeat("m", 2<<20)}
+
+	stalled := &replyStaller{h: http.Header{}, writing: make(chan struct{}), release: make(chan struct{})}
+	done := make(chan struct{})
+	go func() { defer close(done); s.srv.writeJSON(stalled, http.StatusOK, page) }()
+	select {
+	case <-stalled.writing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first reply was never written")
+	}
+	if held := s.srv.replies.inUse(); held < 4<<20 {
+		t.Fatalf("a reply being written holds %d bytes of the budget", held)
+	}
+
+	rec := httptest.NewRecorder()
+	s.srv.writeJSON(rec, http.StatusOK, page)
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Weir-Error") != "busy" || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("a reply past the budget: %d %v", rec.Code, rec.Header())
+	}
+	small := httptest.NewRecorder()
+	s.srv.writeJSON(small, http.StatusOK, map[string]int{"n": 1})
+	if small.Code != http.StatusOK {
+		t.Fatalf("a small reply: %d", small.Code)
+	}
+
+	close(stalled.release)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the released write never ended")
+	}
+	if held := s.srv.replies.inUse(); held != 0 {
+		t.Fatalf("%d bytes still held after the write", held)
+	}
+	again := httptest.NewRecorder()
+	s.srv.writeJSON(again, http.StatusOK, page)
+	if again.Code != http.StatusOK {
+		t.Fatalf("a large reply once the budget is free: %d", again.Code)
+	}
+}
+
+// A run with a large input is read only once the replies' budget has room
+// for it: GET /v1/runs/{id} learns its size first, and a run the budget
+// cannot take is 503 busy, while small runs go on. Before, each request
+// read and encoded the whole run (15 MiB) before it was charged, so 32
+// stalled clients took a server from 143 MB to 1 GB.
+func TestLargeRunReadWhenTheBudgetHasRoom(t *testing.T) {
+	s := newTestServer(t, &Config{MaxReplyBytes: 16 << 20})
+	ctx := context.Background()
+	big := []byte(`"` + strings.Repeat("i", 3<<20) + `"`)
+	for id, in := range map[string][]byte{"big": big, "small": []byte(`1`)} {
+		if _, _, err := s.srv.store.CreateRun(ctx, &store.CreateRunParams{ID: id, Workflow: "unserved", Input: in}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Stalled clients hold all but 8 MiB: the large run needs 3 times
+	// its size while its reply is built.
+	s.srv.replies.take(8 << 20)
+	busy := s.do("GET", "/v1/runs/big", "").want(t, http.StatusServiceUnavailable)
+	if !strings.Contains(busy.body, "busy") {
+		t.Fatalf("refusal: %s", busy.body)
+	}
+	s.do("GET", "/v1/runs/small", "").want(t, http.StatusOK)
+	if held := s.srv.replies.inUse(); held != 8<<20 {
+		t.Fatalf("%d bytes held after the refusal, want the stalled clients' %d", held, 8<<20)
+	}
+	s.srv.replies.give(8 << 20)
+	var run api.Run
+	r := s.do("GET", "/v1/runs/big", "").want(t, http.StatusOK)
+	if err := json.Unmarshal([]byte(r.body), &run); err != nil || string(run.Input) != string(big) || run.Elided {
+		t.Fatalf("the large run once there is room: %v, %d bytes of input, elided %v", err, len(run.Input), run.Elided)
+	}
+	if held := s.srv.replies.inUse(); held != 0 {
+		t.Fatalf("%d bytes still held", held)
+	}
+	s.do("GET", "/v1/runs/nope", "").want(t, http.StatusNotFound)
+}
+
+// A World list page is charged to the replies' budget as the store reads
+// it (store.WorldListParams.Reserve): a page the budget cannot take is
+// 503 busy, small pages and lists without payloads go on, and nothing
+// stays held.
+func TestWorldPagesReservedAsRead(t *testing.T) {
+	d := newDSServer(t, &Config{MaxReplyBytes: 16 << 20})
+	big := strings.Repeat("x", 1<<20)
+	for range 2 {
+		d.ev("-", world.RunCreated, "", map[string]any{"deploymentId": "dpl_test", "workflowName": "workflow//big", "input": []any{big}}).must(t, http.StatusOK)
+	}
+	d.ev("-", world.RunCreated, "", map[string]any{"deploymentId": "dpl_test", "workflowName": "workflow//small", "input": []any{1}}).must(t, http.StatusOK)
+	d.srv.replies.take(12 << 20) // stalled clients
+	d.wcall("GET", "runs?workflowName=workflow//big", nil).must(t, http.StatusServiceUnavailable)
+	d.wcall("GET", "runs?workflowName=workflow//small", nil).must(t, http.StatusOK)
+	if held := d.srv.replies.inUse(); held != 12<<20 {
+		t.Fatalf("%d bytes held after the refusal, want the stalled clients' %d", held, 12<<20)
+	}
+	d.srv.replies.give(12 << 20)
+	page := decode[struct {
+		Data []world.Run `json:"data"`
+	}](t, d.wcall("GET", "runs?workflowName=workflow//big", nil).must(t, http.StatusOK))
+	if len(page.Data) != 2 {
+		t.Fatalf("%d runs listed, want 2", len(page.Data))
+	}
+	if held := d.srv.replies.inUse(); held != 0 {
+		t.Fatalf("%d bytes still held", held)
+	}
+}
