@@ -1,6 +1,7 @@
 package weir
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -39,13 +40,36 @@ type recorder struct {
 	start   bool                 // run_started is not written yet
 	startAt time.Time            // when the execution began: run_started's time
 	pending *store.AdvanceParams // a step outcome not written yet
-	timer   *time.Timer          // writes pending when StepOutcomeDelay passes
-	err     error                // the failure of a write the timer made, for the next record
+	// carry is the first batch of a stream that pending's step wrote and
+	// never sent (Writer.carryFirst): it goes in the same transaction,
+	// before pending.
+	carry *carriedBatch
+	timer *time.Timer // writes pending when StepOutcomeDelay passes
+	err   error       // the failure of a write the timer made, for the next record
 }
 
 // recordErr writes p with whatever waits to be written (recorder), fenced by
 // this execution's lease.
-func (x *execution) recordErr(p *store.AdvanceParams) error {
+func (x *execution) recordErr(p *store.AdvanceParams) error { return x.recordVia(p, nil) }
+
+// pendingVia returns how the waiting outcome is written: with its carried
+// batch, if it has one (which it gives up). r.mu held.
+func (x *execution) pendingVia() advanceVia {
+	c := x.rec.carry
+	x.rec.carry = nil
+	if c == nil {
+		return nil
+	}
+	return x.carryVia(c)
+}
+
+// advanceVia writes a record another way than store.Advance: with the
+// first chunks of a step's stream (Writer.openAppend).
+type advanceVia func(ctx context.Context, p *store.AdvanceParams) error
+
+// recordVia is recordErr, writing p (with what waits) through via if not
+// nil; the records that cannot ride with p go first, through Advance.
+func (x *execution) recordVia(p *store.AdvanceParams, via advanceVia) error {
 	r := &x.rec
 	r.mu.Lock()
 	if err := r.err; err != nil {
@@ -55,28 +79,34 @@ func (x *execution) recordErr(p *store.AdvanceParams) error {
 	}
 	if r.pending == nil && !r.start {
 		r.mu.Unlock()
-		return x.write(p)
+		return x.write(p, via)
 	}
 	defer r.mu.Unlock()
 	if pend := r.pending; pend != nil {
 		r.pending = nil
 		r.stopTimer()
-		if m, ok := mergeRecords(pend, p); ok {
-			return x.writeLocked(m)
+		pv := x.pendingVia()
+		if pv == nil || via == nil {
+			if m, ok := mergeRecords(pend, p); ok {
+				if via == nil {
+					via = pv
+				}
+				return x.writeLocked(m, via)
+			}
 		}
-		if err := x.writeLocked(pend); err != nil {
+		if err := x.writeLocked(pend, pv); err != nil {
 			return err
 		}
 	}
-	return x.writeLocked(p)
+	return x.writeLocked(p, via)
 }
 
 // deferRecord makes p, a completed step's outcome, wait for the run's next
 // record (recorder); with StepOutcomeDelay NoWait it is written now.
-func (x *execution) deferRecord(p *store.AdvanceParams) error {
+func (x *execution) deferRecord(p *store.AdvanceParams, carry *carriedBatch) error {
 	delay := x.e.cfg.StepOutcomeDelay
 	if delay == NoWait {
-		return x.recordErr(p)
+		return x.recordVia(p, x.carryVia(carry))
 	}
 	now := time.Now()
 	for i := range p.Events {
@@ -92,17 +122,20 @@ func (x *execution) deferRecord(p *store.AdvanceParams) error {
 		return err
 	}
 	if pend := r.pending; pend != nil {
-		if m, ok := mergeRecords(pend, p); ok {
-			r.pending = m
-			return nil
+		if r.carry == nil || carry == nil {
+			if m, ok := mergeRecords(pend, p); ok {
+				r.pending = m
+				r.carry = cmp.Or(r.carry, carry)
+				return nil
+			}
 		}
 		r.pending = nil
 		r.stopTimer()
-		if err := x.writeLocked(pend); err != nil {
+		if err := x.writeLocked(pend, x.pendingVia()); err != nil {
 			return err
 		}
 	}
-	r.pending = p
+	r.pending, r.carry = p, carry
 	if r.timer == nil {
 		r.timer = time.AfterFunc(delay, x.flushDeferred)
 	}
@@ -121,7 +154,7 @@ func (x *execution) flushDeferred() {
 		return
 	}
 	r.pending = nil
-	if err := x.writeLocked(pend); err != nil {
+	if err := x.writeLocked(pend, x.pendingVia()); err != nil {
 		r.err = err
 	}
 }
@@ -140,8 +173,9 @@ func (x *execution) settle() {
 	if pend == nil && r.start {
 		pend = &store.AdvanceParams{} // the run's start, alone
 	}
+	via := x.pendingVia()
 	if pend != nil && err == nil {
-		err = x.writeLocked(pend)
+		err = x.writeLocked(pend, via)
 	}
 	r.mu.Unlock()
 	if err != nil {
@@ -156,7 +190,7 @@ func (x *execution) dropDeferred() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stopTimer()
-	r.pending, r.err = nil, nil
+	r.pending, r.err, r.carry = nil, nil, nil
 }
 
 func (r *recorder) stopTimer() {
@@ -168,28 +202,33 @@ func (r *recorder) stopTimer() {
 
 // writeLocked writes p, preceded by the run's start if it is not written
 // yet; the caller holds rec.mu.
-func (x *execution) writeLocked(p *store.AdvanceParams) error {
+func (x *execution) writeLocked(p *store.AdvanceParams, via advanceVia) error {
 	if !x.rec.start {
-		return x.write(p)
+		return x.write(p, via)
 	}
 	q := *p
 	q.Events = append([]store.Event{{Type: store.EventRunStarted, At: x.rec.startAt}}, p.Events...)
-	if err := x.write(&q); err != nil {
+	if err := x.write(&q, via); err != nil {
 		return err
 	}
 	x.rec.start = false
 	return nil
 }
 
-// write is one store transaction.
-func (x *execution) write(p *store.AdvanceParams) error {
+// write is one store transaction: an Advance, or via.
+func (x *execution) write(p *store.AdvanceParams, via advanceVia) error {
 	p.RunID, p.LeaseEpoch = x.run.ID, x.epoch
 	// The run's own context may be cancelled (a cancel, a stop) while the
 	// outcome still has to be written.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
 	defer cancel()
 	restore := x.takeMarks(p)
-	err := x.e.store.Advance(ctx, p)
+	var err error
+	if via != nil {
+		err = via(ctx, p)
+	} else {
+		err = x.e.store.Advance(ctx, p)
+	}
 	if err != nil {
 		restore()
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weirhq/weir/names"
 	"strconv"
 	"time"
 
@@ -73,8 +74,14 @@ type childEnd struct {
 // childToken is the token of the hook a parent waits on for child id.
 func childToken(id string) string {
 	d := sha256.Sum256([]byte(id))
-	return "child_" + hex.EncodeToString(d[:16])
+	return childTokenPrefix + hex.EncodeToString(d[:16])
 }
+
+// childTokenPrefix begins the tokens of the hooks children's ends come to.
+// Those are the engine's to deliver: a client could compute one (the
+// child's id is no secret), so Engine.DeliverHook refuses them, and a
+// workflow's own hook may not take the prefix.
+const childTokenPrefix = "child_"
 
 // StartChild starts a run of wf with input in, as the run's next operation,
 // and returns at once. See Child.
@@ -82,12 +89,17 @@ func StartChild[In, Out any](ctx Context, wf *Workflow[In, Out], in In, opts *Ch
 	x := ctx.execution()
 	op, st := x.nextOp()
 	id := x.run.ID + "-" + strconv.FormatInt(op, 10)
+	check := names.MintedRunID
+	// A run at the default id is this run's child only if it started it:
+	// anyone can compute the id. One the code names may be adopted.
+	own := true
 	if opts != nil && opts.ID != "" {
-		id = opts.ID
+		id, check, own = opts.ID, names.RunID, false // the code's choice: a client's rule
 	}
 	token := childToken(id)
 	c := &Child[Out]{ID: id}
-	if err := store.CheckID("child run id", id); err != nil {
+	if err := check(id); err != nil {
+		err = fmt.Errorf("child run id: %w: %w", store.ErrInvalid, err)
 		// A bad id is the code's, not the store's: fail the child, not
 		// the run's execution (which would be resumed, and fail again).
 		c.f = future{op: op, kind: opChild, done: make(chan struct{}), err: NonRetryable(err)}
@@ -127,7 +139,7 @@ func StartChild[In, Out any](ctx Context, wf *Workflow[In, Out], in In, opts *Ch
 		}
 		x.settle()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 30*time.Second)
-		_, _, err = x.e.store.CreateRun(cctx, &store.CreateRunParams{ID: id, Workflow: wf.name, Input: input, Parent: x.run.ID, TraceParent: traceParentOf(x.ctx), Version: x.e.cfg.Version})
+		_, _, err = x.e.store.CreateRun(cctx, &store.CreateRunParams{ID: id, Workflow: wf.name, Input: input, Parent: x.run.ID, OwnChild: own, TraceParent: traceParentOf(x.ctx), Version: x.e.cfg.Version})
 		cancel()
 		if errors.Is(err, store.ErrRunConflict) {
 			return fail(NonRetryable(fmt.Errorf("child run: %w", err)))

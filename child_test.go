@@ -1,6 +1,7 @@
 package weir_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -158,7 +159,7 @@ func TestChildWithABadID(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out, err := h.Result(testCtx(t)); err != nil || !strings.Contains(out, "UTF-8") {
+		if out, err := h.Result(testCtx(t)); err != nil || !strings.Contains(out, "letters, digits") {
 			t.Fatalf("result %q %v", out, err)
 		}
 	})
@@ -189,6 +190,69 @@ func TestChildIDOfAnotherWorkflow(t *testing.T) {
 			t.Fatal(err)
 		}
 		if out, err := h.Result(testCtx(t)); err != nil || out != "went on" {
+			t.Fatalf("result %q %v", out, err)
+		}
+	})
+}
+
+// A child's id taken first by a client's run of the same workflow (the
+// default id, <parent>-<op>, is no secret) is not adopted: the child's Get
+// fails with ErrRunConflict, and the client's run's output never reaches
+// the parent. Nor can a client deliver a child's end to its parent's hook:
+// its token is refused as if there were no such hook.
+func TestChildIDTakenByAClient(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		e := newEngine(t, s, nil)
+		gate := make(chan struct{})
+		echo := weir.Register(e, "echo", func(ctx weir.Context, v string) (string, error) {
+			if v == "slow" {
+				<-gate
+			}
+			return v, nil
+		})
+		parent := weir.Register(e, "parent", func(ctx weir.Context, in string) (string, error) {
+			out, err := weir.StartChild(ctx, echo, in, nil).Get(ctx)
+			if err != nil {
+				return "", err
+			}
+			return "child says " + out, nil
+		})
+		if err := e.Work(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := echo.Start(testCtx(t), "ATTACKER", &weir.StartOptions{ID: "vp-1"}); err != nil {
+			t.Fatal(err)
+		}
+		h, err := parent.Start(testCtx(t), "legit", &weir.StartOptions{ID: "vp"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The parent fails with the child's conflict (a Get's error ends
+		// the run here); it never says what the client's run said.
+		if out, err := h.Result(testCtx(t)); err == nil || !strings.Contains(err.Error(), `exists with parent ""`) {
+			t.Fatalf("result %q %v, want the child's run conflict", out, err)
+		}
+
+		// A forged end, while the real child is still running.
+		h2, err := parent.Start(testCtx(t), "slow", &weir.StartOptions{ID: "vp2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the child vp2-1", func() bool {
+			_, err := s.GetRun(testCtx(t), "vp2-1")
+			return err == nil
+		})
+		hooks, err := s.ListHooks(testCtx(t), "vp2")
+		must(t, err)
+		if len(hooks) != 1 {
+			t.Fatalf("hooks of the parent: %+v", hooks)
+		}
+		_, err = e.DeliverHook(testCtx(t), hooks[0].Token, json.RawMessage(`{"status":"completed","output":"\"FORGED\""}`), nil)
+		if !errors.Is(err, weir.ErrNotFound) {
+			t.Fatalf("a client's delivery of a child's end: %v, want ErrNotFound", err)
+		}
+		close(gate)
+		if out, err := h2.Result(testCtx(t)); err != nil || out != "child says slow" {
 			t.Fatalf("result %q %v", out, err)
 		}
 	})

@@ -299,10 +299,10 @@ func (env *stepEnv) fail(err error) {
 	env.leave(exitStoreError, err)
 }
 
-// deferRecord makes p wait for the run's next record, leaving on failure as
-// record does.
-func (env *stepEnv) deferRecord(p *store.AdvanceParams) {
-	if err := env.x.deferRecord(p); err != nil {
+// deferRecord makes p wait for the run's next record, with carry (the step
+// writer's batch it never sent), leaving on failure as record does.
+func (env *stepEnv) deferRecord(p *store.AdvanceParams, carry *carriedBatch) {
+	if err := env.x.deferRecord(p, carry); err != nil {
 		env.fail(err)
 	}
 }
@@ -383,20 +383,21 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 			}
 		}
 		if err == nil {
-			wrote := attempt > 1 || start.written()
+			wrote := attempt > 1 || start.written() || start.carry != nil
 			p := start.fold(&store.AdvanceParams{
 				Events: []store.Event{{Type: store.EventStepCompleted, Op: op, Name: name, Attempt: attempt, Data: data}},
 			})
 			if wrote {
 				// A first attempt whose start waited for its outcome wrote
-				// no stream (a write makes the start durable first): there
-				// is nothing to commit.
+				// no stream (a write makes the start durable first), or
+				// carries what it wrote in this record: there is nothing
+				// else to commit.
 				p.Finish = &store.Finish{Writer: stepWriter(op), Attempt: attempt, Commit: true}
 			}
 			if env.deferOK {
-				env.deferRecord(p)
-			} else {
-				env.record(p)
+				env.deferRecord(p, start.carry)
+			} else if err := x.recordVia(p, x.carryVia(start.carry)); err != nil {
+				env.fail(err)
 			}
 			st.open, st.completed, st.output = false, true, data
 			endAttemptSpan(start, "completed", nil, 0)
@@ -473,6 +474,13 @@ func runAttempt[T any](x *execution, start *stepStart, st *opState, cfg *stepCon
 		ws := sc.writers
 		sc.closed = true
 		sc.mu.Unlock()
+		if err == nil && len(ws) == 1 {
+			// A step that returned before its one writer sent anything
+			// hands that batch to its outcome: one transaction for both.
+			for _, w := range ws {
+				start.carry = w.carryFirst()
+			}
+		}
 		for _, w := range ws {
 			if ferr := w.Close(); ferr != nil && (err == nil || errors.Is(ferr, ErrFenced)) {
 				err = ferr
@@ -698,6 +706,9 @@ type stepStart struct {
 	// cost is what ChargeLimiter reported, charged to the step's limiter
 	// when the attempt ends.
 	cost atomic.Int64
+	// carry is the batch the attempt's writer never sent, for its outcome
+	// (Writer.carryFirst); set when the function has returned.
+	carry *carriedBatch
 }
 
 func newStepStart(x *execution, op int64, name string, attempt int64) *stepStart {
@@ -724,6 +735,22 @@ func (s *stepStart) ensure() error {
 	err := s.x.recordErr(s.params())
 	if err == nil || errors.Is(err, store.ErrLeaseLost) {
 		// Settled; a transient failure is tried again by the next caller.
+		s.done, s.err = true, err
+	}
+	return err
+}
+
+// ensureVia is ensure, the start written through via (with a stream's
+// first batch: Writer.openAppend). If the start was recorded already, via
+// is not called.
+func (s *stepStart) ensureVia(via advanceVia) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return s.err
+	}
+	err := s.x.recordVia(s.params(), via)
+	if err == nil || errors.Is(err, store.ErrLeaseLost) {
 		s.done, s.err = true, err
 	}
 	return err

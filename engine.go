@@ -101,6 +101,13 @@ type WriterConfig struct {
 	// acknowledged, and the chunks written meanwhile form the next one, so
 	// batches grow with the write rate without delaying a lone chunk.
 	Linger time.Duration
+	// FirstLinger is how long a step's writer holds its first batch for
+	// more chunks (or the step's return) before it sends it: the first
+	// batch goes with the stream's creation and the attempt's start, in
+	// one transaction where the store can (store.StepAppender), which
+	// before took a transaction of their own ahead of it. Defaults to 1ms,
+	// less than that transaction took; negative: none.
+	FirstLinger time.Duration
 	// MaxBatchChunks sends a batch once it has this many chunks. Defaults to
 	// 1000.
 	MaxBatchChunks int
@@ -149,6 +156,9 @@ func (c Config) WithDefaults() Config {
 	w := &c.Writer
 	if w.MaxBatchChunks == 0 {
 		w.MaxBatchChunks = 1000
+	}
+	if w.FirstLinger == 0 {
+		w.FirstLinger = time.Millisecond
 	}
 	if w.MaxBatchBytes == 0 {
 		w.MaxBatchBytes = 1 << 20
@@ -199,8 +209,12 @@ func (c *Config) validate() error {
 // it (PostgreSQL), each claiming runs with leases.
 type Engine struct {
 	store store.Full // store.Capable: the capabilities it lacks answer ErrUnsupported
-	cfg   Config
-	log   *slog.Logger
+	// appender opens a step's stream with its first batch, if the store
+	// can (store.StepAppender); noAppender is set once it said it cannot.
+	appender   store.StepAppender
+	noAppender atomic.Bool
+	cfg        Config
+	log        *slog.Logger
 	// tracer makes the engine's spans (Config.TracerProvider).
 	tracer trace.Tracer
 
@@ -214,6 +228,9 @@ type Engine struct {
 	inQueue   map[string]int         // of them, those of each queue
 	done      map[string]*ending     // run id -> its waiters here, told when this engine ends it
 	events    map[string]*eventWaits // run id -> its GetEvent waiters here
+	// claimBounded: the claim loop's last claim took as many runs as it
+	// had free slots for (or had none): more may wait.
+	claimBounded bool
 
 	runCtx context.Context // what runs execute in, once started
 
@@ -224,6 +241,9 @@ type Engine struct {
 	attempts sync.WaitGroup // step attempts' functions, abandoned ones included
 
 	grants *grants // limiters' slots held in blocks (limitgrant.go)
+	// leases renews the leases of the runs executing here at once, if the
+	// store can (store.LeaseRenewer; leases.go); nil: each run its own.
+	leases *leaseKeeper
 
 	lingering      atomic.Int64  // abandoned attempts whose function has not returned
 	abandonedTotal atomic.Uint64 // attempts abandoned (timed out, or their run interrupted)
@@ -291,8 +311,20 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 		done:      make(map[string]*ending),
 		wake:      make(chan struct{}, 1),
 	}
+	e.appender, _ = store.StepAppenderOf(e.store)
+	if r, ok := store.LeaseRenewerOf(e.store); ok {
+		e.leases = newLeaseKeeper(e, r)
+	}
 	e.grants = newGrants(e)
 	return e, nil
+}
+
+// stepAppender returns the store's StepAppender, nil if it has none.
+func (e *Engine) stepAppender() store.StepAppender {
+	if e.appender == nil || e.noAppender.Load() {
+		return nil
+	}
+	return e.appender
 }
 
 // Store returns the engine's store with every capability (store.Capable):
@@ -431,6 +463,11 @@ func (e *Engine) claimLoop(ctx context.Context) {
 			}
 			claimed += len(runs)
 		}
+		e.mu.Lock()
+		// The claim was bounded by the free slots: a run ending here
+		// should look again at once (spawn), not wait for the poll.
+		e.claimBounded = free <= 0 || claimed == want
+		e.mu.Unlock()
 		if claimed > 0 && claimed == want {
 			// There may be more: look again at once.
 			t.Reset(0)
@@ -547,8 +584,15 @@ func (e *Engine) spawn(ctx context.Context, r *store.Run, fresh bool) {
 				delete(e.inQueue, r.Queue)
 			}
 		}
+		// A claim at once only if the last one may have left runs for
+		// want of a slot (or a queue's room): otherwise the poll finds
+		// what became runnable since, and a short run's end costs no
+		// claim (two statements, one of them a transaction).
+		look := e.claimBounded || r.Queue != ""
 		e.mu.Unlock()
-		e.nudge()
+		if look {
+			e.nudge()
+		}
 	})
 	go func() {
 		defer e.runWG.Done()
@@ -577,7 +621,15 @@ var (
 	errLeaseLost   = fmt.Errorf("weir: %w", store.ErrLeaseLost)
 )
 
-// notifyDone wakes the local waiters of a run that ended here.
+// Executing reports whether this engine executes run id now: the run
+// exists and had not ended when its execution here began (it may be ending).
+func (e *Engine) Executing(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.running[id]
+	return ok
+}
+
 // interrupt cancels the execution of run id here, if any, with cause.
 func (e *Engine) interrupt(id string, cause error) {
 	e.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/weirhq/weir/names"
 	"maps"
 
 	"github.com/weirhq/weir/store"
@@ -51,6 +52,8 @@ func (e *Engine) Fork(ctx context.Context, runID string, o ForkOptions) (*Run, e
 	id := o.ID
 	if id == "" {
 		id = newRunID()
+	} else if err := names.RunID(id); err != nil {
+		return nil, fmt.Errorf("fork run %s: %w: %w", runID, store.ErrInvalid, err)
 	}
 	if o.Input != nil && !json.Valid(o.Input) {
 		return nil, fmt.Errorf("fork run %s: %w: the input is not JSON", runID, store.ErrInvalid)

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/names"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
 )
@@ -375,4 +377,38 @@ func BenchmarkFork(b *testing.B) {
 			b.ReportMetric(float64(steps*perStep*len(chunk))/(1<<20), "MB-copied/fork")
 		})
 	}
+}
+
+// A run id the code chooses (a start's, a fork's, a child's) is a client's:
+// one inside another run's streams, or with a prefix weir mints (a
+// schedule's tick, say, which it would then take before its tick), is
+// refused before the store, and nothing is made.
+func TestClientRunIDs(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		e := newEngine(t, s, nil)
+		wf := weir.Register(e, "echo", func(ctx weir.Context, v int) (int, error) { return v, nil })
+		if err := e.Work(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"sched:nightly:20261207T000000.000Z", "idem_x", "wrun_x", "a/b", "../x", strings.Repeat("x", 129)} {
+			if _, err := wf.Start(testCtx(t), 1, &weir.StartOptions{ID: id}); !errors.Is(err, store.ErrInvalid) || !errors.Is(err, names.ErrInvalid) {
+				t.Fatalf("start %q: %v, want ErrInvalid and names.ErrInvalid", id, err)
+			}
+		}
+		h, err := wf.Start(testCtx(t), 1, &weir.StartOptions{ID: "src"})
+		must(t, err)
+		if _, err := h.Result(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"src/spoof", "sched:x:y"} {
+			if _, err := e.Fork(testCtx(t), "src", weir.ForkOptions{ID: id, Op: 1}); !errors.Is(err, names.ErrInvalid) {
+				t.Fatalf("fork %q: %v, want names.ErrInvalid", id, err)
+			}
+		}
+		runs, err := s.ListRuns(testCtx(t), &store.ListRunsParams{Limit: 100})
+		must(t, err)
+		if len(runs) != 1 {
+			t.Fatalf("%d runs after refused ids, want 1", len(runs))
+		}
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"go.opentelemetry.io/otel/trace"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -535,7 +536,7 @@ func (x *execution) await(fs []*future, any bool) int {
 			}
 		}
 		if !running && !next.IsZero() && time.Until(next) > x.e.cfg.ParkAfter {
-			x.park(next, false)
+			x.park(next, false, awaited(fs))
 		}
 		if hooks && time.Until(next) > x.e.cfg.PollInterval {
 			next = time.Now().Add(x.e.cfg.PollInterval) // the next look
@@ -557,15 +558,28 @@ func (x *execution) await(fs []*future, any bool) int {
 	}
 }
 
+// awaited is what messages wake a run parked waiting for fs: those on the
+// topics of fs's untaken message Futures. The workflow goroutine waits on
+// fs alone, so any other message waits in the log for its next look.
+func awaited(fs []*future) *store.Awaits {
+	a := &store.Awaits{}
+	for _, f := range fs {
+		if f.kind == opMessage && !f.resolved() && !slices.Contains(a.Topics, f.hook.token) {
+			a.Topics = append(a.Topics, f.hook.token)
+		}
+	}
+	return a
+}
+
 // park releases the run until t and leaves; any worker resumes it then.
 // look: read the log first, so that what this execution recorded does not
 // count as unseen (await has just read it, and must not miss what it
-// would find now).
-func (x *execution) park(t time.Time, look bool) {
+// would find now). awaits: the messages that wake it (nil: every one).
+func (x *execution) park(t time.Time, look bool, awaits *store.Awaits) {
 	if !x.deadline.IsZero() && x.deadline.Before(t) {
 		t = x.deadline
 	}
-	p := &store.AdvanceParams{Release: true, WakeAt: t}
+	p := &store.AdvanceParams{Release: true, WakeAt: t, Awaits: awaits}
 	if x.hooks > 0 || x.receives {
 		// A delivery after this execution's last look wakes the run at
 		// once (the store compares the log with what it saw).

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strings"
 	"time"
 
 	"github.com/weirhq/weir/store"
@@ -69,6 +70,9 @@ func NewHook[T any](ctx Context, token string) (*Hook[T], error) {
 		if err := store.CheckHookToken(token); err != nil {
 			return nil, NonRetryable(err)
 		}
+		if strings.HasPrefix(token, childTokenPrefix) {
+			return nil, NonRetryable(fmt.Errorf("%w: hook token %q: the prefix %q is the engine's, for children's ends", store.ErrInvalid, token, childTokenPrefix))
+		}
 		err := x.createHook(op, token)
 		if errors.Is(err, store.ErrHookConflict) {
 			return nil, NonRetryable(err)
@@ -79,7 +83,7 @@ func NewHook[T any](ctx Context, token string) (*Hook[T], error) {
 		st = &opState{kind: opHook, token: token}
 		x.ops[op] = st
 	} else if token != "" && st.token != token {
-		x.leave(exitNonDeterminism, &NonDeterminismError{Op: op, Recorded: st.describe(), Replayed: fmt.Sprintf("hook %q", token)})
+		x.leave(exitNonDeterminism, &NonDeterminismError{Op: op, Recorded: st.describe(), Replayed: "hook " + HookRef(token)})
 	}
 	x.hooks++
 	return &Hook[T]{x: x, op: op, st: st}, nil
@@ -139,7 +143,7 @@ func (h *Hook[T]) Each(ctx Context) iter.Seq2[T, error] {
 // restarts).
 func (h *Hook[T]) ReceiveWithin(ctx Context, d time.Duration) (v T, ok bool, err error) {
 	if d < 0 {
-		return v, false, NonRetryable(fmt.Errorf("weir: hook %q: negative timeout %v", h.st.token, d))
+		return v, false, NonRetryable(fmt.Errorf("weir: hook %s: negative timeout %v", HookRef(h.st.token), d))
 	}
 	next := h.Next()
 	if Select(ctx, next, NewTimer(ctx, d)) == 1 {
@@ -160,7 +164,7 @@ func (h *Hook[T]) Next() *Future[T] {
 	f := &Future[T]{f: future{op: h.op, kind: opHook, done: make(chan struct{}), hook: h.st, box: &h.st.box}}
 	f.f.take = func(payload []byte, index int) {
 		if err := json.Unmarshal(payload, &f.val); err != nil {
-			f.f.err = NonRetryable(fmt.Errorf("hook %q: decode payload %d: %w", h.st.token, index+1, err))
+			f.f.err = NonRetryable(fmt.Errorf("hook %s: decode payload %d: %w", HookRef(h.st.token), index+1, err))
 		}
 	}
 	return f
@@ -298,6 +302,11 @@ type DeliverOptions struct {
 func (e *Engine) DeliverHook(ctx context.Context, token string, payload json.RawMessage, opts *DeliverOptions) (*HookDelivery, error) {
 	if len(payload) > store.MaxHookPayload {
 		return nil, fmt.Errorf("deliver to hook %q: %w: a payload of %d bytes, the limit is %d", token, store.ErrTooLarge, len(payload), store.MaxHookPayload)
+	}
+	if strings.HasPrefix(token, childTokenPrefix) {
+		// A child's end is delivered by its engine, never from outside:
+		// answered as for a hook that is not there.
+		return nil, fmt.Errorf("deliver to hook %q: %w: a child's end is its engine's to deliver", token, store.ErrNotFound)
 	}
 	closing := opts != nil && opts.Close
 	if !json.Valid(payload) && !(closing && len(payload) == 0) {

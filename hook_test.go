@@ -365,3 +365,28 @@ func TestHookDisposedAndNegativeTimeout(t *testing.T) {
 		}
 	})
 }
+
+// A payload the hook cannot decode fails the run naming the hook by
+// reference (weir.HookRef), never by its token: the run's error reaches
+// spans and logs, and the token is a capability.
+func TestHookDecodeErrorHidesTheToken(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		e := newEngine(t, s, nil)
+		const token = "SECRETTOKEN-th1-abcdef"
+		wf := weir.Register(e, "typed", func(ctx weir.Context, _ struct{}) (int, error) {
+			h, err := weir.NewHook[int](ctx, token)
+			if err != nil {
+				return 0, err
+			}
+			return h.Next().Get(ctx)
+		})
+		must(t, e.Work(testCtx(t)))
+		h, err := wf.Start(testCtx(t), struct{}{}, nil)
+		must(t, err)
+		deliverWhenReady(t, e, token, `"not a number"`, nil)
+		_, err = h.Result(testCtx(t))
+		if err == nil || strings.Contains(err.Error(), token) || !strings.Contains(err.Error(), weir.HookRef(token)) {
+			t.Fatalf("the run's error %v: want the hook's reference, not its token", err)
+		}
+	})
+}

@@ -189,7 +189,9 @@ func must(t testing.TB, err error) {
 // Fairness: tenant a has 60 limited steps in line (concurrency 1) when
 // tenant b's one arrives; b's key holds no slot, so it goes next: at most
 // two of a's steps start between b's wait and b's start (the one whose
-// slot b waits for, and one granted before b asked).
+// slot b waits for, and one granted before b asked). a's first step holds
+// the slot until the line has formed, so that the line does not depend on
+// how fast a loaded machine claims runs.
 func TestLimiterFairShare(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Full) {
 		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1}))
@@ -197,12 +199,20 @@ func TestLimiterFairShare(t *testing.T) {
 		cfg.Concurrency = 128
 		e := newEngine(t, s, cfg)
 		var mu sync.Mutex
-		var order []string // tenants in the order their steps started
+		var order []string     // tenants in the order their steps started
+		var starts []time.Time // when each started
+		hold := make(chan struct{})
+		var holding atomic.Bool
+		release := sync.OnceFunc(func() { close(hold) })
+		defer release()
 		wf := weir.Register(e, "call", func(ctx weir.Context, tenant string) (int, error) {
 			return weir.Step(ctx, "call", func(sc weir.StepContext) (int, error) {
 				mu.Lock()
-				order = append(order, tenant)
+				order, starts = append(order, tenant), append(starts, time.Now())
 				mu.Unlock()
+				if tenant == "a" && holding.CompareAndSwap(false, true) {
+					<-hold
+				}
 				time.Sleep(3 * time.Millisecond) // the call, not a sync
 				return 1, nil
 			}, weir.WithLimiter("llm", &weir.LimitOptions{Key: tenant}))
@@ -216,23 +226,39 @@ func TestLimiterFairShare(t *testing.T) {
 			must(t, err)
 			hs = append(hs, h)
 		}
-		waitFor(t, 20*time.Second, "a's steps in line", func() bool {
+		waitFor(t, time.Minute, "a's steps in line", func() bool { // slow under a loaded -race run
 			st, err := s.LimiterState(testCtx(t), "llm", time.Time{})
 			return err == nil && len(st.Waiters) >= 20
 		})
-		mu.Lock()
-		before := len(order)
-		mu.Unlock()
+		release()
 		hb, err := wf.Start(testCtx(t), "b", nil)
 		must(t, err)
 		if _, err := hb.Result(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
+		// b's wait began when its limit_waiting event was written (none:
+		// it never waited). Count a's steps that started after that and
+		// before b's: a's started before b asked are not b's wait.
+		evs, err := s.ListEvents(testCtx(t), hb.ID, 0)
+		must(t, err)
+		var waited time.Time
+		for _, ev := range evs {
+			if ev.Type == store.EventLimitWaiting {
+				waited = ev.At
+				break
+			}
+		}
 		mu.Lock()
 		at := slices.Index(order, "b")
+		ahead := 0
+		for i := 0; i < at; i++ {
+			if !waited.IsZero() && starts[i].After(waited) {
+				ahead++
+			}
+		}
 		mu.Unlock()
-		if at < 0 || at-before > 2 {
-			t.Fatalf("b's step started after %d of a's that were in line before it (a had %d started when b came)", at-before, before)
+		if at < 0 || ahead > 2 {
+			t.Fatalf("b's step started after %d of a's steps that started while it waited", ahead)
 		}
 		for _, h := range hs {
 			if _, err := h.Result(testCtx(t)); err != nil {

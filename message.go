@@ -267,7 +267,12 @@ type TopicMessages = api.TopicMessages
 // by topic: how many came, and, once the run ended, how many it took and
 // left. Returns ErrNotFound for an unknown run.
 func (e *Engine) Messages(ctx context.Context, runID string) ([]TopicMessages, error) {
-	evs, err := e.Events(ctx, runID, 0)
+	if _, err := e.store.GetRun(ctx, runID); err != nil {
+		return nil, err
+	}
+	// Of the payloads, only what the run took is read: up to 16 MiB of
+	// messages are not held to count them.
+	evs, err := store.Outline(ctx, e.store, runID, func(t store.EventType) bool { return t == store.EventMessagesTaken })
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -102,6 +103,63 @@ func TestMessagesEarlyLateTwiceLeft(t *testing.T) {
 		}
 		if err := e.Replay(testCtx(t), h.ID); err != nil {
 			t.Fatalf("replay: %v", err)
+		}
+	})
+}
+
+// A parked run is not replayed for messages it does not wait for: one on
+// another topic, or any while it sleeps, stays in its log until its next
+// look, and the message it waits for wakes it at once. (Before, every
+// message woke the run and replayed its whole log: a sender could make a
+// run with a large log burn CPU at will.)
+func TestMessagesWakeOnlyWhatWaits(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		cfg := fastConfig()
+		cfg.ParkAfter = 20 * time.Millisecond
+		e := newEngine(t, s, cfg)
+		var executions atomic.Int32
+		wf := weir.Register(e, "picky", func(ctx weir.Context, _ int) ([]string, error) {
+			executions.Add(1)
+			a, err := weir.Recv[string](ctx, "chat")
+			if err != nil {
+				return nil, err
+			}
+			weir.Sleep(ctx, 2*time.Hour)
+			return []string{a}, nil
+		})
+		if err := e.Work(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		h, err := wf.Start(testCtx(t), 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		asleep := func(when string) {
+			t.Helper()
+			r, err := s.GetRun(testCtx(t), h.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.LeaseOwner != "" || !r.WakeAt.After(time.Now().Add(time.Hour)) {
+				t.Fatalf("%s: the run was woken: %+v", when, r)
+			}
+		}
+		waitParked(t, s, h.ID)
+		for i := range 20 {
+			sendMsg(t, e, h.ID, "noise", `1`, nil)
+			asleep(fmt.Sprintf("noise %d", i))
+		}
+		if n := executions.Load(); n != 1 {
+			t.Fatalf("%d executions before the awaited message", n)
+		}
+		sendMsg(t, e, h.ID, "chat", `"hi"`, nil)
+		waitParked(t, s, h.ID) // now asleep for two hours
+		if n := executions.Load(); n != 2 {
+			t.Fatalf("%d executions after the awaited message, want 2", n)
+		}
+		for i := range 5 {
+			sendMsg(t, e, h.ID, "chat", `"more"`, nil)
+			asleep(fmt.Sprintf("asleep, message %d", i))
 		}
 	})
 }

@@ -81,7 +81,7 @@ func (s *opState) describe() string {
 	case opSelect:
 		return "select"
 	case opHook:
-		return fmt.Sprintf("hook %q", s.token)
+		return "hook " + HookRef(s.token)
 	case opChild:
 		return fmt.Sprintf("child run %s", s.child)
 	case opSend:
@@ -534,6 +534,12 @@ func (x *execution) finishAborted(status store.RunStatus, cause error) {
 // heartbeat renews the lease until done; it cancels the run's context when
 // the lease is lost or a cancel is requested.
 func (x *execution) heartbeat(done chan struct{}) {
+	if k := x.e.leases; k != nil {
+		k.hold(x)
+		<-done
+		k.drop(x)
+		return
+	}
 	ttl := x.e.cfg.LeaseTTL
 	t := time.NewTicker(ttl / 3)
 	defer t.Stop()
@@ -590,7 +596,7 @@ func (x *execution) waitUntil(t time.Time) {
 			if !wakes.IsZero() && wakes.Before(t) {
 				t = wakes
 			}
-			x.park(t, true)
+			x.park(t, true, &store.Awaits{}) // a message waits for its Recv
 		}
 	}
 	timer := time.NewTimer(d)

@@ -191,9 +191,51 @@ func TestScheduleBadInput(t *testing.T) {
 			t.Errorf("%q %q %+v: set", c.name, c.spec, c.o)
 		}
 	}
-	all, err := s.ListSchedules(testCtx(t))
+	all, err := s.ListSchedules(testCtx(t), &store.ListSchedulesParams{})
 	must(t, err)
-	if len(all) != 0 {
+	if len(all.Schedules) != 0 {
 		t.Fatalf("refused schedules made %+v", all)
 	}
+}
+
+// A schedule whose workflow no worker serves, allowing overlaps, makes the
+// pending runs of one decision (one when its decider keeps up), not one a
+// tick: the run no worker took holds its later ticks back.
+func TestScheduleOfAnUnservedWorkflow(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		e := newEngine(t, s, fastConfig())
+		newTicksSeen().register(e, nil) // the engine works, but not "nobody"
+		must(t, e.Work(testCtx(t)))
+		_, err := s.SetSchedule(testCtx(t), &store.SetScheduleParams{Name: "orphan", Workflow: "nobody", Spec: "@every 100ms",
+			Policy: schedule.Policy{Overlap: schedule.Allow}})
+		must(t, err)
+		skipped := func() int64 {
+			sc, err := s.GetSchedule(testCtx(t), "orphan")
+			must(t, err)
+			return sc.State.Skipped
+		}
+		waitFor(t, 20*time.Second, "ticks passed over", func() bool { return skipped() >= 3 })
+		pending := func() []*store.Run {
+			runs, err := s.ListRuns(testCtx(t), &store.ListRunsParams{Workflow: "nobody", Limit: 100})
+			must(t, err)
+			for _, r := range runs {
+				if r.Status != store.RunPending {
+					t.Fatalf("a run of the unserved workflow is %s", r.Status)
+				}
+			}
+			return runs
+		}
+		// The first decision starts the ticks due since the schedule was
+		// made (one, if the decider kept up with @every 100ms; a few on a
+		// loaded machine); after that, none.
+		first := len(pending())
+		if first < 1 || first > schedule.MaxStarts {
+			t.Fatalf("%d runs of the unserved workflow after the first ticks", first)
+		}
+		from := skipped()
+		waitFor(t, 20*time.Second, "ten more ticks passed over", func() bool { return skipped() >= from+10 })
+		if n := len(pending()); n != first {
+			t.Fatalf("%d runs of the unserved workflow, then %d: its ticks pile up", first, n)
+		}
+	})
 }

@@ -116,18 +116,20 @@ func (e *Engine) decideSchedule(ctx context.Context, s *store.Schedule) time.Tim
 		log.Error("weir: a schedule that does not parse", "err", err)
 		return time.Time{}
 	}
-	inFlight := false
+	last := schedule.LastEnded
 	if s.State.LastRun != "" {
 		r, err := e.store.GetRun(ctx, s.State.LastRun)
 		switch {
-		case err == nil:
-			inFlight = r.Status == store.RunPending || r.Status == store.RunRunning
-		case !errors.Is(err, store.ErrNotFound): // a purged run is not in flight
+		case err == nil && r.Status == store.RunRunning:
+			last = schedule.LastRunning
+		case err == nil && r.Status == store.RunPending:
+			last = schedule.LastPending
+		case err != nil && !errors.Is(err, store.ErrNotFound): // a purged run is not in flight
 			log.Warn("weir: a schedule's last run", "run", s.State.LastRun, "err", err)
 			return time.Time{}
 		}
 	}
-	d := schedule.Decide(spec, s.Policy, s.State, time.Now(), inFlight)
+	d := schedule.Decide(spec, s.Policy, s.State, time.Now(), last)
 	input := s.Input
 	if len(input) == 0 {
 		input = []byte("null")

@@ -3,6 +3,8 @@ package weir
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -145,6 +147,16 @@ func (x *execution) startAttemptSpan(start *stepStart) {
 
 // startWaitSpan starts the span of a wait of the workflow on fs: what it
 // waits on (hooks, topics, children, a timer) in its name and attributes.
+// HookRef is how telemetry names a hook: "hook:" and 16 hex digits of
+// its token's SHA-256. A token is a capability (whoever holds it delivers
+// to the hook), and traces are read more widely than the API: the
+// reference tells a wait's hook apart and matches it to the token its
+// owner holds, without giving it away.
+func HookRef(token string) string {
+	d := sha256.Sum256([]byte(token))
+	return "hook:" + hex.EncodeToString(d[:8])
+}
+
 func (x *execution) startWaitSpan(fs []*future, children []string, timer time.Time) trace.Span {
 	_, sp := x.e.tracer.Start(x.ctx, "weir.wait")
 	if !sp.IsRecording() {
@@ -157,7 +169,7 @@ func (x *execution) startWaitSpan(fs []*future, children []string, timer time.Ti
 		}
 		switch {
 		case f.kind == opHook && f.hook != nil:
-			hooks = append(hooks, f.hook.token)
+			hooks = append(hooks, HookRef(f.hook.token))
 		case f.box != nil:
 			hooks = append(hooks, "message")
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weirhq/weir/names"
 	"time"
 
 	"github.com/weirhq/weir/api"
@@ -117,6 +118,11 @@ type StartOptions struct {
 
 // Start starts a run of w with input in (or returns the run opts.ID names).
 func (w *Workflow[In, Out]) Start(ctx context.Context, in In, opts *StartOptions) (*Handle[Out], error) {
+	if opts != nil && opts.ID != "" {
+		if err := names.RunID(opts.ID); err != nil {
+			return nil, fmt.Errorf("start run: %w: %w", store.ErrInvalid, err)
+		}
+	}
 	b, err := json.Marshal(in)
 	if err != nil {
 		return nil, fmt.Errorf("encode input: %w", err)

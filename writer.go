@@ -18,8 +18,13 @@ import (
 // order, so a replay re-sends the same (writer, seq) and is recognised.
 const WorkflowWriterID = "workflow"
 
-// slabSize is the size of the buffers step writers copy chunks into.
-const slabSize = 256 << 10
+// Step writers copy chunks into slabs: the first of firstSlab bytes, each
+// next twice the last up to maxSlab. A step that writes a few chunks (most
+// do) no longer allocates and clears 256 KiB (7% of a short HTTP run's CPU).
+const (
+	firstSlab = 4 << 10
+	maxSlab   = 256 << 10
+)
 
 // Writer writes chunks to one stream of a run. Each Write is one chunk.
 //
@@ -125,7 +130,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 	// Chunks are copied into slabs: batches then reference them without
 	// another copy, and the sender never moves what is still pending.
 	if len(w.slab)+len(p) > cap(w.slab) {
-		w.slab = make([]byte, 0, max(slabSize, len(p)))
+		w.slab = make([]byte, 0, max(min(2*cap(w.slab), maxSlab), firstSlab, len(p)))
 	}
 	n := len(w.slab)
 	w.slab = append(w.slab, p...)
@@ -209,7 +214,11 @@ func (w *Writer) sendLoop() {
 				w.mu.Unlock()
 				return
 			}
-			wait := w.cfg.Linger - time.Since(w.firstAt)
+			linger := w.cfg.Linger
+			if w.streamID == 0 && w.start != nil && w.x.e.stepAppender() != nil {
+				linger = max(linger, w.cfg.FirstLinger) // the first batch opens the stream
+			}
+			wait := linger - time.Since(w.firstAt)
 			if n > 0 && (w.flushReq || w.closing || n >= w.cfg.MaxBatchChunks || w.pendSize >= w.cfg.MaxBatchBytes || wait <= 0) {
 				break
 			}
@@ -223,6 +232,24 @@ func (w *Writer) sendLoop() {
 			}
 			timer.Stop()
 			w.mu.Lock()
+		}
+		if w.streamID == 0 && (w.start == nil || w.x.e.stepAppender() == nil) {
+			// The stream's creation (and the step's start) first: the
+			// chunks written meanwhile join the first batch, instead of
+			// waiting behind a batch of one. (With a StepAppender they go
+			// together.)
+			w.mu.Unlock()
+			err := w.openRetrying()
+			w.mu.Lock()
+			if err != nil {
+				w.err = fmt.Errorf("weir: write to %q: %w", w.name, err)
+				w.acked.Broadcast()
+				w.mu.Unlock()
+				if errors.Is(err, ErrFenced) {
+					w.onFence(err)
+				}
+				return
+			}
 		}
 		// Take one batch.
 		k, size := 0, 0
@@ -259,6 +286,193 @@ func (w *Writer) sendLoop() {
 	}
 }
 
+// openAppend sends a step writer's first batch with its stream's creation
+// and its attempt's start (if not recorded yet), in one transaction
+// (store.StepAppender). It returns nil and no error when nothing was
+// appended (the stream existed, or the start was recorded already): the
+// stream's id is then known, and the caller appends to it.
+func (w *Writer) openAppend(sa store.StepAppender, first int64, chunks [][]byte) (*store.AppendResult, error) {
+	x := w.x
+	x.streamsMu.Lock()
+	_, opened := x.streams[w.name]
+	x.streamsMu.Unlock()
+	if opened {
+		return nil, w.open()
+	}
+	var res *store.OpenAppendResult
+	via := func(ctx context.Context, p *store.AdvanceParams) error {
+		var err error
+		res, err = sa.OpenAppend(ctx, &store.OpenAppendParams{
+			RunID: x.run.ID, Name: w.name, ContentType: w.opts.contentType, Start: p,
+			Append: store.AppendParams{Writer: w.writer, Attempt: w.attempt, FirstSeq: first, Chunks: chunks},
+		})
+		return err
+	}
+	err := w.start.ensureVia(via)
+	if errors.Is(err, store.ErrUnsupported) {
+		x.e.noAppender.Store(true) // a wrapper of a store that cannot: the plain way, from now on
+		return nil, w.open()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("record step start: %w", err)
+	}
+	if res == nil {
+		return nil, w.open() // the start was recorded before: the plain way
+	}
+	si := res.Stream
+	x.streamsMu.Lock()
+	if x.streams == nil {
+		x.streams = make(map[string]streamRef)
+	}
+	ref := streamRef{id: si.ID, opts: streamOptions{contentType: si.ContentType}}
+	x.streams[w.name] = ref
+	x.streamsMu.Unlock()
+	if err := ref.opts.check(w.name, w.opts.contentType); err != nil {
+		return nil, err // an existing stream of another type: nothing appended
+	}
+	w.streamID = si.ID
+	if !res.Created {
+		return nil, nil
+	}
+	return res.Append, nil
+}
+
+// carriedBatch is a step writer's first batch, handed to the step's
+// outcome record instead of sent (Writer.carryFirst, execution.carryVia).
+type carriedBatch struct {
+	w      *Writer
+	chunks [][]byte
+}
+
+// carryFirst takes the writer's batch for its step's outcome record, if the
+// step returned before the writer sent anything (the first batch lingers,
+// WriterConfig.FirstLinger), its stream is not open yet, and the store can
+// write the stream's creation, the chunks and the record in one transaction
+// (store.StepAppender). Nil if not: the writer sends as it would.
+func (w *Writer) carryFirst() *carriedBatch {
+	if w.x == nil || w.writer == WorkflowWriterID || w.start == nil || w.x.e.stepAppender() == nil {
+		return nil
+	}
+	w.x.streamsMu.Lock()
+	_, opened := w.x.streams[w.name]
+	w.x.streamsMu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if opened || w.err != nil || w.closing || w.sent > 0 || w.streamID != 0 || len(w.pend) == 0 || w.start.written() {
+		return nil
+	}
+	c := &carriedBatch{w: w, chunks: w.pend}
+	w.pend, w.pendSize = nil, 0
+	w.sent, w.ackedN = w.written, w.written // the record acknowledges them, or the step fails
+	w.closing = true
+	w.poke() // the sender finds nothing to send, and ends
+	return c
+}
+
+// carryVia writes a step's outcome record with the batch its writer never
+// sent, in one transaction (store.OpenAppendParams.Then): the stream's
+// creation, the chunks, the record. If the stream exists (another step's,
+// or an earlier attempt's), the chunks are appended to it first and the
+// record is written alone. Nil for no batch.
+func (x *execution) carryVia(c *carriedBatch) advanceVia {
+	if c == nil {
+		return nil
+	}
+	w := c.w
+	return func(ctx context.Context, p *store.AdvanceParams) error {
+		a := store.AppendParams{Writer: w.writer, Attempt: w.attempt, Chunks: c.chunks}
+		res, err := x.e.appender.OpenAppend(ctx, &store.OpenAppendParams{RunID: x.run.ID, Name: w.name, ContentType: w.opts.contentType, Append: a, Then: p})
+		if err != nil {
+			return err
+		}
+		si := res.Stream
+		x.streamsMu.Lock()
+		if x.streams == nil {
+			x.streams = make(map[string]streamRef)
+		}
+		ref := streamRef{id: si.ID, opts: streamOptions{contentType: si.ContentType}}
+		x.streams[w.name] = ref
+		x.streamsMu.Unlock()
+		if res.Append != nil {
+			if w.start != nil && len(res.Append.Acks) > 0 {
+				w.start.stats.count(res.Append, c.chunks, time.Since(w.start.at))
+			}
+			return nil
+		}
+		// The store could not take the chunks with the record (their
+		// stream appeared after its locks): the start first, which must
+		// be durable before a chunk, then the chunks, then the rest.
+		if err := ref.opts.check(w.name, w.opts.contentType); err != nil {
+			return NonRetryable(err)
+		}
+		start, rest := splitStart(p, w)
+		if start != nil {
+			if err := x.e.store.Advance(ctx, start); err != nil {
+				return err
+			}
+		}
+		a.StreamID = si.ID
+		if _, err := x.e.store.Append(ctx, &a); err != nil {
+			return err
+		}
+		return x.e.store.Advance(ctx, rest)
+	}
+}
+
+// splitStart splits from p the start of w's attempt (its step_started and
+// its fence), if p carries it: start is nil if not.
+func splitStart(p *store.AdvanceParams, w *Writer) (start, rest *store.AdvanceParams) {
+	r := *p
+	r.Events = nil
+	var evs []store.Event
+	for _, e := range p.Events {
+		if e.Type == store.EventStepStarted && stepWriter(e.Op) == w.writer && e.Attempt == w.attempt {
+			evs = append(evs, e)
+			continue
+		}
+		r.Events = append(r.Events, e)
+	}
+	if len(evs) == 0 {
+		return nil, p
+	}
+	start = &store.AdvanceParams{RunID: p.RunID, LeaseEpoch: p.LeaseEpoch, Events: evs}
+	if f := p.Fence; f != nil && f.Writer == w.writer {
+		start.Fence, r.Fence = f, nil
+	}
+	return start, &r
+}
+
+// openRetrying opens the stream as send does, retrying errors that may be
+// transient.
+func (w *Writer) openRetrying() error {
+	return w.retrying("stream open failed; trying again", w.open)
+}
+
+// retrying calls f until it succeeds, fails for good, or WriterConfig's
+// RetryFor passes, backing off between tries. An error once the step's
+// context ended is why it ended (a fence, a lost lease, a cancel), not the
+// context's.
+func (w *Writer) retrying(warn string, f func() error) error {
+	deadline := time.Now().Add(w.cfg.RetryFor)
+	backoff := 5 * time.Millisecond
+	for {
+		err := f()
+		if err != nil && w.ctx.Err() != nil {
+			return context.Cause(w.ctx)
+		}
+		if err == nil || permanent(err) || time.Now().After(deadline) {
+			return err
+		}
+		w.x.e.log.Warn("weir: "+warn, "run", w.x.run.ID, "stream", w.name, "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-w.ctx.Done():
+			return context.Cause(w.ctx)
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
 // permanent reports whether a store error will not go away by resending:
 // the table of errors (package api) says, and a backend's error its
 // Temporary method.
@@ -268,35 +482,24 @@ func permanent(err error) bool { return !api.Retryable(err) }
 // errors that may be transient: a resend of a batch that did land is
 // acknowledged as a retransmit, so this is always safe.
 func (w *Writer) send(first int64, chunks [][]byte) error {
-	deadline := time.Now().Add(w.cfg.RetryFor)
-	backoff := 5 * time.Millisecond
-	for {
-		err := w.open()
-		if err == nil {
-			var res *store.AppendResult
+	return w.retrying("stream append failed; resending", func() error {
+		var res *store.AppendResult
+		var err error
+		if sa := w.x.e.stepAppender(); w.streamID == 0 && w.start != nil && sa != nil {
+			res, err = w.openAppend(sa, first, chunks)
+		} else {
+			err = w.open()
+		}
+		if err == nil && res == nil {
 			res, err = w.x.e.store.Append(w.ctx, &store.AppendParams{
 				StreamID: w.streamID, Writer: w.writer, Attempt: w.attempt, FirstSeq: first, Chunks: chunks,
 			})
-			if err == nil && w.start != nil {
-				w.start.stats.count(res, chunks, time.Since(w.start.at))
-			}
 		}
-		if err != nil && w.ctx.Err() != nil {
-			// The step's context ended under the append: why it did is the
-			// error (a fence, a lost lease, a cancel), not the context's.
-			return context.Cause(w.ctx)
+		if err == nil && w.start != nil {
+			w.start.stats.count(res, chunks, time.Since(w.start.at))
 		}
-		if err == nil || permanent(err) || time.Now().After(deadline) {
-			return err
-		}
-		w.x.e.log.Warn("weir: stream append failed; resending", "run", w.x.run.ID, "stream", w.name, "err", err)
-		select {
-		case <-time.After(backoff):
-		case <-w.ctx.Done():
-			return context.Cause(w.ctx)
-		}
-		backoff = min(2*backoff, time.Second)
-	}
+		return err
+	})
 }
 
 func (w *Writer) open() error {

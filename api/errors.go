@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/weirhq/weir/names"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
 	"github.com/weirhq/weir/world"
@@ -117,6 +118,7 @@ var Errors = []Error{
 	{Err: store.ErrRunConflict, Code: "run_conflict", Status: http.StatusConflict},
 	{Err: store.ErrNotResumable, Code: "not_resumable", Status: http.StatusConflict},
 	{Err: store.ErrHookConflict, Code: "hook_in_use", Status: http.StatusConflict},
+	{Err: store.ErrLimiterInUse, Code: "limiter_in_use", Status: http.StatusConflict},
 	{Err: store.ErrLeaseLost, Code: "lease_lost", Status: http.StatusConflict},
 	{Err: stream.ErrProducerGap, Code: "producer_gap", Status: http.StatusConflict, Reason: "producer_seq"},
 	{Err: stream.ErrStreamSeq, Code: "stream_seq", Status: http.StatusConflict, Reason: "stream_seq"},
@@ -126,6 +128,7 @@ var Errors = []Error{
 	{Err: stream.ErrFull, Code: "stream_full", Status: http.StatusRequestEntityTooLarge, Reason: "full"},
 	{Err: store.ErrQuota, Code: "quota", Status: http.StatusInsufficientStorage},
 	{Err: stream.ErrEpochSeq, Code: "producer_epoch_seq", Status: http.StatusBadRequest, Reason: "producer_seq"},
+	{Err: names.ErrInvalid, Code: "invalid_name", Status: http.StatusBadRequest},
 	{Err: store.ErrInvalid, Code: "invalid", Status: http.StatusBadRequest},
 	{Err: ErrBadRequest, Code: "bad_request", Status: http.StatusBadRequest},
 	{Err: ErrUnauthorized, Code: "unauthorized", Status: http.StatusUnauthorized},

@@ -51,6 +51,9 @@ type Run struct {
 	UpdatedAt       time.Time       `json:"updated_at"`
 	WakeAt          *time.Time      `json:"wake_at,omitempty"`
 	CancelRequested bool            `json:"cancel_requested,omitempty"`
+	// Elided: a list (GET /v1/runs) left out the run's input and output,
+	// one of which is over 4 KiB; GET /v1/runs/{id} has them.
+	Elided bool `json:"elided,omitempty"`
 	// Kind is "world" for a Vercel Workflow run on weir's World (its events,
 	// steps and hooks are at /v1/world/runs/{id}), empty for a Go run.
 	Kind string `json:"kind,omitempty"`
@@ -136,6 +139,11 @@ type Event struct {
 // EventList is the reply of GET /v1/runs/{id}/events.
 type EventList struct {
 	Events []Event `json:"events"`
+	// More reports that the log goes on: ask again with after=NextAfter.
+	// A page holds at most limit events (1,000 by default and at most) and
+	// about 4 MiB of their data.
+	More      bool  `json:"more,omitempty"`
+	NextAfter int64 `json:"next_after,omitempty"`
 }
 
 // StreamInfo describes one stream of a run.
@@ -298,9 +306,14 @@ type Schedule struct {
 	UpdatedAt *time.Time `json:"updated_at,omitempty"`
 }
 
-// ScheduleList is the reply of GET /v1/schedules.
+// ScheduleList is the reply of GET /v1/schedules: a page of the
+// schedules, by name.
 type ScheduleList struct {
 	Schedules []Schedule `json:"schedules"`
+	// More reports that schedules follow this page: ask again with
+	// after=NextAfter.
+	More      bool   `json:"more"`
+	NextAfter string `json:"next_after,omitempty"`
 }
 
 // MigrateRequest is the body of POST /v1/runs/migrate: the runs in flight

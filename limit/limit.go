@@ -21,10 +21,10 @@ package limit
 import (
 	"errors"
 	"fmt"
+	"github.com/weirhq/weir/names"
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 )
 
 // ErrInvalid is a configuration or request the rules refuse.
@@ -57,6 +57,9 @@ type Config struct {
 
 // Check refuses a config that bounds nothing or bounds by a negative.
 func (c *Config) Check() error {
+	if err := names.Limiter(c.Name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	if err := checkName("limiter name", c.Name); err != nil {
 		return err
 	}
@@ -73,14 +76,18 @@ func (c *Config) Check() error {
 	return nil
 }
 
+// CheckKey refuses a key (a tenant's, a dedupe key): empty, or printable
+// text of at most MaxNameLen bytes (names.Text).
+func CheckKey(what, k string) error {
+	if k == "" {
+		return nil
+	}
+	return checkName(what, k)
+}
+
 func checkName(what, s string) error {
-	switch {
-	case s == "":
-		return fmt.Errorf("%w: an empty %s", ErrInvalid, what)
-	case len(s) > MaxNameLen:
-		return fmt.Errorf("%w: a %s of %d bytes, the limit is %d", ErrInvalid, what, len(s), MaxNameLen)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("%w: a %s that is not UTF-8", ErrInvalid, what)
+	if err := names.Text(what, s, MaxNameLen); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }
@@ -176,8 +183,8 @@ func (r *Request) Check() error {
 	if err := checkName("holder", r.Holder); err != nil {
 		return err
 	}
-	if len(r.Key) > MaxNameLen || !utf8.ValidString(r.Key) {
-		return fmt.Errorf("%w: a key of %d bytes or not UTF-8 (at most %d bytes)", ErrInvalid, len(r.Key), MaxNameLen)
+	if err := CheckKey("key", r.Key); err != nil {
+		return err
 	}
 	if r.Lease <= 0 {
 		return fmt.Errorf("%w: a request needs a positive lease", ErrInvalid)

@@ -112,10 +112,28 @@ const MaxStarts = 64
 // passed over uncounted, and the cursor moves to now.
 const maxTicks = 100_000
 
+// Last is what became of a schedule's last run, as its decider found it.
+type Last uint8
+
+// The states of a schedule's last run.
+const (
+	// LastEnded: there is none, it ended, or it was purged.
+	LastEnded Last = iota
+	// LastRunning: a worker executes it.
+	LastRunning
+	// LastPending: no worker has taken it yet.
+	LastPending
+)
+
 // Decide walks schedule s's ticks after st.Cursor up to now and decides
 // each: it starts (at most MaxStarts of them), waits (BufferOne), or is
-// passed over. inFlight says whether st.LastRun is pending or running.
-func Decide(s *Spec, p Policy, st State, now time.Time, inFlight bool) Decision {
+// passed over. last says what became of st.LastRun. Under Allow a tick's
+// run overlaps the runs in flight, but not a run no worker has taken yet:
+// a schedule whose workflow no worker serves (or whose workers are all
+// busy) holds its later ticks back, passed over, instead of making a
+// pending run a tick without bound.
+func Decide(s *Spec, p Policy, st State, now time.Time, last Last) Decision {
+	inFlight := last != LastEnded
 	out := Decision{State: st}
 	ns := &out.State
 	overlap := p.Overlap.Or()
@@ -143,7 +161,7 @@ func Decide(s *Spec, p Policy, st State, now time.Time, inFlight bool) Decision 
 		switch {
 		case now.Sub(t) > p.backfill():
 			ns.Skipped++ // missed
-		case !inFlight || overlap == Allow:
+		case !inFlight || overlap == Allow && last != LastPending:
 			start(t)
 		case overlap == BufferOne && ns.Buffered.IsZero():
 			ns.Buffered = t

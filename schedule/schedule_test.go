@@ -149,39 +149,43 @@ func TestDecide(t *testing.T) {
 	t0 := utc("2026-12-04T10:00:00Z")
 	min := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
 	for _, c := range []struct {
-		name     string
-		p        Policy
-		st       State
-		now      time.Time
-		inFlight bool
-		start    []time.Time
-		want     State
+		name  string
+		p     Policy
+		st    State
+		now   time.Time
+		last  Last
+		start []time.Time
+		want  State
 	}{
-		{"nothing due", Policy{}, State{Cursor: t0}, t0.Add(30 * time.Second), false, nil, State{Cursor: t0}},
-		{"one due", Policy{}, State{Cursor: t0}, min(1), false, []time.Time{min(1)}, State{Cursor: min(1), LastTick: min(1), Started: 1}},
-		{"skip: the run in flight passes the ticks over", Policy{Overlap: Skip}, State{Cursor: t0}, min(2), true, nil,
+		{"nothing due", Policy{}, State{Cursor: t0}, t0.Add(30 * time.Second), LastEnded, nil, State{Cursor: t0}},
+		{"one due", Policy{}, State{Cursor: t0}, min(1), LastEnded, []time.Time{min(1)}, State{Cursor: min(1), LastTick: min(1), Started: 1}},
+		{"skip: the run in flight passes the ticks over", Policy{Overlap: Skip}, State{Cursor: t0}, min(2), LastRunning, nil,
 			State{Cursor: min(2), Skipped: 2}},
-		{"skip: one of two due starts", Policy{Backfill: time.Hour}, State{Cursor: t0}, min(2), false, []time.Time{min(1)},
+		{"skip: one of two due starts", Policy{Backfill: time.Hour}, State{Cursor: t0}, min(2), LastEnded, []time.Time{min(1)},
 			State{Cursor: min(2), LastTick: min(1), Started: 1, Skipped: 1}},
-		{"allow: both start", Policy{Overlap: Allow, Backfill: time.Hour}, State{Cursor: t0}, min(2), true, []time.Time{min(1), min(2)},
+		{"allow: both start", Policy{Overlap: Allow, Backfill: time.Hour}, State{Cursor: t0}, min(2), LastRunning, []time.Time{min(1), min(2)},
 			State{Cursor: min(2), LastTick: min(2), Started: 2}},
-		{"buffer one: the first waits, the next is passed over", Policy{Overlap: BufferOne}, State{Cursor: t0}, min(2), true, nil,
+		{"buffer one: the first waits, the next is passed over", Policy{Overlap: BufferOne}, State{Cursor: t0}, min(2), LastRunning, nil,
 			State{Cursor: min(2), Buffered: min(1), Skipped: 1}},
-		{"buffer one: it starts when the run ended", Policy{Overlap: BufferOne}, State{Cursor: min(2), Buffered: min(1)}, min(2).Add(time.Second), false,
+		{"buffer one: it starts when the run ended", Policy{Overlap: BufferOne}, State{Cursor: min(2), Buffered: min(1)}, min(2).Add(time.Second), LastEnded,
 			[]time.Time{min(1)}, State{Cursor: min(2), LastTick: min(1), Started: 1}},
-		{"backfill: ticks older than it are missed", Policy{Overlap: Allow, Backfill: 3 * time.Minute}, State{Cursor: t0}, min(10), false,
+		{"backfill: ticks older than it are missed", Policy{Overlap: Allow, Backfill: 3 * time.Minute}, State{Cursor: t0}, min(10), LastEnded,
 			[]time.Time{min(7), min(8), min(9), min(10)}, State{Cursor: min(10), LastTick: min(10), Started: 4, Skipped: 6}},
-		{"default backfill: a minute", Policy{Overlap: Allow}, State{Cursor: t0}, min(10), false,
+		{"default backfill: a minute", Policy{Overlap: Allow}, State{Cursor: t0}, min(10), LastEnded,
 			[]time.Time{min(9), min(10)}, State{Cursor: min(10), LastTick: min(10), Started: 2, Skipped: 8}},
+		// A run no worker took holds an allowing schedule's ticks back: a
+		// workflow no worker serves makes one pending run, not one a tick.
+		{"allow: a pending run holds the ticks back", Policy{Overlap: Allow, Backfill: time.Hour}, State{Cursor: t0}, min(3), LastPending, nil,
+			State{Cursor: min(3), Skipped: 3}},
 	} {
-		d := Decide(every, c.p, c.st, c.now, c.inFlight)
+		d := Decide(every, c.p, c.st, c.now, c.last)
 		if fmt.Sprint(d.Start) != fmt.Sprint(c.start) || !sameState(d.State, c.want) {
 			t.Errorf("%s:\n start %v\n state %+v\nwant %v\n      %+v", c.name, d.Start, d.State, c.start, c.want)
 		}
 	}
 	// A long outage walks a bounded number of ticks, and wants deciding
 	// again at once past MaxStarts.
-	d := Decide(mustParse(t, "@every 100ms", ""), Policy{Overlap: Allow, Backfill: time.Hour}, State{Cursor: t0}, min(30), false)
+	d := Decide(mustParse(t, "@every 100ms", ""), Policy{Overlap: Allow, Backfill: time.Hour}, State{Cursor: t0}, min(30), LastEnded)
 	if len(d.Start) != MaxStarts || !d.Next.Equal(min(30)) {
 		t.Fatalf("a backlog: %d started, next %v", len(d.Start), d.Next)
 	}
@@ -204,22 +208,34 @@ func TestDecideAccountsForEveryTick(t *testing.T) {
 		st := State{Cursor: t0}
 		now := t0
 		started := map[time.Time]bool{}
-		inFlight := false
+		inFlight, pending := false, false
 		for range 200 {
 			now = now.Add(time.Duration(r.IntN(4000)) * time.Millisecond)
 			if r.IntN(3) == 0 {
-				inFlight = false // the run ended
+				inFlight, pending = false, false // the run ended
+			} else if r.IntN(2) == 0 {
+				pending = false // a worker took it
 			}
-			d := Decide(s, p, st, now, inFlight)
+			last := LastEnded
+			if inFlight {
+				last = LastRunning
+				if pending {
+					last = LastPending
+				}
+			}
+			d := Decide(s, p, st, now, last)
 			for _, tk := range d.Start {
 				if started[tk] {
 					t.Fatalf("seed %d: tick %v started twice", seed, tk)
 				}
-				if p.Overlap != Allow && inFlight {
+				if p.Overlap != Allow && last != LastEnded {
 					t.Fatalf("seed %d: tick %v started over a run in flight (%s)", seed, tk, p.Overlap)
 				}
+				if last == LastPending {
+					t.Fatalf("seed %d: tick %v started while the last run was pending", seed, tk)
+				}
 				started[tk] = true
-				inFlight = true
+				inFlight, pending = true, true
 			}
 			st = d.State
 		}

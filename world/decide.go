@@ -7,6 +7,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/weirhq/weir/names"
 )
 
 // Request is one events.create call.
@@ -144,6 +146,23 @@ func entityID(what, id string) error {
 	return nil
 }
 
+// runID refuses a World run id a client names: an entity id that takes
+// no prefix weir mints other runs' ids with (a schedule's ticks, an
+// Idempotency-Key's runs), so that a World run cannot take one of those
+// before weir makes it. World runs' own prefix, wrun_, is the runtime's to
+// use.
+func runID(id string) error {
+	if err := entityID("run id", id); err != nil {
+		return err
+	}
+	for _, p := range names.ReservedRunIDPrefixes {
+		if p != "wrun_" && strings.HasPrefix(id, p) {
+			return fmt.Errorf("%w: run id %.40q: the prefix %q is weir's own", ErrInvalid, id, p)
+		}
+	}
+	return nil
+}
+
 // event returns the event req appends, at now.
 func (d *decider) event(t EventType, data json.RawMessage) Event {
 	return Event{RunID: d.runID(), EventID: d.ids.New("evnt"), EventType: t, CorrelationID: d.req.CorrelationID,
@@ -249,7 +268,7 @@ func (d *decider) runCreated() error {
 	id := d.req.RunID
 	if id == "" {
 		id = d.ids.New("wrun")
-	} else if err := entityID("run id", id); err != nil {
+	} else if err := runID(id); err != nil {
 		return err
 	}
 	d.out.Run = &Run{RunID: id, Status: Pending, DeploymentID: data.DeploymentID, WorkflowName: data.WorkflowName,
@@ -284,7 +303,7 @@ func (d *decider) resilientStart() error {
 	if data.DeploymentID == "" || data.WorkflowName == "" || len(data.Input) == 0 {
 		return nil
 	}
-	if err := entityID("run id", d.req.RunID); err != nil {
+	if err := runID(d.req.RunID); err != nil {
 		return err
 	}
 	created, _ := json.Marshal(data)

@@ -169,6 +169,22 @@ func TestRunLifecycle(t *testing.T) {
 	}
 }
 
+// A run id the client names takes no prefix weir mints other runs with:
+// a World run cannot take a schedule tick's run, or an Idempotency-Key's,
+// before weir makes it.
+func TestRunIDsWeirMints(t *testing.T) {
+	m := newMem()
+	for _, id := range []string{"sched:tk:20261206T000005.000Z", "idem_0123456789abcdef0123456789abcdef", "a b", "a/b", "é"} {
+		wantErr(t, m, Request{RunID: id, Type: RunCreated, Data: runData}, t0, ErrInvalid)
+		wantErr(t, m, Request{RunID: id, Type: RunStarted, Data: runData}, t0, ErrInvalid)
+	}
+	for _, id := range []string{"wrun_01J0000000000000000000000", "my-run:1"} {
+		if out := must(t, m, Request{RunID: id, Type: RunCreated, Data: runData}, t0); out.Run.RunID != id {
+			t.Fatalf("created %q, want %q", out.Run.RunID, id)
+		}
+	}
+}
+
 func TestRunFailedAndCancelled(t *testing.T) {
 	m := newMem()
 	id := must(t, m, Request{RunID: "wrun_a", Type: RunCreated, Data: runData}, t0).Run.RunID
