@@ -406,8 +406,11 @@ func (p *AdvanceParams) Check() error {
 		if err := CheckRunID(d.RunID); err != nil {
 			return fmt.Errorf("the record's delivery: %w", err)
 		}
-		if d.IdempotencyKey != "" || d.RunID == p.RunID || d.Close {
-			return fmt.Errorf("%w: a record's delivery is to another run's hook, without an idempotency key", ErrInvalid)
+		// A record's delivery is a child's end: the first and only one its
+		// hook takes (OnlyFirst), which no inbox counts, so that the stores
+		// can apply it with the record's own locks.
+		if d.IdempotencyKey != "" || d.RunID == p.RunID || d.Close || !d.OnlyFirst {
+			return fmt.Errorf("%w: a record's delivery is to another run's hook, only its first, without an idempotency key", ErrInvalid)
 		}
 	}
 	for i := range p.Events {

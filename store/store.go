@@ -806,8 +806,8 @@ type AdvanceParams struct {
 	// Deliver, if set, is a delivery to a hook of another run made in the
 	// same transaction, after everything else (a child run's end, to its
 	// parent's hook for it: the parent cannot miss it, whenever the
-	// child's worker dies). Its RunID is required and its IdempotencyKey
-	// must be empty. A delivery the hook refuses (its hook unknown,
+	// child's worker dies). Its RunID and OnlyFirst are required and its
+	// IdempotencyKey must be empty. A delivery the hook refuses (its hook unknown,
 	// disposed or of another run; its run ended or gone) refuses nothing
 	// of the Advance: it is not made.
 	Deliver *DeliverHookParams

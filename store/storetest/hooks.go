@@ -199,6 +199,8 @@ func testHooks(t *testing.T, h harness) {
 		}
 		bad := &store.AdvanceParams{RunID: "c1", LeaseEpoch: 1, Deliver: &store.DeliverHookParams{RunID: "parent", Token: "t", IdempotencyKey: "k"}}
 		wantErr(t, s.Advance(ctx(t), bad), store.ErrInvalid)
+		counted := &store.AdvanceParams{RunID: "c1", LeaseEpoch: 1, Deliver: &store.DeliverHookParams{RunID: "parent", Token: "t", Payload: []byte(`1`)}}
+		wantErr(t, s.Advance(ctx(t), counted), store.ErrInvalid)
 	})
 
 	t.Run("ASenderClosesTheHook", func(t *testing.T) {
