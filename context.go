@@ -334,9 +334,10 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 			return zero, &StepError{Name: name, Attempt: st.lastAttempt, Message: msg}
 		}
 		var giveBack func(cost int64)
+		var slotLost <-chan struct{}
 		if cfg.limiter != "" {
 			var err error
-			if giveBack, err = env.takeSlot(op, st, attempt, &cfg); err != nil {
+			if giveBack, slotLost, err = env.takeSlot(op, st, attempt, &cfg); err != nil {
 				// No slot to be had, ever: the step fails for good, and
 				// an earlier attempt's output with it.
 				msg := err.Error()
@@ -356,7 +357,7 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 		st.lastAttempt, st.open, st.retryAt = attempt, true, time.Time{}
 		x.startAttemptSpan(start)
 
-		out, err := runAttempt(x, start, st, &cfg, env.deferOK, fn)
+		out, err := runAttempt(x, start, st, &cfg, env.deferOK, slotLost, fn)
 		if giveBack != nil {
 			giveBack(start.cost.Load())
 		}
@@ -403,10 +404,11 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 			endAttemptSpan(start, "completed", nil, 0)
 			return out, nil
 		}
-		// A timed-out attempt may still be running: fence it at once, so
-		// that nothing it writes from now on is taken.
+		// A timed-out attempt, or one that lost its limiter's slot, may
+		// still be running: fence it at once, so that nothing it writes
+		// from now on is taken.
 		var fence *store.Fence
-		if errors.Is(err, ErrStepTimeout) {
+		if errors.Is(err, ErrStepTimeout) || errors.Is(err, ErrSlotLost) {
 			fence = &store.Fence{Writer: stepWriter(op), Attempt: attempt + 1}
 		}
 		if policy.retryable(err) && attempt-st.base < int64(policy.MaxAttempts) {
@@ -451,7 +453,7 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 // goroutine itself (a goroutine hand-off costs a short step a sixth of its
 // time): if the run is interrupted while fn does not return, execute
 // detaches it (execution.detach) and ends the run without it.
-func runAttempt[T any](x *execution, start *stepStart, st *opState, cfg *stepConfig, inline bool, fn func(StepContext) (T, error)) (out T, err error) {
+func runAttempt[T any](x *execution, start *stepStart, st *opState, cfg *stepConfig, inline bool, slotLost <-chan struct{}, fn func(StepContext) (T, error)) (out T, err error) {
 	parent := x.ctx
 	if start.span != nil {
 		// The step's own spans (an LLM call's, an HTTP client's) are the
@@ -488,7 +490,7 @@ func runAttempt[T any](x *execution, start *stepStart, st *opState, cfg *stepCon
 		}
 		return out, err
 	}
-	if inline && cfg.timeout <= 0 && cfg.heartbeat <= 0 {
+	if inline && cfg.timeout <= 0 && cfg.heartbeat <= 0 && slotLost == nil {
 		a := &inlineAttempt{start: start, st: st, returned: make(chan struct{})}
 		x.inlineRun.Store(a)
 		if x.ctx.Err() == nil {
@@ -548,6 +550,16 @@ func runAttempt[T any](x *execution, start *stepStart, st *opState, cfg *stepCon
 			why = &TimeoutError{Step: start.name, Attempt: start.attempt, Kind: "start-to-close", After: cfg.timeout}
 		case <-idle:
 			why = &TimeoutError{Step: start.name, Attempt: start.attempt, Kind: "heartbeat", After: cfg.heartbeat}
+		case <-slotLost:
+			select {
+			case r := <-res:
+				// It returned as the slot was lost: it ran within its
+				// slot, and its outcome stands.
+				cancel(nil)
+				return r.out, r.err
+			default:
+			}
+			why = &SlotLostError{Step: start.name, Attempt: start.attempt, Limiter: cfg.limiter}
 		case <-x.ctx.Done():
 			// The run is interrupted: the caller records what it must.
 			why = context.Cause(x.ctx)

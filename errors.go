@@ -38,6 +38,10 @@ var (
 	// ErrStepTimeout is the error of a step attempt that ran past its
 	// timeout (WithTimeout, WithHeartbeatTimeout). See TimeoutError.
 	ErrStepTimeout = errors.New("step timed out")
+	// ErrSlotLost is the error of a step attempt whose limiter slot was
+	// lost while it ran (WithLimiter): its lease at the store ran out before
+	// it was renewed, so the slot may be another's. See SlotLostError.
+	ErrSlotLost = errors.New("step's limiter slot lost")
 	// ErrRunTimeout fails a run still running at its deadline
 	// (WithRunTimeout); it is the cause of its contexts then.
 	ErrRunTimeout = errors.New("run deadline exceeded")
@@ -160,6 +164,26 @@ func (e *TimeoutError) Error() string {
 
 // Is makes errors.Is(err, ErrStepTimeout) true.
 func (e *TimeoutError) Is(t error) bool { return t == ErrStepTimeout }
+
+// SlotLostError is the error of a step attempt stopped because its
+// limiter slot was lost while it ran: the store had not heard its renewal
+// within the slot's lease (a stalled process, an unreachable database), or
+// said the slot was no longer held. The attempt's context is cancelled and
+// it is fenced off its streams before the slot can be another's, so that
+// never more steps run than the limiter's bound; the step's policy retries
+// it, with a slot of its own. It matches ErrSlotLost.
+type SlotLostError struct {
+	Step    string `json:"step"`
+	Attempt int64  `json:"attempt"`
+	Limiter string `json:"limiter"`
+}
+
+func (e *SlotLostError) Error() string {
+	return fmt.Sprintf("step %q attempt %d lost its slot of limiter %q: its lease ran out before it was renewed", e.Step, e.Attempt, e.Limiter)
+}
+
+// Is makes errors.Is(err, ErrSlotLost) true.
+func (e *SlotLostError) Is(t error) bool { return t == ErrSlotLost }
 
 // stepFailure is what a final step_failed event keeps of its error (in its
 // Data), so that the *StepError a replay returns matches what the live one

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/weirhq/weir/limit"
@@ -61,17 +62,18 @@ func stepStartOf(sc StepContext) *stepStart {
 var errLimiter = errors.New("weir: step limiter")
 
 // takeSlot waits until attempt of step op holds a slot of its limiter,
-// and returns what gives it back. Waits are env's (a long one parks the
-// run); a limiter that cannot be used is an error.
-func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConfig) (func(cost int64), error) {
+// and returns what gives it back and a channel closed if the slot is lost
+// while the attempt runs (slotLease). Waits are env's (a long one parks
+// the run); a limiter that cannot be used is an error.
+func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConfig) (func(cost int64), <-chan struct{}, error) {
 	x := env.x
 	lim := x.e.store
 	lease := x.e.cfg.LeaseTTL
 	p := &store.AcquireSlotParams{Limiter: cfg.limiter, Request: limit.Request{
 		Holder: limit.StepHolder(x.run.ID, op, attempt), Key: cfg.limitOpts.Key, Priority: cfg.limitOpts.Priority, Lease: lease}}
 	if g := x.e.grants.pool(cfg.limiter, cfg.limitOpts.Key); g != nil {
-		if release, ok := g.take(x.ctx); ok {
-			return release, nil
+		if release, lost, ok := g.take(x.ctx); ok {
+			return release, lost, nil
 		}
 	}
 	// In line: this engine's grants of the limiter give back what they do
@@ -85,14 +87,16 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 	}()
 	poll := 5 * time.Millisecond
 	for {
+		sent := time.Now()
 		d, err := lim.AcquireSlot(x.ctx, p)
 		switch {
 		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrUnsupported):
-			return nil, fmt.Errorf("%w: %w", errLimiter, err)
+			return nil, nil, fmt.Errorf("%w: %w", errLimiter, err)
 		case err != nil:
 			env.fail(err)
 		case d.Granted:
-			return x.holdSlot(lim, cfg.limiter, p.Holder, lease), nil
+			release, lost := x.holdSlot(lim, cfg.limiter, p.Holder, lease, sent)
+			return release, lost, nil
 		}
 		if !inLine {
 			inLine = true
@@ -122,8 +126,11 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 }
 
 // holdSlot keeps a granted slot's lease renewed until the returned
-// function gives it back with the attempt's cost.
-func (x *execution) holdSlot(lim store.Limits, name, holder string, lease time.Duration) func(cost int64) {
+// function gives it back with the attempt's cost. The channel is closed
+// when the slot is lost (slotLease): the store says it is no longer held,
+// or no renewal was heard in time.
+func (x *execution) holdSlot(lim store.Limits, name, holder string, lease time.Duration, sent time.Time) (func(cost int64), <-chan struct{}) {
+	sl := newSlotLease(sent, lease)
 	done := make(chan struct{})
 	go func() {
 		t := time.NewTicker(lease / 3)
@@ -133,14 +140,24 @@ func (x *execution) holdSlot(lim store.Limits, name, holder string, lease time.D
 			case <-done:
 				return
 			case <-t.C:
-				if _, err := lim.RenewSlot(context.Background(), &store.RenewSlotParams{Limiter: name, Holder: holder, Lease: lease}); err != nil {
+				sent := time.Now()
+				ok, err := lim.RenewSlot(context.Background(), &store.RenewSlotParams{Limiter: name, Holder: holder, Lease: lease})
+				switch {
+				case err != nil:
 					x.e.log.Warn("weir: renewing a limiter's slot failed", "limiter", name, "holder", holder, "err", err)
+				case !ok:
+					x.e.log.Warn("weir: a step's limiter slot was lost: its lease ran out before it was renewed", "limiter", name, "holder", holder)
+					sl.lose()
+					return
+				default:
+					sl.renewed(sent)
 				}
 			}
 		}
 	}()
 	return func(cost int64) {
 		close(done)
+		sl.stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		// A release lost here is taken back with the lease; the cost it
@@ -148,5 +165,70 @@ func (x *execution) holdSlot(lim store.Limits, name, holder string, lease time.D
 		if _, err := lim.ReleaseSlot(ctx, &store.ReleaseSlotParams{Limiter: name, Holder: holder, Cost: cost}); err != nil {
 			x.e.log.Warn("weir: releasing a limiter's slot failed; it comes back with its lease", "limiter", name, "holder", holder, "cost", cost, "err", err)
 		}
+	}, sl.lost
+}
+
+// slotLease fences a limiter slot's holder: the store gives a slot whose
+// lease ran out to the next in line, so an attempt must stop before that
+// can happen, or more steps than the bound would run at once. The lease
+// runs out at the store no earlier than the holder's clock when it sent
+// the last renewal the store granted, plus the lease; lost closes a tenth
+// of a lease before that (room for the clocks of other processes), or at
+// once when the store says the hold is gone. The attempt then ends as a
+// timed-out one does (SlotLostError): its context is cancelled, it is
+// fenced off its streams, and its step retries with a slot of its own.
+type slotLease struct {
+	lost  chan struct{}
+	ttl   time.Duration
+	timer *time.Timer
+
+	mu   sync.Mutex
+	gone bool // lost, or stopped: the deadline moves no more
+}
+
+// slotLeaseMargin is how long before its lease runs out a slot is given up.
+func slotLeaseMargin(ttl time.Duration) time.Duration { return ttl / 10 }
+
+func newSlotLease(sent time.Time, ttl time.Duration) *slotLease {
+	l := &slotLease{lost: make(chan struct{}), ttl: ttl}
+	l.timer = time.AfterFunc(time.Until(sent.Add(ttl-slotLeaseMargin(ttl))), l.lose)
+	return l
+}
+
+// renewed moves the deadline: the store granted a renewal sent at sent.
+func (l *slotLease) renewed(sent time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.gone {
+		l.timer.Reset(time.Until(sent.Add(l.ttl - slotLeaseMargin(l.ttl))))
 	}
+}
+
+// lose closes lost, once.
+func (l *slotLease) lose() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.gone {
+		l.gone = true
+		l.timer.Stop()
+		close(l.lost)
+	}
+}
+
+// isLost reports whether lost is closed.
+func (l *slotLease) isLost() bool {
+	select {
+	case <-l.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop ends the deadline: the slot was given back.
+func (l *slotLease) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.gone = true
+	l.timer.Stop()
 }

@@ -405,3 +405,98 @@ func TestLimiterRate(t *testing.T) {
 		}
 	})
 }
+
+// A slot is fenced by its lease: when a step's slot runs out under it and
+// another holder takes it (here an outside holder, as a worker of another
+// process would after a stalled renewal), the attempt's context is
+// cancelled with ErrSlotLost, its step retries, and the retry waits for a
+// slot of its own; never are both in flight. Both paths, on both stores:
+// a limiter of concurrency only (an engine's grant) and one with a rate
+// (a slot an attempt holds alone).
+func TestLimiterSlotLostStopsTheAttempt(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  limit.Config
+	}{
+		{"grant", limit.Config{Name: "llm", Concurrency: 1}},
+		{"slot", limit.Config{Name: "llm", Concurrency: 1, Rate: 1000, Period: time.Second}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			eachStore(t, func(t *testing.T, s store.Full) {
+				must(t, s.SetLimiter(testCtx(t), &c.cfg))
+				e := newEngine(t, s, fastConfig())
+				started := make(chan struct{})
+				cause := make(chan error, 1)
+				var intruderOut atomic.Int64 // unix nanos the outside holder gave the slot back
+				var secondAt atomic.Int64
+				wf := weir.Register(e, "fenced", func(ctx weir.Context, _ int) (string, error) {
+					return weir.Step(ctx, "call", func(sc weir.StepContext) (string, error) {
+						if sc.Attempt() == 1 {
+							close(started)
+							select {
+							case <-sc.Done():
+								cause <- context.Cause(sc)
+								return "", context.Cause(sc)
+							case <-time.After(20 * time.Second):
+								cause <- errors.New("attempt 1 was not stopped within 20s of losing its slot")
+								return "late", nil
+							}
+						}
+						secondAt.Store(time.Now().UnixNano())
+						return "ok", nil
+					}, weir.WithLimiter("llm", nil))
+				})
+				must(t, e.Work(testCtx(t)))
+				h, err := wf.Start(testCtx(t), 0, nil)
+				must(t, err)
+				select {
+				case <-started:
+				case <-time.After(20 * time.Second):
+					t.Fatal("attempt 1 did not start within 20s")
+				}
+				// The engine's hold goes, and another takes the slot.
+				st, err := s.LimiterState(testCtx(t), "llm", time.Time{})
+				must(t, err)
+				if len(st.Holds) != 1 {
+					t.Fatalf("the limiter holds %+v, want the attempt's one hold", st.Holds)
+				}
+				_, err = s.ReleaseSlot(testCtx(t), &store.ReleaseSlotParams{Limiter: "llm", Holder: st.Holds[0].Holder})
+				must(t, err)
+				d, err := s.AcquireSlot(testCtx(t), &store.AcquireSlotParams{Limiter: "llm", Request: limit.Request{Holder: "intruder", Lease: time.Minute}})
+				must(t, err)
+				if !d.Granted {
+					t.Fatalf("the outside holder was refused: %+v", d)
+				}
+				select {
+				case err := <-cause:
+					if !errors.Is(err, weir.ErrSlotLost) {
+						t.Fatalf("attempt 1 ended with %v, want ErrSlotLost", err)
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatal("attempt 1 was not stopped within 20s of losing its slot")
+				}
+				// The retry waits while the outside holder has the slot.
+				intruderOut.Store(time.Now().UnixNano())
+				_, err = s.ReleaseSlot(testCtx(t), &store.ReleaseSlotParams{Limiter: "llm", Holder: "intruder"})
+				must(t, err)
+				if out, err := h.Result(testCtx(t)); err != nil || out != "ok" {
+					t.Fatalf("result %q, %v", out, err)
+				}
+				if secondAt.Load() < intruderOut.Load() {
+					t.Fatal("attempt 2 ran while the outside holder had the limiter's one slot")
+				}
+				evs, err := s.ListEvents(testCtx(t), h.ID, 0)
+				must(t, err)
+				failed := 0
+				for _, ev := range evs {
+					if ev.Type == store.EventStepFailed && strings.Contains(ev.Error, "lost its slot") {
+						failed++
+					}
+				}
+				if failed != 1 {
+					t.Fatalf("%d step_failed events for a lost slot, want 1", failed)
+				}
+			})
+		})
+	}
+}

@@ -166,6 +166,11 @@ type grantPool struct {
 	others  int       // waiters in the store's line at its last answer
 	off     time.Time // the limiter took no grant: not asked again before
 	keeping bool      // the keeper runs
+	// lease fences the attempts the grant's slots were handed to: lost if
+	// the grant's hold runs out under them (its renewals late, or the
+	// store's answer short of what is in use). A lost lease hands out
+	// nothing more; the next grant the store makes starts a new one.
+	lease *slotLease
 }
 
 func (p *grantPool) nudge() {
@@ -175,64 +180,88 @@ func (p *grantPool) nudge() {
 	}
 }
 
-// takeLocal hands out a granted slot if one is free and no one waits.
-func (p *grantPool) takeLocal() bool {
+// takeLocal hands out a granted slot if one is free and no one waits,
+// with the channel that says its grant's hold was lost.
+func (p *grantPool) takeLocal() (<-chan struct{}, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.inUse < p.granted && p.others == 0 && p.waiting.Load() == 0 {
+	return p.handOut()
+}
+
+// handOut is takeLocal with p.mu held.
+func (p *grantPool) handOut() (<-chan struct{}, bool) {
+	if p.inUse < p.granted && p.others == 0 && p.waiting.Load() == 0 && p.lease != nil && !p.lease.isLost() {
 		p.inUse++
 		p.peak = max(p.peak, p.inUse)
-		return true
+		return p.lease.lost, true
 	}
-	return false
+	return nil, false
+}
+
+// heard moves the grant's lease on the store's answer to an ask sent at
+// sent, which holds count slots for it (p.mu held): a hold of fewer slots
+// than are in use ran out under them, and its attempts must stop.
+func (p *grantPool) heard(sent time.Time, count int) {
+	ttl := p.g.e.cfg.LeaseTTL
+	switch {
+	case p.lease == nil || p.lease.isLost():
+		p.lease = newSlotLease(sent, ttl)
+	case count < p.inUse:
+		p.lease.lose()
+		p.lease = newSlotLease(sent, ttl)
+	default:
+		p.lease.renewed(sent)
+	}
 }
 
 // take hands a slot to an attempt from the engine's grant, growing it if
 // it must; false if the grant cannot (someone waits, no slot is free, the
 // limiter takes no grants, the store failed): the attempt then asks the
 // store alone, in line.
-func (p *grantPool) take(ctx context.Context) (func(cost int64), bool) {
-	if p.takeLocal() {
-		return p.release, true
+func (p *grantPool) take(ctx context.Context) (func(cost int64), <-chan struct{}, bool) {
+	if lost, ok := p.takeLocal(); ok {
+		return p.release, lost, true
 	}
 	p.mu.Lock()
 	off := time.Now().Before(p.off)
 	p.mu.Unlock()
 	if off || p.waiting.Load() > 0 {
-		return nil, false
+		return nil, nil, false
 	}
 	p.ask.Lock()
 	defer p.ask.Unlock()
-	if p.takeLocal() { // grown by another attempt meanwhile
-		return p.release, true
+	if lost, ok := p.takeLocal(); ok { // grown by another attempt meanwhile
+		return p.release, lost, true
 	}
 	p.mu.Lock()
 	want := min(limit.MaxGrant, max(2*p.granted, p.inUse+1))
 	p.mu.Unlock()
 	e := p.g.e
+	sent := time.Now()
 	d, err := e.store.AcquireSlot(ctx, &store.AcquireSlotParams{Limiter: p.limiter, Request: limit.Request{
 		Holder: p.holder, Key: p.key.key, Lease: e.cfg.LeaseTTL, Grant: want}})
 	if err != nil {
-		return nil, false // the attempt's own ask says what is wrong
+		return nil, nil, false // the attempt's own ask says what is wrong
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if d.Reason == limit.NoGrant {
 		p.off = time.Now().Add(grantRetry)
-		return nil, false
+		return nil, nil, false
 	}
 	p.granted, p.others = d.Count, d.Waiting
-	if p.granted > 0 && !p.keeping {
-		p.keeping = true
-		p.g.wg.Add(1)
-		go p.keep()
+	if p.granted > 0 {
+		p.heard(sent, d.Count)
+		if !p.keeping {
+			p.keeping = true
+			p.g.wg.Add(1)
+			go p.keep()
+		}
 	}
-	if p.inUse < p.granted && p.others == 0 {
-		p.inUse++
-		p.peak = max(p.peak, p.inUse)
-		return p.release, true
+	if lost, ok := p.handOut(); ok {
+		return p.release, lost, true
 	}
-	return nil, false
+	return nil, nil, false
 }
 
 // release gives an attempt's slot back to the grant (a grant's limiter has
@@ -294,6 +323,12 @@ func (p *grantPool) resize(closing bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if want == 0 {
+		p.mu.Lock()
+		if p.lease != nil {
+			p.lease.stop()
+			p.lease = nil
+		}
+		p.mu.Unlock()
 		if _, err := e.store.ReleaseSlot(ctx, &store.ReleaseSlotParams{Limiter: p.limiter, Holder: p.holder}); err != nil {
 			e.log.Warn("weir: giving a limiter's grant back failed; it comes back with its lease", "limiter", p.limiter, "err", err)
 		}
@@ -306,6 +341,7 @@ func (p *grantPool) resize(closing bool) bool {
 		p.g.mu.Unlock()
 		return true
 	}
+	sent := time.Now()
 	d, err := e.store.AcquireSlot(ctx, &store.AcquireSlotParams{Limiter: p.limiter, Request: limit.Request{
 		Holder: p.holder, Key: p.key.key, Lease: e.cfg.LeaseTTL, Grant: want}})
 	p.mu.Lock()
@@ -321,8 +357,14 @@ func (p *grantPool) resize(closing bool) bool {
 		p.granted, p.off = 0, time.Now().Add(grantRetry)
 	default:
 		// Less than asked only if the lease had run out and others took
-		// the slots meanwhile: no more is handed out until enough end.
+		// the slots meanwhile: the attempts it was handed to stop (heard),
+		// and no more is handed out until enough end.
 		p.granted, p.others = d.Count, d.Waiting
+		if d.Count > 0 {
+			p.heard(sent, d.Count)
+		} else if p.lease != nil {
+			p.lease.lose()
+		}
 	}
 	return false
 }
