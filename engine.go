@@ -540,6 +540,12 @@ func (e *Engine) reserve(queue string) (context.Context, bool) {
 	return e.runCtx, true
 }
 
+// runsVersion reports whether this engine claims runs of version v.
+func (e *Engine) runsVersion(v string) bool {
+	vs := e.versions()
+	return vs == nil || slices.Contains(vs, v)
+}
+
 // unreserve gives back a slot reserve took and nothing used.
 func (e *Engine) unreserve(queue string) {
 	e.mu.Lock()

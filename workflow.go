@@ -114,6 +114,11 @@ type StartOptions struct {
 	// never stops still runs DebounceMax after its first start, with the
 	// latest input then. 0: no cap.
 	DebounceMax time.Duration
+	// Version is the application version the run is for: only a worker of
+	// that version, or one that names it in CompatibleVersions, claims
+	// it (a canary's runs, a run that must wait for the next deploy).
+	// "": the engine's Config.Version.
+	Version string
 }
 
 // Start starts a run of w with input in (or returns the run opts.ID names).
@@ -160,6 +165,12 @@ func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *
 			p.WakeAt = time.Now().Add(opts.Delay)
 		}
 		p.Queue, p.QueueKey, p.Priority, p.Dedupe, p.Debounce, p.DebounceMax = opts.Queue, opts.QueueKey, opts.Priority, opts.Dedupe, opts.Debounce, opts.DebounceMax
+		if opts.Version != "" {
+			if err := names.Version(opts.Version, store.MaxVersionLen); err != nil {
+				return nil, false, fmt.Errorf("start run: %w: %w", store.ErrInvalid, err)
+			}
+			p.Version = opts.Version
+		}
 	}
 	if p.ID == "" {
 		p.ID = newRunID()
@@ -169,7 +180,11 @@ func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *
 	// run in a queue is, if its queue lets it start at once (no one ahead,
 	// room in its bounds); else it waits there, and an admission leases it
 	// to a worker.
-	runCtx, reserved := e.reserve(p.Queue)
+	var runCtx context.Context
+	reserved := false
+	if e.runsVersion(p.Version) {
+		runCtx, reserved = e.reserve(p.Queue)
+	}
 	if reserved {
 		p.Owner, p.LeaseTTL = e.cfg.WorkerID, e.cfg.LeaseTTL
 	}

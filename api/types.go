@@ -37,6 +37,10 @@ type StartRequest struct {
 	// postpone the run: it starts at the latest that many milliseconds
 	// after its first start.
 	DebounceMaxMS int64 `json:"debounce_max_ms,omitempty"`
+	// Version is the application version the run is for: a worker of
+	// that version (or one that names it compatible) claims it. Optional;
+	// default the server's engine's version.
+	Version string `json:"version,omitempty"`
 }
 
 // Run is a run, as the runs API shows it.

@@ -115,6 +115,8 @@ type StartOptions struct {
 	Debounce        time.Duration
 	// DebounceMax caps how long a burst of starts postpones the run.
 	DebounceMax time.Duration
+	// Version is the application version the run is for (weir.StartOptions).
+	Version string
 }
 
 // Start starts a run of workflow with input (encoded as JSON; a
@@ -127,7 +129,7 @@ func (c *Client) Start(ctx context.Context, workflow string, input any, opts *St
 		o = *opts
 	}
 	req := api.StartRequest{Workflow: workflow, ID: o.ID, Queue: o.Queue, QueueKey: o.QueueKey, Priority: o.Priority,
-		Dedupe: o.Dedupe, DebounceMS: o.Debounce.Milliseconds(), DebounceMaxMS: o.DebounceMax.Milliseconds()}
+		Dedupe: o.Dedupe, DebounceMS: o.Debounce.Milliseconds(), DebounceMaxMS: o.DebounceMax.Milliseconds(), Version: o.Version}
 	if input != nil {
 		b, err := json.Marshal(input)
 		if err != nil {

@@ -75,6 +75,7 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request) {
 	run, created, err := s.e.StartRun(s.traceContext(r), req.Workflow, req.Input, &weir.StartOptions{
 		ID: id, Queue: req.Queue, QueueKey: req.QueueKey, Priority: req.Priority, Dedupe: req.Dedupe,
 		Debounce: time.Duration(req.DebounceMS) * time.Millisecond, DebounceMax: time.Duration(req.DebounceMaxMS) * time.Millisecond,
+		Version: req.Version,
 	})
 	if key != "" {
 		switch {
