@@ -2,6 +2,7 @@ package weir_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -236,6 +237,34 @@ func TestScheduleOfAnUnservedWorkflow(t *testing.T) {
 		waitFor(t, 20*time.Second, "ten more ticks passed over", func() bool { return skipped() >= from+10 })
 		if n := len(pending()); n != first {
 			t.Fatalf("%d runs of the unserved workflow, then %d: its ticks pile up", first, n)
+		}
+	})
+}
+
+// Engine.PauseSchedule and ResumeSchedule change a schedule by name alone,
+// keeping its workflow, input, spec and policy; a schedule that does not
+// exist is ErrNotFound and is not made.
+func TestPauseScheduleByName(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		e := newEngine(t, s, fastConfig())
+		wf := weir.Register(e, "nightly", func(ctx weir.Context, in int) (int, error) { return in, nil })
+		_, err := wf.Schedule(testCtx(t), "n", "0 3 * * *", 7, &weir.ScheduleOptions{TZ: "Europe/Paris", Overlap: schedule.Allow})
+		must(t, err)
+		sc, err := e.PauseSchedule(testCtx(t), "n")
+		must(t, err)
+		if !sc.Paused || sc.Spec != "0 3 * * *" || sc.TZ != "Europe/Paris" || sc.Overlap != schedule.Allow || string(sc.Input) != "7" || sc.Workflow != "nightly" {
+			t.Fatalf("paused: %+v", sc)
+		}
+		sc, err = e.ResumeSchedule(testCtx(t), "n")
+		must(t, err)
+		if sc.Paused || sc.NextDue.IsZero() || sc.Spec != "0 3 * * *" {
+			t.Fatalf("resumed: %+v", sc)
+		}
+		if _, err := e.PauseSchedule(testCtx(t), "none"); !errors.Is(err, weir.ErrNotFound) {
+			t.Fatalf("pause of no schedule: %v", err)
+		}
+		if _, err := s.GetSchedule(testCtx(t), "none"); !errors.Is(err, weir.ErrNotFound) {
+			t.Fatalf("a pause made a schedule: %v", err)
 		}
 	})
 }

@@ -50,6 +50,19 @@ func (w *Workflow[In, Out]) Schedule(ctx context.Context, name, spec string, in 
 		Policy: schedule.Policy{Overlap: o.Overlap, Backfill: o.Backfill}, Paused: o.Paused})
 }
 
+// PauseSchedule pauses schedule name and keeps the rest of it: no tick
+// starts until ResumeSchedule, and the ticks meanwhile never do.
+// ErrNotFound if there is none.
+func (e *Engine) PauseSchedule(ctx context.Context, name string) (*store.Schedule, error) {
+	return e.store.SetSchedule(ctx, &store.SetScheduleParams{Name: name, PauseOnly: true, Paused: true})
+}
+
+// ResumeSchedule resumes a paused schedule: its ticks start from now.
+// ErrNotFound if there is none.
+func (e *Engine) ResumeSchedule(ctx context.Context, name string) (*store.Schedule, error) {
+	return e.store.SetSchedule(ctx, &store.SetScheduleParams{Name: name, PauseOnly: true})
+}
+
 // ScheduledTick returns the schedule and tick that started the run of ctx;
 // ok false for a run no schedule started.
 func ScheduledTick(ctx Context) (name string, tick time.Time, ok bool) {

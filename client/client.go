@@ -671,6 +671,27 @@ func (c *Client) SetSchedule(ctx context.Context, sc *api.Schedule) (*api.Schedu
 	return &out, nil
 }
 
+// PauseSchedule pauses schedule name, keeping the rest of it (POST
+// /v1/schedules/{name}/pause): no tick starts until it is resumed, and the
+// ticks meanwhile never do. ErrNotFound if there is none.
+func (c *Client) PauseSchedule(ctx context.Context, name string) (*api.Schedule, error) {
+	return c.pauseSchedule(ctx, name, "pause")
+}
+
+// ResumeSchedule resumes a paused schedule (POST
+// /v1/schedules/{name}/resume): its ticks start from now.
+func (c *Client) ResumeSchedule(ctx context.Context, name string) (*api.Schedule, error) {
+	return c.pauseSchedule(ctx, name, "resume")
+}
+
+func (c *Client) pauseSchedule(ctx context.Context, name, verb string) (*api.Schedule, error) {
+	var out api.Schedule
+	if _, err := c.doJSON(ctx, http.MethodPost, "/v1/schedules/"+url.PathEscape(name)+"/"+verb, nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // DeleteSchedule deletes a schedule (DELETE /v1/schedules/{name}); the runs
 // it started are kept.
 func (c *Client) DeleteSchedule(ctx context.Context, name string) error {

@@ -31,6 +31,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/schedules/{name}", s.handleSchedule)
 	s.mux.HandleFunc("PUT /v1/schedules/{name}", s.handleSetSchedule)
 	s.mux.HandleFunc("DELETE /v1/schedules/{name}", s.handleDeleteSchedule)
+	s.mux.HandleFunc("POST /v1/schedules/{name}/pause", s.handlePauseSchedule)
+	s.mux.HandleFunc("POST /v1/schedules/{name}/resume", s.handlePauseSchedule)
 	s.worldRoutes() // world.go
 
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/weirhq/weir/api"
@@ -86,6 +87,23 @@ func (s *Server) handleSetSchedule(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sc, err := s.store.SetSchedule(r.Context(), &p)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, scheduleJSON(sc))
+}
+
+// handlePauseSchedule serves POST /v1/schedules/{name}/pause and
+// /resume: the schedule's Paused alone changes, in the store's one
+// transaction (a change made meanwhile is kept).
+func (s *Server) handlePauseSchedule(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		httpError(w, err)
+		return
+	}
+	paused := strings.HasSuffix(r.URL.Path, "/pause")
+	sc, err := s.store.SetSchedule(r.Context(), &store.SetScheduleParams{Name: r.PathValue("name"), PauseOnly: true, Paused: paused})
 	if err != nil {
 		httpError(w, err)
 		return

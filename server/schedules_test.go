@@ -61,7 +61,17 @@ func TestSchedulesAPI(t *testing.T) {
 		if run.Workflow != "ping" || string(run.Output) != "3" {
 			t.Fatalf("a tick's run: %+v", run)
 		}
-		// Paused: no tick starts.
+		// Paused by name: no tick starts, and the rest is kept; resumed
+		// by name, and paused again with the whole configuration.
+		d.send("POST", "/v1/schedules/ping/pause", "").must(t, http.StatusOK)
+		if p := get("ping"); !p.Paused || p.NextDue != nil || p.Overlap != "allow" || string(p.Input) != `{"n":3}` {
+			t.Fatalf("paused by name: %+v", p)
+		}
+		d.send("POST", "/v1/schedules/ping/resume", "").must(t, http.StatusOK)
+		if p := get("ping"); p.Paused || p.NextDue == nil || p.Overlap != "allow" {
+			t.Fatalf("resumed by name: %+v", p)
+		}
+		d.send("POST", "/v1/schedules/nope/pause", "").must(t, http.StatusNotFound)
 		d.send("PUT", "/v1/schedules/ping", `{"workflow":"ping","spec":"@every 100ms","paused":true}`, js...).must(t, http.StatusOK)
 		paused := get("ping")
 		if !paused.Paused || paused.NextDue != nil {

@@ -66,7 +66,12 @@ type SetScheduleParams struct {
 	Spec, TZ       string
 	schedule.Policy
 	Paused bool
-	Now    time.Time // zero: the store's clock
+	// PauseOnly changes nothing but Paused: the schedule's other fields
+	// stay as stored (in the store's one transaction, so a change made
+	// meanwhile is not undone), and a schedule that does not exist is
+	// ErrNotFound. Workflow, Input, Spec, TZ and Policy are then ignored.
+	PauseOnly bool
+	Now       time.Time // zero: the store's clock
 }
 
 // Check refuses a bad schedule: a name that could not stand in a run id,
@@ -75,6 +80,9 @@ type SetScheduleParams struct {
 func (p *SetScheduleParams) Check() error {
 	if err := schedule.CheckName(p.Name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if p.PauseOnly {
+		return nil
 	}
 	if err := CheckID("workflow", p.Workflow); err != nil {
 		return err

@@ -108,12 +108,10 @@ func schedulesCmd(ctx context.Context, name string, args []string, stdout, stder
 			set.Backfill = backfill.String()
 		}
 		err = one(c.SetSchedule(ctx, &set))
-	case "pause", "resume":
-		var sc *api.Schedule
-		if sc, err = c.Schedule(ctx, pos[0]); err == nil {
-			sc.Paused = args[0] == "pause"
-			err = one(c.SetSchedule(ctx, sc))
-		}
+	case "pause":
+		err = one(c.PauseSchedule(ctx, pos[0]))
+	case "resume":
+		err = one(c.ResumeSchedule(ctx, pos[0]))
 	case "rm":
 		if err = c.DeleteSchedule(ctx, pos[0]); err == nil {
 			fmt.Fprintf(stdout, "deleted schedule %s\n", pos[0])

@@ -73,6 +73,14 @@ func SetSchedule(tx ScheduleTx, p *store.SetScheduleParams) (*store.Schedule, er
 		return nil, err
 	}
 	insert := s == nil
+	if p.PauseOnly {
+		if insert {
+			return nil, fmt.Errorf("%w: no schedule %q", store.ErrNotFound, p.Name)
+		}
+		q := *p
+		q.Workflow, q.Input, q.Spec, q.TZ, q.Policy = s.Workflow, s.Input, s.Spec, s.TZ, s.Policy
+		p = &q
+	}
 	if insert {
 		n, err := tx.CountSchedules()
 		if err != nil {

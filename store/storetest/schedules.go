@@ -223,6 +223,20 @@ func testSchedules(t *testing.T, h harness) {
 		if len(got) != 1 {
 			t.Fatalf("claim after the resume: %+v", got)
 		}
+		// A pause by name alone keeps the rest as stored, and a resume
+		// by name brings it back; a schedule that does not exist is not
+		// made by either.
+		set(t, s, store.SetScheduleParams{Name: "q", Workflow: "wf2", Input: []byte(`{"k":1}`), Spec: "@every 2s", TZ: "Europe/Paris", Now: at(61_000)})
+		sc = set(t, s, store.SetScheduleParams{Name: "q", PauseOnly: true, Paused: true, Now: at(61_100)})
+		if !sc.Paused || sc.Workflow != "wf2" || string(sc.Input) != `{"k":1}` || sc.Spec != "@every 2s" || sc.TZ != "Europe/Paris" {
+			t.Fatalf("paused by name: %+v", sc)
+		}
+		sc = set(t, s, store.SetScheduleParams{Name: "q", PauseOnly: true, Now: at(70_000)})
+		if sc.Paused || sc.Spec != "@every 2s" || !sc.NextDue.Equal(at(72_000)) {
+			t.Fatalf("resumed by name: %+v", sc)
+		}
+		_, err := s.SetSchedule(ctx(t), &store.SetScheduleParams{Name: "none", PauseOnly: true, Paused: true})
+		wantErr(t, err, store.ErrNotFound)
 		must(t, s.DeleteSchedule(ctx(t), "p"))
 		ok, err := s.AdvanceSchedule(ctx(t), &store.AdvanceScheduleParams{Name: "p", Owner: "a", Version: got[0].Version, NextDue: at(62_000)})
 		must(t, err)
