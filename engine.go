@@ -16,6 +16,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/store"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
@@ -92,6 +93,15 @@ type Config struct {
 	// store.Store.PurgeRuns), without holding up writers. Defaults to 0:
 	// finished runs are kept forever.
 	Retention time.Duration
+	// Limiters are the limiters this engine's steps and queues use
+	// (WithLimiter, StartOptions.Queue), set in the store by Work before it
+	// claims a run: created if missing, changed if their bounds differ,
+	// their slots and lines kept. A limiter the store cannot take fails
+	// Work, at deploy time, instead of failing a step for good when it
+	// first names it. Processes that share a database should declare the
+	// same bounds: the last to start sets them. Defaults to none (set
+	// limiters with Engine.SetLimiter or `weir limiters set`).
+	Limiters []limit.Config
 }
 
 // WriterConfig configures the batching of step stream writers.
@@ -195,6 +205,17 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: Writer.MaxBatchBytes %d, want 1..%d", c.Writer.MaxBatchBytes, store.MaxAppendBytes)
 	case len(c.CompatibleVersions) > 0 && c.Version == "":
 		return fmt.Errorf("config: CompatibleVersions need a Version")
+	}
+	seen := map[string]bool{}
+	for i := range c.Limiters {
+		l := &c.Limiters[i]
+		if err := l.Check(); err != nil {
+			return fmt.Errorf("config: Limiters[%d]: %w", i, err)
+		}
+		if seen[l.Name] {
+			return fmt.Errorf("config: Limiters: limiter %q twice", l.Name)
+		}
+		seen[l.Name] = true
 	}
 	for _, v := range append([]string{c.Version}, c.CompatibleVersions...) {
 		if len(v) > store.MaxVersionLen || !utf8.ValidString(v) || strings.ContainsFunc(v, unicode.IsControl) {
@@ -361,6 +382,14 @@ func (e *Engine) register(name string, reg *registered) {
 // workflow is registered (and Config.NoWorker is not set): such an engine
 // would claim nothing, which is a mistake of the program.
 func (e *Engine) Work(ctx context.Context) error {
+	if !e.cfg.NoWorker {
+		for i := range e.cfg.Limiters {
+			c := e.cfg.Limiters[i]
+			if err := e.ensureLimiter(ctx, &c); err != nil {
+				return fmt.Errorf("weir: Config.Limiters: %w", err)
+			}
+		}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {

@@ -40,6 +40,52 @@ func WithLimiter(name string, opts *LimitOptions) StepOption {
 	}
 }
 
+// SetLimiter creates limiter c or changes its bounds, keeping its slots
+// held and its line (store.Limits.SetLimiter): on PostgreSQL, for every
+// process on the database at once. ErrQuota past store.MaxLimiters.
+func (e *Engine) SetLimiter(ctx context.Context, c limit.Config) error {
+	return e.store.SetLimiter(ctx, &c)
+}
+
+// Limiter returns limiter name's bounds and what it holds now: its slots
+// held, its line, its recent uses. ErrNotFound if there is none.
+func (e *Engine) Limiter(ctx context.Context, name string) (*limit.Config, *limit.State, error) {
+	c, err := e.store.GetLimiter(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := e.store.LimiterState(ctx, name, time.Time{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, st, nil
+}
+
+// Limiters returns every limiter's bounds.
+func (e *Engine) Limiters(ctx context.Context) ([]*limit.Config, error) {
+	return e.store.ListLimiters(ctx)
+}
+
+// DeleteLimiter deletes limiter name if nothing uses it (no slot held, no
+// one in line, no run queued in it): store.ErrLimiterInUse if something
+// does, ErrNotFound if there is none.
+func (e *Engine) DeleteLimiter(ctx context.Context, name string) error {
+	return e.store.DeleteLimiter(ctx, name)
+}
+
+// ensureLimiter sets c unless the store has it with the same bounds
+// (Config.Limiters): a restart does not write what is there.
+func (e *Engine) ensureLimiter(ctx context.Context, c *limit.Config) error {
+	have, err := e.store.GetLimiter(ctx, c.Name)
+	if err == nil && *have == *c {
+		return nil
+	}
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return e.store.SetLimiter(ctx, c)
+}
+
 // ChargeLimiter reports cost (the tokens a call used) for sc's attempt: it
 // is charged to the attempt's limiter's budget when the attempt ends. Each
 // call adds to it. Without WithLimiter it does nothing.

@@ -500,3 +500,54 @@ func TestLimiterSlotLostStopsTheAttempt(t *testing.T) {
 		})
 	}
 }
+
+// Limiters through the engine: Config.Limiters are set by Work (a restart
+// with the same bounds writes nothing new, other bounds change them),
+// SetLimiter, Limiter, Limiters and DeleteLimiter manage them without the
+// store, and a bad declaration fails New, before any step runs.
+func TestEngineLimiters(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		cfg := fastConfig()
+		cfg.Limiters = []limit.Config{{Name: "llm", Concurrency: 2}}
+		e := newEngine(t, s, cfg)
+		wf := weir.Register(e, "call", func(ctx weir.Context, _ int) (string, error) {
+			return weir.Step(ctx, "call", func(sc weir.StepContext) (string, error) { return "ok", nil }, weir.WithLimiter("llm", nil))
+		})
+		must(t, e.Work(testCtx(t)))
+		h, err := wf.Start(testCtx(t), 0, nil)
+		must(t, err)
+		if out, err := h.Result(testCtx(t)); err != nil || out != "ok" {
+			t.Fatalf("a step of a declared limiter: %q, %v", out, err)
+		}
+		c, st, err := e.Limiter(testCtx(t), "llm")
+		must(t, err)
+		if c.Concurrency != 2 || st == nil {
+			t.Fatalf("limiter llm: %+v, %+v", c, st)
+		}
+		// Another engine declares other bounds: its Work changes them.
+		cfg2 := fastConfig()
+		cfg2.Limiters = []limit.Config{{Name: "llm", Concurrency: 5}, {Name: "search", Rate: 10, Period: time.Second}}
+		e2 := newEngine(t, s, cfg2)
+		weir.Register(e2, "other", func(ctx weir.Context, _ int) (int, error) { return 0, nil })
+		must(t, e2.Work(testCtx(t)))
+		all, err := e.Limiters(testCtx(t))
+		must(t, err)
+		got := map[string]limit.Config{}
+		for _, c := range all {
+			got[c.Name] = *c
+		}
+		if got["llm"].Concurrency != 5 || got["search"].Rate != 10 || len(got) != 2 {
+			t.Fatalf("limiters after the second engine's Work: %+v", got)
+		}
+		must(t, e.SetLimiter(testCtx(t), limit.Config{Name: "tmp", Concurrency: 1}))
+		must(t, e.DeleteLimiter(testCtx(t), "tmp"))
+		if _, _, err := e.Limiter(testCtx(t), "tmp"); !errors.Is(err, weir.ErrNotFound) {
+			t.Fatalf("a deleted limiter: %v", err)
+		}
+		bad := fastConfig()
+		bad.Limiters = []limit.Config{{Name: "nothing"}}
+		if _, err := weir.New(s, bad); err == nil || !strings.Contains(err.Error(), "limits nothing") {
+			t.Fatalf("a limiter that limits nothing: %v", err)
+		}
+	})
+}

@@ -661,3 +661,12 @@ func (e *Engine) Replay(ctx context.Context, runID string) error {
 	}
 	return nil
 }
+
+// MigrateRuns moves the runs in flight (pending or running) of application
+// version from to version to, or only those of ids if any are given, and
+// returns the runs it moved: a worker of to then claims them. Move runs
+// only to a version whose code replays their logs (Config.Version,
+// Patched). The same as `weir runs migrate` and POST /v1/runs/migrate.
+func (e *Engine) MigrateRuns(ctx context.Context, from, to string, ids ...string) ([]string, error) {
+	return e.store.MigrateRuns(ctx, &store.MigrateRunsParams{From: from, To: to, RunIDs: ids})
+}

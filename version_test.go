@@ -35,6 +35,18 @@ func TestStartOptionsVersion(t *testing.T) {
 			t.Fatalf("the v2 run on a v1 engine is %s of version %q, want pending of v2", r.Status, r.Version)
 		}
 
+		// Moved to v1 through the engine, a v1 run is the v1 engine's.
+		moved, err := job1.Start(testCtx(t), 0, &weir.StartOptions{Version: "v3"})
+		must(t, err)
+		ids, err := e1.MigrateRuns(testCtx(t), "v3", "v1", moved.ID)
+		must(t, err)
+		if len(ids) != 1 || ids[0] != moved.ID {
+			t.Fatalf("migrated %v, want [%s]", ids, moved.ID)
+		}
+		if out, err := moved.Result(testCtx(t)); err != nil || out != "v1" {
+			t.Fatalf("the migrated run: %q, %v", out, err)
+		}
+
 		cfg2 := fastConfig()
 		cfg2.Version = "v2"
 		e2 := newEngine(t, s, cfg2)
