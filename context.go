@@ -260,9 +260,9 @@ func recorded[T any](st *opState) (T, error) {
 // same; what differs is how they wait and how they leave.
 type stepEnv struct {
 	x *execution
-	// wait returns once t has passed; it may leave instead (a park, an
-	// interruption).
-	wait func(t time.Time)
+	// wait returns once t has passed, or wake is closed (nil: never); it
+	// may leave instead (a park, an interruption).
+	wait func(t time.Time, wake <-chan struct{})
 	// leave stops the attempts for good with r; it does not return.
 	leave func(r exitReason, err error)
 	// acquire and release, if set, hold one of the run's step slots for
@@ -278,7 +278,7 @@ type stepEnv struct {
 
 // inline is the env of Step: the workflow goroutine's own waits and exits.
 func (x *execution) inline() *stepEnv {
-	return &stepEnv{x: x, wait: x.waitUntil, leave: x.leave, deferOK: true}
+	return &stepEnv{x: x, wait: x.waitUntilOr, leave: x.leave, deferOK: true}
 }
 
 // record writes p, leaving on failure as execution.record does.
@@ -314,7 +314,7 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 	x, name, policy := env.x, st.name, cfg.retry
 	for {
 		if !st.retryAt.IsZero() {
-			env.wait(st.retryAt)
+			env.wait(st.retryAt, nil)
 		}
 		if env.acquire != nil {
 			env.acquire(env, op)

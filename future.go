@@ -209,7 +209,7 @@ func StepAsync[T any](ctx Context, name string, fn func(StepContext) (T, error),
 			}
 			runtime.Goexit()
 		}
-		env.wait = func(t time.Time) {
+		env.wait = func(t time.Time, wake <-chan struct{}) {
 			p.mu.Lock()
 			p.running--
 			if p.waits == nil {
@@ -229,6 +229,7 @@ func StepAsync[T any](ctx Context, name string, fn func(StepContext) (T, error),
 			defer timer.Stop()
 			select {
 			case <-timer.C:
+			case <-wake:
 			case <-x.ctx.Done():
 				r, _ := x.interrupted()
 				env.leave(r, context.Cause(x.ctx))

@@ -132,9 +132,23 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 		}
 	}()
 	poll := 5 * time.Millisecond
+	watcher, watches := store.LimiterWatcherOf(lim)
+	stop := func() {}
+	defer func() { stop() }() // a wait may leave (a park, an interruption)
 	for {
+		// Watched before asking: a slot given back between the refusal
+		// and the wait still wakes it.
+		var changed <-chan struct{}
+		if watches {
+			var unwatch func()
+			changed, unwatch = watcher.WatchLimiter(cfg.limiter)
+			stop = sync.OnceFunc(unwatch)
+		}
 		sent := time.Now()
 		d, err := lim.AcquireSlot(x.ctx, p)
+		if err != nil || d.Granted {
+			stop()
+		}
 		switch {
 		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrUnsupported):
 			return nil, nil, fmt.Errorf("%w: %w", errLimiter, err)
@@ -158,18 +172,31 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			st.limitWait = attempt
 		}
 		// A rate or budget window says when; a held slot comes back on a
-		// release, which polling finds (up to the engine's poll interval).
+		// release, which wakes the head of the line at once where the
+		// store says so (store.LimiterWatcher: from any process on
+		// PostgreSQL), and which polling finds (up to the engine's poll
+		// interval) further back, or where it does not.
 		next := time.Now().Add(poll)
 		if d.Reason == limit.Rate || d.Reason == limit.Budget {
 			next = d.RetryAt
+			changed = nil
+		} else if d.Ahead >= wakeAhead {
+			changed = nil
 		}
 		poll = min(2*poll, x.e.cfg.PollInterval)
-		env.wait(next)
+		env.wait(next, changed)
+		stop()
 		if r, ok := x.interrupted(); ok {
 			env.leave(r, context.Cause(x.ctx))
 		}
 	}
 }
+
+// wakeAhead bounds the waiters a limiter's change wakes: those with fewer
+// ahead of them in its line, who may be next. The others find their turn
+// by polling, and come within it as the line moves, so that a release
+// costs a few asks, not one per waiter.
+const wakeAhead = 8
 
 // holdSlot keeps a granted slot's lease renewed until the returned
 // function gives it back with the attempt's cost. The channel is closed
@@ -179,26 +206,35 @@ func (x *execution) holdSlot(lim store.Limits, name, holder string, lease time.D
 	sl := newSlotLease(sent, lease)
 	done := make(chan struct{})
 	go func() {
-		t := time.NewTicker(lease / 3)
+		// Renewed every third of its lease, and sooner while less than
+		// two thirds are left: a grant that waited long for the
+		// limiter's row was given a lease that began when it was asked.
+		last := sent
+		next := func() time.Duration {
+			return max(time.Millisecond, min(lease/3, time.Until(last.Add(lease))/2))
+		}
+		t := time.NewTimer(next())
 		defer t.Stop()
 		for {
 			select {
 			case <-done:
 				return
 			case <-t.C:
-				sent := time.Now()
-				ok, err := lim.RenewSlot(context.Background(), &store.RenewSlotParams{Limiter: name, Holder: holder, Lease: lease})
-				switch {
-				case err != nil:
-					x.e.log.Warn("weir: renewing a limiter's slot failed", "limiter", name, "holder", holder, "err", err)
-				case !ok:
-					x.e.log.Warn("weir: a step's limiter slot was lost: its lease ran out before it was renewed", "limiter", name, "holder", holder)
-					sl.lose()
-					return
-				default:
-					sl.renewed(sent)
-				}
 			}
+			sent := time.Now()
+			ok, err := lim.RenewSlot(context.Background(), &store.RenewSlotParams{Limiter: name, Holder: holder, Lease: lease})
+			switch {
+			case err != nil:
+				x.e.log.Warn("weir: renewing a limiter's slot failed", "limiter", name, "holder", holder, "err", err)
+			case !ok:
+				x.e.log.Warn("weir: a step's limiter slot was lost: its lease ran out before it was renewed", "limiter", name, "holder", holder)
+				sl.lose()
+				return
+			default:
+				last = sent
+				sl.renewed(sent)
+			}
+			t.Reset(max(next(), 10*time.Millisecond))
 		}
 	}()
 	return func(cost int64) {
@@ -237,6 +273,10 @@ func slotLeaseMargin(ttl time.Duration) time.Duration { return ttl / 10 }
 
 func newSlotLease(sent time.Time, ttl time.Duration) *slotLease {
 	l := &slotLease{lost: make(chan struct{}), ttl: ttl}
+	// Held while the timer is made: a deadline already past fires at once,
+	// and lose must see the timer.
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.timer = time.AfterFunc(time.Until(sent.Add(ttl-slotLeaseMargin(ttl))), l.lose)
 	return l
 }

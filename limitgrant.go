@@ -212,6 +212,11 @@ func (p *grantPool) heard(sent time.Time, count int) {
 	default:
 		p.lease.renewed(sent)
 	}
+	if time.Until(sent.Add(ttl)) < ttl*2/3 {
+		// The ask waited long for the limiter's row: its lease began
+		// when it was sent. Renewed now, not at the keeper's tick.
+		p.nudge()
+	}
 }
 
 // take hands a slot to an attempt from the engine's grant, growing it if
@@ -284,14 +289,36 @@ func (p *grantPool) keep() {
 	e := p.g.e
 	t := time.NewTicker(min(grantTick, e.cfg.LeaseTTL/3))
 	defer t.Stop()
+	watcher, watches := store.LimiterWatcherOf(e.store)
 	for {
+		// The limiter's line may have moved elsewhere (a waiter joined
+		// it, in this process or another): the grant hands out nothing
+		// more before it has asked the store, and gives its idle slots
+		// back now rather than at its next tick.
+		var changed <-chan struct{}
+		unwatch := func() {}
+		if watches {
+			changed, unwatch = watcher.WatchLimiter(p.limiter)
+		}
 		closing := false
 		select {
 		case <-t.C:
 		case <-p.kick:
+		case <-changed:
+			p.mu.Lock()
+			p.others = max(p.others, 1)
+			idle := p.granted > p.inUse
+			p.mu.Unlock()
+			if !idle {
+				// Nothing to give back now: the next release asks
+				// (release nudges while others wait).
+				unwatch()
+				continue
+			}
 		case <-p.g.stop:
 			closing = true
 		}
+		unwatch()
 		if p.resize(closing) {
 			return
 		}

@@ -583,7 +583,11 @@ func (x *execution) nextOp() (int64, *opState) {
 
 // waitUntil waits in process until t, or parks the run if t is further than
 // ParkAfter. It returns only when t has passed.
-func (x *execution) waitUntil(t time.Time) {
+func (x *execution) waitUntil(t time.Time) { x.waitUntilOr(t, nil) }
+
+// waitUntilOr is waitUntil that also returns when wake is closed (nil:
+// never), unless the wait parked the run.
+func (x *execution) waitUntilOr(t time.Time, wake <-chan struct{}) {
 	d := time.Until(t)
 	if d <= 0 {
 		return
@@ -603,6 +607,7 @@ func (x *execution) waitUntil(t time.Time) {
 	defer timer.Stop()
 	select {
 	case <-timer.C:
+	case <-wake:
 	case <-x.ctx.Done():
 		r, _ := x.interrupted()
 		x.leave(r, context.Cause(x.ctx))

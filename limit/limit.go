@@ -243,6 +243,13 @@ type Decision struct {
 	// Waiting is how many wait in line, for a grant's holder: while any
 	// do, it gives back the slots it does not use.
 	Waiting int `json:",omitempty"`
+	// Joined: the request waits, and joined the line with this ask (it
+	// was not in it): a grant's holder that hears of it gives back what it
+	// does not use.
+	Joined bool `json:",omitempty"`
+	// Freed is the slots a grant gave back with this ask (it shrank): the
+	// line may go on.
+	Freed int `json:",omitempty"`
 }
 
 // Acquire decides req at now against st, and returns the decision and the
@@ -264,14 +271,16 @@ func Acquire(c *Config, st State, req Request, now time.Time) (Decision, State) 
 	}
 	// req in line, its place kept.
 	w := Waiter{Holder: req.Holder, Key: req.Key, Priority: req.Priority, Since: now, Until: now.Add(req.Lease)}
+	joined := false
 	if i := slices.IndexFunc(st.Waiters, func(x Waiter) bool { return x.Holder == req.Holder }); i >= 0 {
 		w.Since = st.Waiters[i].Since
 		st.Waiters[i] = w
 	} else {
 		st.Waiters = append(st.Waiters, w)
+		joined = true
 	}
 	if c.PerKey > 0 && heldBy(st, req.Key) >= c.PerKey {
-		d := Decision{Reason: Key, RetryAt: keyRetry(st, req.Key)}
+		d := Decision{Reason: Key, RetryAt: keyRetry(st, req.Key), Joined: joined}
 		return d, st
 	}
 	// Waiters whose key holds its share take no free slot.
@@ -279,7 +288,7 @@ func Acquire(c *Config, st State, req Request, now time.Time) (Decision, State) 
 	pos := slices.IndexFunc(order, func(x Waiter) bool { return x.Holder == req.Holder })
 	free, reason, retry := capacity(c, st, now)
 	if pos >= free {
-		d := Decision{Reason: reason, Ahead: pos, RetryAt: retry}
+		d := Decision{Reason: reason, Ahead: pos, RetryAt: retry, Joined: joined}
 		if free > 0 {
 			d.Reason = Queue // the free slots are the ones ahead's
 		}
@@ -325,7 +334,7 @@ func grant(c *Config, st State, req Request, now time.Time) (Decision, State) {
 	if c.PerKey > 0 {
 		n = min(n, max(0, c.PerKey-(heldBy(st, req.Key)-have)))
 	}
-	d := Decision{Waiting: len(st.Waiters)}
+	d := Decision{Waiting: len(st.Waiters), Freed: max(0, have-n)}
 	if n == 0 {
 		if i >= 0 {
 			st.Holds = slices.Delete(st.Holds, i, i+1)

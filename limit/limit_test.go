@@ -488,3 +488,31 @@ func TestRateHoldsWithClocksOutOfOrder(t *testing.T) {
 		}
 	}
 }
+
+// A decision says when the line may move, for the stores to wake who waits
+// (store.LimiterWatcher): a waiter joins the line once (asking again keeps
+// its place and says nothing new), and a grant that shrinks says how many
+// slots it gave back.
+func TestJoinedAndFreed(t *testing.T) {
+	c := &Config{Name: "l", Concurrency: 2}
+	var st State
+	d, st := Acquire(c, st, grantReq("g", "a", 2), at(0))
+	if !d.Granted || d.Count != 2 || d.Freed != 0 || d.Joined {
+		t.Fatalf("a grant of 2: %+v", d)
+	}
+	if d, st = Acquire(c, st, req("w", "b"), at(1)); d.Granted || !d.Joined {
+		t.Fatalf("w, new in line: %+v", d)
+	}
+	if d, st = Acquire(c, st, req("w", "b"), at(2)); d.Granted || d.Joined {
+		t.Fatalf("w, asking again: %+v", d)
+	}
+	if d, st = Acquire(c, st, grantReq("g", "a", 1), at(3)); d.Count != 1 || d.Freed != 1 || d.Waiting != 1 {
+		t.Fatalf("the grant shrunk to 1 while w waits: %+v", d)
+	}
+	if d, st = Acquire(c, st, grantReq("g", "a", 1), at(4)); d.Count != 1 || d.Freed != 0 {
+		t.Fatalf("the grant renewed at 1: %+v", d)
+	}
+	if d, _ = Acquire(c, st, req("w", "b"), at(5)); !d.Granted || d.Joined {
+		t.Fatalf("w, with a slot given back: %+v", d)
+	}
+}

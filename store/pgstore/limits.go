@@ -111,6 +111,7 @@ func (s *Store) DeleteLimiter(ctx context.Context, name string) error {
 	if err := s.limiterWrite(ctx, func(t *limiterTx) error { return apply.DeleteLimiter(t, name, now) }); err != nil {
 		return fmt.Errorf("delete limiter: %w", err)
 	}
+	s.limiterChanged(name)
 	return nil
 }
 
@@ -129,6 +130,7 @@ func (s *Store) SetLimiter(ctx context.Context, c *limit.Config) error {
 	if err := s.limiterWrite(ctx, func(t *limiterTx) error { return apply.SetLimiter(t, c) }); err != nil {
 		return fmt.Errorf("set limiter: %w", err)
 	}
+	s.limiterChanged(c.Name)
 	return nil
 }
 
@@ -208,6 +210,12 @@ func (s *Store) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*l
 	if err != nil {
 		return nil, fmt.Errorf("acquire slot: %w", err)
 	}
+	if d.Freed > 0 || d.Joined {
+		// A grant gave slots back (the line may go on), or a waiter
+		// joined the line (a grant's holder gives back what it does not
+		// use).
+		s.limiterChanged(q.Limiter)
+	}
 	return d, nil
 }
 
@@ -225,6 +233,9 @@ func (s *Store) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bo
 	})
 	if err != nil {
 		return false, fmt.Errorf("release slot: %w", err)
+	}
+	if ok {
+		s.limiterChanged(q.Limiter)
 	}
 	return ok, nil
 }
@@ -279,4 +290,24 @@ func (s *Store) LimiterState(ctx context.Context, name string, now time.Time) (*
 		return out, err
 	}
 	return apply.LimiterView(cfg, state, now, inFlight, queued)
+}
+
+var _ store.LimiterWatcher = (*Store)(nil)
+
+// WatchLimiter is store.LimiterWatcher's: a slot of limiter name given
+// back, a grant shrunk, a waiter new in its line, its bounds changed, by this
+// process or (through notifications) another.
+func (s *Store) WatchLimiter(name string) (<-chan struct{}, func()) {
+	s.lis.ensure(context.Background())
+	k := store.LimiterKey(name)
+	w := s.runs.Subscribe(k)
+	return w.C, func() { s.runs.Unsubscribe(k, w) }
+}
+
+// limiterChanged wakes the watchers of limiter name (committed), here and
+// in the other processes.
+func (s *Store) limiterChanged(name string) {
+	k := store.LimiterKey(name)
+	s.runs.Wake(k, struct{}{})
+	s.pub.addRuns([]int64{k})
 }

@@ -108,6 +108,7 @@ func (s *Store) DeleteLimiter(ctx context.Context, name string) error {
 	if err := s.write(ctx, func(tx *wtx) error { return apply.DeleteLimiter(tx, name, now) }); err != nil {
 		return fmt.Errorf("delete limiter: %w", err)
 	}
+	s.limiterChanged(name)
 	return nil
 }
 
@@ -119,6 +120,7 @@ func (s *Store) SetLimiter(ctx context.Context, c *limit.Config) error {
 	if err := s.write(ctx, func(tx *wtx) error { return apply.SetLimiter(tx, c) }); err != nil {
 		return fmt.Errorf("set limiter: %w", err)
 	}
+	s.limiterChanged(c.Name)
 	return nil
 }
 
@@ -185,6 +187,12 @@ func (s *Store) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*l
 	if err != nil {
 		return nil, fmt.Errorf("acquire slot: %w", err)
 	}
+	if d.Freed > 0 || d.Joined {
+		// A grant gave slots back (the line may go on), or a waiter
+		// joined the line (a grant's holder gives back what it does not
+		// use).
+		s.limiterChanged(q.Limiter)
+	}
 	return d, nil
 }
 
@@ -202,6 +210,9 @@ func (s *Store) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bo
 	})
 	if err != nil {
 		return false, fmt.Errorf("release slot: %w", err)
+	}
+	if ok {
+		s.limiterChanged(q.Limiter)
 	}
 	return ok, nil
 }
@@ -255,3 +266,16 @@ func (s *Store) LimiterState(ctx context.Context, name string, now time.Time) (*
 	}
 	return apply.LimiterView(cfg, state, now, inFlight, queued)
 }
+
+var _ store.LimiterWatcher = (*Store)(nil)
+
+// WatchLimiter is store.LimiterWatcher's: a slot of limiter name given
+// back, a grant shrunk, a waiter new in its line, its bounds changed.
+func (s *Store) WatchLimiter(name string) (<-chan struct{}, func()) {
+	k := store.LimiterKey(name)
+	w := s.runs.Subscribe(k)
+	return w.C, func() { s.runs.Unsubscribe(k, w) }
+}
+
+// limiterChanged wakes the watchers of limiter name (committed).
+func (s *Store) limiterChanged(name string) { s.runs.Wake(store.LimiterKey(name), struct{}{}) }
