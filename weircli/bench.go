@@ -58,6 +58,8 @@ func benchCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&c.TracingRounds, "tracing-rounds", 0, "tracing: rounds of each variant, interleaved (default 6)")
 	fs.IntVar(&c.FlowRounds, "flow-rounds", 0, "flow: rounds of each variant (plain, queued, limited), interleaved (default 5)")
 	fs.IntVar(&c.FlowQueueConcurrency, "flow-queue-concurrency", 0, "flow: the global limit of the queue across processes (default 8)")
+	fs.IntVar(&c.FlowSlotRuns, "flow-slot-runs", 0, "flow: steps sharing a step limiter of 2 across processes (default 100)")
+	fs.DurationVar(&c.FlowSlotHold, "flow-slot-hold", 0, "flow: how long each of them holds its slot (default 20ms, at most 1s)")
 	fs.Var((*intList)(&c.Processes), "processes", "scale: the numbers of weir server processes to measure, e.g. 1,2,3 (default 1,2,3)")
 	fs.IntVar(&c.ScaleRuns, "scale-runs", 0, "scale: runs for each number of processes (default 1,000)")
 	fs.IntVar(&c.ScaleChunks, "scale-chunks", 0, "scale: chunks each run writes, of --chunk-size bytes (default 20)")

@@ -108,6 +108,11 @@ type Config struct {
 	// FlowQueueConcurrency is the global limit of flow's queue across
 	// processes. Defaults to 8.
 	FlowQueueConcurrency int
+	// FlowSlotRuns and FlowSlotHold are flow's slot handover across
+	// processes: that many steps, each holding a slot of a step limiter of
+	// concurrency 2 that long. Default 100 of 20ms.
+	FlowSlotRuns int
+	FlowSlotHold time.Duration
 	// ScheduleCount and ScheduleFor are the schedules workload's: how many
 	// schedules of "@every 200ms", for how long. Default 20, 5s.
 	ScheduleCount int
@@ -169,6 +174,10 @@ func (c Config) WithDefaults() Config {
 	def(&c.FlowRate, 20)
 	def(&c.FlowRateRuns, 200)
 	def(&c.FlowQueueConcurrency, 8)
+	def(&c.FlowSlotRuns, 100)
+	if c.FlowSlotHold <= 0 {
+		c.FlowSlotHold = 20 * time.Millisecond
+	}
 	if c.FlowPeriod <= 0 {
 		c.FlowPeriod = 500 * time.Millisecond
 	}

@@ -30,7 +30,9 @@ import (
 //   - Processes (PostgreSQL, with ServerCommand): N = 1, 2, 3 `weir server`
 //     processes on one database run ScaleRuns of bench.emit started in a
 //     queue of FlowQueueConcurrency, through all of them: runs/s at a
-//     global limit as processes are added.
+//     global limit as processes are added; then FlowSlotRuns steps sharing
+//     a step limiter of 2 (flow_slots.go): its slots' utilization and
+//     handover latency across the processes.
 
 const (
 	flowQueue   = "bench-flow-q"
@@ -208,6 +210,9 @@ func flowProcesses(ctx context.Context, v *env, r *Result) error {
 			return err
 		}
 		rate, err := flowProcessRound(ctx, v, kids, n)
+		if err == nil {
+			err = flowSlotRound(ctx, v, kids, n, r)
+		}
 		stopErr := stopAll(kids)
 		killAll(kids)
 		if err != nil {
@@ -222,6 +227,8 @@ func flowProcesses(ctx context.Context, v *env, r *Result) error {
 		r.extra(fmt.Sprintf("queue_runs_per_sec_n%d", n), rate)
 		r.extra(fmt.Sprintf("queue_runs_per_sec_n%d_vs_n1", n), rate/first)
 	}
+	r.Notes = append(r.Notes, fmt.Sprintf("slot handover: %d runs of bench.slot started at once through the N processes, each a step holding a slot of a step limiter of concurrency 2 for %v; from the steps' own start and end instants: slot_utilization (busy slot time ÷ 2 × the first start to the last end), slot_handover (a slot freed while steps waited, to the start that took it), slot_most_in_flight (at most 2)",
+		c.FlowSlotRuns, c.FlowSlotHold))
 	r.Notes = append(r.Notes, fmt.Sprintf("processes: %d runs of bench.emit (%d chunks) started through N weir server processes on one PostgreSQL database in a queue of concurrency %d (a global limit, the bottleneck), %d clients a process",
 		c.ScaleRuns, c.ScaleChunks, c.FlowQueueConcurrency, c.ScaleConcurrency))
 	return nil
