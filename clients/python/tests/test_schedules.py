@@ -25,6 +25,12 @@ class ScheduleTests(ServerCase):
         self.assertEqual((run.workflow, run.status), ("demo.tokens", "completed"))
         self.assertIn(name, [s.name for s in self.client.schedules()])
 
+        by_name = self.client.pause_schedule(name)
+        self.assertEqual((by_name.paused, by_name.overlap, by_name.input), (True, "allow", {"text": "a b"}))
+        self.assertIsNone(by_name.next_due)
+        self.assertFalse(self.client.resume_schedule(name).paused)
+        with self.assertRaises(weir.NotFoundError):
+            self.client.pause_schedule("py-none-" + uuid.uuid4().hex[:8])
         paused = self.client.set_schedule(name, workflow="demo.tokens", spec="@every 200ms", paused=True)
         self.assertTrue(paused.paused)
         self.assertIsNone(paused.next_due)

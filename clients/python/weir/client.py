@@ -370,6 +370,7 @@ class Client:
         dedupe: str | None = None,
         debounce: float | None = None,
         debounce_max: float | None = None,
+        version: str | None = None,
     ) -> Run:
         """Starts a run of ``workflow`` with ``input`` (any JSON value).
 
@@ -393,6 +394,10 @@ class Client:
         of its key, however many follow. A dedupe key does not make a start safe
         to send again (the run it found may have ended in between): only an
         ``idempotency_key`` or an ``id`` does.
+
+        ``version`` is the application version the run is for: only a
+        worker of that version (or one that names it compatible) claims it.
+        Default: the server's engine's version.
 
         Raises:
             UnknownWorkflowError: no such workflow on the server.
@@ -425,6 +430,8 @@ class Client:
             body["debounce_ms"] = _millis(debounce, "start: debounce")
         if debounce_max is not None:
             body["debounce_max_ms"] = _millis(debounce_max, "start: debounce_max")
+        if version is not None:
+            body["version"] = version
         h = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
         status, d = self._json(
             "POST", "/v1/runs", body=body, headers=h, idempotent=idempotency_key is not None or id is not None
@@ -815,6 +822,27 @@ class Client:
         if backfill is not None:
             body["backfill"] = _go_duration(backfill)
         _, d = self._json("PUT", f"/v1/schedules/{_seg(name, 'schedule name')}", idempotent=True, body=body)
+        return Schedule.from_json(d)
+
+    def pause_schedule(self, name: str) -> Schedule:
+        """Pauses a schedule by name, keeping the rest of it (``POST
+        /v1/schedules/{name}/pause``): no tick starts until it is resumed,
+        and the ticks meanwhile never do.
+
+        Raises:
+            NotFoundError: no such schedule (none is made).
+        """
+        _, d = self._json("POST", f"/v1/schedules/{_seg(name, 'schedule name')}/pause", idempotent=True)
+        return Schedule.from_json(d)
+
+    def resume_schedule(self, name: str) -> Schedule:
+        """Resumes a paused schedule by name (``POST
+        /v1/schedules/{name}/resume``): its ticks start from now.
+
+        Raises:
+            NotFoundError: no such schedule (none is made).
+        """
+        _, d = self._json("POST", f"/v1/schedules/{_seg(name, 'schedule name')}/resume", idempotent=True)
         return Schedule.from_json(d)
 
     def delete_schedule(self, name: str) -> None:
