@@ -412,3 +412,85 @@ func TestClientRunIDs(t *testing.T) {
 		}
 	})
 }
+
+// A follower with FollowResumes reads a failed run's stream through its
+// close, waits, and reads on once the run is resumed, to the end of the
+// resumed run: in the committed view it sees what a reader after the end
+// sees; in the live view the close, the reopen and what follows. Without
+// the option the follow ends at the close.
+func TestFollowThroughAResume(t *testing.T) {
+	for _, view := range []weir.View{weir.CommittedView, weir.LiveView} {
+		t.Run(fmt.Sprint(view), func(t *testing.T) {
+			eachStore(t, func(t *testing.T, s store.Full) {
+				e := newEngine(t, s, nil)
+				a := &forkAgent{}
+				wf := a.register(e)
+				must(t, e.Work(testCtx(t)))
+				ctx := testCtx(t)
+				h, err := wf.Start(ctx, "x", &weir.StartOptions{ID: "r"})
+				must(t, err)
+				if _, err := h.Result(ctx); err == nil {
+					t.Fatal("want the run failed at step c")
+				}
+				// Without the option: ends at the close.
+				n := 0
+				for _, err := range e.Read(ctx, "r", "out", &weir.ReadOptions{Follow: true, View: view}) {
+					must(t, err)
+					n++
+				}
+				got := make(chan string, 64)
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					for r, err := range e.Read(ctx, "r", "out", &weir.ReadOptions{Follow: true, FollowResumes: true, View: view}) {
+						if err != nil {
+							got <- "error: " + err.Error()
+							return
+						}
+						if r.Kind == stream.KindData {
+							got <- string(r.Data)
+						} else {
+							got <- "|" + r.Kind.String()
+						}
+					}
+				}()
+				var seen []string
+				next := func(what string) string {
+					select {
+					case g := <-got:
+						seen = append(seen, g)
+						return g
+					case <-time.After(20 * time.Second):
+						t.Fatalf("the follower yielded nothing for 20s, waiting for %s; so far %q", what, seen)
+						return ""
+					}
+				}
+				for len(seen) < n {
+					next("the records before the close")
+				}
+				if seen[n-1] != "|close" {
+					t.Fatalf("the follower's records before the resume end %q, want the close: %q", seen[n-1], seen)
+				}
+				a.fixed.Store(true)
+				_, err = e.Resume(ctx, "r")
+				must(t, err)
+				for seen[len(seen)-1] != "done" {
+					next("the resumed run's records")
+				}
+				if g := next("the last close"); g != "|close" {
+					t.Fatalf("after done: %q", g)
+				}
+				select {
+				case <-done:
+				case <-time.After(20 * time.Second):
+					t.Fatal("the follower did not end within 20s of the resumed run's close")
+				}
+				if view == weir.CommittedView {
+					wantChunks(t, "followed", seen, committedData(t, e, "r")...)
+				} else if i := slices.Index(seen, "|reopen"); i < 0 || seen[i-1] != "|close" {
+					t.Fatalf("live view: no reopen after the close: %q", seen)
+				}
+			})
+		})
+	}
+}

@@ -47,6 +47,14 @@ type ReadOptions struct {
 	// not exist yet (a reader may attach before the run is started).
 	// Defaults to 0: an unknown run is ErrNotFound at once.
 	WaitForRun time.Duration
+	// FollowResumes, with Follow, follows a run's stream through the
+	// close of a failed or cancelled run: the close is yielded, and the
+	// read waits (until its context ends, looking about once a second)
+	// for the run to be resumed (Engine.Resume), then yields the stream's
+	// reopen record and what the resumed run writes. It ends at the
+	// stream's close once the run completed. Read only; without it a
+	// follow ends at the close.
+	FollowResumes bool
 }
 
 // StreamRecord is one record of a stream as a reader sees it: the
@@ -77,9 +85,13 @@ func (e *Engine) Read(ctx context.Context, runID, name string, opts *ReadOptions
 			runDeadline = time.Now().Add(o.WaitForRun)
 		}
 		for {
+			var reopened func() (bool, bool)
+			if o.Follow && o.FollowResumes {
+				reopened = e.resumeWaiter(ctx, runID)
+			}
 			info, err := e.store.OpenStream(ctx, &store.OpenStreamParams{RunID: runID, Name: name})
 			if err == nil {
-				readStream(ctx, e.store, info.ID, &o, yield)
+				readStream(ctx, e.store, info.ID, &o, yield, reopened)
 				return
 			}
 			if o.Follow && transient(err) && ctx.Err() == nil {
@@ -104,13 +116,16 @@ func (e *Engine) Read(ctx context.Context, runID, name string, opts *ReadOptions
 				}
 				yield(StreamRecord{}, fmt.Errorf("read stream %q: %w", name, err))
 				return
+			case o.Follow && o.FollowResumes && (run.Status == store.RunFailed || run.Status == store.RunCancelled):
+				// It may be resumed and write its stream then: wait.
+				delay = max(delay, 500*time.Millisecond)
 			case !o.Follow || run.Status.Terminal():
 				// The stream may have been made, written and closed between
 				// the look for it above and this look at the run (a run
 				// that ends at once): look for it once more, after the run's
 				// end, before concluding that nothing was ever written.
 				if info, err := e.store.OpenStream(ctx, &store.OpenStreamParams{RunID: runID, Name: name}); err == nil {
-					readStream(ctx, e.store, info.ID, &o, yield)
+					readStream(ctx, e.store, info.ID, &o, yield, nil)
 				} else if !errors.Is(err, store.ErrNotFound) {
 					yield(StreamRecord{}, err)
 				}
@@ -122,7 +137,39 @@ func (e *Engine) Read(ctx context.Context, runID, name string, opts *ReadOptions
 				return
 			case <-time.After(delay):
 			}
-			delay = min(2*delay, 100*time.Millisecond)
+			delay = min(2*delay, max(delay, 100*time.Millisecond))
+		}
+	}
+}
+
+// resumeWaiter returns what a FollowResumes read calls at its stream's
+// close: it waits until run is resumed or has completed since (true: read
+// on; a completed run's stream is read to its close once more, then the
+// read ends), or the run is gone (false), or ctx ends (true: the read's
+// next store call yields ctx's error), looking at the run with a backoff
+// up to a second.
+func (e *Engine) resumeWaiter(ctx context.Context, runID string) func() (on, completed bool) {
+	return func() (bool, bool) {
+		delay := 50 * time.Millisecond
+		for {
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return true, false // the next read yields ctx's error
+			case <-t.C:
+			}
+			delay = min(2*delay, time.Second)
+			run, err := e.store.GetRun(ctx, runID)
+			switch {
+			case err != nil && transient(err):
+			case err != nil:
+				return false, false
+			case run.Status == store.RunCompleted:
+				return true, true
+			case !run.Status.Terminal():
+				return true, false
+			}
 		}
 	}
 }
@@ -142,7 +189,7 @@ func (e *Engine) ReadPath(ctx context.Context, path string, opts *ReadOptions) i
 			yield(StreamRecord{}, err)
 			return
 		}
-		readStream(ctx, e.store, info.ID, &o, yield)
+		readStream(ctx, e.store, info.ID, &o, yield, nil)
 	}
 }
 
@@ -162,7 +209,7 @@ func pause(ctx context.Context, delay *time.Duration, yield func(StreamRecord, e
 // readStream reads stream id. A following read rides out transient store
 // errors (a database restarting) until its context ends: it reads again
 // from where it was, so nothing is yielded twice or skipped.
-func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yield func(StreamRecord, error) bool) {
+func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yield func(StreamRecord, error) bool, reopened func() (on, completed bool)) {
 	var delay time.Duration
 	retry := func(err error) bool {
 		if !o.Follow || !transient(err) || ctx.Err() != nil {
@@ -185,11 +232,13 @@ func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yi
 		page = 1000
 	}
 	if o.View == stream.CommittedView {
-		readCommitted(ctx, s, id, from, page, o, yield, retry, func() { delay = 0 })
+		readCommitted(ctx, s, id, from, page, o, yield, retry, func() { delay = 0 }, reopened)
 		return
 	}
 	var voids stream.Voids
 	next := from
+	// final: the run completed; the read ends at the stream's close.
+	final := false
 	for {
 		res, err := s.Read(ctx, &store.ReadParams{StreamID: id, From: next, Limit: page})
 		if err != nil {
@@ -213,6 +262,13 @@ func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yi
 		if len(res.Records) > 0 {
 			continue
 		}
+		if res.Closed && reopened != nil && !final {
+			var on bool
+			if on, final = reopened(); !on {
+				return
+			}
+			continue
+		}
 		if res.Closed || !o.Follow {
 			return
 		}
@@ -226,8 +282,9 @@ func readStream(ctx context.Context, s store.Store, id int64, o *ReadOptions, yi
 // holding about a page of data whatever the stream holds
 // (store.CommittedReader).
 func readCommitted(ctx context.Context, s store.Store, id, from int64, page int, o *ReadOptions,
-	yield func(StreamRecord, error) bool, retry func(error) bool, ok func()) {
+	yield func(StreamRecord, error) bool, retry func(error) bool, ok func(), reopened func() (on, completed bool)) {
 	cr := store.NewCommittedReader(s, id, from, 0)
+	final := false // the run completed: the read ends at the close
 	for {
 		recs, _, err := cr.Next(ctx, page, 0)
 		if err != nil {
@@ -243,6 +300,14 @@ func readCommitted(ctx context.Context, s store.Store, id, from int64, page int,
 			}
 		}
 		if len(recs) > 0 || !cr.CaughtUp() {
+			continue
+		}
+		if _, closed := cr.Head(); closed && reopened != nil && !final {
+			var on bool
+			if on, final = reopened(); !on {
+				return
+			}
+			cr = store.NewCommittedReader(s, id, cr.Pos(), 0)
 			continue
 		}
 		if _, closed := cr.Head(); closed || !o.Follow {
