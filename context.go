@@ -261,8 +261,8 @@ func recorded[T any](st *opState) (T, error) {
 type stepEnv struct {
 	x *execution
 	// wait returns once t has passed, or wake is closed (nil: never); it
-	// may leave instead (a park, an interruption).
-	wait func(t time.Time, wake <-chan struct{})
+	// may leave instead (an interruption; a park, if park and t is far).
+	wait func(t time.Time, wake <-chan struct{}, park bool)
 	// leave stops the attempts for good with r; it does not return.
 	leave func(r exitReason, err error)
 	// acquire and release, if set, hold one of the run's step slots for
@@ -314,7 +314,7 @@ func runStep[T any](env *stepEnv, op int64, st *opState, cfg stepConfig, fn func
 	x, name, policy := env.x, st.name, cfg.retry
 	for {
 		if !st.retryAt.IsZero() {
-			env.wait(st.retryAt, nil)
+			env.wait(st.retryAt, nil, true)
 		}
 		if env.acquire != nil {
 			env.acquire(env, op)

@@ -209,7 +209,7 @@ func StepAsync[T any](ctx Context, name string, fn func(StepContext) (T, error),
 			}
 			runtime.Goexit()
 		}
-		env.wait = func(t time.Time, wake <-chan struct{}) {
+		env.wait = func(t time.Time, wake <-chan struct{}, _ bool) {
 			p.mu.Lock()
 			p.running--
 			if p.waits == nil {

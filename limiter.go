@@ -28,9 +28,12 @@ type LimitOptions struct {
 // give it back when it ends, charged with what ChargeLimiter reported.
 // The limit is on the step, the thing a provider limits (an LLM call), not
 // on the run. An attempt waiting for its slot has not started: it writes
-// nothing, and a long wait parks the run (it holds no worker) and resumes
-// in line where it was. A limiter that does not exist fails the step for
-// good (set it with the store's SetLimiter, or `weir limiters set`).
+// nothing. A long wait for a rate or budget window parks the run (it holds
+// no worker) and resumes in line where it was; a wait for a held slot
+// keeps its run on the worker, where the slot's release wakes it at once
+// (store.LimiterWatcher). A limiter that does not exist fails the step for
+// good: declare it in Config.Limiters, or set it with Engine.SetLimiter or
+// `weir limiters set`.
 func WithLimiter(name string, opts *LimitOptions) StepOption {
 	return func(c *stepConfig) {
 		c.limiter = name
@@ -131,6 +134,31 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			waiting.Add(-1)
 		}
 	}()
+	// A place in the limiter's line at the store, or first one in this
+	// engine's local line (limitline.go).
+	line, key, prio := x.e.grants.line(cfg.limiter), cfg.limitOpts.Key, cfg.limitOpts.Priority
+	if w := line.enter(key, prio); w != nil {
+		inLine = true
+		waiting.Add(1)
+		x.e.grants.kick(cfg.limiter)
+		x.e.grants.refuse(cfg.limiter)
+		if st.limitWait < attempt {
+			data, _ := json.Marshal(map[string]string{"limiter": cfg.limiter, "reason": string(limit.Queue)})
+			env.record(&store.AdvanceParams{Events: []store.Event{{Type: store.EventLimitWaiting, Op: op, Name: st.name, Attempt: attempt, Data: data}}})
+			st.limitWait = attempt
+		}
+		placed := false
+		func() {
+			defer func() {
+				if !placed {
+					line.cancel(w) // left while waiting (a wait may leave)
+				}
+			}()
+			env.waitLocal(w)
+			placed = true
+		}()
+	}
+	defer line.leave(key, prio)
 	poll := 5 * time.Millisecond
 	watcher, watches := store.LimiterWatcherOf(lim)
 	stop := func() {}
@@ -171,31 +199,61 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			env.record(&store.AdvanceParams{Events: []store.Event{{Type: store.EventLimitWaiting, Op: op, Name: st.name, Attempt: attempt, Data: data}}})
 			st.limitWait = attempt
 		}
-		// A rate or budget window says when; a held slot comes back on a
-		// release, which wakes the head of the line at once where the
-		// store says so (store.LimiterWatcher: from any process on
-		// PostgreSQL), and which polling finds (up to the engine's poll
-		// interval) further back, or where it does not.
-		next := time.Now().Add(poll)
-		if d.Reason == limit.Rate || d.Reason == limit.Budget {
-			next = d.RetryAt
-			changed = nil
-		} else if d.Ahead >= wakeAhead {
-			changed = nil
+		if d.Reason == limit.Rate || d.Reason == limit.Budget || !watches {
+			// A rate or budget window says when; without a watcher, a held
+			// slot coming back is found by polling (up to the engine's
+			// poll interval).
+			next := time.Now().Add(poll)
+			if d.Reason == limit.Rate || d.Reason == limit.Budget {
+				next = d.RetryAt
+			}
+			poll = min(2*poll, x.e.cfg.PollInterval)
+			stop()
+			env.wait(next, nil, true)
+		} else {
+			env.waitInLine(sent, lease, d.Ahead, changed, func() (<-chan struct{}, func()) {
+				stop()
+				var unwatch func()
+				changed, unwatch = watcher.WatchLimiter(cfg.limiter)
+				stop = sync.OnceFunc(unwatch)
+				return changed, stop
+			})
+			stop()
 		}
-		poll = min(2*poll, x.e.cfg.PollInterval)
-		env.wait(next, changed)
-		stop()
 		if r, ok := x.interrupted(); ok {
 			env.leave(r, context.Cause(x.ctx))
 		}
 	}
 }
 
-// wakeAhead bounds the waiters a limiter's change wakes: those with fewer
-// ahead of them in its line, who may be next. The others find their turn
-// by polling, and come within it as the line moves, so that a release
-// costs a few asks, not one per waiter.
+// waitInLine waits for a held slot to come back to a limiter with a
+// watcher, for an attempt that asked at sent and had ahead waiters before
+// it: until the line may have moved to it, or until it must ask again to
+// keep its place (three quarters of its place's lease). Every change of
+// the limiter (changed; rewatch watches for the next) is counted as the
+// line moving by one: an attempt within wakeAhead of the head asks at the
+// first, one further back once enough have come. So a release costs the
+// store a few asks, not one per waiter, and the many waiters of a
+// saturated limiter ask about once a lease, which leaves its row to the
+// holders' renewals.
+func (env *stepEnv) waitInLine(sent time.Time, lease time.Duration, ahead int, changed <-chan struct{}, rewatch func() (<-chan struct{}, func())) {
+	keep := sent.Add(lease * 3 / 4)
+	for {
+		// Not parked: a parked run would not hear its turn come.
+		env.wait(keep, changed, false)
+		if !time.Now().Before(keep) || ahead < wakeAhead {
+			return
+		}
+		if ahead--; ahead < wakeAhead {
+			return
+		}
+		changed, _ = rewatch()
+	}
+}
+
+// wakeAhead bounds the waiters a limiter's change makes ask at once:
+// those with fewer ahead of them in its line, who may be next. The others
+// count the changes as the line moving (waitInLine).
 const wakeAhead = 8
 
 // holdSlot keeps a granted slot's lease renewed until the returned

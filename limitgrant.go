@@ -39,6 +39,7 @@ type grants struct {
 	pools   map[grantKey]*grantPool
 	waiting map[string]*atomic.Int64 // limiter -> this engine's attempts in its line
 	refused map[string]uint64        // limiter -> attempts and queued starts it kept waiting
+	lines   map[string]*localLine    // limiter -> its local line (limitline.go)
 	closed  bool
 	made    uint64 // pools made: each names its hold apart
 	wg      sync.WaitGroup

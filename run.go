@@ -583,16 +583,16 @@ func (x *execution) nextOp() (int64, *opState) {
 
 // waitUntil waits in process until t, or parks the run if t is further than
 // ParkAfter. It returns only when t has passed.
-func (x *execution) waitUntil(t time.Time) { x.waitUntilOr(t, nil) }
+func (x *execution) waitUntil(t time.Time) { x.waitUntilOr(t, nil, true) }
 
 // waitUntilOr is waitUntil that also returns when wake is closed (nil:
-// never), unless the wait parked the run.
-func (x *execution) waitUntilOr(t time.Time, wake <-chan struct{}) {
+// never), and parks the run only if park is set.
+func (x *execution) waitUntilOr(t time.Time, wake <-chan struct{}, park bool) {
 	d := time.Until(t)
 	if d <= 0 {
 		return
 	}
-	if d > x.e.cfg.ParkAfter {
+	if park && d > x.e.cfg.ParkAfter {
 		// Steps running on their goroutines (Go) keep the run here; ones
 		// waiting out a backoff resume it when they are due.
 		_, running, wakes := x.par.snapshot()

@@ -32,6 +32,7 @@ const (
 	envWorkerDelay  = "WEIR_TEST_PG_WORKER_DELAY"
 	envWorkerLease  = "WEIR_TEST_PG_WORKER_LEASE"
 	envWorkerFreeze = "WEIR_TEST_PG_WORKER_FREEZE"
+	envWorkerConc   = "WEIR_TEST_PG_WORKER_CONCURRENCY"
 )
 
 // registerProcessWorkflows registers the workflow the processes run: a
@@ -54,6 +55,29 @@ func registerProcessWorkflows(e *weir.Engine, progress io.Writer, delay time.Dur
 			}
 			return in.N, nil
 		})
+	})
+	// limited holds a slot of limiter "llm" for in.Hold in one step, and
+	// says on progress when its body starts and ends (its own clock):
+	// the record of what ran, whatever the store says.
+	weir.Register(e, "limited", func(ctx weir.Context, in limitedInput) (int, error) {
+		return weir.Step(ctx, "call", func(sc weir.StepContext) (int, error) {
+			mu.Lock()
+			fmt.Fprintf(progress, "body-start %s %d %d\n", sc.RunID(), sc.Attempt(), time.Now().UnixNano())
+			mu.Unlock()
+			defer func() {
+				mu.Lock()
+				fmt.Fprintf(progress, "body-end %s %d %d\n", sc.RunID(), sc.Attempt(), time.Now().UnixNano())
+				mu.Unlock()
+			}()
+			t := time.NewTimer(in.Hold) // the provider's call
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return 1, nil
+			case <-sc.Done():
+				return 0, context.Cause(sc)
+			}
+		}, weir.WithLimiter("llm", &weir.LimitOptions{Key: in.Key}))
 	})
 	return weir.Register(e, "multi", func(ctx weir.Context, n int) (int, error) {
 		if _, err := ctx.Stream("out").WriteString("begin"); err != nil {
@@ -87,6 +111,11 @@ func registerProcessWorkflows(e *weir.Engine, progress io.Writer, delay time.Dur
 	})
 }
 
+type limitedInput struct {
+	Hold time.Duration
+	Key  string
+}
+
 type tailInput struct {
 	N        int
 	Interval time.Duration
@@ -115,8 +144,12 @@ func TestPGWorkerProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	conc, _ := strconv.Atoi(os.Getenv(envWorkerConc))
+	if conc <= 0 {
+		conc = 40
+	}
 	e, err := weir.New(s, &weir.Config{
-		Concurrency: 40, PollInterval: 20 * time.Millisecond, LeaseTTL: lease, ParkAfter: 50 * time.Millisecond,
+		Concurrency: conc, PollInterval: 20 * time.Millisecond, LeaseTTL: lease, ParkAfter: 50 * time.Millisecond,
 		Retry:  weir.RetryPolicy{InitialInterval: 10 * time.Millisecond, MaxInterval: 100 * time.Millisecond, MaxAttempts: 20},
 		Logger: slog.New(slog.DiscardHandler),
 	})

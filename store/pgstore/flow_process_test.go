@@ -1,0 +1,146 @@
+package pgstore_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/limit"
+)
+
+// Three worker processes of Concurrency 128 share a step limiter of 2 on
+// one database, with a 1 s lease, saturated: every process holds runs
+// whose steps wait in its line. Counted from the step bodies' own start and
+// end lines (each process's clock, one machine), not from the store: never
+// more than 2 bodies run at once, and no body runs twice (a lease renewed
+// on its own connection, limiter slots fenced by their leases, and
+// handovers that wake the line at once leave no worker merely slow enough
+// to lose its run or its slot). WEIR_TEST_FLOW_RUNS sets the runs (default
+// 360; thousands make it minutes).
+func TestProcessesSaturatedLimiter(t *testing.T) {
+	runs := 360
+	if n, err := strconv.Atoi(os.Getenv("WEIR_TEST_FLOW_RUNS")); err == nil && n > 0 {
+		runs = n
+	}
+	const (
+		hold  = 10 * time.Millisecond
+		lease = time.Second
+	)
+	h := newProcessHarness(t)
+	if err := h.s.SetLimiter(t.Context(), &limit.Config{Name: "llm", Concurrency: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var ws []*worker
+	for range 3 {
+		w := startWorker(t, h.schema, 0, lease, envWorkerConc+"=128")
+		w.waitFor(t, "ready", func(l []string) bool { return slices.Contains(l, "ready") })
+		ws = append(ws, w)
+	}
+	var ids []string
+	for i := range runs {
+		id := fmt.Sprintf("lim-%04d", i)
+		in, _ := json.Marshal(limitedInput{Hold: hold, Key: fmt.Sprint("tenant-", i%3)})
+		if _, _, err := h.e.StartRun(t.Context(), "limited", in, &weir.StartOptions{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	t0 := time.Now()
+	h.waitAll(t, ids, 5*time.Minute)
+	took := time.Since(t0)
+
+	type body struct {
+		run     string
+		attempt int
+		start   int64
+		end     int64
+		pid     int
+	}
+	bodies := map[string]*body{} // by run and attempt
+	starts := map[string]int{}   // bodies started, by run
+	for _, w := range ws {
+		w.mu.Lock()
+		lines := slices.Clone(w.lines)
+		w.mu.Unlock()
+		for _, l := range lines {
+			f := strings.Fields(l)
+			if len(f) != 4 || (f[0] != "body-start" && f[0] != "body-end") {
+				continue
+			}
+			at, _ := strconv.ParseInt(f[3], 10, 64)
+			k := f[1] + " " + f[2]
+			b := bodies[k]
+			if b == nil {
+				b = &body{run: f[1], pid: w.cmd.Process.Pid}
+				b.attempt, _ = strconv.Atoi(f[2])
+				bodies[k] = b
+			}
+			if f[0] == "body-start" {
+				if b.start != 0 {
+					t.Errorf("run %s attempt %d: its body started twice", b.run, b.attempt)
+				}
+				b.start = at
+				starts[b.run]++
+			} else {
+				b.end = at
+			}
+		}
+	}
+	for _, id := range ids {
+		if n := starts[id]; n != 1 {
+			t.Errorf("run %s: its step's body ran %d times, want once", id, n)
+		}
+	}
+	type ev struct {
+		at    int64
+		start bool
+	}
+	var evs []ev
+	var busy int64
+	for _, b := range bodies {
+		if b.start == 0 || b.end == 0 {
+			t.Errorf("run %s attempt %d: a body without its start or its end (%+v)", b.run, b.attempt, b)
+			continue
+		}
+		evs = append(evs, ev{b.start, true}, ev{b.end, false})
+		busy += b.end - b.start
+	}
+	slices.SortFunc(evs, func(a, b ev) int {
+		if a.at != b.at {
+			if a.at < b.at {
+				return -1
+			}
+			return 1
+		}
+		if a.start == b.start {
+			return 0
+		}
+		if !a.start {
+			return -1
+		}
+		return 1
+	})
+	in, most := 0, 0
+	for _, e := range evs {
+		if e.start {
+			in++
+			most = max(most, in)
+		} else {
+			in--
+		}
+	}
+	if most > 2 {
+		t.Errorf("%d step bodies ran at once, the limit is 2", most)
+	}
+	if len(evs) > 0 {
+		span := evs[len(evs)-1].at - evs[0].at
+		t.Logf("%d runs, 3 processes of Concurrency 128, lease %v: all ended in %v; the slots busy %.0f %% of the bodies' span (%v); at most %d at once",
+			runs, lease, took.Round(time.Millisecond), 100*float64(busy)/float64(2*span), time.Duration(span).Round(time.Millisecond), most)
+	}
+}
