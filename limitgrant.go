@@ -292,14 +292,14 @@ func (p *grantPool) keep() {
 	defer t.Stop()
 	watcher, watches := store.LimiterWatcherOf(e.store)
 	for {
-		// The limiter's line may have moved elsewhere (a waiter joined
-		// it, in this process or another): the grant hands out nothing
-		// more before it has asked the store, and gives its idle slots
-		// back now rather than at its next tick.
+		// A waiter joined the limiter's line (in this process or
+		// another): the grant hands out nothing more before it has asked
+		// the store, and gives its idle slots back now rather than at its
+		// next tick.
 		var changed <-chan struct{}
 		unwatch := func() {}
 		if watches {
-			changed, unwatch = watcher.WatchLimiter(p.limiter)
+			changed, unwatch = watcher.WatchLimiterLine(p.limiter)
 		}
 		closing := false
 		select {

@@ -32,24 +32,31 @@ func RunKey(run string) int64 {
 func WatcherOf(s Store) (RunWatcher, bool) { return as[RunWatcher](s) }
 
 // LimiterWatcher is a store that says when a limiter's line may move: a
-// slot given back, a grant shrunk, a waiter new in the line (a grant's
-// holder then gives back what it does not use), the limiter's bounds
-// changed. An attempt near the head of the
-// line waits on it instead of asking again on a timer, so a slot freed in
-// one process reaches a waiter of another in milliseconds (PostgreSQL:
-// through the notifications of streams and runs), not at its next poll.
+// slot given back, a grant shrunk, the limiter's bounds changed; and,
+// apart, when a waiter joins its line (a grant's holder then gives back
+// what it does not use). An attempt near the head of the line waits on
+// it instead of asking again on a timer, so a slot freed in one process
+// reaches a waiter of another in milliseconds (PostgreSQL: through the
+// notifications of streams and runs), not at its next poll.
 type LimiterWatcher interface {
-	// WatchLimiter returns a channel closed at the next such change of
-	// limiter name (or when changes may have been missed), and a function
-	// to call once the caller is done with it. Watch before asking, so
-	// that a release between the refusal and the wait still wakes.
-	WatchLimiter(name string) (changed <-chan struct{}, stop func())
+	// WatchLimiter returns a channel closed at the next time limiter
+	// name's line may move (or when changes may have been missed), and a
+	// function to call once the caller is done with it. Watch before
+	// asking, so that a release between the refusal and the wait still
+	// wakes.
+	WatchLimiter(name string) (moved <-chan struct{}, stop func())
+	// WatchLimiterLine returns a channel closed at the next time a waiter
+	// joins limiter name's line, as WatchLimiter does.
+	WatchLimiterLine(name string) (joined <-chan struct{}, stop func())
 }
 
 // LimiterKey is the key a limiter's watchers are woken by, in the key
 // space of RunKey (a run and a limiter whose keys collide wake each
 // other's watchers for nothing, which costs a look, never a change).
 func LimiterKey(name string) int64 { return RunKey("limiter\x00" + name) }
+
+// LimiterLineKey is the key of a limiter's WatchLimiterLine.
+func LimiterLineKey(name string) int64 { return RunKey("limiter-line\x00" + name) }
 
 // LimiterWatcherOf returns s, or the store it wraps, as a LimiterWatcher.
 func LimiterWatcherOf(s Store) (LimiterWatcher, bool) { return as[LimiterWatcher](s) }

@@ -210,11 +210,11 @@ func (s *Store) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*l
 	if err != nil {
 		return nil, fmt.Errorf("acquire slot: %w", err)
 	}
-	if d.Freed > 0 || d.Joined {
-		// A grant gave slots back (the line may go on), or a waiter
-		// joined the line (a grant's holder gives back what it does not
-		// use).
-		s.limiterChanged(q.Limiter)
+	if d.Freed > 0 {
+		s.limiterChanged(q.Limiter) // a grant gave slots back: the line may go on
+	}
+	if d.Joined {
+		s.limiterJoined(q.Limiter) // a grant's holder gives back what it does not use
 	}
 	return d, nil
 }
@@ -295,7 +295,7 @@ func (s *Store) LimiterState(ctx context.Context, name string, now time.Time) (*
 var _ store.LimiterWatcher = (*Store)(nil)
 
 // WatchLimiter is store.LimiterWatcher's: a slot of limiter name given
-// back, a grant shrunk, a waiter new in its line, its bounds changed, by this
+// back, a grant shrunk, its bounds changed, by this
 // process or (through notifications) another.
 func (s *Store) WatchLimiter(name string) (<-chan struct{}, func()) {
 	s.lis.ensure(context.Background())
@@ -308,6 +308,23 @@ func (s *Store) WatchLimiter(name string) (<-chan struct{}, func()) {
 // in the other processes.
 func (s *Store) limiterChanged(name string) {
 	k := store.LimiterKey(name)
+	s.runs.Wake(k, struct{}{})
+	s.pub.addRuns([]int64{k})
+}
+
+// WatchLimiterLine is store.LimiterWatcher's: a waiter new in limiter
+// name's line, in this process or another.
+func (s *Store) WatchLimiterLine(name string) (<-chan struct{}, func()) {
+	s.lis.ensure(context.Background())
+	k := store.LimiterLineKey(name)
+	w := s.runs.Subscribe(k)
+	return w.C, func() { s.runs.Unsubscribe(k, w) }
+}
+
+// limiterJoined wakes the line watchers of limiter name (committed), here
+// and in the other processes.
+func (s *Store) limiterJoined(name string) {
+	k := store.LimiterLineKey(name)
 	s.runs.Wake(k, struct{}{})
 	s.pub.addRuns([]int64{k})
 }

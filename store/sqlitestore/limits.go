@@ -187,11 +187,11 @@ func (s *Store) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*l
 	if err != nil {
 		return nil, fmt.Errorf("acquire slot: %w", err)
 	}
-	if d.Freed > 0 || d.Joined {
-		// A grant gave slots back (the line may go on), or a waiter
-		// joined the line (a grant's holder gives back what it does not
-		// use).
-		s.limiterChanged(q.Limiter)
+	if d.Freed > 0 {
+		s.limiterChanged(q.Limiter) // a grant gave slots back: the line may go on
+	}
+	if d.Joined {
+		s.limiterJoined(q.Limiter) // a grant's holder gives back what it does not use
 	}
 	return d, nil
 }
@@ -270,7 +270,7 @@ func (s *Store) LimiterState(ctx context.Context, name string, now time.Time) (*
 var _ store.LimiterWatcher = (*Store)(nil)
 
 // WatchLimiter is store.LimiterWatcher's: a slot of limiter name given
-// back, a grant shrunk, a waiter new in its line, its bounds changed.
+// back, a grant shrunk, its bounds changed.
 func (s *Store) WatchLimiter(name string) (<-chan struct{}, func()) {
 	k := store.LimiterKey(name)
 	w := s.runs.Subscribe(k)
@@ -279,3 +279,14 @@ func (s *Store) WatchLimiter(name string) (<-chan struct{}, func()) {
 
 // limiterChanged wakes the watchers of limiter name (committed).
 func (s *Store) limiterChanged(name string) { s.runs.Wake(store.LimiterKey(name), struct{}{}) }
+
+// WatchLimiterLine is store.LimiterWatcher's: a waiter new in limiter
+// name's line.
+func (s *Store) WatchLimiterLine(name string) (<-chan struct{}, func()) {
+	k := store.LimiterLineKey(name)
+	w := s.runs.Subscribe(k)
+	return w.C, func() { s.runs.Unsubscribe(k, w) }
+}
+
+// limiterJoined wakes the line watchers of limiter name (committed).
+func (s *Store) limiterJoined(name string) { s.runs.Wake(store.LimiterLineKey(name), struct{}{}) }
