@@ -117,6 +117,26 @@ func TestLargeRunReadWhenTheBudgetHasRoom(t *testing.T) {
 	s.do("GET", "/v1/runs/nope", "").want(t, http.StatusNotFound)
 }
 
+// A reply is its values' size, whatever bytes they hold: json.Marshal
+// wrote each <, > and & of a stored value as \u003c, six bytes, so a run
+// whose 1 MiB input was all '<' answered 6 MiB, past the three times its
+// size that its hold was charged (red team, round four).
+func TestRepliesDoNotEscapeHTML(t *testing.T) {
+	s := newTestServer(t, nil)
+	in := []byte(`"` + strings.Repeat("<&>", 1<<18) + `"`)
+	if _, _, err := s.srv.store.CreateRun(context.Background(), &store.CreateRunParams{ID: "html", Workflow: "unserved", Input: in}); err != nil {
+		t.Fatal(err)
+	}
+	r := s.do("GET", "/v1/runs/html", "").want(t, http.StatusOK)
+	if n := len(r.body); n > len(in)+4096 {
+		t.Fatalf("a reply of %d bytes for an input of %d", n, len(in))
+	}
+	var run api.Run
+	if err := json.Unmarshal([]byte(r.body), &run); err != nil || string(run.Input) != string(in) {
+		t.Fatalf("the input came back as %d bytes (%v)", len(run.Input), err)
+	}
+}
+
 // A World list page is charged to the replies' budget as the store reads
 // it (store.WorldListParams.Reserve): a page the budget cannot take is
 // 503 busy, small pages and lists without payloads go on, and nothing
