@@ -707,8 +707,13 @@ func (s *Server) handleWorldMessages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// Held as the store reads it, three times its payloads and errors, as
+	// a World page is (reservePage).
+	h := &replyHold{s: s}
+	p.Reserve = func(n int) error { return h.to(3*int64(n) + 1<<20) }
 	ms, err := s.store.Messages(r.Context(), p)
 	if err != nil {
+		_ = h.to(0)
 		httpError(w, err)
 		return
 	}
@@ -725,7 +730,7 @@ func (s *Server) handleWorldMessages(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Messages[i] = mj
 	}
-	s.writeJSON(w, http.StatusOK, out)
+	h.send(w, http.StatusOK, out)
 }
 
 // handleWorldRedeliver serves POST /v1/world/queue/{msg}/redeliver: a dead

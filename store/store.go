@@ -378,13 +378,20 @@ type Run struct {
 	// the runs of the versions it can replay.
 	Version string
 	// Elided reports a run listed (ListRuns) without its Input and Output,
-	// one of which is over MaxListedValue bytes: GetRun has them. A page of
-	// a list is then bounded, where a run's input may be 16 MiB.
+	// and its Error cut to MaxListedValue characters, one of the three
+	// being over MaxListedValue bytes: GetRun has them. A page of a list
+	// is then bounded, where a run's input may be 16 MiB.
 	Elided bool
 }
 
-// MaxListedValue is the largest input or output ListRuns carries: a run
-// whose input or output is larger is listed without both (Run.Elided).
+// MaxErrorBytes bounds a run's error as it is kept: what is past it is
+// cut, with a note of how much (a failure's text is for people, and a run
+// whose error held megabytes would make every read of it carry them).
+const MaxErrorBytes = 64 << 10
+
+// MaxListedValue is the largest input, output or error ListRuns carries:
+// a run whose input or output is larger is listed without both, an error
+// cut to it (Run.Elided).
 const MaxListedValue = 4 << 10
 
 // RunsWithin is an optional capability of a store: reading a run whose

@@ -296,6 +296,25 @@ type MessagesParams struct {
 	State string // "pending" or "dead"
 	Limit int    // 0: DefaultListLimit
 	RunID string // only the messages of this run; "": every run's
+	// Reserve, if set, is told the bytes of the messages so far (their
+	// payloads and last errors) with the next one, before it joins the
+	// list, as WorldListParams.Reserve is. An error ends the list with it.
+	Reserve func(bytes int) error
+}
+
+// Reserving returns what a read of the list tells each message it reads,
+// in order, before the message joins the list: Reserve's check, counting
+// from 0 (a read tried again calls Reserving again). Without Reserve it
+// checks nothing.
+func (p *MessagesParams) Reserving() func(m *Message) error {
+	total := 0
+	return func(m *Message) error {
+		if p.Reserve == nil {
+			return nil
+		}
+		total += len(m.Payload) + len(m.LastError)
+		return p.Reserve(total)
+	}
 }
 
 // Check validates p and returns it with its defaults.
@@ -324,13 +343,21 @@ const MaxWorldPageBytes = 4 << 20
 func WorldItemBytes(v any) int {
 	switch x := v.(type) {
 	case *world.Run:
-		return len(x.Input) + len(x.Output) + len(x.ExecutionContext)
+		return len(x.Input) + len(x.Output) + len(x.ExecutionContext) + errorBytes(x.Error)
 	case *world.Step:
-		return len(x.Input) + len(x.Output)
+		return len(x.Input) + len(x.Output) + errorBytes(x.Error)
 	case *world.Event:
 		return len(x.EventData)
 	case *world.Hook:
 		return len(x.Metadata)
 	}
 	return 0
+}
+
+// errorBytes is what a World error adds to a page.
+func errorBytes(e *world.StructuredError) int {
+	if e == nil {
+		return 0
+	}
+	return len(e.Message) + len(e.Stack) + len(e.Code)
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/weirhq/weir/names"
 )
@@ -581,7 +582,33 @@ func CloseAfterCommit(step *Step, attempt int64, name string) (next *Step, now b
 	return next, false
 }
 
+// MaxErrorText bounds a failed run's or step's error message and stack,
+// each: what is past it is cut (CutText). An error is for people to read,
+// and a failure's text must not make every page that lists the run carry
+// megabytes.
+const MaxErrorText = 16 << 10
+
+// CutText is s cut to at most limit bytes on a rune boundary, with a note
+// of how much was cut.
+func CutText(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	note := fmt.Sprintf("… (%d bytes cut)", len(s)-limit)
+	n := limit - len(note)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:max(n, 0)] + note
+}
+
 func structuredError(raw json.RawMessage, stack string) *StructuredError {
+	e := structuredErrorOf(raw, stack)
+	e.Message, e.Stack, e.Code = CutText(e.Message, MaxErrorText), CutText(e.Stack, MaxErrorText), CutText(e.Code, 256)
+	return e
+}
+
+func structuredErrorOf(raw json.RawMessage, stack string) *StructuredError {
 	e := &StructuredError{Stack: stack}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {

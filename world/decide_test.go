@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -504,5 +505,19 @@ func TestStreamNames(t *testing.T) {
 		if err := StreamName(n); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%q: %v, want ErrInvalid", n, err)
 		}
+	}
+}
+
+// A failed run's or step's error is kept to MaxErrorText a field, cut on a
+// rune boundary with a note of what was cut: a client's run_failed of
+// megabytes would otherwise ride in every page that lists the run.
+func TestErrorsCut(t *testing.T) {
+	long := strings.Repeat("é", MaxErrorText) // two bytes each
+	e := structuredError([]byte(`{"message":"`+long+`","stack":"s"}`), "")
+	if len(e.Message) > MaxErrorText || !utf8.ValidString(e.Message) || !strings.HasSuffix(e.Message, "bytes cut)") || e.Stack != "s" {
+		t.Fatalf("message of %d bytes kept as %d bytes (valid %v), ending %q", len(long), len(e.Message), utf8.ValidString(e.Message), e.Message[len(e.Message)-20:])
+	}
+	if got := CutText("short", 10); got != "short" {
+		t.Fatalf("CutText of a short text: %q", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/stream"
+	"github.com/weirhq/weir/world"
 )
 
 // Advance applies one engine transaction on tx (store.AdvanceParams), in this
@@ -131,7 +132,7 @@ func Change(p *store.AdvanceParams, now time.Time) *RunChange {
 	terminal := p.Status.Terminal()
 	c := &RunChange{Status: p.Status, Release: p.Release || terminal, Ended: terminal, Now: now}
 	if p.Status != "" {
-		c.Output, c.Error = p.Output, p.Error
+		c.Output, c.Error = p.Output, world.CutText(p.Error, store.MaxErrorBytes)
 	}
 	if p.Release && !terminal {
 		c.WakeAt, c.Awaits = p.WakeAt, p.Awaits

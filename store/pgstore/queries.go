@@ -49,7 +49,7 @@ func newQueries(schema string) *queries {
 	// Runs.
 	set(&q.run, `SELECT `+sqlrow.RunCols+` FROM $S.runs WHERE id = $1`)
 	set(&q.runExists, `SELECT 1 FROM $S.runs WHERE id = $1`)
-	set(&q.runWithin, `SELECT `+sqlrow.RunColsWithin("$2::bigint")+` FROM $S.runs WHERE id = $1`)
+	set(&q.runWithin, `SELECT `+sqlrow.RunColsWithin("$2::bigint", "octet_length(error)")+` FROM $S.runs WHERE id = $1`)
 	set(&q.runLease, `SELECT lease_epoch, lease_owner, status FROM $S.runs WHERE id = $1`)
 	set(&q.renew, `UPDATE $S.runs SET lease_expires = $1, updated_at = $2
 		WHERE id = $3 AND lease_epoch = $4 AND lease_owner <> '' AND status IN ('pending', 'running')

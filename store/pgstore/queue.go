@@ -197,8 +197,18 @@ func (s *Store) Messages(ctx context.Context, p *store.MessagesParams) ([]*store
 	}
 	var out []*store.Message
 	err = s.do(ctx, true, func(ctx context.Context, t *try) error {
-		var err error
-		out, err = queryRows(ctx, s, s.q.messages, []any{p.State, p.Limit, p.RunID})
+		reserve := p.Reserving()
+		rows, err := s.pool.Query(ctx, s.q.messages, p.State, p.Limit, p.RunID)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.Message, error) {
+			m, err := sqlrow.ScanMessage(r)
+			if err == nil {
+				err = reserve(m)
+			}
+			return m, err
+		})
 		return err
 	})
 	if err != nil {

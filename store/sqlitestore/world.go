@@ -740,7 +740,14 @@ func (s *Store) Messages(ctx context.Context, p *store.MessagesParams) ([]*store
 	if err != nil {
 		return nil, fmt.Errorf("messages: %w", s.readErr(err))
 	}
-	return collect(rows, func(r *sql.Rows) (*store.Message, error) { return sqlrow.ScanMessage(r) }, s)
+	reserve := p.Reserving()
+	return collect(rows, func(r *sql.Rows) (*store.Message, error) {
+		m, err := sqlrow.ScanMessage(r)
+		if err == nil {
+			err = reserve(m)
+		}
+		return m, err
+	}, s)
 }
 
 // RedeliverMessage makes a dead message pending again.

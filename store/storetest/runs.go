@@ -499,6 +499,35 @@ func testClaims(t *testing.T, h harness) {
 		wantErr(t, err, store.ErrNotFound)
 	})
 
+	t.Run("ErrorsBounded", func(t *testing.T) {
+		// A run's error is kept to MaxErrorBytes (cut, with a note), listed
+		// to MaxListedValue characters, and counted by GetRunWithin.
+		t.Parallel()
+		s := h.New(t)
+		epoch := startRun(t, s, "failed")
+		huge := strings.Repeat("e", 3*store.MaxErrorBytes)
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "failed", LeaseEpoch: epoch, Events: []store.Event{{Type: store.EventRunFailed, Error: "boom"}},
+			Status: store.RunFailed, Error: huge, CloseStreams: true}))
+		r, err := s.GetRun(ctx(t), "failed")
+		must(t, err)
+		if len(r.Error) > store.MaxErrorBytes || !strings.HasPrefix(r.Error, "eee") || !strings.Contains(r.Error, "bytes cut") {
+			t.Fatalf("an error of %d bytes kept as %d bytes ending %q", len(huge), len(r.Error), r.Error[max(0, len(r.Error)-40):])
+		}
+		kept := int64(len(r.Error))
+		runs, err := s.ListRuns(ctx(t), &store.ListRunsParams{})
+		must(t, err)
+		for _, l := range runs {
+			if l.ID == "failed" && (!l.Elided || len(l.Error) > store.MaxListedValue) {
+				t.Fatalf("the failed run listed: elided %v, %d bytes of error", l.Elided, len(l.Error))
+			}
+		}
+		r, size, err := s.GetRunWithin(ctx(t), "failed", 1024)
+		must(t, err)
+		if !r.Elided || len(r.Error) > store.MaxListedValue || size < kept {
+			t.Fatalf("GetRunWithin of the failed run: elided %v, %d bytes of error, size %d (its error is %d)", r.Elided, len(r.Error), size, kept)
+		}
+	})
+
 	t.Run("RenewLeases", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)

@@ -94,25 +94,28 @@ const RunCols = `id, workflow, status, input, output, error, created_at, updated
 
 // ListedRunCols are RunCols as a list carries them (store.ListRuns): an
 // input or output over store.MaxListedValue bytes left out with the
-// other, and whether they were (store.Run.Elided), as ScanListedRun takes
-// them. Both backends know a value's length without reading it.
+// other, an error cut to that many characters, and whether any was
+// (store.Run.Elided), as ScanListedRun takes them. Both backends know a value's length without reading it.
 const ListedRunCols = `id, workflow, status,
 	CASE WHEN ` + elided + ` THEN NULL ELSE input END, CASE WHEN ` + elided + ` THEN NULL ELSE output END,
-	error, created_at, updated_at,
+	` + cutError + `, created_at, updated_at,
 	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
 	queue, queue_key, priority, dedupe, queued, version, ` + elided
 
-// RunColsWithin are RunCols with the input and output left out if
-// together over max bytes (a placeholder), then whether they were and
-// the bytes of the input, output and error, as ScanRunWithin takes them.
-func RunColsWithin(max string) string {
-	over := `(COALESCE(length(input), 0) + COALESCE(length(output), 0) > ` + max + `)`
+// RunColsWithin are RunCols with the input and output left out, and the
+// error cut to store.MaxListedValue characters, if the three together are
+// over max bytes (a placeholder), then whether they were and the bytes of
+// the input, output and error, as ScanRunWithin takes them.
+// errBytes is the backend's expression of the error's length in bytes
+// (length counts a text's characters on both).
+func RunColsWithin(max, errBytes string) string {
+	over := `(COALESCE(length(input), 0) + COALESCE(length(output), 0) + COALESCE(` + errBytes + `, 0) > ` + max + `)`
 	return `id, workflow, status,
 	CASE WHEN ` + over + ` THEN NULL ELSE input END, CASE WHEN ` + over + ` THEN NULL ELSE output END,
-	error, created_at, updated_at,
+	CASE WHEN ` + over + ` THEN substr(error, 1, 4096) ELSE error END, created_at, updated_at,
 	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
 	queue, queue_key, priority, dedupe, queued, version, ` + over + `,
-	COALESCE(length(input), 0) + COALESCE(length(output), 0) + COALESCE(length(error), 0)`
+	COALESCE(length(input), 0) + COALESCE(length(output), 0) + COALESCE(` + errBytes + `, 0)`
 }
 
 // ScanRunWithin scans RunColsWithin.
@@ -127,8 +130,13 @@ func ScanRunWithin(row Scanner) (*store.Run, int64, error) {
 	return r, size, nil
 }
 
-// elided is whether a run's input or output is over store.MaxListedValue.
-const elided = `(COALESCE(length(input), 0) > 4096 OR COALESCE(length(output), 0) > 4096)`
+// elided is whether a run's input, output or error is over
+// store.MaxListedValue.
+const elided = `(COALESCE(length(input), 0) > 4096 OR COALESCE(length(output), 0) > 4096 OR COALESCE(length(error), 0) > 4096)`
+
+// cutError is a run's error as a list carries it: its first
+// store.MaxListedValue characters.
+const cutError = `CASE WHEN COALESCE(length(error), 0) > 4096 THEN substr(error, 1, 4096) ELSE error END`
 
 // ScanListedRun scans ListedRunCols.
 func ScanListedRun(row Scanner) (*store.Run, error) {
