@@ -196,3 +196,31 @@ func TestWorldQueueListReservedAsRead(t *testing.T) {
 		t.Fatalf("%d bytes still held", held)
 	}
 }
+
+// One World item (a run, here) is charged to the replies' budget by its
+// size before it is read (store.WorldSizer): it was read and encoded first,
+// and 32 stalled readers of a 15 MiB run took a server from ~100 MB to
+// 1.1–1.5 GB (red team, round four, F3). A small item goes on while a
+// large one is refused; nothing stays held.
+func TestWorldItemHeldBeforeRead(t *testing.T) {
+	d := newDSServer(t, &Config{MaxReplyBytes: 16 << 20})
+	big := decode[worldEventReply](t, d.ev("-", world.RunCreated, "", map[string]any{"deploymentId": "dpl_test", "workflowName": "workflow//big",
+		"input": []any{strings.Repeat("x", 2<<20)}}).must(t, http.StatusOK))
+	small := decode[worldEventReply](t, d.ev("-", world.RunCreated, "", map[string]any{"deploymentId": "dpl_test", "workflowName": "workflow//small",
+		"input": []any{1}}).must(t, http.StatusOK))
+	d.srv.replies.take(12 << 20) // stalled clients
+	d.wcall("GET", "runs/"+big.Run.RunID, nil).must(t, http.StatusServiceUnavailable)
+	d.wcall("GET", "runs/"+small.Run.RunID, nil).must(t, http.StatusOK)
+	if held := d.srv.replies.inUse(); held != 12<<20 {
+		t.Fatalf("%d bytes held after the refusal, want the stalled clients' %d", held, 12<<20)
+	}
+	d.srv.replies.give(12 << 20)
+	got := decode[world.Run](t, d.wcall("GET", "runs/"+big.Run.RunID, nil).must(t, http.StatusOK))
+	if len(got.Input) < 2<<20 {
+		t.Fatalf("the large run's input came back as %d bytes", len(got.Input))
+	}
+	d.wcall("GET", "runs/wrun_nope", nil).must(t, http.StatusNotFound)
+	if held := d.srv.replies.inUse(); held != 0 {
+		t.Fatalf("%d bytes still held", held)
+	}
+}

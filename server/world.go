@@ -296,6 +296,24 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, q map[string
 	h.send(w, http.StatusOK, pageOf(page, func(e *world.Event) { stripEvent(e, none) }))
 }
 
+// holdWorldItem charges the reply of one World item to the replies'
+// budget before it is read, by its size (store.WorldSizer): three times its
+// payloads (read, encoded, and the encoding) and room for its other
+// fields; false if the budget cannot take it (answered 503 busy, nothing
+// read).
+func (s *Server) holdWorldItem(w http.ResponseWriter, r *http.Request, ref store.WorldItemRef) (*replyHold, bool) {
+	sz, ok := store.WorldSizerOf(s.store)
+	if !ok {
+		return &replyHold{s: s}, true
+	}
+	n, err := sz.WorldItemSize(r.Context(), ref)
+	if err != nil {
+		httpError(w, err)
+		return nil, false
+	}
+	return s.hold(w, 3*n+64<<10)
+}
+
 // reservePage holds a World list page's reply as the store reads it
 // (WorldListParams.Reserve): three times its payloads (read, encoded, and
 // the encoding) and room for the items' other fields, so that clients
@@ -319,13 +337,18 @@ func (s *Server) handleWorldEventGet(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	h, ok := s.holdWorldItem(w, r, store.WorldItemRef{Kind: "event", RunID: r.PathValue("run"), ID: r.PathValue("event")})
+	if !ok {
+		return
+	}
 	e, err := s.store.WorldEventByID(r.Context(), r.PathValue("run"), r.PathValue("event"))
 	if err != nil {
+		_ = h.to(0)
 		httpError(w, err)
 		return
 	}
 	stripEvent(e, none)
-	s.writeJSON(w, http.StatusOK, e)
+	h.send(w, http.StatusOK, e)
 }
 
 // handleWorldRuns serves GET /v1/world/runs: runs.list, newest first.
@@ -368,13 +391,18 @@ func (s *Server) handleWorldRun(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	h, ok := s.holdWorldItem(w, r, store.WorldItemRef{Kind: "run", ID: r.PathValue("run")})
+	if !ok {
+		return
+	}
 	run, err := s.store.WorldRun(r.Context(), r.PathValue("run"))
 	if err != nil {
+		_ = h.to(0)
 		httpError(w, err)
 		return
 	}
 	stripRun(run, none)
-	s.writeJSON(w, http.StatusOK, run)
+	h.send(w, http.StatusOK, run)
 }
 
 // handleWorldCancel serves POST /v1/world/runs/{run}/cancel: a cancel from
@@ -464,13 +492,18 @@ func (s *Server) handleWorldStep(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	h, ok := s.holdWorldItem(w, r, store.WorldItemRef{Kind: "step", RunID: r.PathValue("run"), ID: r.PathValue("step")})
+	if !ok {
+		return
+	}
 	st, err := s.store.WorldStep(r.Context(), r.PathValue("run"), r.PathValue("step"))
 	if err != nil {
+		_ = h.to(0)
 		httpError(w, err)
 		return
 	}
 	stripStep(st, none)
-	s.writeJSON(w, http.StatusOK, st)
+	h.send(w, http.StatusOK, st)
 }
 
 // handleWorldHooks serves GET /v1/world/hooks: hooks.getByToken with
@@ -491,13 +524,18 @@ func (s *Server) handleWorldHooks(w http.ResponseWriter, r *http.Request) {
 			httpError(w, err)
 			return
 		}
+		held, ok := s.holdWorldItem(w, r, store.WorldItemRef{Kind: "hook-token", ID: tok[0]})
+		if !ok {
+			return
+		}
 		h, err := s.store.WorldHookByToken(r.Context(), tok[0])
 		if err != nil {
+			_ = held.to(0)
 			httpError(w, err)
 			return
 		}
 		stripHook(h, none)
-		s.writeJSON(w, http.StatusOK, h)
+		held.send(w, http.StatusOK, h)
 		return
 	}
 	p, err := listParams(q, false)
@@ -528,13 +566,18 @@ func (s *Server) handleWorldHook(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	held, ok := s.holdWorldItem(w, r, store.WorldItemRef{Kind: "hook", ID: r.PathValue("hook")})
+	if !ok {
+		return
+	}
 	h, err := s.store.WorldHook(r.Context(), r.PathValue("hook"))
 	if err != nil {
+		_ = held.to(0)
 		httpError(w, err)
 		return
 	}
 	stripHook(h, none)
-	s.writeJSON(w, http.StatusOK, h)
+	held.send(w, http.StatusOK, h)
 }
 
 // enqueueRequest is the body of POST /v1/world/queue.

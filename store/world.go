@@ -361,3 +361,45 @@ func errorBytes(e *world.StructuredError) int {
 	}
 	return len(e.Message) + len(e.Stack) + len(e.Code)
 }
+
+// WorldSizer is a store that tells a World item's size before it is read:
+// the bytes of its payloads (WorldItemBytes). A server charges a reply's
+// budget by it before the read, so that requests refused at the budget
+// read nothing.
+type WorldSizer interface {
+	// WorldItemSize returns the payload bytes of the item ref names, 0
+	// if there is none (its read then says so).
+	WorldItemSize(ctx context.Context, ref WorldItemRef) (int64, error)
+}
+
+// WorldItemRef names one World item: Kind "run" (ID), "step" (ID, in
+// RunID if set), "event" (ID, in RunID), "hook" (ID) or "hook-token" (ID,
+// the token).
+type WorldItemRef struct {
+	Kind, RunID, ID string
+}
+
+// WorldSizerOf returns s, or the store it wraps, as a WorldSizer.
+func WorldSizerOf(s Store) (WorldSizer, bool) { return as[WorldSizer](s) }
+
+// WorldItemSizeQuery is the SQL of a WorldItemSize, with the backend's
+// schema prefix (S: "" or "schema.") and placeholders (ph(i), from 1),
+// and its arguments: both backends ask the same.
+func WorldItemSizeQuery(ref WorldItemRef, S string, ph func(int) string) (string, []any, error) {
+	l := func(col string) string { return "COALESCE(length(" + col + "), 0)" }
+	switch ref.Kind {
+	case "run":
+		return `SELECT ` + l("r.input") + ` + ` + l("r.output") + ` + ` + l("w.execution_context") + ` + ` + l("w.error_json") +
+			` FROM ` + S + `runs r JOIN ` + S + `world_runs w ON w.run_id = r.id WHERE r.id = ` + ph(1), []any{ref.ID}, nil
+	case "step":
+		return `SELECT COALESCE(max(` + l("input") + ` + ` + l("output") + ` + ` + l("error_json") + `), 0) FROM ` + S +
+			`world_steps WHERE step_id = ` + ph(1) + ` AND (` + ph(2) + ` = '' OR run_id = ` + ph(2) + `)`, []any{ref.ID, ref.RunID}, nil
+	case "event":
+		return `SELECT ` + l("data") + ` FROM ` + S + `world_events WHERE run_id = ` + ph(1) + ` AND event_id = ` + ph(2), []any{ref.RunID, ref.ID}, nil
+	case "hook":
+		return `SELECT ` + l("metadata") + ` FROM ` + S + `world_hooks WHERE hook_id = ` + ph(1), []any{ref.ID}, nil
+	case "hook-token":
+		return `SELECT ` + l("metadata") + ` FROM ` + S + `world_hooks WHERE token = ` + ph(1), []any{ref.ID}, nil
+	}
+	return "", nil, fmt.Errorf("%w: a World item of kind %q", ErrInvalid, ref.Kind)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -832,4 +833,26 @@ func (q *worldQueries) set(set func(*string, string)) {
 		set(&sql, `DELETE FROM $S.`+t+` WHERE run_id = ANY($1)`)
 		q.purgeWorld = append(q.purgeWorld, sql)
 	}
+}
+
+var _ store.WorldSizer = (*Store)(nil)
+
+// WorldItemSize is store.WorldSizer's.
+func (s *Store) WorldItemSize(ctx context.Context, ref store.WorldItemRef) (int64, error) {
+	q, args, err := store.WorldItemSizeQuery(ref, s.q.schema+".", func(i int) string { return "$" + strconv.Itoa(i) + "::text" })
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = s.do(ctx, true, func(ctx context.Context, _ *try) error {
+		err := s.pool.QueryRow(ctx, q, args...).Scan(&n)
+		if errors.Is(err, pgx.ErrNoRows) {
+			n, err = 0, nil
+		}
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("world item size: %w", err)
+	}
+	return n, nil
 }

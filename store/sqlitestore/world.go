@@ -848,3 +848,22 @@ func (s *Store) RenewMessage(ctx context.Context, p *store.RenewMessageParams) e
 	}
 	return nil
 }
+
+var _ store.WorldSizer = (*Store)(nil)
+
+// WorldItemSize is store.WorldSizer's.
+func (s *Store) WorldItemSize(ctx context.Context, ref store.WorldItemRef) (int64, error) {
+	q, args, err := store.WorldItemSizeQuery(ref, "", func(i int) string { return "?" + strconv.Itoa(i) })
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = s.rdb.QueryRowContext(ctx, q, args...).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("world item size: %w", s.readErr(err))
+	}
+	return n, nil
+}
