@@ -27,6 +27,7 @@ func testWorld(t *testing.T, h harness) {
 	t.Run("Waits", func(t *testing.T) { t.Parallel(); testWorldWaits(t, h) })
 	t.Run("Lists", func(t *testing.T) { t.Parallel(); testWorldLists(t, h) })
 	t.Run("PagesBoundedInBytes", func(t *testing.T) { t.Parallel(); testWorldPageBytes(t, h) })
+	t.Run("ItemSizes", func(t *testing.T) { t.Parallel(); testWorldItemSizes(t, h) })
 	t.Run("Queue", func(t *testing.T) { t.Parallel(); testWorldQueue(t, h) })
 	t.Run("QueueRuns", func(t *testing.T) { t.Parallel(); testWorldQueueRuns(t, h) })
 	t.Run("QueueSkipsTargets", func(t *testing.T) { t.Parallel(); testWorldQueueTargets(t, h) })
@@ -809,4 +810,54 @@ func testWorldPageBytes(t *testing.T, h harness) {
 	if len(seen) != 6 || len(slices.Compact(slices.Clone(seen))) != 6 {
 		t.Fatalf("listed %v, want each of the 6 runs once", seen)
 	}
+}
+
+// testWorldItemSizes: a World item's size before it is read
+// (store.WorldSizer) is at least the payload bytes its read carries
+// (WorldItemBytes), and 0 for an item there is not.
+func testWorldItemSizes(t *testing.T, h harness) {
+	s := h.New(t)
+	sz, ok := store.WorldSizerOf(s)
+	if !ok {
+		t.Skip("the store tells no World item's size (store.WorldSizer)")
+	}
+	big := strings.Repeat("x", 64<<10)
+	run := wev(t, s, "", world.RunCreated, "", jmap{"deploymentId": "dpl_1", "workflowName": "wf//sized", "input": []any{big}}).Run.RunID
+	wev(t, s, run, world.RunStarted, "", nil)
+	wev(t, s, run, world.StepCreated, "step_1", jmap{"stepName": "step//s", "input": []any{big, big}})
+	hook := wev(t, s, run, world.HookCreated, "hook_1", jmap{"token": "tok-size", "metadata": jmap{"k": big}})
+	size := func(ref store.WorldItemRef) int64 {
+		t.Helper()
+		n, err := sz.WorldItemSize(ctx(t), ref)
+		must(t, err)
+		return n
+	}
+	r, err := s.WorldRun(ctx(t), run)
+	must(t, err)
+	if n := size(store.WorldItemRef{Kind: "run", ID: run}); n < int64(store.WorldItemBytes(r)) || n < 64<<10 {
+		t.Fatalf("run: size %d, its read carries %d", n, store.WorldItemBytes(r))
+	}
+	st, err := s.WorldStep(ctx(t), run, "step_1")
+	must(t, err)
+	for _, ref := range []store.WorldItemRef{{Kind: "step", RunID: run, ID: "step_1"}, {Kind: "step", ID: "step_1"}} {
+		if n := size(ref); n < int64(store.WorldItemBytes(st)) || n < 128<<10 {
+			t.Fatalf("step %+v: size %d, its read carries %d", ref, n, store.WorldItemBytes(st))
+		}
+	}
+	if n := size(store.WorldItemRef{Kind: "event", RunID: run, ID: hook.Events[0].EventID}); n < 64<<10 {
+		t.Fatalf("the hook's event: size %d", n)
+	}
+	for _, ref := range []store.WorldItemRef{{Kind: "hook", ID: "hook_1"}, {Kind: "hook-token", ID: "tok-size"}} {
+		if n := size(ref); n < 64<<10 {
+			t.Fatalf("hook %+v: size %d", ref, n)
+		}
+	}
+	for _, ref := range []store.WorldItemRef{{Kind: "run", ID: "wrun_none"}, {Kind: "step", ID: "none"}, {Kind: "event", RunID: run, ID: "none"},
+		{Kind: "hook", ID: "none"}, {Kind: "hook-token", ID: "none"}} {
+		if n := size(ref); n != 0 {
+			t.Fatalf("%+v: size %d of nothing", ref, n)
+		}
+	}
+	_, err = sz.WorldItemSize(ctx(t), store.WorldItemRef{Kind: "nope"})
+	wantErr(t, err, store.ErrInvalid)
 }
