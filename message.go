@@ -267,7 +267,7 @@ type TopicMessages = api.TopicMessages
 // by topic: how many came, and, once the run ended, how many it took and
 // left. Returns ErrNotFound for an unknown run.
 func (e *Engine) Messages(ctx context.Context, runID string) ([]TopicMessages, error) {
-	if _, err := e.store.GetRun(ctx, runID); err != nil {
+	if _, err := e.runHead(ctx, runID); err != nil {
 		return nil, err
 	}
 	// Of the payloads, only what the run took is read: up to 16 MiB of
@@ -348,7 +348,7 @@ func (e *Engine) GetEvent(ctx context.Context, runID, key string, opts *GetEvent
 		case err != nil && !o.Wait:
 			return nil, err
 		case err != nil && errors.Is(err, store.ErrNotFound):
-			r, rerr := e.store.GetRun(ctx, runID)
+			r, rerr := e.runHead(ctx, runID)
 			if rerr != nil && !transient(rerr) {
 				return nil, rerr
 			}
@@ -361,7 +361,7 @@ func (e *Engine) GetEvent(ctx context.Context, runID, key string, opts *GetEvent
 			}
 		case err == nil:
 			// Not newer than After yet; a run that ended sets no more.
-			if r, rerr := e.store.GetRun(ctx, runID); rerr == nil && r.Status.Terminal() {
+			if r, rerr := e.runHead(ctx, runID); rerr == nil && r.Status.Terminal() {
 				if ev, err := e.store.GetRunEvent(ctx, runID, key); err == nil && ev.Seq > o.After {
 					return ev, nil
 				}
@@ -384,7 +384,7 @@ func (e *Engine) GetEvent(ctx context.Context, runID, key string, opts *GetEvent
 // RunEvents returns run runID's run events' latest values, by key. Returns
 // ErrNotFound for an unknown run.
 func (e *Engine) RunEvents(ctx context.Context, runID string) ([]*RunEvent, error) {
-	if _, err := e.store.GetRun(ctx, runID); err != nil {
+	if _, err := e.runHead(ctx, runID); err != nil {
 		return nil, err
 	}
 	return e.store.ListRunEvents(ctx, runID)

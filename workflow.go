@@ -268,7 +268,7 @@ func (e *Engine) runError(ctx context.Context, r *store.Run) error {
 // Events returns a run's event log from afterSeq on (0: all of it).
 // Returns ErrNotFound for an unknown run.
 func (e *Engine) Events(ctx context.Context, runID string, afterSeq int64) ([]Event, error) {
-	if _, err := e.store.GetRun(ctx, runID); err != nil {
+	if _, err := e.runHead(ctx, runID); err != nil {
 		return nil, err
 	}
 	return e.store.ListEvents(ctx, runID, afterSeq)
@@ -370,4 +370,12 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 // GetRun returns a run. Returns ErrNotFound.
 func (e *Engine) GetRun(ctx context.Context, id string) (*Run, error) {
 	return e.store.GetRun(ctx, id)
+}
+
+// runHead reads run id without its input and output, its error cut
+// (store.RunsWithin with no room for values): what a look at its existence
+// or status needs, whatever the run holds.
+func (e *Engine) runHead(ctx context.Context, id string) (*store.Run, error) {
+	r, _, err := e.store.GetRunWithin(ctx, id, 0)
+	return r, err
 }

@@ -57,7 +57,7 @@ func (s *Server) handleHooks(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	run, err := s.getRun(r)
+	run, err := s.runHead(r)
 	if err != nil {
 		httpError(w, err)
 		return

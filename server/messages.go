@@ -117,7 +117,7 @@ func (s *Server) handleRunEvent(w http.ResponseWriter, r *http.Request) {
 
 // running reports whether run id exists and has not ended.
 func (s *Server) running(ctx context.Context, id string) bool {
-	r, err := s.e.GetRun(ctx, id)
+	r, _, err := s.store.GetRunWithin(ctx, id, 0)
 	return err == nil && !r.Status.Terminal()
 }
 

@@ -302,6 +302,15 @@ func (s *Server) getRun(r *http.Request) (*store.Run, error) {
 	return s.store.GetRun(r.Context(), r.PathValue("id"))
 }
 
+// runHead reads the run of the request's path without its input and
+// output, its error cut (store.RunsWithin with no room for values): what a
+// route that needs its existence or status reads, so that a run of
+// megabytes costs it nothing.
+func (s *Server) runHead(r *http.Request) (*store.Run, error) {
+	run, _, err := s.store.GetRunWithin(r.Context(), r.PathValue("id"), 0)
+	return run, err
+}
+
 // handleEvents serves GET /v1/runs/{id}/events[?after=SEQ].
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	q, err := parseQuery(r, "after", "limit")
@@ -357,7 +366,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	// 200 for a run that had already ended, 202 for one this request asked
 	// to cancel: decided before the cancel, since the run may end as
 	// cancelled before the reply is written.
-	before, err := s.getRun(r)
+	before, err := s.runHead(r)
 	if err != nil {
 		httpError(w, err)
 		return
@@ -389,7 +398,7 @@ func (s *Server) handleStreams(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	run, err := s.getRun(r)
+	run, err := s.runHead(r)
 	if err != nil {
 		httpError(w, err)
 		return

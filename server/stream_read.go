@@ -344,7 +344,7 @@ func (s *Server) awaitRunStream(ctx context.Context, path string, notFound error
 		var err error
 		if w.changed != nil && !timedOut && s.e.Executing(w.run) {
 			rs = &store.Run{Status: store.RunRunning}
-		} else if rs, err = s.store.GetRun(ctx, w.run); errors.Is(err, store.ErrNotFound) {
+		} else if rs, _, err = s.store.GetRunWithin(ctx, w.run, 0); errors.Is(err, store.ErrNotFound) {
 			return nil, notFound
 		} else if err != nil {
 			return nil, err

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -296,6 +297,20 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, q map[string
 	h.send(w, http.StatusOK, pageOf(page, func(e *world.Event) { stripEvent(e, none) }))
 }
 
+// worldRunExists is nil if World run id exists, world.ErrRunNotFound if
+// not: read without its values (store.RunsWithin), so that a run of
+// megabytes costs a list of its steps or events nothing to find.
+func (s *Server) worldRunExists(ctx context.Context, id string) error {
+	run, _, err := s.store.GetRunWithin(ctx, id, 0)
+	switch {
+	case errors.Is(err, store.ErrNotFound) || err == nil && run.Kind != store.KindWorld:
+		return fmt.Errorf("world run: %w: %q", world.ErrRunNotFound, id)
+	case err != nil:
+		return err
+	}
+	return nil
+}
+
 // holdWorldItem charges the reply of one World item to the replies'
 // budget before it is read, by its size (store.WorldSizer): three times its
 // payloads (read, encoded, and the encoding) and room for its other
@@ -465,7 +480,7 @@ func (s *Server) handleWorldSteps(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.RunID = r.PathValue("run")
-	if _, err := s.store.WorldRun(r.Context(), p.RunID); err != nil {
+	if err := s.worldRunExists(r.Context(), p.RunID); err != nil {
 		httpError(w, err)
 		return
 	}

@@ -212,7 +212,7 @@ func (s *Server) handleWorldStreamNames(w http.ResponseWriter, r *http.Request) 
 		httpError(w, err)
 		return
 	}
-	if _, err := s.store.WorldRun(r.Context(), r.PathValue("run")); err != nil {
+	if err := s.worldRunExists(r.Context(), r.PathValue("run")); err != nil {
 		httpError(w, err)
 		return
 	}
