@@ -3,8 +3,6 @@ package weir
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -152,10 +150,7 @@ func (x *execution) startAttemptSpan(start *stepStart) {
 // to the hook), and traces are read more widely than the API: the
 // reference tells a wait's hook apart and matches it to the token its
 // owner holds, without giving it away.
-func HookRef(token string) string {
-	d := sha256.Sum256([]byte(token))
-	return "hook:" + hex.EncodeToString(d[:8])
-}
+func HookRef(token string) string { return store.HookRef(token) }
 
 func (x *execution) startWaitSpan(fs []*future, children []string, timer time.Time) trace.Span {
 	_, sp := x.e.tracer.Start(x.ctx, "weir.wait")

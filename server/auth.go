@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/api"
+	"github.com/weirhq/weir/store"
 )
 
 // authorize checks the bearer token, when one is configured: writes (every
@@ -69,7 +70,7 @@ func (s *Server) authFailed(r *http.Request) {
 	if now.Sub(s.auth.last) < time.Second {
 		return
 	}
-	s.log.Warn("weir server: failed authentication", "remote", r.RemoteAddr, "method", r.Method, "path", clip(r.URL.Path),
+	s.log.Warn("weir server: failed authentication", "remote", r.RemoteAddr, "method", r.Method, "path", clip(loggedPath(r.URL.Path)),
 		"failures_since_last_log", s.auth.failed)
 	s.auth.last, s.auth.failed = now, 0
 }
@@ -89,4 +90,13 @@ func bearerToken(r *http.Request) (string, bool) {
 func tokensEqual(a, b string) bool {
 	ha, hb := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
 	return subtle.ConstantTimeCompare(ha[:], hb[:]) == 1
+}
+
+// loggedPath is path as a log may carry it: a hook's token in it (POST
+// /v1/hooks/{token}) is a capability, named by its reference instead.
+func loggedPath(path string) string {
+	if tok, ok := strings.CutPrefix(path, "/v1/hooks/"); ok && tok != "" {
+		return "/v1/hooks/" + store.HookRef(tok)
+	}
+	return path
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/weirhq/weir/store"
 )
 
 func TestAuthWritesNeedTheToken(t *testing.T) {
@@ -187,5 +189,19 @@ func TestFailedAuthIsLoggedAtALimitedRate(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "guess-") {
 		t.Fatal("the log holds a guessed token")
+	}
+}
+
+// A failed authentication's log line names a hook by its reference, never
+// its token (a capability): red team, round four, F7.
+func TestLoggedPathHidesHookTokens(t *testing.T) {
+	for path, want := range map[string]string{
+		"/v1/hooks/secret-token": "/v1/hooks/" + store.HookRef("secret-token"),
+		"/v1/hooks/":             "/v1/hooks/",
+		"/v1/runs/r1":            "/v1/runs/r1",
+	} {
+		if got := loggedPath(path); got != want || strings.Contains(got, "secret-token") {
+			t.Errorf("loggedPath(%q) = %q, want %q", path, got, want)
+		}
 	}
 }

@@ -23,6 +23,8 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -1134,3 +1136,13 @@ type Piece struct {
 
 // End is the byte of the record's data after the piece of n bytes.
 func (p *Piece) End(n int) int64 { return p.From + int64(n) }
+
+// HookRef is how logs, traces and run errors name a hook: "hook:" and 16
+// hex digits of its token's SHA-256. A token is a capability (whoever
+// holds it delivers to the hook), and those are read more widely than the
+// API: the reference tells hooks apart and matches the token its owner
+// holds, without giving it away. (weir.HookRef is the same.)
+func HookRef(token string) string {
+	d := sha256.Sum256([]byte(token))
+	return "hook:" + hex.EncodeToString(d[:8])
+}

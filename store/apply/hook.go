@@ -77,7 +77,9 @@ func CreateHook(tx HookTx, p *store.HookParams) error {
 			}
 		}
 		if owner != nil && !owner.Status.Terminal() {
-			return fmt.Errorf("%w: token %q is the hook of run %s (op %d)", store.ErrHookConflict, p.Token, h.RunID, h.Op)
+			// Named by its reference: this error becomes the failing run's,
+			// which logs and traces carry; the token is a capability.
+			return fmt.Errorf("%w: the token of %s is the hook of run %s (op %d)", store.ErrHookConflict, store.HookRef(p.Token), h.RunID, h.Op)
 		}
 	}
 	nh := &Hook{Token: p.Token, RunID: run.ID, Op: p.Op, CreatedAt: p.Now}

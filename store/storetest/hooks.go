@@ -91,8 +91,8 @@ func testHooks(t *testing.T, h harness) {
 		e2 := startRun(t, s, "r2")
 		err := s.CreateHook(ctx(t), hook("r2", e2, "tok", 1))
 		wantErr(t, err, store.ErrHookConflict)
-		if !strings.Contains(err.Error(), "r1") {
-			t.Fatalf("conflict %q does not name the run holding the token", err)
+		if !strings.Contains(err.Error(), "r1") || strings.Contains(err.Error(), `"tok"`) || !strings.Contains(err.Error(), store.HookRef("tok")) {
+			t.Fatalf("conflict %q does not name the run holding the token, or names the token (a capability) and not its reference", err)
 		}
 		_, err = s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "tok", Payload: []byte(`1`), IdempotencyKey: "k"})
 		must(t, err)
