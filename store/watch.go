@@ -1,6 +1,10 @@
 package store
 
-import "hash/fnv"
+import (
+	"hash/fnv"
+
+	"github.com/weirhq/weir/limit"
+)
 
 // RunWatcher is a store that says when a run's streams may have changed
 // for a reader waiting for one of them to appear: a stream of the run was
@@ -60,3 +64,11 @@ func LimiterLineKey(name string) int64 { return RunKey("limiter-line\x00" + name
 
 // LimiterWatcherOf returns s, or the store it wraps, as a LimiterWatcher.
 func LimiterWatcherOf(s Store) (LimiterWatcher, bool) { return as[LimiterWatcher](s) }
+
+// AcquireWakes is whom a limiter's decision d wakes once it is committed:
+// moved, its line (a grant gave slots back, so the line may go on);
+// joined, the grant holders that WatchLimiterLine (a waiter joined the
+// line, so they give back what they do not use). Every store wakes by it.
+func AcquireWakes(d *limit.Decision) (moved, joined bool) {
+	return d.Freed > 0, d.Joined
+}

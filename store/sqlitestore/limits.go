@@ -187,11 +187,12 @@ func (s *Store) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*l
 	if err != nil {
 		return nil, fmt.Errorf("acquire slot: %w", err)
 	}
-	if d.Freed > 0 {
-		s.limiterChanged(q.Limiter) // a grant gave slots back: the line may go on
+	moved, joined := store.AcquireWakes(d)
+	if moved {
+		s.limiterChanged(q.Limiter)
 	}
-	if d.Joined {
-		s.limiterJoined(q.Limiter) // a grant's holder gives back what it does not use
+	if joined {
+		s.limiterJoined(q.Limiter)
 	}
 	return d, nil
 }

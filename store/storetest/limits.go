@@ -96,6 +96,51 @@ func testLimits(t *testing.T, h harness) {
 		}
 	})
 
+	t.Run("Watchers", func(t *testing.T) {
+		// A waiter joining the line wakes the line's watchers (grant
+		// holders); a release wakes the line's head; an ask again in line,
+		// which changes nothing, wakes neither.
+		t.Parallel()
+		s := newLimits(t)
+		w, ok := s.(store.LimiterWatcher)
+		if !ok {
+			t.Skip("the store has no store.LimiterWatcher")
+		}
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "w", Concurrency: 1}))
+		closed := func(c <-chan struct{}) bool {
+			select {
+			case <-c:
+				return true
+			default:
+				return false
+			}
+		}
+		if !acq(t, s, "w", "a1", 0).Granted {
+			t.Fatal("the free slot refused")
+		}
+		line, stopLine := w.WatchLimiterLine("w")
+		moved, stopMoved := w.WatchLimiter("w")
+		if d := acq(t, s, "w", "b1", 1); d.Granted || !d.Joined {
+			t.Fatalf("b1 with the slot held: %+v", d)
+		}
+		if !closed(line) || closed(moved) {
+			t.Fatalf("b1 joined the line: line watchers woken %v (want true), line moved %v (want false)", closed(line), closed(moved))
+		}
+		stopLine()
+		line, stopLine = w.WatchLimiterLine("w")
+		acq(t, s, "w", "b1", 2)
+		if closed(line) || closed(moved) {
+			t.Fatal("b1 asking again woke a watcher")
+		}
+		_, err := s.ReleaseSlot(ctx(t), &store.ReleaseSlotParams{Limiter: "w", Holder: "a1", Now: at(3)})
+		must(t, err)
+		if !closed(moved) {
+			t.Fatal("a release did not wake the line")
+		}
+		stopLine()
+		stopMoved()
+	})
+
 	t.Run("Slots", func(t *testing.T) {
 		t.Parallel()
 		s := newLimits(t)
