@@ -98,8 +98,10 @@ func testLimits(t *testing.T, h harness) {
 
 	t.Run("Watchers", func(t *testing.T) {
 		// A waiter joining the line wakes the line's watchers (grant
-		// holders); a release wakes the line's head; an ask again in line,
-		// which changes nothing, wakes neither.
+		// holders); a release wakes the line's head. (A watcher may also
+		// be woken for nothing, when changes may have been missed — on
+		// PostgreSQL, once its listener connects — so only wakes that
+		// must come are asserted.)
 		t.Parallel()
 		s := newLimits(t)
 		w, ok := s.(store.LimiterWatcher)
@@ -119,26 +121,20 @@ func testLimits(t *testing.T, h harness) {
 			t.Fatal("the free slot refused")
 		}
 		line, stopLine := w.WatchLimiterLine("w")
-		moved, stopMoved := w.WatchLimiter("w")
+		defer stopLine()
 		if d := acq(t, s, "w", "b1", 1); d.Granted || !d.Joined {
 			t.Fatalf("b1 with the slot held: %+v", d)
 		}
-		if !closed(line) || closed(moved) {
-			t.Fatalf("b1 joined the line: line watchers woken %v (want true), line moved %v (want false)", closed(line), closed(moved))
+		if !closed(line) {
+			t.Fatal("b1 joined the line: its watchers were not woken")
 		}
-		stopLine()
-		line, stopLine = w.WatchLimiterLine("w")
-		acq(t, s, "w", "b1", 2)
-		if closed(line) || closed(moved) {
-			t.Fatal("b1 asking again woke a watcher")
-		}
+		moved, stopMoved := w.WatchLimiter("w")
+		defer stopMoved()
 		_, err := s.ReleaseSlot(ctx(t), &store.ReleaseSlotParams{Limiter: "w", Holder: "a1", Now: at(3)})
 		must(t, err)
 		if !closed(moved) {
 			t.Fatal("a release did not wake the line")
 		}
-		stopLine()
-		stopMoved()
 	})
 
 	t.Run("Slots", func(t *testing.T) {
