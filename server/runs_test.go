@@ -368,9 +368,24 @@ func TestForkRetryResume(t *testing.T) {
 	if got.ID != run.ID || got.Status != store.RunPending {
 		t.Fatalf("resumed: %+v", got)
 	}
-	eventually(t, "the resumed run running", func() bool {
-		r, err := s.e.GetRun(t.Context(), run.ID)
-		return err == nil && r.Status == store.RunRunning
+	// Its step must have started again before the second cancel, or no
+	// step's failure ends the run and a bare retry has nothing to start
+	// from (CI caught the cancel landing between the claim and the step).
+	eventually(t, "the resumed run's step started again", func() bool {
+		evs, err := s.e.Store().ListEvents(t.Context(), run.ID, 0)
+		if err != nil {
+			return false
+		}
+		resumed := false
+		for _, ev := range evs {
+			switch {
+			case ev.Type == store.EventRunResumed:
+				resumed = true
+			case resumed && ev.Type == store.EventStepStarted:
+				return true
+			}
+		}
+		return false
 	})
 	s.do("POST", "/v1/runs/"+run.ID+"/resume", "").want(t, http.StatusConflict)
 	s.do("POST", "/v1/runs/"+run.ID+"/cancel", "").want(t, http.StatusAccepted)
