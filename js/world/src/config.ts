@@ -43,6 +43,16 @@ export interface Config {
    * waits for the flush, so its 10 ms default costs a step 10 ms a chunk.
    */
   flushMs: number;
+  /**
+   * Whether DurableAgent's start chunk ({type: 'start', messageId:
+   * generateId()}, the first chunk of its model step) is written with a
+   * messageId made from the run and the step instead, the same on every
+   * attempt, so that a retry saying the same words is adopted and a
+   * divergent one rewinds from its first different token, not from the
+   * start (docs/world.md). Default $WEIR_WORLD_STABLE_MESSAGE_IDS, else
+   * true; "0" or "false" turns it off.
+   */
+  stableMessageIds: boolean;
 }
 
 /** Returns the config, from overrides and the environment. */
@@ -59,12 +69,17 @@ export function resolveConfig(overrides: Partial<Config> = {}, env: NodeJS.Proce
   if (!Number.isFinite(barrier) || barrier < 0) {
     throw new Error(`@weirhq/world: WEIR_WORLD_BARRIER_MS=${String(env.WEIR_WORLD_BARRIER_MS)}: want a number of milliseconds`);
   }
+  const stableEnv = env.WEIR_WORLD_STABLE_MESSAGE_IDS;
+  if (stableEnv !== undefined && !['0', '1', 'true', 'false'].includes(stableEnv)) {
+    throw new Error(`@weirhq/world: WEIR_WORLD_STABLE_MESSAGE_IDS=${stableEnv}: want true or false`);
+  }
   const cfg: Config = {
     url: (overrides.url ?? env.WEIR_URL ?? 'http://127.0.0.1:4437').replace(/\/+$/, ''),
     deploymentId: overrides.deploymentId ?? env.WEIR_DEPLOYMENT_ID ?? `weir-world@${VERSION}`,
     readView: view,
     barrierMs: barrier,
     flushMs: flush,
+    stableMessageIds: overrides.stableMessageIds ?? (stableEnv === undefined || stableEnv === '1' || stableEnv === 'true'),
   };
   const token = overrides.token ?? env.WEIR_TOKEN;
   if (token) cfg.token = token;

@@ -5,6 +5,7 @@ import { Chain } from './chain';
 import { chunkBytes, decode, Deframer, frame } from './codec';
 import type { Config, View } from './config';
 import { send, seg } from './http';
+import { stableMessageId, withStableStart } from './messageid';
 
 // The World's streams on weir. A write takes its step's identity, in this
 // order: core's step context (a getWritable() in the step's body), else the
@@ -156,6 +157,9 @@ export function createStreams(cfg: Config, st: StreamState) {
       return;
     }
     const c = chain(runId, name, id);
+    // The first chunk of the attempt on this stream: DurableAgent's start
+    // chunk gets the id every attempt of the step gives it (messageid.ts).
+    if (c.next === 0 && cfg.stableMessageIds) chunks[0] = withStableStart(chunks[0]!, stableMessageId(runId, id.stepId));
     await track(runId, id.stepId, c.write(chunks, (seq, b) => postStep(runId, name, id, seq, b)));
   }
 

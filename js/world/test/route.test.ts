@@ -6,6 +6,7 @@ import { after, before, test } from 'node:test';
 import { follow, type FollowEvent } from '@weirhq/client';
 import { getExternalReducers, getSerializeStream } from '@workflow/core/serialization';
 import { createWorld, decodeFrame, worldStreamName, worldStreamRoute } from '../src/index';
+import { stableMessageId, withStableStart } from '../src/messageid';
 import { startWeir, type WeirServer } from './server';
 
 // worldStreamRoute: a run's getWritable() stream, written as core writes it
@@ -64,6 +65,95 @@ test("decodeFrame: core's deserializer, exactly one frame a record", async () =>
   const unknownFormat = fs[2]!.slice();
   unknownFormat.set(new TextEncoder().encode('zzzz'), 4);
   await assert.rejects(decodeFrame(unknownFormat, 'wrun_x'));
+});
+
+test("DurableAgent's start chunk: the World's own messageId, the same for every attempt of a step; anything else untouched", async () => {
+  const id = stableMessageId('wrun_1', 'step_1');
+  assert.match(id, /^[0-9A-Za-z]{16}$/);
+  assert.equal(stableMessageId('wrun_1', 'step_1'), id);
+  assert.notEqual(stableMessageId('wrun_1', 'step_2'), id);
+  assert.notEqual(stableMessageId('wrun_2', 'step_1'), id);
+  // generateId()'s ids: 16 letters and digits.
+  const [start] = await frames('wrun_1', [{ type: 'start', messageId: 'AbCdEfGh01234567' }]);
+  const stable = withStableStart(start!, id);
+  assert.equal(stable.byteLength, start!.byteLength);
+  assert.deepEqual(await decodeFrame(stable, 'wrun_1'), { type: 'start', messageId: id });
+  assert.deepEqual(await decodeFrame(start!, 'wrun_1'), { type: 'start', messageId: 'AbCdEfGh01234567' }, 'the chunk given is not changed');
+  const others = await frames('wrun_1', [
+    { type: 'start', messageId: 'msg-wrun_1' }, // an id the app chose
+    { type: 'start', messageId: 'AbCdEfGh0123456' }, // 15 characters
+    { type: 'start', messageId: 'AbCdEfGh0123456!' },
+    { type: 'start', messageId: 'AbCdEfGh01234567', messageMetadata: { a: 1 } },
+    { type: 'start' },
+    { type: 'start-step' },
+    { type: 'text-delta', id: '1', delta: 'AbCdEfGh01234567' },
+    'devl[{"type":1,"messageId":2},"start","AbCdEfGh01234567"]',
+  ]);
+  for (const f of others) assert.equal(withStableStart(f, id), f);
+});
+
+test("DurableAgent's start chunk through the World: an identical retry is adopted, a divergent one rewinds from its first different token", async () => {
+  const w = createWorld({ url: weir.url, secret: weir.secret, barrierMs: 5 }) as unknown as AnyWorld;
+  const { run } = await w.events.create(null, { eventType: 'run_created', eventData: { deploymentId: 'd', workflowName: 'wf', input: enc('in') } });
+  const runId = run.runId as string;
+  await w.events.create(runId, { eventType: 'run_started' });
+  const delta = (d: string) => ({ type: 'text-delta', id: '1', delta: d });
+  // Each attempt of the model step makes up its own messageId, as
+  // DurableAgent does; step_1's retry says the same, step_2's does not.
+  const attempt = async (step: string, n: number, name: string, ds: string[]) =>
+    inStep(runId, step, n, async () =>
+      w.writeToStreamMulti(name, runId, await frames(runId, [{ type: 'start', messageId: `Rand0m${step.slice(-1)}Attempt${n}0`.slice(0, 16) }, { type: 'start-step' }, ...ds.map(delta)])),
+    );
+  const names = { same: worldStreamName(runId, 'same'), other: worldStreamName(runId, 'other') };
+  for (const [step, name, retry] of [
+    ['step_1', names.same, ['Hel', 'lo', '!']],
+    ['step_2', names.other, ['Hi', '!']],
+  ] as const) {
+    await w.events.create(runId, { eventType: 'step_created', correlationId: step, eventData: { stepName: 'model' } });
+    await w.events.create(runId, { eventType: 'step_started', correlationId: step });
+    await attempt(step, 1, name, ['Hel', 'lo']);
+    await w.events.create(runId, { eventType: 'step_retrying', correlationId: step, eventData: { error: 'model dropped' } });
+    await w.events.create(runId, { eventType: 'step_started', correlationId: step });
+    await attempt(step, 2, name, [...retry]);
+    await w.events.create(runId, { eventType: 'step_completed', correlationId: step, eventData: { result: enc('r') } });
+    await w.closeStream(name, runId);
+  }
+  const route = worldStreamRoute({ baseUrl: weir.url, stream: (req) => ({ runId, namespace: new URL(req.url).pathname.slice('/s/'.length) }) });
+  const read = async (ns: string) => {
+    const res = await route(new Request(`http://app.test/s/${ns}?offset=-1`));
+    return (await res.text()).trimEnd().split('\n').map((l) => JSON.parse(l) as { kind: string; seq?: number; attempt?: number; from?: number; data?: unknown });
+  };
+  const start = { type: 'start', messageId: stableMessageId(runId, 'step_1') };
+  const same = await read('same');
+  assert.deepEqual(
+    same.filter((r) => r.kind === 'data').map((r) => [r.attempt, r.seq, r.data]),
+    [
+      [1, 0, start],
+      [1, 1, { type: 'start-step' }],
+      [1, 2, delta('Hel')],
+      [1, 3, delta('lo')],
+      [2, 4, delta('!')],
+    ],
+  );
+  assert.deepEqual(same.filter((r) => r.kind === 'abort'), [], 'an identical retry aborts nothing');
+  const other = await read('other');
+  assert.deepEqual(other.filter((r) => r.kind === 'abort').map((r) => [r.attempt, r.from]), [[2, 2]], 'rewound from the first delta, not from the start chunk');
+  assert.deepEqual(other.filter((r) => r.kind === 'data').map((r) => r.data)[0], { type: 'start', messageId: stableMessageId(runId, 'step_2') });
+
+  // Turned off, each attempt's own id: the retry diverges at seq 0.
+  const off = createWorld({ url: weir.url, secret: weir.secret, barrierMs: 5, stableMessageIds: false }) as unknown as AnyWorld;
+  const name = worldStreamName(runId, 'off');
+  await off.events.create(runId, { eventType: 'step_created', correlationId: 'step_3', eventData: { stepName: 'model' } });
+  await off.events.create(runId, { eventType: 'step_started', correlationId: 'step_3' });
+  const offAttempt = async (n: number) =>
+    inStep(runId, 'step_3', n, async () => off.writeToStreamMulti(name, runId, await frames(runId, [{ type: 'start', messageId: `RandomAttempt${n}00`.slice(0, 16) }, delta('Hel')])));
+  await offAttempt(1);
+  await off.events.create(runId, { eventType: 'step_retrying', correlationId: 'step_3', eventData: { error: 'model dropped' } });
+  await off.events.create(runId, { eventType: 'step_started', correlationId: 'step_3' });
+  await offAttempt(2);
+  await off.events.create(runId, { eventType: 'step_completed', correlationId: 'step_3', eventData: { result: enc('r') } });
+  await off.closeStream(name, runId);
+  assert.deepEqual((await read('off')).filter((r) => r.kind === 'abort').map((r) => [r.attempt, r.from]), [[2, 0]]);
 });
 
 let weir: WeirServer;

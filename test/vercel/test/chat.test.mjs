@@ -130,10 +130,11 @@ describe('a DurableAgent on @weirhq/world, in Chromium', () => {
     expect(error).toBeUndefined();
     expect(status).toBe('ready');
     const rewinds = events.filter((e) => e.type === 'rewind');
-    // DurableAgent's start chunk (a random messageId) makes any retry of
-    // its model step diverge at seq 0: attempt 1's six chunks (start,
-    // start-step, text-start, three deltas) are voided.
-    expect(rewinds.map((r) => [r.fromSeq, r.removed])).toEqual([[0, 6]]);
+    // DurableAgent's start chunk, as it ships (a messageId made up per
+    // attempt), is written by the World with one id for every attempt of
+    // the step: the retry's start, start-step and text-start are adopted,
+    // and its first delta differs: attempt 1's three deltas are voided.
+    expect(rewinds.map((r) => [r.fromSeq, r.removed])).toEqual([[3, 3]]);
     const rewindAt = rewinds[0].at;
     const firstCommit = events.find((e) => e.type === 'commit');
     expect(firstCommit).toBeDefined();
@@ -145,7 +146,7 @@ describe('a DurableAgent on @weirhq/world, in Chromium', () => {
     expect(states.some((s) => s.at < rewindAt && s.text === 'Hello, wor')).toBe(true);
 
     // Once the rewind arrived, no voided token is ever on the page, and
-    // the text only grows (from nothing: the retry's start rebuilds it).
+    // the text only grows.
     const after = states.filter((s) => s.at >= rewindAt);
     expect(after.length).toBeGreaterThan(0);
     for (const s of after) for (const voided of ['Hel', 'lo', ', wor']) expect(s.text, `a voided token after the rewind`).not.toContain(voided);
@@ -157,22 +158,26 @@ describe('a DurableAgent on @weirhq/world, in Chromium', () => {
     expect(errors).toEqual([]);
   });
 
-  test("the same tokens on the retry, with DurableAgent's own start chunk: a rewind from seq 0 all the same, the text rebuilt", async () => {
+  test("the same tokens on the retry, DurableAgent as it ships (its own start chunk): adopted, no rewind, every state extends the one before", async () => {
     const { states, events, stream } = await ask('Say hello again', { fail: true, same: true });
-    // Not flicker-free, and not weir's doing: the retry's start chunk has
-    // another random messageId, so its first chunk differs from attempt
-    // 1's and everything attempt 1 showed is voided (abort from 0); the
-    // same tokens come again after it.
-    const abort = (await records(stream)).find((r) => r.kind === 'abort');
-    expect([abort.attempt, abort.from]).toEqual([2, 0]);
-    const rewinds = events.filter((e) => e.type === 'rewind');
-    expect(rewinds.map((r) => [r.fromSeq, r.removed])).toEqual([[0, 6]]);
-    const rewindAt = rewinds[0].at;
-    const before = states.filter((s) => s.at < rewindAt);
-    expect(before[before.length - 1].text).toBe('Hello, wor');
-    const after = states.filter((s) => s.at >= rewindAt);
-    expect(after[0].text, 'the text is rebuilt from the retry alone').toBe('');
-    grows(after);
+    expect(events.filter((e) => e.type === 'rewind')).toEqual([]);
+    const recs = await records(stream);
+    expect(recs.filter((r) => r.kind === 'abort')).toEqual([]);
+    // Attempt 2 wrote seq 0 to 5 again (start with the World's messageId,
+    // start-step, text-start, three deltas), identical: adopted, no record.
+    const model = recs.filter((r) => r.kind === 'data' && r.data.type === 'text-delta');
+    expect(model.map((r) => [r.attempt, r.seq, r.data.delta])).toEqual([
+      [1, 3, 'Hel'],
+      [1, 4, 'lo'],
+      [1, 5, ', wor'],
+      [2, 6, 'ld'],
+      [2, 7, '!'],
+    ]);
+    const starts = recs.filter((r) => r.kind === 'data' && r.data.type === 'start');
+    expect(starts.map((r) => [r.attempt, r.seq])).toEqual([[1, 0]]);
+    expect(starts[0].data.messageId).toMatch(/^[0-9A-Za-z]{16}$/);
+    expect(states.some((s) => s.text === 'Hello, wor')).toBe(true);
+    grows(states);
     expect(states[states.length - 1].text).toBe('Hello, world!');
     expect(await committedText(stream)).toBe('Hello, world!');
     expect(errors).toEqual([]);
