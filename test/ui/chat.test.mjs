@@ -1,7 +1,7 @@
 // examples/agent-chat in headless Chromium: what a person watching a
 // retried LLM step sees. The example's binary serves its page and the
 // agent on a fresh SQLite file; the page (React, @weirhq/client's
-// useWeirChat) asks a question; the agent's first model call streams a few
+// useChat) asks a question; the agent's first model call streams a few
 // tokens, fails, and is retried. A MutationObserver installed before the
 // page loads records every state of the rendered answer with its time, and
 // the page logs each follower event (window.weirEvents).

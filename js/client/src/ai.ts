@@ -10,10 +10,15 @@
 // Why not a useChat transport: useChat folds the chunks a transport hands it
 // into a message it owns, and (before ai 7's reset-step, and then only within
 // one step) nothing in the UI message stream takes a part back. A rewind
-// needs the message replaced, so WeirChat owns the messages and hands out
-// the same shapes useChat does (UIMessage, status, error, sendMessage, stop).
+// needs the message replaced, so WeirChat owns the messages and has
+// useChat's API (sendMessage, regenerate, stop, resumeStream, clearError,
+// setMessages; messages, status, error): @weirhq/client/react's useChat is
+// useChat with another import. It speaks the server contract of
+// @workflow/ai's WorkflowChatTransport too (a POST answered with the run's id
+// in x-workflow-run-id, the stream at {api}/{runId}/stream), so an app moves
+// over by serving that stream with worldStreamRoute.
 
-import { readUIMessageStream, type UIMessage, type UIMessageChunk } from 'ai';
+import { readUIMessageStream, type FileUIPart, type UIMessage, type UIMessageChunk } from 'ai';
 import { WeirError } from './errors.js';
 import { follow, type Chunk, type FollowEvent, type FollowOptions, type Follower, type Snapshot } from './follow.js';
 
@@ -156,10 +161,54 @@ export interface StartedTurn {
 /** What WeirChat passes to start a turn. */
 export interface StartRequest {
   chatId: string;
+  /** The conversation the turn answers, the user's message last (a regenerate: up to the message regenerated). */
   messages: UIMessage[];
+  /** useChat's names: a new message, or a message regenerated. */
+  trigger: 'submit-message' | 'regenerate-message';
+  /** The message regenerated (trigger regenerate-message). */
+  messageId?: string;
   /** The options.body of sendMessage, if any. */
   body?: Record<string, unknown>;
+  /** The options.headers of sendMessage, if any (the default start sends them). */
+  headers?: Record<string, string>;
+  /** The options.metadata of sendMessage, if any. */
+  metadata?: unknown;
   signal: AbortSignal;
+}
+
+/** useChat's per-request options (sendMessage, regenerate, resumeStream). */
+export interface ChatRequestOptions {
+  /** Merged into the default start's JSON body. */
+  body?: Record<string, unknown>;
+  /** Sent with the default start's POST, after WeirChatOptions.headers. */
+  headers?: Record<string, string>;
+  /** Handed to start as is. */
+  metadata?: unknown;
+}
+
+/**
+ * What sendMessage takes, as useChat's does: the text of a user message
+ * (with files), a whole message, or a string. A messageId names a user
+ * message to replace: it and everything after it go.
+ */
+export type SendMessageInput =
+  | string
+  | { text: string; files?: FileUIPart[]; metadata?: unknown; messageId?: string }
+  | { files: FileUIPart[]; metadata?: unknown; messageId?: string }
+  | (Omit<UIMessage, 'id' | 'role'> & { id?: string; role?: UIMessage['role']; messageId?: string });
+
+/** What onFinish gets: useChat's names. */
+export interface ChatFinish {
+  /** The turn's assistant message (empty parts if the stream had none). */
+  message: UIMessage;
+  /** Every message of the chat after the turn. */
+  messages: UIMessage[];
+  /** The turn was stopped (stop, or another turn began). */
+  isAbort: boolean;
+  /** The turn failed (status 'error'). */
+  isError: boolean;
+  /** The turn failed because the stream could not be read (a network error). */
+  isDisconnect: boolean;
 }
 
 /** The state of a chat, as useChat names it. */
@@ -184,11 +233,20 @@ export interface WeirChatOptions {
   messages?: UIMessage[];
   /**
    * Starts a turn and answers where its stream is. Default: POST to api
-   * a JSON body {id, messages, ...body} and read {stream, runId} back.
+   * a JSON body {id, messages, trigger, messageId, ...body}, and read back
+   * either {stream, runId} (JSON) or, as @workflow/ai's
+   * WorkflowChatTransport does, the run's id in the x-workflow-run-id
+   * header (the reply's body is not read): the stream is then streamUrl(runId).
    */
   start?: (req: StartRequest) => Promise<StartedTurn>;
   /** The endpoint the default start POSTs to. Default "/api/chat". */
   api?: string;
+  /**
+   * Where the stream of a run (or, for resumeStream with no turn yet, of
+   * the chat: its id) is. Default `${api}/${encodeURIComponent(id)}/stream`,
+   * WorkflowChatTransport's.
+   */
+  streamUrl?: (id: string) => string;
   /** Headers of the default start's POST. */
   headers?: Record<string, string>;
   /** The stream's view: live (the default, rewinds applied) or committed. */
@@ -198,22 +256,33 @@ export interface WeirChatOptions {
   fetch?: typeof globalThis.fetch;
   /** Every event of the turn's follower, before the message is folded: to log or measure. */
   onFollowEvent?: (ev: FollowEvent, snapshot: Snapshot) => void;
-  /** The turn's message is done (the stream closed). */
-  onFinish?: (message: UIMessage | undefined) => void;
+  /** The turn ended: its stream closed, or it was stopped, or it failed (useChat's onFinish). */
+  onFinish?: (finish: ChatFinish) => void;
   onError?: (err: Error) => void;
+}
+
+/** A turn being followed: its stream's follower and fold, and what it shows. */
+interface Turn {
+  abort: AbortController;
+  follower?: Follower;
+  fold?: UIMessageFold;
+  /** The messages before the turn's answer. */
+  base: UIMessage[];
+  /** The answer as last shown. */
+  message?: UIMessage;
 }
 
 /**
  * A chat whose assistant messages come from weir streams, rebuilt on every
- * rewind. Framework-free: subscribe and snapshot back React's
- * useSyncExternalStore (see @weirhq/client/react's useWeirChat).
+ * rewind, with useChat's API. Framework-free: subscribe and snapshot back
+ * React's useSyncExternalStore (see @weirhq/client/react's useChat).
  */
 export class WeirChat {
   readonly id: string;
   #opts: WeirChatOptions;
   #snap: ChatSnapshot;
   #listeners = new Set<() => void>();
-  #turn: { abort: AbortController; follower?: Follower; fold?: UIMessageFold; base: UIMessage[] } | undefined;
+  #turn: Turn | undefined;
 
   constructor(opts: WeirChatOptions = {}) {
     this.#opts = opts;
@@ -234,42 +303,70 @@ export class WeirChat {
     return this.#snap.messages;
   }
 
-  /** Replaces the messages (between turns). */
-  setMessages(messages: UIMessage[]): void {
-    this.#set({ messages: [...messages] });
+  /** Replaces the messages (between turns), as useChat's setMessages: an array, or a function of the current ones. */
+  setMessages(messages: UIMessage[] | ((current: UIMessage[]) => UIMessage[])): void {
+    const next = typeof messages === 'function' ? messages(this.#snap.messages) : messages;
+    this.#set({ messages: [...next] });
+  }
+
+  /** Leaves the error state: status 'ready', no error (useChat's clearError). */
+  clearError(): void {
+    if (this.#snap.status === 'error') this.#set({ status: 'ready', error: undefined });
   }
 
   /**
    * Sends the user's message and follows the assistant's answer until its
-   * stream closes. Resolves then; a failure sets status 'error' (and
-   * rejects too).
+   * stream closes (useChat's sendMessage). With a messageId, that user
+   * message is replaced and every message after it goes; with no message,
+   * the messages as they are are sent. Resolves when the turn ends; a
+   * failure sets status 'error' (and rejects too).
    */
-  async sendMessage(message: string | { text: string } | UIMessage, options?: { body?: Record<string, unknown> }): Promise<void> {
-    const user: UIMessage =
-      typeof message === 'string'
-        ? { id: makeId('msg'), role: 'user', parts: [{ type: 'text', text: message }] }
-        : 'parts' in message
-          ? message
-          : { id: makeId('msg'), role: 'user', parts: [{ type: 'text', text: message.text }] };
-    this.stop();
-    const abort = new AbortController();
-    const base = [...this.#snap.messages, user];
-    this.#turn = { abort, base };
-    this.#set({ messages: base, status: 'submitted', error: undefined, rewinds: 0, stream: undefined });
-    let started: StartedTurn;
-    try {
-      const req: StartRequest = { chatId: this.id, messages: base, signal: abort.signal, ...(options?.body ? { body: options.body } : {}) };
-      started = await (this.#opts.start ?? ((r) => this.#defaultStart(r)))(req);
-    } catch (err) {
-      if (abort.signal.aborted) return;
-      this.#fail(err);
-      throw err;
+  async sendMessage(message?: SendMessageInput, options?: ChatRequestOptions): Promise<void> {
+    let base = this.#snap.messages;
+    if (message !== undefined) {
+      const user = toUserMessage(message);
+      const replace = typeof message === 'string' ? undefined : message.messageId;
+      if (replace === undefined) base = [...base, user];
+      else {
+        const i = base.findIndex((m) => m.id === replace);
+        if (i < 0) throw new WeirError(`message ${replace} not found`);
+        if (base[i]!.role !== 'user') throw new WeirError(`message ${replace} is not a user message`);
+        base = [...base.slice(0, i), { ...user, id: replace }];
+      }
     }
-    if (abort.signal.aborted) return;
-    await this.#follow(started, abort, base);
+    await this.#startTurn(base, 'submit-message', undefined, options);
   }
 
-  /** Follows a turn's stream that was started before (say, before a reload): its message goes after the current ones. */
+  /**
+   * Asks for the answer again (useChat's regenerate): the assistant message
+   * messageId (default: the last message) and everything after it go, or,
+   * if messageId is a user message, everything after it; then a turn is
+   * started with trigger 'regenerate-message'.
+   */
+  async regenerate(options: { messageId?: string } & ChatRequestOptions = {}): Promise<void> {
+    const { messageId, ...rest } = options;
+    const msgs = this.#snap.messages;
+    const i = messageId === undefined ? msgs.length - 1 : msgs.findIndex((m) => m.id === messageId);
+    const m = msgs[i];
+    if (m === undefined) throw new WeirError(messageId === undefined ? 'there is no message to regenerate' : `message ${messageId} not found`);
+    const base = msgs.slice(0, m.role === 'assistant' ? i : i + 1);
+    await this.#startTurn(base, 'regenerate-message', m.id, rest);
+  }
+
+  /**
+   * Follows a turn's stream again (useChat's resumeStream): the current
+   * turn's, else the last one's, else the chat's own
+   * (streamUrl(chat id): the app's route finds the chat's run, as with
+   * WorkflowChatTransport's reconnect). Its message replaces the assistant
+   * message of the same id, or goes after the current ones. After a reload,
+   * call it once on mount (useChat's resume: true).
+   */
+  async resumeStream(_options?: ChatRequestOptions): Promise<void> {
+    const started = this.#snap.stream ?? { stream: this.#streamUrl(this.id) };
+    await this.resume(started);
+  }
+
+  /** Follows a turn's stream that was started before (say, before a reload): its message replaces the assistant message of the same id, or goes after the current ones. */
   async resume(started: StartedTurn): Promise<void> {
     this.stop();
     const abort = new AbortController();
@@ -288,6 +385,35 @@ export class WeirChat {
     t.fold?.stop();
     t.follower?.cancel();
     if (this.#snap.status === 'submitted' || this.#snap.status === 'streaming') this.#set({ status: 'ready' });
+    this.#finish(t, { isAbort: true, isError: false, isDisconnect: false });
+  }
+
+  async #startTurn(base: UIMessage[], trigger: StartRequest['trigger'], messageId: string | undefined, options: ChatRequestOptions | undefined): Promise<void> {
+    this.stop();
+    const abort = new AbortController();
+    const t: Turn = { abort, base };
+    this.#turn = t;
+    this.#set({ messages: base, status: 'submitted', error: undefined, rewinds: 0, stream: undefined });
+    let started: StartedTurn;
+    try {
+      const req: StartRequest = {
+        chatId: this.id,
+        messages: base,
+        trigger,
+        signal: abort.signal,
+        ...(messageId !== undefined ? { messageId } : {}),
+        ...(options?.body ? { body: options.body } : {}),
+        ...(options?.headers ? { headers: options.headers } : {}),
+        ...(options?.metadata !== undefined ? { metadata: options.metadata } : {}),
+      };
+      started = await (this.#opts.start ?? ((r) => this.#defaultStart(r)))(req);
+    } catch (err) {
+      if (abort.signal.aborted) return;
+      this.#fail(t, err, false);
+      throw err;
+    }
+    if (abort.signal.aborted) return;
+    await this.#follow(started, abort, base);
   }
 
   async #follow(started: StartedTurn, abort: AbortController, base: UIMessage[]): Promise<void> {
@@ -299,10 +425,11 @@ export class WeirChat {
     const fold = new UIMessageFold(
       (m) => {
         if (this.#turn !== t) return;
-        this.#set({ messages: m === undefined ? base : [...base, m], status: m === undefined ? this.#snap.status : 'streaming', rewinds });
+        t.message = m;
+        this.#set({ messages: withAnswer(base, m), status: m === undefined ? this.#snap.status : 'streaming', rewinds });
       },
       (err) => {
-        if (this.#turn === t) this.#fail(err);
+        if (this.#turn === t) this.#fail(t, err, false);
       },
     );
     t.fold = fold;
@@ -328,7 +455,7 @@ export class WeirChat {
       await follower.done;
     } catch (err) {
       if (this.#turn === t && !abort.signal.aborted) {
-        this.#fail(err);
+        this.#fail(t, err, err instanceof TypeError);
         throw err;
       }
       return;
@@ -340,41 +467,83 @@ export class WeirChat {
     if (this.#turn !== t) return;
     this.#turn = undefined;
     this.#set({ status: 'ready' });
-    this.#opts.onFinish?.(fold.message);
+    this.#finish(t, { isAbort: false, isError: false, isDisconnect: false });
   }
 
   async #defaultStart(r: StartRequest): Promise<StartedTurn> {
     const f = this.#opts.fetch ?? globalThis.fetch;
     const res = await f(this.#opts.api ?? '/api/chat', {
       method: 'POST',
-      headers: { 'Content-Type': 'application/json', ...this.#opts.headers },
-      body: JSON.stringify({ id: r.chatId, messages: r.messages, ...r.body }),
+      headers: { 'Content-Type': 'application/json', ...this.#opts.headers, ...r.headers },
+      body: JSON.stringify({ id: r.chatId, messages: r.messages, trigger: r.trigger, messageId: r.messageId, ...r.body }),
       signal: r.signal,
     });
+    const runId = res.headers.get('x-workflow-run-id');
+    const json = /^application\/json\b/i.test(res.headers.get('content-type') ?? '');
+    if (res.ok && runId && !json) {
+      // WorkflowChatTransport's contract: the reply streams the run's
+      // chunks as they come, with no rewinds; they are read from weir.
+      await res.body?.cancel().catch(() => undefined);
+      return { stream: this.#streamUrl(runId), runId };
+    }
     const text = await res.text();
     if (!res.ok) throw new WeirError(`start a turn: ${res.status} ${text.trim().slice(0, 300)}`, { status: res.status });
     let body: unknown;
     try {
       body = JSON.parse(text);
     } catch {
-      throw new WeirError(`start a turn: the answer is not JSON: ${text.slice(0, 100)}`, { status: res.status });
+      throw new WeirError(`start a turn: the answer is neither JSON nor has an x-workflow-run-id header: ${text.slice(0, 100)}`, { status: res.status });
     }
-    if (typeof body !== 'object' || body === null || typeof (body as { stream?: unknown }).stream !== 'string') {
-      throw new WeirError('start a turn: the answer has no "stream"', { status: res.status });
-    }
-    return body as StartedTurn;
+    if (typeof body !== 'object' || body === null) throw new WeirError('start a turn: the answer is not an object', { status: res.status });
+    const stream = 'stream' in body && typeof body.stream === 'string' ? body.stream : undefined;
+    const id = 'runId' in body && typeof body.runId === 'string' ? body.runId : (runId ?? undefined);
+    if (stream !== undefined) return id === undefined ? { stream } : { stream, runId: id };
+    if (id !== undefined) return { stream: this.#streamUrl(id), runId: id };
+    throw new WeirError('start a turn: the answer has no "stream", no "runId" and no x-workflow-run-id header', { status: res.status });
   }
 
-  #fail(err: unknown): void {
+  #streamUrl(id: string): string {
+    return this.#opts.streamUrl?.(id) ?? `${this.#opts.api ?? '/api/chat'}/${encodeURIComponent(id)}/stream`;
+  }
+
+  #fail(t: Turn, err: unknown, disconnect: boolean): void {
     const e = err instanceof Error ? err : new Error(String(err));
+    if (this.#turn === t) this.#turn = undefined;
+    t.fold?.stop();
     this.#set({ status: 'error', error: e });
     this.#opts.onError?.(e);
+    this.#finish(t, { isAbort: false, isError: true, isDisconnect: disconnect });
+  }
+
+  #finish(t: Turn, how: Omit<ChatFinish, 'message' | 'messages'>): void {
+    if (this.#opts.onFinish === undefined) return;
+    const message = t.message ?? { id: makeId('msg'), role: 'assistant', parts: [] };
+    this.#opts.onFinish({ message, messages: this.#snap.messages, ...how });
   }
 
   #set(p: Partial<ChatSnapshot>): void {
     this.#snap = { ...this.#snap, ...p };
     for (const l of this.#listeners) l();
   }
+}
+
+/** base with the turn's answer: in place of the assistant message of the same id (a resume), else last. */
+function withAnswer(base: UIMessage[], m: UIMessage | undefined): UIMessage[] {
+  if (m === undefined) return base;
+  const i = base.findIndex((x) => x.id === m.id && x.role === 'assistant');
+  return i < 0 ? [...base, m] : [...base.slice(0, i), m, ...base.slice(i + 1)];
+}
+
+/** The user message sendMessage sends. */
+function toUserMessage(message: SendMessageInput): UIMessage {
+  if (typeof message === 'string') return { id: makeId('msg'), role: 'user', parts: [{ type: 'text', text: message }] };
+  if ('parts' in message) {
+    const { messageId: _replaces, id, role, ...rest } = message;
+    return { ...rest, id: id ?? makeId('msg'), role: role ?? 'user' };
+  }
+  const parts: UIMessage['parts'] = [...(message.files ?? [])];
+  if ('text' in message) parts.push({ type: 'text', text: message.text });
+  return { id: makeId('msg'), role: 'user', parts, ...(message.metadata !== undefined ? { metadata: message.metadata } : {}) };
 }
 
 let idCounter = 0;

@@ -88,32 +88,68 @@ class FollowStore {
   }
 }
 
-/** What useWeirChat returns: useChat's names, and the chat itself. */
-export interface UseWeirChat extends ChatSnapshot {
+/**
+ * What useChat returns: the AI SDK's useChat's names and shapes (id,
+ * messages, status, error, sendMessage, regenerate, stop, resumeStream,
+ * clearError, setMessages), plus weir's: the rewinds of the current turn,
+ * its stream, and the chat itself.
+ */
+export interface UseChat extends ChatSnapshot {
+  id: string;
   sendMessage: WeirChat['sendMessage'];
+  regenerate: WeirChat['regenerate'];
+  resumeStream: WeirChat['resumeStream'];
+  /** Follows a given turn's stream (one the page kept across a reload). */
   resume: WeirChat['resume'];
-  stop: () => void;
+  stop: () => Promise<void>;
+  clearError: () => void;
   setMessages: WeirChat['setMessages'];
   chat: WeirChat;
 }
 
+/** What useChat takes: WeirChatOptions (useChat's id, messages, onFinish, onError, and where the stream is), resume, or a chat to share. */
+export interface UseChatOptions extends WeirChatOptions {
+  /** A chat to share between components (its options are its own). */
+  chat?: WeirChat;
+  /** Follow the chat's stream on mount (useChat's resume: after a reload, a turn still streaming is picked up). */
+  resume?: boolean;
+}
+
 /**
- * A chat whose assistant messages stream from weir with rewinds applied:
- * useChat's shape (messages of UIMessage parts, status, error,
- * sendMessage, stop), each token rendered once, live, and a retried step's
- * voided tokens gone from the page as soon as its rewind arrives. Options
- * are read once, when the component mounts; pass chat to share one.
+ * The AI SDK's useChat on weir: the same names and shapes, so a page moves
+ * over by importing useChat from here instead of '@ai-sdk/react'. The
+ * assistant's messages stream from weir with rewinds applied: each token
+ * rendered once, live, and a retried step's voided tokens gone from the page
+ * as soon as its rewind arrives. The default start POSTs to api
+ * ("/api/chat") and takes the run's stream from the answer: {stream} JSON,
+ * or @workflow/ai's WorkflowChatTransport contract (x-workflow-run-id; the
+ * stream at `${api}/${runId}/stream`, served by @weirhq/world's
+ * worldStreamRoute). Options are read once, when the component mounts.
  */
-export function useWeirChat(options?: WeirChatOptions & { chat?: WeirChat }): UseWeirChat {
+export function useChat(options?: UseChatOptions): UseChat {
   const [chat] = useState(() => options?.chat ?? new WeirChat(options));
-  useEffect(() => () => chat.stop(), [chat]);
+  const resume = useRef(options?.resume === true);
+  useEffect(() => {
+    if (resume.current) chat.resumeStream().catch(() => undefined);
+    return () => chat.stop();
+  }, [chat]);
   const snap = useSyncExternalStore(chat.subscribe, chat.getSnapshot, chat.getSnapshot);
   return {
     ...snap,
+    id: chat.id,
     sendMessage: (m, o) => chat.sendMessage(m, o),
+    regenerate: (o) => chat.regenerate(o),
+    resumeStream: (o) => chat.resumeStream(o),
     resume: (s) => chat.resume(s),
-    stop: () => chat.stop(),
+    stop: async () => chat.stop(),
+    clearError: () => chat.clearError(),
     setMessages: (ms) => chat.setMessages(ms),
     chat,
   };
 }
+
+/** What useWeirChat returns (useChat's). */
+export type UseWeirChat = UseChat;
+
+/** useChat under its first name. */
+export const useWeirChat = useChat;

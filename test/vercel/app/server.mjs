@@ -12,6 +12,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
+import { createUIMessageStreamResponse } from 'ai';
 import { getHookByToken, getRun, resumeHook, start } from 'workflow/api';
 import { getWorld } from 'workflow/runtime';
 import { worldStreamRoute } from '@weirhq/world';
@@ -97,11 +98,21 @@ const app = new Hono()
   // The chat of test/chat.test.mjs: a DurableAgent turn (workflows/agent.ts)
   // read in a browser through worldStreamRoute, with weir's rewinds applied.
   .post('/chat', async (c) => {
-    const { prompt, fail = false, same = false, ownStart = false } = await c.req.json();
-    if (typeof prompt !== 'string' || !prompt) return c.text('a prompt, please', 400);
+    // useChat's body ({id, messages, trigger, ...body}) as @weirhq/client's
+    // useChat and the AI SDK's transports send it: the prompt is the last
+    // user message's text.
+    const { messages, fail = false, same = false, ownStart = false } = await c.req.json();
+    const last = Array.isArray(messages) ? messages.filter((m) => m?.role === 'user').at(-1) : undefined;
+    const prompt = (last?.parts ?? []).map((p) => (p?.type === 'text' ? p.text : '')).join('');
+    if (typeof prompt !== 'string' || !prompt) return c.text('a user message with text, please', 400);
     const run = await start(workflowOf('workflows/agent.ts', 'chat'), [{ prompt, fail: fail === true, same: same === true, ownStart: ownStart === true }]);
-    const onWeir = process.env.WORKFLOW_TARGET_WORLD === '@weirhq/world';
-    return c.json({ runId: run.runId, stream: `/chat/${run.runId}/${onWeir ? 'stream' : 'readable'}` });
+    if (process.env.WORKFLOW_TARGET_WORLD === '@weirhq/world') {
+      // @workflow/ai's WorkflowChatTransport contract, as a Vercel app
+      // writes it: the run's id in x-workflow-run-id, its readable as the
+      // body (useChat on weir reads the header and follows /chat/<run>/stream).
+      return createUIMessageStreamResponse({ stream: run.readable, headers: { 'x-workflow-run-id': run.runId } });
+    }
+    return c.json({ runId: run.runId, stream: `/chat/${run.runId}/readable` });
   })
   .get('/chat/:runId/stream', (c) => chatStream(c.req.raw))
   .get('/chat/:runId/readable', (c) => readableAsRecords(c.req.param('runId')))

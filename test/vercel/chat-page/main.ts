@@ -8,8 +8,7 @@
 // its performance.now().
 
 import type { FollowEvent } from '@weirhq/client';
-import { WeirChat, type StartRequest, type StartedTurn } from '@weirhq/client/ai';
-import type { UIMessage } from 'ai';
+import { WeirChat } from '@weirhq/client/ai';
 
 /** A follower event with its arrival time. */
 interface Logged {
@@ -45,29 +44,11 @@ const fail = byId('fail', HTMLInputElement);
 const same = byId('same', HTMLInputElement);
 const ownStart = byId('own-start', HTMLInputElement);
 
-const textOf = (m: UIMessage): string => m.parts.map((p) => (p.type === 'text' ? p.text : '')).join('');
-
-// POST /chat starts the workflow with the page's settings and answers
-// where the turn's stream is.
-async function start(req: StartRequest): Promise<StartedTurn> {
-  const last = req.messages[req.messages.length - 1];
-  const res = await fetch('/chat', {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ prompt: last ? textOf(last) : '', fail: fail.checked, same: same.checked, ownStart: ownStart.checked }),
-    signal: req.signal,
-  });
-  if (!res.ok) throw new Error(`the app refused: ${res.status} ${(await res.text()).trim()}`);
-  const body: unknown = await res.json();
-  if (typeof body !== 'object' || body === null || !('stream' in body) || typeof body.stream !== 'string') {
-    throw new Error('the app answered no stream');
-  }
-  const runId = 'runId' in body && typeof body.runId === 'string' ? body.runId : undefined;
-  return runId === undefined ? { stream: body.stream } : { stream: body.stream, runId };
-}
-
+// The default start: POST /chat with useChat's body and the page's
+// settings; on weir the app answers as for WorkflowChatTransport (the run's
+// id in x-workflow-run-id) and the stream is /chat/<run>/stream.
 const chat = new WeirChat({
-  start,
+  api: '/chat',
   onFollowEvent: (ev) => {
     window.weirEvents.push({
       at: performance.now(),
@@ -108,7 +89,7 @@ form.addEventListener('submit', (e) => {
   if (!text || send.disabled) return;
   input.value = '';
   void chat
-    .sendMessage(text)
+    .sendMessage({ text }, { body: { fail: fail.checked, same: same.checked, ownStart: ownStart.checked } })
     .catch(() => undefined) // the status shows it
     .finally(() => {
       window.weirTurns++;

@@ -1,4 +1,5 @@
-// The page of examples/agent-chat: a chat on @weirhq/client's useWeirChat.
+// The page of examples/agent-chat: a chat on @weirhq/client's useChat (the
+// AI SDK's useChat, with weir's rewinds applied).
 // Each message starts a turn (POST /api/chat); the answer streams from the
 // turn's run stream through the app's route, with weir's rewinds applied.
 
@@ -6,7 +7,7 @@ import { StrictMode, useState, type FormEvent } from 'react';
 import { createRoot } from 'react-dom/client';
 import type { UIMessage } from 'ai';
 import { WeirChat, type StartRequest, type StartedTurn } from '@weirhq/client/ai';
-import { useFollow, useWeirChat } from '@weirhq/client/react';
+import { useChat, useFollow } from '@weirhq/client/react';
 import type { FollowEvent } from '@weirhq/client';
 
 /** What the page tells the agent besides the conversation. */
@@ -78,7 +79,7 @@ function Part({ part }: { part: UIMessage['parts'][number] }) {
 }
 
 function App() {
-  const { messages, status, error, rewinds, sendMessage, stop, stream } = useWeirChat({ chat });
+  const { messages, status, error, rewinds, sendMessage, stop, stream } = useChat({ chat });
   // The turn's records as a second reader sees them (useFollow): how many
   // chunks are visible, how many rewinds it applied.
   const records = useFollow(stream?.stream, { waitForStreamMs: 30_000 });
@@ -120,7 +121,7 @@ function App() {
           Send
         </button>
         {busy ? (
-          <button id="stop" type="button" onClick={stop}>
+          <button id="stop" type="button" onClick={() => void stop()}>
             Stop
           </button>
         ) : null}
