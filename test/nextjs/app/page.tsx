@@ -1,3 +1,0 @@
-export default function Page() {
-  return <p>A Vercel Workflow app on weir: POST /api/story starts a run.</p>;
-}
