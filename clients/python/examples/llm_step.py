@@ -5,6 +5,7 @@ Run it against a weir server (``weir server`` listens on 127.0.0.1:4437)::
     WEIR_URL=http://127.0.0.1:4437 WEIR_TOKEN=… python3 examples/llm_step.py
 """
 
+# snippet:llm-step (README.md shows this file from here on)
 import threading
 import time
 import uuid
@@ -75,3 +76,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+# end snippet

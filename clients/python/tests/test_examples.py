@@ -70,7 +70,7 @@ class ReadmeTests(unittest.TestCase):
     def test_the_readme_shows_the_example_as_it_is(self) -> None:
         readme = (CLIENT / "README.md").read_text(encoding="utf-8")
         code = EXAMPLE.read_text(encoding="utf-8")
-        body = code[code.index("import threading"):]
+        body = code[code.index("import threading"):code.index("# end snippet")]
         self.assertTrue(body in readme, "README.md's example differs from examples/llm_step.py: copy it over")
 
 
