@@ -510,6 +510,7 @@ export class WeirChat {
     const e = err instanceof Error ? err : new Error(String(err));
     if (this.#turn === t) this.#turn = undefined;
     t.fold?.stop();
+    t.follower?.cancel();
     this.#set({ status: 'error', error: e });
     this.#opts.onError?.(e);
     this.#finish(t, { isAbort: false, isError: true, isDisconnect: disconnect });
