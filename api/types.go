@@ -279,6 +279,10 @@ type LimiterState struct {
 // LimiterList is the reply of GET /v1/limiters.
 type LimiterList struct {
 	Limiters []Limiter `json:"limiters"`
+	// More reports that limiters follow this page: ask again with
+	// after=NextAfter.
+	More      bool   `json:"more"`
+	NextAfter string `json:"next_after,omitempty"`
 }
 
 // Schedule is a schedule, as the schedules API shows it (PUT takes the

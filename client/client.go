@@ -470,13 +470,25 @@ func (c *Client) Waiting(ctx context.Context, id string) (*api.Waiting, error) {
 }
 
 // Limiters returns the server's limiters with their state (GET
-// /v1/limiters).
+// /v1/limiters, every page).
 func (c *Client) Limiters(ctx context.Context) ([]api.Limiter, error) {
-	var out api.LimiterList
-	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/limiters", nil, nil, nil, &out); err != nil {
-		return nil, err
+	var all []api.Limiter
+	after := ""
+	for {
+		var q url.Values
+		if after != "" {
+			q = url.Values{"after": {after}}
+		}
+		var out api.LimiterList
+		if _, err := c.doJSON(ctx, http.MethodGet, "/v1/limiters", q, nil, nil, &out); err != nil {
+			return nil, err
+		}
+		all = append(all, out.Limiters...)
+		if !out.More || out.NextAfter <= after {
+			return all, nil
+		}
+		after = out.NextAfter
 	}
-	return out.Limiters, nil
 }
 
 // Limiter returns one limiter with its state (GET /v1/limiters/{name}).

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/weirhq/weir/api"
@@ -15,23 +18,52 @@ import (
 // slots of (weir.WithLimiter). A PUT applies to the next request of every
 // process on the store at once.
 
-// handleLimiters serves GET /v1/limiters: every limiter with its state.
+// handleLimiters serves GET /v1/limiters: the limiters by name with their
+// state, a page at a time (?after=<name>&limit=<n>): each limiter's state is
+// read from the store, so a store of many limiters is read in pages.
 func (s *Server) handleLimiters(w http.ResponseWriter, r *http.Request) {
-	if err := checkQuery(r); err != nil {
+	q, err := parseQuery(r, "after", "limit")
+	if err != nil {
 		httpError(w, err)
 		return
+	}
+	after, n := "", defaultLimiterPage
+	if v, ok := q["after"]; ok {
+		after = v[0]
+	}
+	if v, ok := q["limit"]; ok {
+		if n, err = strconv.Atoi(v[0]); err != nil || n < 1 || n > maxLimiterPage {
+			httpError(w, fmt.Errorf("%w: limit=%q: want 1 to %d limiters", api.ErrBadRequest, v[0], maxLimiterPage))
+			return
+		}
 	}
 	cs, err := s.store.ListLimiters(r.Context())
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	out := api.LimiterList{Limiters: make([]api.Limiter, 0, len(cs))}
-	for _, c := range cs {
+	// By name, as the store lists them; the page starts after the cursor.
+	i, _ := slices.BinarySearchFunc(cs, after, func(c *limits.Config, name string) int { return strings.Compare(c.Name, name) })
+	for i < len(cs) && cs[i].Name <= after {
+		i++
+	}
+	page := cs[i:min(len(cs), i+n)]
+	out := api.LimiterList{Limiters: make([]api.Limiter, 0, len(page)), More: i+len(page) < len(cs)}
+	for _, c := range page {
 		out.Limiters = append(out.Limiters, s.limiterJSON(r, c))
+	}
+	if out.More && len(page) > 0 {
+		out.NextAfter = page[len(page)-1].Name
 	}
 	s.writeJSON(w, http.StatusOK, out)
 }
+
+// defaultLimiterPage and maxLimiterPage are GET /v1/limiters's page sizes:
+// each limiter on a page costs a read of its state.
+const (
+	defaultLimiterPage = 100
+	maxLimiterPage     = 500
+)
 
 // handleLimiter serves GET /v1/limiters/{name}.
 func (s *Server) handleLimiter(w http.ResponseWriter, r *http.Request) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/api"
+	"github.com/weirhq/weir/client"
 )
 
 // send sends method to path (from the server's root) with body.
@@ -104,5 +105,77 @@ func TestLimitersAPI(t *testing.T) {
 		d.runsCall("GET", "/v1/limiters/tokens").must(t, http.StatusNotFound)
 		d.send("DELETE", "/v1/limiters/tokens", "").must(t, http.StatusNotFound)
 		d.send("DELETE", "/v1/limiters/a%00b", "").must(t, http.StatusBadRequest)
+	})
+}
+
+// GET /v1/limiters comes in pages by name (each limiter on a page costs a
+// read of its state): after=<name>&limit=<n>, more and next_after; a bad
+// limit is a 400; the Go client reads every page.
+func TestLimitersPaged(t *testing.T) {
+	onEveryStoreWith(t, nil, func(t *testing.T, d *dsServer) {
+		js := []string{"Content-Type", "application/json"}
+		var want []string
+		for i := range 7 {
+			name := "lim-" + string(rune('a'+i))
+			want = append(want, name)
+			d.send("PUT", "/v1/limiters/"+name, `{"concurrency":1}`, js...).must(t, http.StatusOK)
+		}
+		var got []string
+		after, pages := "", 0
+		for {
+			path := "/v1/limiters?limit=3"
+			if after != "" {
+				path += "&after=" + after
+			}
+			var page api.LimiterList
+			if err := json.Unmarshal(d.runsCall("GET", path).must(t, http.StatusOK).body, &page); err != nil {
+				t.Fatal(err)
+			}
+			pages++
+			if len(page.Limiters) > 3 {
+				t.Fatalf("a page of %d, limit 3", len(page.Limiters))
+			}
+			for _, l := range page.Limiters {
+				got = append(got, l.Name)
+			}
+			if !page.More {
+				if page.NextAfter != "" {
+					t.Fatalf("the last page names a next one: %+v", page)
+				}
+				break
+			}
+			if pages > 5 {
+				t.Fatalf("more pages than limiters: %v", got)
+			}
+			after = page.NextAfter
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") || pages != 3 {
+			t.Fatalf("pages %d gave %v, want %v", pages, got, want)
+		}
+		// A cursor between names, or past them all.
+		var page api.LimiterList
+		if err := json.Unmarshal(d.runsCall("GET", "/v1/limiters?after=lim-c0").must(t, http.StatusOK).body, &page); err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Limiters) != 4 || page.Limiters[0].Name != "lim-d" || page.More {
+			t.Fatalf("after lim-c0: %+v", page)
+		}
+		if err := json.Unmarshal(d.runsCall("GET", "/v1/limiters?after=zzz").must(t, http.StatusOK).body, &page); err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Limiters) != 0 || page.More {
+			t.Fatalf("after zzz: %+v", page)
+		}
+		for _, bad := range []string{"limit=0", "limit=501", "limit=x", "colour=red"} {
+			d.runsCall("GET", "/v1/limiters?"+bad).must(t, http.StatusBadRequest)
+		}
+		c, err := client.New(d.ts.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := c.Limiters(t.Context())
+		if err != nil || len(all) != 7 {
+			t.Fatalf("client.Limiters: %d, %v", len(all), err)
+		}
 	})
 }

@@ -729,9 +729,17 @@ class Client:
 
     def limiters(self) -> list[Limiter]:
         """Every limiter of the server's store, by name, with what it holds now
-        (``GET /v1/limiters``)."""
-        _, d = self._json("GET", "/v1/limiters", idempotent=True)
-        return [Limiter.from_json(x) for x in d.get("limiters") or []]
+        (``GET /v1/limiters``, page by page)."""
+        out: list[Limiter] = []
+        after = ""
+        while True:
+            q: dict[str, Any] = {"after": after} if after else {}
+            _, d = self._json("GET", "/v1/limiters", query=q or None, idempotent=True)
+            out.extend(Limiter.from_json(x) for x in d.get("limiters") or [])
+            nxt = d.get("next_after", "")
+            if not d.get("more") or not isinstance(nxt, str) or nxt <= after:
+                return out
+            after = nxt
 
     def limiter(self, name: str) -> Limiter:
         """One limiter, with what it holds now (``GET /v1/limiters/{name}``).
