@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -21,7 +22,23 @@ type worldMetrics struct {
 	events       map[string]*atomic.Uint64 // by event type
 	deliveriesMu sync.RWMutex
 	deliveries   map[string]*atomic.Uint64 // by outcome
+
+	// deadMu serializes the scrapes' count of dead letters, which one
+	// read of the store serves for deadFresh: a dead letter's payload may
+	// be 16 MiB, and scrapes at once each reading a thousand of them took
+	// a server past 1 GB (red-team round five).
+	deadMu sync.Mutex
+	deadAt time.Time
+	dead   int
+	deadOK bool
 }
+
+// deadFresh is how long one count of the dead letters serves scrapes.
+const deadFresh = 5 * time.Second
+
+// maxDeadBytes bounds the payloads one count of dead letters reads: past
+// them the count stops, and says so (a lower bound, as past maxDeadCount).
+const maxDeadBytes = 8 << 20
 
 func (m *metrics) worldEvent(t world.EventType) {
 	if m == nil {
@@ -53,8 +70,41 @@ func (s *Server) writeWorldMetrics(w io.Writer) {
 	writeLabelled(w, &m.deliveriesMu, m.deliveries, "weir_world_deliveries_total", "outcome", loadU)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if dead, err := s.store.Messages(ctx, &store.MessagesParams{State: "dead", Limit: maxDeadCount}); err == nil {
-		family("weir_world_dead_letters", "gauge", fmt.Sprintf("World queue messages dead-lettered and kept (counted up to %d): GET /v1/world/queue?state=dead lists them.", maxDeadCount))
-		fmt.Fprintf(w, "weir_world_dead_letters %d\n", len(dead))
+	if n, ok := s.deadLetters(ctx); ok {
+		family("weir_world_dead_letters", "gauge", fmt.Sprintf("World queue messages dead-lettered and kept (counted up to %d, or %d MiB of their payloads, every %s): GET /v1/world/queue?state=dead lists them.",
+			maxDeadCount, maxDeadBytes>>20, deadFresh))
+		fmt.Fprintf(w, "weir_world_dead_letters %d\n", n)
 	}
+}
+
+// deadLetters counts the dead letters the store keeps, up to maxDeadCount
+// or maxDeadBytes of their payloads, at most once per deadFresh: scrapes
+// meanwhile get the last count.
+func (s *Server) deadLetters(ctx context.Context) (int, bool) {
+	m := &s.metrics.world
+	m.deadMu.Lock()
+	defer m.deadMu.Unlock()
+	if !m.deadAt.IsZero() && time.Since(m.deadAt) < deadFresh {
+		return m.dead, m.deadOK
+	}
+	// Reserve is told the bytes so far with each message; a read tried
+	// again starts from 0, and so does the count.
+	n, last := 0, -1
+	full := errors.New("the count's bytes are spent")
+	list, err := s.store.Messages(ctx, &store.MessagesParams{State: "dead", Limit: maxDeadCount, Reserve: func(bytes int) error {
+		if bytes < last {
+			n = 0
+		}
+		last = bytes
+		if bytes > maxDeadBytes {
+			return full
+		}
+		n++
+		return nil
+	}})
+	if err == nil {
+		n = len(list)
+	}
+	m.deadAt, m.dead, m.deadOK = time.Now(), n, err == nil || errors.Is(err, full)
+	return m.dead, m.deadOK
 }

@@ -97,7 +97,7 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request) {
 			s.metrics.runs.started.Add(1)
 		}
 	}
-	s.writeJSON(w, status, runJSON(run))
+	s.writeJSON(w, status, writtenRunJSON(run))
 }
 
 // parseStartRequest decodes and checks a POST /v1/runs body.
@@ -389,7 +389,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	if before.Status.Terminal() {
 		status = http.StatusOK
 	}
-	s.writeJSON(w, status, runJSON(run))
+	s.writeJSON(w, status, writtenRunJSON(run))
 }
 
 // handleStreams serves GET /v1/runs/{id}/streams.
@@ -669,7 +669,7 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.writeJSON(w, http.StatusCreated, runJSON(run))
+	s.writeJSON(w, http.StatusCreated, writtenRunJSON(run))
 }
 
 // handleRetry serves POST /v1/runs/{id}/retry: a fork from a step (by
@@ -685,7 +685,7 @@ func (s *Server) handleRetry(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.writeJSON(w, http.StatusCreated, runJSON(run))
+	s.writeJSON(w, http.StatusCreated, writtenRunJSON(run))
 }
 
 // handleResume serves POST /v1/runs/{id}/resume: 202 with the run, pending
@@ -700,5 +700,5 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.writeJSON(w, http.StatusAccepted, runJSON(run))
+	s.writeJSON(w, http.StatusAccepted, writtenRunJSON(run))
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/world"
 )
 
 // runJSON converts a store run.
@@ -34,6 +35,34 @@ func runJSON(r *store.Run) api.Run {
 		out.WakeAt = &t
 	}
 	return out
+}
+
+// writtenRunJSON is r as the reply of a write (a start, a cancel, a fork,
+// a retry, a resume): without its input and output if either is over
+// store.MaxListedValue (Elided), as a list has it. A write reads the run
+// as it changes it, before any room is made for its reply, and a client
+// that asked for nothing of the run's values may read its reply slowly;
+// GET /v1/runs/{id}, which makes room first, has them.
+func writtenRunJSON(r *store.Run) api.Run {
+	if len(r.Input) > store.MaxListedValue || len(r.Output) > store.MaxListedValue {
+		c := *r
+		c.Input, c.Output, c.Elided = nil, nil, true
+		r = &c
+	}
+	return runJSON(r)
+}
+
+// writtenWorldRun is a World run as the reply of a write weir makes (a
+// cancel from the CLI or the UI): without an input or output over
+// store.MaxListedValue, for the reason of writtenRunJSON. The app's World
+// API reads runs with GET, which makes room first.
+func writtenWorldRun(r *world.Run) *world.Run {
+	if r == nil || len(r.Input) <= store.MaxListedValue && len(r.Output) <= store.MaxListedValue {
+		return r
+	}
+	c := *r
+	c.Input, c.Output = nil, nil
+	return &c
 }
 
 func eventJSON(ev *store.Event) api.Event {

@@ -434,7 +434,7 @@ func (s *Server) handleWorldCancel(w http.ResponseWriter, r *http.Request) {
 		s.worldError(w, err)
 		return
 	}
-	s.writeJSON(w, status, run)
+	s.writeJSON(w, status, writtenWorldRun(run))
 }
 
 func (s *Server) cancelWorldRun(r *http.Request, id string) (*world.Run, int, error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -13,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/delivery"
 	"github.com/weirhq/weir/internal/pgtest"
+	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/store/sqlitestore"
 	"github.com/weirhq/weir/world"
@@ -522,5 +525,76 @@ func TestWorldHealthCheckStream(t *testing.T) {
 		}
 		// Other names still need their run.
 		d.wcall("POST", "runs/"+fake+"/streams/strm_x", body, hdr[:4]...).must(t, http.StatusNotFound)
+	})
+}
+
+// A cancel from weir (POST /v1/world/runs/{run}/cancel, and the runs API's
+// cancel of a World run) answers the run without an input over
+// store.MaxListedValue (red-team round five: stalled cancels of an ended
+// run of 15 MiB held their replies whole); GET has it.
+func TestWorldCancelReplyElidesLargeValues(t *testing.T) {
+	onEveryStoreWith(t, nil, func(t *testing.T, d *dsServer) {
+		big := strings.Repeat("<", store.MaxListedValue+1)
+		rep := decode[worldEventReply](t, d.ev("-", world.RunCreated, "", map[string]any{
+			"deploymentId": "dpl_test", "workflowName": "workflow//wf.ts//wf", "input": big}).must(t, http.StatusOK))
+		run := rep.Run.RunID
+		got := decode[world.Run](t, d.wcall("POST", "runs/"+run+"/cancel", nil).must(t, http.StatusAccepted))
+		if got.Status != world.Cancelled || got.Input != nil {
+			t.Fatalf("cancel: %s, %d bytes of input", got.Status, len(got.Input))
+		}
+		got = decode[world.Run](t, d.wcall("POST", "runs/"+run+"/cancel", nil).must(t, http.StatusOK))
+		if got.Input != nil {
+			t.Fatalf("a cancel of the cancelled run: %d bytes of input", len(got.Input))
+		}
+		var r api.Run
+		if err := json.Unmarshal(d.runsCall("POST", "/v1/runs/"+run+"/cancel").must(t, http.StatusOK).body, &r); err != nil {
+			t.Fatal(err)
+		}
+		if !r.Elided || r.Input != nil {
+			t.Fatalf("the runs API's cancel: elided %v, %d bytes of input", r.Elided, len(r.Input))
+		}
+		got = decode[world.Run](t, d.wcall("GET", "runs/"+run, nil).must(t, http.StatusOK))
+		var in string
+		if err := json.Unmarshal(got.Input, &in); err != nil || in != big {
+			t.Fatalf("GET: %d bytes of input, %v", len(got.Input), err)
+		}
+	})
+}
+
+// The dead letters /metrics counts: at most maxDeadBytes of their payloads
+// are read (and at most once per deadFresh for every scrape; red-team
+// round five: 71 scrapes of a store keeping 16 dead letters of 15 MiB took
+// a server past 1.4 GB).
+func TestDeadLetterMetricIsBounded(t *testing.T) {
+	onEveryStoreWith(t, nil, func(t *testing.T, d *dsServer) {
+		ctx := t.Context()
+		payload := []byte(`"` + strings.Repeat("x", 3<<20) + `"`)
+		for i := range 4 {
+			id := fmt.Sprintf("msg_01DEADLETTER00000000000%03d", i)
+			if _, _, err := d.st.Enqueue(ctx, &store.EnqueueParams{ID: id, QueueName: "__wkf_step_s", Payload: payload, Target: "http://127.0.0.1:9"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ms, err := d.st.ClaimMessages(ctx, &store.ClaimMessagesParams{Owner: "test", Limit: 10, Lease: time.Minute})
+		if err != nil || len(ms) != 4 {
+			t.Fatalf("claimed %d, %v", len(ms), err)
+		}
+		for _, m := range ms {
+			if err := d.st.SettleMessage(ctx, &store.SettleParams{ID: m.ID, Lease: m.Lease, Dead: true, LastError: "refused"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		scrape := func() string {
+			m := string(d.runsCall("GET", "/metrics").must(t, http.StatusOK).body)
+			i := strings.Index(m, "\nweir_world_dead_letters ")
+			if i < 0 {
+				t.Fatalf("/metrics has no weir_world_dead_letters")
+			}
+			return strings.Fields(m[i+1:])[1]
+		}
+		// 4 × 3 MiB: the count stops at 8 MiB of payloads, a lower bound.
+		if got := scrape(); got != "2" {
+			t.Fatalf("dead letters counted %s, want 2 (8 MiB of 3 MiB payloads)", got)
+		}
 	})
 }
