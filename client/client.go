@@ -472,22 +472,32 @@ func (c *Client) Waiting(ctx context.Context, id string) (*api.Waiting, error) {
 // Limiters returns the server's limiters with their state (GET
 // /v1/limiters, every page).
 func (c *Client) Limiters(ctx context.Context) ([]api.Limiter, error) {
-	var all []api.Limiter
+	return pagesByName(ctx, c, "/v1/limiters", func(l *api.LimiterList) ([]api.Limiter, bool, string) {
+		return l.Limiters, l.More, l.NextAfter
+	})
+}
+
+// pagesByName reads every page of a list paged by name (?after=, and
+// more and next_after in each reply); a cursor that does not move on ends
+// it, so that a server's mistake cannot loop a client.
+func pagesByName[L, T any](ctx context.Context, c *Client, path string, page func(*L) (items []T, more bool, next string)) ([]T, error) {
+	var all []T
 	after := ""
 	for {
 		var q url.Values
 		if after != "" {
 			q = url.Values{"after": {after}}
 		}
-		var out api.LimiterList
-		if _, err := c.doJSON(ctx, http.MethodGet, "/v1/limiters", q, nil, nil, &out); err != nil {
+		var out L
+		if _, err := c.doJSON(ctx, http.MethodGet, path, q, nil, nil, &out); err != nil {
 			return nil, err
 		}
-		all = append(all, out.Limiters...)
-		if !out.More || out.NextAfter <= after {
+		items, more, next := page(&out)
+		all = append(all, items...)
+		if !more || next <= after {
 			return all, nil
 		}
-		after = out.NextAfter
+		after = next
 	}
 }
 
@@ -639,23 +649,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 // Schedules returns every schedule (GET /v1/schedules), by name, asking
 // for them a page at a time.
 func (c *Client) Schedules(ctx context.Context) ([]api.Schedule, error) {
-	var all []api.Schedule
-	after := ""
-	for {
-		var q url.Values
-		if after != "" {
-			q = url.Values{"after": {after}}
-		}
-		var out api.ScheduleList
-		if _, err := c.doJSON(ctx, http.MethodGet, "/v1/schedules", q, nil, nil, &out); err != nil {
-			return nil, err
-		}
-		all = append(all, out.Schedules...)
-		if !out.More || out.NextAfter <= after {
-			return all, nil
-		}
-		after = out.NextAfter
-	}
+	return pagesByName(ctx, c, "/v1/schedules", func(l *api.ScheduleList) ([]api.Schedule, bool, string) {
+		return l.Schedules, l.More, l.NextAfter
+	})
 }
 
 // Schedule returns one schedule (GET /v1/schedules/{name}).

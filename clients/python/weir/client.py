@@ -730,16 +730,7 @@ class Client:
     def limiters(self) -> list[Limiter]:
         """Every limiter of the server's store, by name, with what it holds now
         (``GET /v1/limiters``, page by page)."""
-        out: list[Limiter] = []
-        after = ""
-        while True:
-            q: dict[str, Any] = {"after": after} if after else {}
-            _, d = self._json("GET", "/v1/limiters", query=q or None, idempotent=True)
-            out.extend(Limiter.from_json(x) for x in d.get("limiters") or [])
-            nxt = d.get("next_after", "")
-            if not d.get("more") or not isinstance(nxt, str) or nxt <= after:
-                return out
-            after = nxt
+        return [Limiter.from_json(x) for x in self._pages_by_name("/v1/limiters", "limiters", None)]
 
     def limiter(self, name: str) -> Limiter:
         """One limiter, with what it holds now (``GET /v1/limiters/{name}``).
@@ -774,7 +765,13 @@ class Client:
     def schedules(self, *, page: int | None = None) -> list[Schedule]:
         """Every schedule of the server's store, by name (``GET /v1/schedules``),
         asked for ``page`` at a time (the server's default, 100, if None)."""
-        out: list[Schedule] = []
+        return [Schedule.from_json(x) for x in self._pages_by_name("/v1/schedules", "schedules", page)]
+
+    def _pages_by_name(self, path: str, key: str, page: int | None) -> list[Any]:
+        """Every item of a list paged by name (``?after=``, ``more`` and
+        ``next_after`` in each reply), ``page`` at a time (the server's
+        default if None). A cursor that does not move on ends it."""
+        out: list[Any] = []
         after = ""
         while True:
             q: dict[str, Any] = {}
@@ -782,8 +779,8 @@ class Client:
                 q["after"] = after
             if page is not None:
                 q["limit"] = page
-            _, d = self._json("GET", "/v1/schedules", query=q or None, idempotent=True)
-            out.extend(Schedule.from_json(x) for x in d.get("schedules") or [])
+            _, d = self._json("GET", path, query=q or None, idempotent=True)
+            out.extend(d.get(key) or [])
             nxt = d.get("next_after", "")
             if not d.get("more") or not isinstance(nxt, str) or nxt <= after:
                 return out

@@ -50,9 +50,10 @@ export default function Chat() {
       <h1>A DurableAgent on weir</h1>
       <div id="messages">
         {messages.map((m) => (
-          <div key={m.id} className={`msg ${m.role}`}>
+          <p key={m.id} className={`msg ${m.role}`}>
+            <b>{m.role === 'user' ? 'you: ' : 'agent: '}</b>
             {m.parts.map((p, i) => (p.type === 'text' ? <span key={i} className="text">{p.text}</span> : null))}
-          </div>
+          </p>
         ))}
       </div>
       <p id="status" data-status={status}>
@@ -65,8 +66,14 @@ export default function Chat() {
         <button id="send" type="submit" disabled={busy}>
           Send
         </button>
-        {box('fail', 'the model fails after 3 tokens')} {box('same', 'its retry says the same')}{' '}
-        {box('ownStart', "the workflow's own start chunk (sendStart: false)")}
+        <fieldset>
+          <legend>the scripted model</legend>
+          {box('fail', 'fails after 3 tokens')}
+          <br />
+          {box('same', 'its retry says the same words')}
+          <br />
+          {box('ownStart', "the workflow writes its own start chunk (sendStart: false)")}
+        </fieldset>
       </form>
     </main>
   );

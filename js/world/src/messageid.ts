@@ -44,11 +44,13 @@ export function stableMessageId(runId: string, stepId: string): string {
 }
 
 /**
- * Returns chunk with its messageId replaced by id if chunk is exactly a
+ * Returns chunk with its messageId replaced by id() if chunk is exactly a
  * devalue-framed {type: 'start', messageId: <16 alphanumerics>}; else
- * chunk itself. id must be 16 alphanumerics (stableMessageId's).
+ * chunk itself (id is not called: a step's first chunk is rarely a start
+ * chunk, and the hash is not made for nothing). id must give 16
+ * alphanumerics (stableMessageId's).
  */
-export function withStableStart(chunk: Uint8Array, id: string): Uint8Array {
+export function withStableStart(chunk: Uint8Array, id: () => string): Uint8Array {
   if (chunk.byteLength !== FRAME_LEN) return chunk;
   const view = new DataView(chunk.buffer, chunk.byteOffset, chunk.byteLength);
   if (view.getUint32(0, false) !== FRAME_LEN - 4) return chunk;
@@ -57,6 +59,6 @@ export function withStableStart(chunk: Uint8Array, id: string): Uint8Array {
   for (let i = 0; i < ID_LEN; i++) if (!isAlnum(chunk[at + i]!)) return chunk;
   for (let i = 0; i < TAIL.length; i++) if (chunk[at + ID_LEN + i] !== TAIL[i]) return chunk;
   const out = chunk.slice();
-  out.set(enc.encode(id), at);
+  out.set(enc.encode(id()), at);
   return out;
 }

@@ -159,7 +159,7 @@ export function createStreams(cfg: Config, st: StreamState) {
     const c = chain(runId, name, id);
     // The first chunk of the attempt on this stream: DurableAgent's start
     // chunk gets the id every attempt of the step gives it (messageid.ts).
-    if (c.next === 0 && cfg.stableMessageIds) chunks[0] = withStableStart(chunks[0]!, stableMessageId(runId, id.stepId));
+    if (c.next === 0 && cfg.stableMessageIds) chunks[0] = withStableStart(chunks[0]!, () => stableMessageId(runId, id.stepId));
     await track(runId, id.stepId, c.write(chunks, (seq, b) => postStep(runId, name, id, seq, b)));
   }
 

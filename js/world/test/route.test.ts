@@ -75,7 +75,7 @@ test("DurableAgent's start chunk: the World's own messageId, the same for every 
   assert.notEqual(stableMessageId('wrun_2', 'step_1'), id);
   // generateId()'s ids: 16 letters and digits.
   const [start] = await frames('wrun_1', [{ type: 'start', messageId: 'AbCdEfGh01234567' }]);
-  const stable = withStableStart(start!, id);
+  const stable = withStableStart(start!, () => id);
   assert.equal(stable.byteLength, start!.byteLength);
   assert.deepEqual(await decodeFrame(stable, 'wrun_1'), { type: 'start', messageId: id });
   assert.deepEqual(await decodeFrame(start!, 'wrun_1'), { type: 'start', messageId: 'AbCdEfGh01234567' }, 'the chunk given is not changed');
@@ -89,7 +89,12 @@ test("DurableAgent's start chunk: the World's own messageId, the same for every 
     { type: 'text-delta', id: '1', delta: 'AbCdEfGh01234567' },
     'devl[{"type":1,"messageId":2},"start","AbCdEfGh01234567"]',
   ]);
-  for (const f of others) assert.equal(withStableStart(f, id), f);
+  for (const f of others) {
+    assert.equal(
+      withStableStart(f, () => assert.fail('the id is made only for a start chunk')),
+      f,
+    );
+  }
 });
 
 test("DurableAgent's start chunk through the World: an identical retry is adopted, a divergent one rewinds from its first different token", async () => {
