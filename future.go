@@ -587,7 +587,9 @@ func (x *execution) park(t time.Time, look bool, awaits *store.Awaits) {
 		if look {
 			x.poll()
 		}
-		p.SeenEvents = x.polled
+		// x.polled may be 0, a log this execution found empty: a message
+		// sent since, while the run was leased, woke nobody.
+		p.SeenEvents, p.CheckSeen = x.polled, true
 	}
 	x.record(p)
 	x.leave(exitPark, nil)

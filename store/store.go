@@ -801,11 +801,15 @@ type AdvanceParams struct {
 	// at once). A terminal status releases it too.
 	Release bool
 	WakeAt  time.Time
-	// SeenEvents, with Release, is the seq of the last event of the run's
-	// log the releasing worker knows (its own included): if the log has
-	// more (a hook payload delivered meanwhile), the run is claimable at
-	// once instead of at WakeAt. 0: not checked.
+	// SeenEvents, with Release and CheckSeen, is the seq of the last event
+	// of the run's log the releasing worker knows, its own included (0: it
+	// knows none): if the log has more (a hook payload or a message
+	// delivered meanwhile, which no wake reached: the run was leased), the
+	// run is claimable at once instead of at WakeAt.
 	SeenEvents int64
+	// CheckSeen makes SeenEvents count; without it nothing is compared
+	// (a worker that cannot say what it saw).
+	CheckSeen bool
 	// Awaits, with Release, names the messages that wake the parked run:
 	// nil, every message (a worker that cannot say); else only a message on
 	// one of its Topics (a run asleep or waiting for a retry takes none:

@@ -75,7 +75,22 @@ func tortureCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if len(rep.Failures) > 0 {
 		f := rep.Failures[0]
-		return fmt.Errorf("%d trial(s) violated exactly-once; replay with: weir torture --trials 1 --seed %d --store %s", len(rep.Failures), f.Seed, *dsn)
+		replay := fmt.Sprintf("weir torture --trials 1 --seed %d --store '%s'", f.Seed, *dsn)
+		// The schedule follows from the seed and these: a replay without
+		// them is another trial.
+		if *faults != "" {
+			replay += " --faults " + *faults
+		}
+		if *scale != 1 {
+			replay += fmt.Sprintf(" --scale %g", *scale)
+		}
+		if !*agents {
+			replay += " --agents=false"
+		}
+		if !*useHTTP {
+			replay += " --http=false"
+		}
+		return fmt.Errorf("%d trial(s) violated exactly-once; replay with: %s", len(rep.Failures), replay)
 	}
 	if ctx.Err() != nil {
 		return errors.New("interrupted")

@@ -336,12 +336,21 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 		}
 		cmd := opts.WorkerCommand(args)
 		p := &proc{id: incarnation, cmd: cmd, stderr: &bytes.Buffer{}}
-		cmd.Stderr = &limitedBuffer{b: p.stderr, max: 64 << 10}
-		out, err := cmd.StdoutPipe()
+		// Its stderr is kept in the trial's files too (a failed trial's
+		// are kept): the engine's warnings, and its goroutines' stacks
+		// when a trial outlives its timeout (SIGQUIT).
+		logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("worker-%d.log", incarnation)))
 		if err != nil {
 			return err
 		}
+		cmd.Stderr = io.MultiWriter(&limitedBuffer{b: p.stderr, max: 64 << 10}, logf)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			logf.Close()
+			return err
+		}
 		if err := cmd.Start(); err != nil {
+			logf.Close()
 			return err
 		}
 		res.workers++
@@ -355,6 +364,7 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 				msgs <- procMsg{p: p, line: sc.Text()}
 			}
 			err := cmd.Wait()
+			logf.Close()
 			msgs <- procMsg{p: p, exit: true, err: err}
 		}()
 		return nil
@@ -521,7 +531,8 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 				return nil, err
 			}
 		case <-deadline.C:
-			res.violations = append(res.violations, Violation{"state", "trial", fmt.Sprintf("liveness: the runs did not all end within %v (%d progress events, %d faults struck)", opts.TrialTimeout, progress, res.total())})
+			dumped := dumpStacks(procs, msgs)
+			res.violations = append(res.violations, Violation{"state", "trial", fmt.Sprintf("liveness: the runs did not all end within %v (%d progress events, %d faults struck; the stacks of %d live workers are in their worker-N.log)", opts.TrialTimeout, progress, res.total(), dumped)})
 			return res, nil
 		case err := <-faultDone:
 			busy = false
@@ -580,6 +591,34 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 			}
 		}
 	}
+}
+
+// dumpStacks makes each live worker print its goroutines' stacks to its
+// log and exit (SIGQUIT), and waits for them, 10 s at most. It returns how
+// many it asked.
+func dumpStacks(procs []*proc, msgs <-chan procMsg) int {
+	n := 0
+	for _, p := range procs {
+		if !p.exited {
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+			n++
+		}
+	}
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	for left := n; left > 0; {
+		select {
+		case m := <-msgs:
+			if m.exit && !m.p.exited {
+				m.p.exited = true
+				left--
+			}
+		case <-timeout.C:
+			return n
+		}
+	}
+	return n
 }
 
 // strike applies fault f to worker p.

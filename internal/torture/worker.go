@@ -84,6 +84,7 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 
 	var lastEngine atomic.Int32
 	gates := make([]*gatedStore, t.Engines)
+	warnLog := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	engines := make([]*weir.Engine, t.Engines)
 	kill := newChildKiller(&t, filepath.Dir(*trialPath), out)
 	for i := range engines {
@@ -98,7 +99,7 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 				MaxBatchChunks: t.Writer.MaxBatchChunks, MaxBatchBytes: t.Writer.MaxBatchBytes,
 				Linger: time.Duration(t.Writer.LingerMicros+1) * time.Microsecond,
 			},
-			Logger: slog.New(slog.DiscardHandler),
+			Logger: warnLog, // to its log file (run.go), kept with a failed trial
 		})
 		if err != nil {
 			return err
@@ -137,25 +138,10 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}()
 
-	if *httpAddr != "" {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		srv := &http.Server{Handler: server.New(engines[0], &server.Config{Logger: slog.New(slog.DiscardHandler)})}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		tmp := *httpAddr + fmt.Sprintf(".%d", os.Getpid())
-		if err := os.WriteFile(tmp, []byte(ln.Addr().String()), 0o644); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, *httpAddr); err != nil {
-			return err
-		}
-		out.line("A %s", ln.Addr())
-	}
 	// Every worker sets the trial's queue and limiter (the same: idempotent)
-	// before it starts runs.
+	// before it starts or serves runs: a run started over HTTP executes at
+	// once in the engine that serves it, and a step that names a limiter
+	// not set fails for good.
 	var limiters []*limit.Config
 	if t.Queue > 0 {
 		limiters = append(limiters, &limit.Config{Name: t.QueueName(), Concurrency: t.Queue})
@@ -174,6 +160,23 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 			time.Sleep(50 * time.Millisecond) // a restarting database
 		}
+	}
+	if *httpAddr != "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: server.New(engines[0], &server.Config{Logger: slog.New(slog.DiscardHandler)})}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		tmp := *httpAddr + fmt.Sprintf(".%d", os.Getpid())
+		if err := os.WriteFile(tmp, []byte(ln.Addr().String()), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, *httpAddr); err != nil {
+			return err
+		}
+		out.line("A %s", ln.Addr())
 	}
 	for _, rs := range t.Runs {
 		if rs.Start != StartDirect {

@@ -20,7 +20,10 @@ type LimiterTx interface {
 	LockLimiter(name string) (c *limit.Config, state []byte, found bool, err error)
 	// SaveLimiter saves limiter c.Name (creating it if new).
 	SaveLimiter(c *limit.Config, state []byte) error
-	// CountLimiters returns how many limiters there are.
+	// CountLimiters returns how many limiters there are. It is asked only
+	// to create one; where creations can interleave, they take turns here
+	// on a lock held to commit, so that a LockLimiter after it sees a
+	// creation of the same name that committed meanwhile.
 	CountLimiters() (int, error)
 	// QueuedRuns reports whether runs wait in limiter name as a queue, or
 	// hold its slots as admitted runs that have not ended.
@@ -58,7 +61,13 @@ func SetLimiter(tx LimiterTx, c *limit.Config) error {
 		if err != nil {
 			return err
 		}
-		if n >= store.MaxLimiters {
+		// Another creation of the same name may have committed while this
+		// one waited its turn (CountLimiters): its state (slots already
+		// held) is kept, not reset.
+		if _, state, found, err = tx.LockLimiter(c.Name); err != nil {
+			return err
+		}
+		if !found && n >= store.MaxLimiters {
 			return fmt.Errorf("%w: %d limiters, the most there may be: delete one first", store.ErrQuota, n)
 		}
 	}

@@ -50,7 +50,7 @@ func Advance(tx Tx, p *store.AdvanceParams, now time.Time) error {
 	}
 
 	// Nothing can refuse the Advance from here on.
-	unseen := p.Release && p.SeenEvents > 0 && run.LastEvent > p.SeenEvents
+	unseen := p.Release && p.CheckSeen && run.LastEvent > p.SeenEvents
 	if len(p.Events) > 0 {
 		evs := make([]store.Event, len(p.Events))
 		for i, e := range p.Events {

@@ -604,7 +604,7 @@ func (g *gen) record() *op {
 		p.Release = true
 		p.WakeAt = g.clk.Now().Add(time.Duration(g.n(30)) * time.Second)
 		if g.chance(2) {
-			p.SeenEvents = int64(g.n(12)) // behind, at or past the log's end
+			p.SeenEvents, p.CheckSeen = int64(g.n(12)), true // none, behind, at or past the log's end
 		}
 	}
 	if g.chance(4) {

@@ -16,6 +16,7 @@ import (
 	"github.com/weirhq/weir/internal/pgtest"
 	"github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/store"
+	"github.com/weirhq/weir/store/apply"
 	storeopen "github.com/weirhq/weir/store/open"
 	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/store/storetest"
@@ -722,5 +723,77 @@ func TestLeasesRenewedWhileThePoolWaits(t *testing.T) {
 	res, err := s.RenewLeases(own, []store.RenewLeaseParams{{RunID: "r", LeaseEpoch: run.LeaseEpoch, LeaseTTL: time.Minute}})
 	if err != nil || res[0].Err != nil {
 		t.Fatalf("RenewLeases while the pool waits: %v %+v", err, res)
+	}
+}
+
+// Two processes create the same limiter at once: the second waits its turn
+// (creations take turns on a lock held to commit) while the first commits
+// and grants a slot. The second's creation must keep that slot, not reset
+// the limiter's state to a new one's (two holders of a one-slot queue).
+func TestLimiterCreatedMeanwhileKeepsItsState(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	s := open(t, schema, nil)
+	ctx := t.Context()
+	q := pgx.Identifier{schema}.Sanitize()
+	conn, err := adminPool(t).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// The first creation: holding the creations' lock, it inserts the
+	// limiter with the slot it grants.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, q+".limiters"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &limit.Config{Name: "l", Concurrency: 1}
+	second := make(chan error, 1)
+	go func() { second <- s.SetLimiter(ctx, cfg) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		if err := adminPool(t).QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		select {
+		case err := <-second:
+			t.Fatalf("the second creation did not wait for the first: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second creation never waited for the creations' lock")
+		}
+	}
+	now := time.Now()
+	state, _ := apply.EncodeLimiterState(limit.State{Holds: []limit.Hold{{Holder: "first", Key: "k", At: now, Until: now.Add(time.Hour)}}})
+	config, _ := apply.EncodeLimiterConfig(cfg)
+	if _, err := tx.Exec(ctx, `INSERT INTO `+q+`.limiters (name, config, state) VALUES ('l', $1, $2)`, config, state); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second creation did not end")
+	}
+	st, err := s.LimiterState(ctx, "l", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Holds) != 1 || st.Holds[0].Holder != "first" {
+		t.Fatalf("after the second creation the limiter holds %+v, want the first one's slot", st.Holds)
 	}
 }

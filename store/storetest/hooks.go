@@ -143,7 +143,7 @@ func testHooks(t *testing.T, h harness) {
 		seen := evs[len(evs)-1].Seq
 		_, err = s.DeliverHook(ctx(t), &store.DeliverHookParams{Token: "tok", Payload: []byte(`2`)})
 		must(t, err)
-		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: far, SeenEvents: seen}))
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Release: true, WakeAt: far, SeenEvents: seen, CheckSeen: true}))
 		if runs, _ := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl}); len(runs) != 1 {
 			t.Fatal("a run parked behind an unseen delivery stayed parked")
 		}

@@ -187,6 +187,48 @@ func testLimits(t *testing.T, h harness) {
 		}
 	})
 
+	t.Run("CreationsAtOnceKeepTheState", func(t *testing.T) {
+		// Processes that start at once each set the same new limiter, and
+		// each takes a slot once its own set returned. A creation that
+		// waited for another's must not reset the slots granted since: at
+		// most one holder of a one-slot limiter, in every round.
+		t.Parallel()
+		s := newLimits(t)
+		for round := range 12 {
+			name := fmt.Sprintf("new%d", round)
+			var granted atomic.Int32
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for i := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := s.SetLimiter(ctx(t), &limit.Config{Name: name, Concurrency: 1}); err != nil {
+						errs <- err
+						return
+					}
+					d, err := s.AcquireSlot(ctx(t), &store.AcquireSlotParams{Limiter: name,
+						Request: limit.Request{Holder: fmt.Sprintf("h%d", i), Key: "k", Lease: time.Minute}, Now: at(round)})
+					if err != nil {
+						errs <- err
+						return
+					}
+					if d.Granted {
+						granted.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			if n := granted.Load(); n != 1 {
+				t.Fatalf("round %d: %d holders of a one-slot limiter set at once by 8 processes", round, n)
+			}
+		}
+	})
+
 	t.Run("Grants", func(t *testing.T) {
 		t.Parallel()
 		s := newLimits(t)

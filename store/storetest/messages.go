@@ -90,7 +90,7 @@ func testMessages(t *testing.T, h harness) {
 		// Asleep (Awaits{}): no message wakes it. (Released without a
 		// word, nil, every one does: SendKeepsMessagesInTheLog.)
 		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "w", LeaseEpoch: runs[0].LeaseEpoch, Release: true, WakeAt: time.Now().Add(24 * time.Hour),
-			Awaits: &store.Awaits{}, SeenEvents: 3}))
+			Awaits: &store.Awaits{}, SeenEvents: 3, CheckSeen: true}))
 		send("a")
 		if runs := claim(); len(runs) != 0 {
 			t.Fatal("a message woke a sleeping run")
@@ -99,6 +99,41 @@ func testMessages(t *testing.T, h harness) {
 		must(t, err)
 		if len(ev) != 4 {
 			t.Fatalf("%d events, want the 4 messages", len(ev))
+		}
+	})
+
+	t.Run("AParkAfterAnEmptyLookWakesForAMessageSentMeanwhile", func(t *testing.T) {
+		// The worker read the log and found nothing (SeenEvents 0); a
+		// message came while it still held the lease, which wakes nobody;
+		// then it parks waiting for that topic. The store compares the log
+		// with what the worker saw, 0 included, and wakes the run at once.
+		t.Parallel()
+		s := h.New(t)
+		claim := func() []*store.Run {
+			runs, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 1, LeaseTTL: ttl})
+			must(t, err)
+			return runs
+		}
+		far := time.Now().Add(24 * time.Hour)
+		epoch := startRun(t, s, "e")
+		evs, err := s.ListEvents(ctx(t), "e", 0)
+		must(t, err)
+		if len(evs) != 0 {
+			t.Fatalf("a new run's log has %d events", len(evs))
+		}
+		_, err = s.SendMessage(ctx(t), &store.SendMessageParams{RunID: "e", Topic: "a", Payload: []byte(`1`)})
+		must(t, err)
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "e", LeaseEpoch: epoch, Release: true, WakeAt: far,
+			Awaits: &store.Awaits{Topics: []string{"a"}}, CheckSeen: true}))
+		runs := claim()
+		if len(runs) != 1 {
+			t.Fatal("a run that parked having seen an empty log stayed parked with a message it waits for in it")
+		}
+		// Having seen that message, it parks again: nothing is unseen.
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "e", LeaseEpoch: runs[0].LeaseEpoch, Release: true, WakeAt: far,
+			Awaits: &store.Awaits{Topics: []string{"a"}}, SeenEvents: 1, CheckSeen: true}))
+		if runs := claim(); len(runs) != 0 {
+			t.Fatal("a run parked with its whole log seen was claimable")
 		}
 	})
 
