@@ -342,8 +342,9 @@ func (d *Deliverer) claim(ctx context.Context) (int, error) {
 		// A second workflow message of a run this claim took one of, or
 		// one more for a target that has MaxPerTarget in flight: back to
 		// the queue, due when it was; claims skip it while those are
-		// delivered (the first may make it redundant).
-		d.settle(&store.SettleParams{ID: m.ID, Lease: m.Lease, DeliverAt: m.DeliverAt}, "", time.Now())
+		// delivered (the first may make it redundant). Put back, not
+		// answered: its failures stay, and so does its backoff.
+		d.settle(&store.SettleParams{ID: m.ID, Lease: m.Lease, DeliverAt: m.DeliverAt, Back: true}, "", time.Now())
 	}
 	for _, m := range start {
 		d.sem <- struct{}{}

@@ -275,6 +275,41 @@ func TestDeadLetteredAfterMaxFailures(t *testing.T) {
 	})
 }
 
+// A run's second workflow message, claimed beside its first and put back
+// (one delivery of a run at a time), keeps its failures and its attempt
+// count: to an app that refuses every delivery, each of the two is sent
+// three times, attempts 1, 2, 3, and dead-lettered. Before, a put back
+// cleared the message's failures (it was never dead-lettered while the
+// first kept being claimed beside it) and counted as an attempt.
+func TestAPutBackMessageKeepsItsFailures(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st store.Full) {
+		a := newApp(t, func(int, delivered) (int, string) { return 503, "down" })
+		enqueue(t, st, "msg_1", "__wkf_workflow_wf", a.srv.URL, 0)
+		enqueue(t, st, "msg_2", "__wkf_workflow_wf", a.srv.URL, 0)
+		o := start(t, st, delivery.Config{MaxFailures: 3})
+		var got []string
+		for len(got) < 6 {
+			got = append(got, o.next(t))
+		}
+		slices.Sort(got)
+		if fmt.Sprint(got) != "[dead dead failed failed failed failed]" {
+			t.Fatalf("outcomes %v", got)
+		}
+		attempts := map[string][]int64{}
+		for range 6 {
+			d := a.next(t)
+			attempts[d.id] = append(attempts[d.id], d.attempt)
+		}
+		if fmt.Sprint(attempts) != "map[msg_1:[1 2 3] msg_2:[1 2 3]]" {
+			t.Fatalf("attempts sent %v, want 1, 2, 3 of each", attempts)
+		}
+		dead := pending(t, st, "dead")
+		if len(dead) != 2 || dead[0].Failures != 3 || dead[1].Failures != 3 {
+			t.Fatalf("dead letters %+v", dead)
+		}
+	})
+}
+
 func TestAppDownMessagesWait(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st store.Full) {
 		// A target nothing listens on: connection refused, retried.

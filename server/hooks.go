@@ -48,7 +48,7 @@ func (s *Server) handleDeliverHook(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, res)
+	s.writeWritten(w, http.StatusOK, res)
 }
 
 // handleHooks serves GET /v1/runs/{id}/hooks: the run's hooks, by op.

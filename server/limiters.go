@@ -119,7 +119,7 @@ func (s *Server) handleSetLimiter(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, s.limiterJSON(r, &c))
+	s.writeWritten(w, http.StatusOK, s.limiterJSON(r, &c))
 }
 
 // limiterJSON is c as the API gives it, with its state now (left out if

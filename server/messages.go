@@ -53,7 +53,7 @@ func (s *Server) handleSendMessage(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, api.MessageSent{RunID: res.RunID, Topic: res.Topic, Seq: res.Seq, Duplicate: res.Duplicate})
+	s.writeWritten(w, http.StatusOK, api.MessageSent{RunID: res.RunID, Topic: res.Topic, Seq: res.Seq, Duplicate: res.Duplicate})
 }
 
 // handleRunEvent serves GET /v1/runs/{id}/events/{key}: the run event's

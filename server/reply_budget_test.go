@@ -224,3 +224,50 @@ func TestWorldItemHeldBeforeRead(t *testing.T) {
 		t.Fatalf("%d bytes still held", held)
 	}
 }
+
+// A write's reply is never refused at the replies' budget once the write
+// committed: a client told 503 busy writes again, and a start without an
+// id makes a second run. With the budget full (a stalled reader holds it
+// all), a start whose reply is over 4 KiB is answered 201 with its run,
+// and there is one run; a large read is still refused.
+func TestWriteRepliesAreNotRefusedAfterTheirCommit(t *testing.T) {
+	s := newTestServer(t, &Config{MaxReplyBytes: 4<<20 + 4<<10})
+	stalled := &replyStaller{h: http.Header{}, writing: make(chan struct{}), release: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.srv.writeJSON(stalled, http.StatusOK, map[string]string{"data": strings.Repeat("m", 2<<20)})
+	}()
+	defer func() {
+		close(stalled.release)
+		<-done
+	}()
+	select {
+	case <-stalled.writing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stalled reply was never written")
+	}
+	input := `"` + strings.Repeat("x", store.MaxListedValue-2) + `"`
+	count := func() int {
+		runs, err := s.srv.store.ListRuns(context.Background(), &store.ListRunsParams{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(runs)
+	}
+	before := count()
+	r := s.do("POST", "/v1/runs", `{"workflow":"block","input":`+input+`}`).want(t, http.StatusCreated)
+	var run api.Run
+	r.decode(t, &run)
+	if run.ID == "" || len(r.body) <= 4096 {
+		t.Fatalf("the start's reply (%d bytes): %.200s", len(r.body), r.body)
+	}
+	if n := count() - before; n != 1 {
+		t.Fatalf("%d runs made by one start", n)
+	}
+	rec := httptest.NewRecorder()
+	s.srv.writeJSON(rec, http.StatusOK, map[string]string{"data": strings.Repeat("m", 64<<10)})
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("a large read past the budget: %d", rec.Code)
+	}
+}

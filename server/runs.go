@@ -97,7 +97,7 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request) {
 			s.metrics.runs.started.Add(1)
 		}
 	}
-	s.writeJSON(w, status, writtenRunJSON(run))
+	s.writeWritten(w, status, writtenRunJSON(run))
 }
 
 // parseStartRequest decodes and checks a POST /v1/runs body.
@@ -389,7 +389,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	if before.Status.Terminal() {
 		status = http.StatusOK
 	}
-	s.writeJSON(w, status, writtenRunJSON(run))
+	s.writeWritten(w, status, writtenRunJSON(run))
 }
 
 // handleStreams serves GET /v1/runs/{id}/streams.
@@ -585,6 +585,33 @@ func (h *replyHold) send(w http.ResponseWriter, status int, v any) {
 	sendJSON(w, status, b)
 }
 
+// sendWritten is send for the reply of a write that has committed: it is
+// never refused at the budget, since a client told 503 busy would write
+// again (and a start without an id would make a second run). It is
+// charged all the same, past the limit if it must be: such a reply is
+// small (a written run carries no input, output or error over 4 KiB:
+// writtenRunJSON), so what writes take past the limit is bounded by the
+// writes in flight.
+func (h *replyHold) sendWritten(w http.ResponseWriter, status int, v any) {
+	defer func() { _ = h.to(0) }()
+	b, err := encodeReply(v)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	if need := 2 * int64(len(b)); len(b) > 4096 && need > h.n {
+		h.s.replies.force(need - h.n)
+		h.n = need
+	}
+	sendJSON(w, status, b)
+}
+
+// writeWritten writes v, the reply of a committed write (sendWritten).
+func (s *Server) writeWritten(w http.ResponseWriter, status int, v any) {
+	h := replyHold{s: s}
+	h.sendWritten(w, status, v)
+}
+
 // encodeReply is v's JSON and a newline, with <, > and & as they are: a
 // reply is served as application/json with nosniff, never into HTML, and
 // json.Marshal's \u003c for each would make a stored value of those bytes
@@ -647,7 +674,7 @@ func (s *Server) handleMigrate(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, api.MigrateReply{Migrated: append([]string{}, ids...)})
+	s.writeWritten(w, http.StatusOK, api.MigrateReply{Migrated: append([]string{}, ids...)})
 }
 
 // handleFork serves POST /v1/runs/{id}/fork: 201 with the fork, pending
@@ -669,7 +696,7 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.writeJSON(w, http.StatusCreated, writtenRunJSON(run))
+	s.writeWritten(w, http.StatusCreated, writtenRunJSON(run))
 }
 
 // handleRetry serves POST /v1/runs/{id}/retry: a fork from a step (by
@@ -685,7 +712,7 @@ func (s *Server) handleRetry(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.writeJSON(w, http.StatusCreated, writtenRunJSON(run))
+	s.writeWritten(w, http.StatusCreated, writtenRunJSON(run))
 }
 
 // handleResume serves POST /v1/runs/{id}/resume: 202 with the run, pending
@@ -700,5 +727,5 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.writeJSON(w, http.StatusAccepted, writtenRunJSON(run))
+	s.writeWritten(w, http.StatusAccepted, writtenRunJSON(run))
 }

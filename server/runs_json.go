@@ -39,14 +39,17 @@ func runJSON(r *store.Run) api.Run {
 
 // writtenRunJSON is r as the reply of a write (a start, a cancel, a fork,
 // a retry, a resume): without its input and output if either is over
-// store.MaxListedValue (Elided), as a list has it. A write reads the run
+// store.MaxListedValue (Elided), its error cut to it, as a list has it. A write reads the run
 // as it changes it, before any room is made for its reply, and a client
 // that asked for nothing of the run's values may read its reply slowly;
 // GET /v1/runs/{id}, which makes room first, has them.
 func writtenRunJSON(r *store.Run) api.Run {
-	if len(r.Input) > store.MaxListedValue || len(r.Output) > store.MaxListedValue {
+	if len(r.Input) > store.MaxListedValue || len(r.Output) > store.MaxListedValue || len(r.Error) > store.MaxListedValue {
 		c := *r
-		c.Input, c.Output, c.Elided = nil, nil, true
+		if len(r.Input) > store.MaxListedValue || len(r.Output) > store.MaxListedValue {
+			c.Input, c.Output, c.Elided = nil, nil, true
+		}
+		c.Error = world.CutText(c.Error, store.MaxListedValue) // as a list has it
 		r = &c
 	}
 	return runJSON(r)

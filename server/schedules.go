@@ -91,7 +91,7 @@ func (s *Server) handleSetSchedule(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, scheduleJSON(sc))
+	s.writeWritten(w, http.StatusOK, scheduleJSON(sc))
 }
 
 // handlePauseSchedule serves POST /v1/schedules/{name}/pause and
@@ -108,7 +108,7 @@ func (s *Server) handlePauseSchedule(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, scheduleJSON(sc))
+	s.writeWritten(w, http.StatusOK, scheduleJSON(sc))
 }
 
 // handleDeleteSchedule serves DELETE /v1/schedules/{name}: the schedule

@@ -127,7 +127,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, path strin
 		for i, a := range res.Acks {
 			rep.Acks[i] = ackJSON{Offset: a.Offset, Outcome: a.Outcome.String()}
 		}
-		s.writeJSON(w, http.StatusOK, rep)
+		s.writeWritten(w, http.StatusOK, rep)
 	case wh.producer != nil:
 		h.Set("Producer-Epoch", strconv.FormatInt(res.ProducerEpoch, 10))
 		h.Set("Producer-Seq", strconv.FormatInt(res.ProducerSeq, 10))

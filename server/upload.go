@@ -77,6 +77,14 @@ func (b *uploadBudget) take(n int64) bool {
 	return true
 }
 
+// force charges n bytes, past the limit if it must (a committed write's
+// reply: replyHold.sendWritten).
+func (b *uploadBudget) force(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used += n
+}
+
 // give returns n bytes.
 func (b *uploadBudget) give(n int64) {
 	if n == 0 {

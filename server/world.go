@@ -212,7 +212,7 @@ func (s *Server) handleWorldEvent(w http.ResponseWriter, r *http.Request) {
 	stripRun(rep.Run, none)
 	stripStep(rep.Step, none)
 	stripHook(rep.Hook, none)
-	h.send(w, http.StatusOK, rep)
+	h.sendWritten(w, http.StatusOK, rep)
 }
 
 // worldError answers a World error: a too-early step start says when to
@@ -434,7 +434,7 @@ func (s *Server) handleWorldCancel(w http.ResponseWriter, r *http.Request) {
 		s.worldError(w, err)
 		return
 	}
-	s.writeJSON(w, status, writtenWorldRun(run))
+	s.writeWritten(w, status, writtenWorldRun(run))
 }
 
 func (s *Server) cancelWorldRun(r *http.Request, id string) (*world.Run, int, error) {
@@ -669,7 +669,7 @@ func (s *Server) handleWorldEnqueue(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, map[string]string{"messageId": m.ID})
+	s.writeWritten(w, http.StatusOK, map[string]string{"messageId": m.ID})
 }
 
 // payloadRun is the run a queue payload names: a workflow message's runId,

@@ -116,7 +116,7 @@ func (s *Server) handleWorldWrite(w http.ResponseWriter, r *http.Request) {
 	for i, a := range res.Acks {
 		rep.Acks[i] = ackJSON{Offset: a.Offset, Outcome: a.Outcome.String()}
 	}
-	s.writeJSON(w, http.StatusOK, rep)
+	s.writeWritten(w, http.StatusOK, rep)
 }
 
 // worldStreamKey is World stream name of run's key in the path cache: not a
@@ -202,7 +202,7 @@ func (s *Server) handleWorldClose(w http.ResponseWriter, r *http.Request) {
 	if !closed && req.StepID != "" {
 		status = http.StatusAccepted
 	}
-	s.writeJSON(w, status, map[string]bool{"closed": closed})
+	s.writeWritten(w, status, map[string]bool{"closed": closed})
 }
 
 // handleWorldStreamNames serves GET /v1/world/runs/{run}/streams:

@@ -273,6 +273,12 @@ type SettleParams struct {
 	Done      bool
 	Failed    bool // a failed delivery: Failures grows, LastError is kept
 	Dead      bool
+	// Back puts a message claimed but not delivered back in the queue, due
+	// at DeliverAt: its failures, first failure and last error are kept,
+	// and its claim is not counted as an attempt (a deliverer that took
+	// more than it may send at once). Neither Back nor another outcome:
+	// the delivery was answered "later", its failures start again.
+	Back      bool
 	DeliverAt time.Time
 	LastError string
 	Now       time.Time // zero: the store's clock

@@ -22,8 +22,8 @@ import (
 // the stores' NOTIFY channel, as a stream's append does (store.QueueWake).
 
 type queueQueries struct {
-	enqueue, messageByID, messageByKey, setTarget, claimMessages, settleDone, settleDead string
-	settleFailed, settleLater, messages, redeliver, nextDue, renewMessage, coalesce      string
+	enqueue, messageByID, messageByKey, setTarget, claimMessages, settleDone, settleDead        string
+	settleFailed, settleLater, settleBack, messages, redeliver, nextDue, renewMessage, coalesce string
 }
 
 func (q *queueQueries) set(set func(*string, string)) {
@@ -49,6 +49,7 @@ func (q *queueQueries) set(set func(*string, string)) {
 	set(&q.settleFailed, `UPDATE $S.world_queue SET failures = failures + 1, last_error = $3, deliver_at = $5,
 		first_failure = CASE first_failure WHEN 0 THEN $4 ELSE first_failure END, `+unlease+where)
 	set(&q.settleLater, `UPDATE $S.world_queue SET failures = 0, first_failure = 0, last_error = '', deliver_at = $3, `+unlease+where)
+	set(&q.settleBack, `UPDATE $S.world_queue SET attempt = attempt - 1, deliver_at = $3, `+unlease+where)
 	set(&q.messages, `SELECT `+cols+` FROM $S.world_queue WHERE state = $1 AND ($3 = '' OR run_id = $3) ORDER BY seq LIMIT $2`)
 	// A key another pending message took since is dropped.
 	set(&q.redeliver, `UPDATE $S.world_queue m SET state = 'pending', failures = 0, first_failure = 0, deliver_at = $2,
@@ -166,6 +167,8 @@ func (s *Store) SettleMessage(ctx context.Context, p *store.SettleParams) error 
 		sql, args = s.q.settleDead, append(args, p.LastError, sqlrow.Nanos(now))
 	case p.Failed:
 		sql, args = s.q.settleFailed, append(args, p.LastError, sqlrow.Nanos(now), sqlrow.Nanos(p.DeliverAt))
+	case p.Back:
+		sql, args = s.q.settleBack, append(args, sqlrow.Nanos(p.DeliverAt))
 	default:
 		sql, args = s.q.settleLater, append(args, sqlrow.Nanos(p.DeliverAt))
 	}

@@ -723,6 +723,9 @@ func settleQuery(p *store.SettleParams, now int64) (string, []any) {
 		return `UPDATE world_queue SET failures = failures + 1, last_error = ?3, deliver_at = ?5,
 			first_failure = CASE first_failure WHEN 0 THEN ?4 ELSE first_failure END, ` + unlease + where,
 			[]any{p.ID, p.Lease, p.LastError, now, sqlrow.Nanos(p.DeliverAt)}
+	case p.Back:
+		return `UPDATE world_queue SET attempt = attempt - 1, deliver_at = ?3, ` + unlease + where,
+			[]any{p.ID, p.Lease, sqlrow.Nanos(p.DeliverAt)}
 	default:
 		return `UPDATE world_queue SET failures = 0, first_failure = 0, last_error = '', deliver_at = ?3, ` + unlease + where,
 			[]any{p.ID, p.Lease, sqlrow.Nanos(p.DeliverAt)}

@@ -607,6 +607,17 @@ func testWorldQueue(t *testing.T, h harness) {
 	if len(ms3) != 1 || ms3[0].Attempt != 3 {
 		t.Fatalf("claim after the backoff: %+v", ms3)
 	}
+	// Put back undelivered (a deliverer that took more than it may send):
+	// its failures and backoff stay, and the claim was no attempt.
+	must(t, s.SettleMessage(ctx(t), &store.SettleParams{ID: "msg_1", Lease: ms3[0].Lease, Back: true, DeliverAt: ms3[0].DeliverAt}))
+	pending, _ = s.Messages(ctx(t), &store.MessagesParams{State: "pending"})
+	if p := pending[0]; p.Failures != 1 || p.LastError != "HTTP 500" || !p.FirstFailure.Equal(t0.Add(46*time.Second)) || p.Attempt != 2 || !p.DeliverAt.Equal(t0.Add(50*time.Second)) {
+		t.Fatalf("after a put back: %+v", p)
+	}
+	ms3 = claim("a", t0.Add(50*time.Second))
+	if len(ms3) != 1 || ms3[0].Attempt != 3 {
+		t.Fatalf("claim after the put back: %+v", ms3)
+	}
 	must(t, s.SettleMessage(ctx(t), &store.SettleParams{ID: "msg_1", Lease: ms3[0].Lease, DeliverAt: t0.Add(55 * time.Second)}))
 	pending, _ = s.Messages(ctx(t), &store.MessagesParams{State: "pending"})
 	if pending[0].Failures != 0 || !pending[0].FirstFailure.IsZero() || !pending[0].DeliverAt.Equal(t0.Add(55*time.Second)) {
