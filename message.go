@@ -333,12 +333,22 @@ func (e *Engine) GetEvent(ctx context.Context, runID, key string, opts *GetEvent
 		o = *opts
 	}
 	delay := 10 * time.Millisecond
+	var watched <-chan struct{} // a store that says when the run changed
+	stopWatch := func() {}
+	defer func() { stopWatch() }()
+	rw, watches := store.WatcherOf(e.store)
 	if o.Wait {
 		defer e.eventWaiters(runID, -1)
 		e.eventWaiters(runID, 1)
 	}
 	for {
 		ch := e.eventChan(runID)
+		if watches && o.Wait {
+			// Watched before the look, so that a value set between the
+			// look and the wait still wakes it.
+			stopWatch()
+			watched, stopWatch = rw.WatchRun(runID)
+		}
 		ev, err := e.store.GetRunEvent(ctx, runID, key)
 		switch {
 		case err == nil && (!o.Wait || ev.Seq > o.After):
@@ -374,10 +384,17 @@ func (e *Engine) GetEvent(ctx context.Context, runID, key string, opts *GetEvent
 			t.Stop()
 			return nil, ctx.Err()
 		case <-ch:
+		case <-watched:
 		case <-t.C:
 		}
 		t.Stop()
-		delay = min(2*delay, 250*time.Millisecond)
+		// A store that watches wakes the wait (a value set or the run's
+		// end, by any process): its timer is only a safety net.
+		if watched != nil {
+			delay = min(2*delay, 5*time.Second)
+		} else {
+			delay = min(2*delay, 250*time.Millisecond)
+		}
 	}
 }
 

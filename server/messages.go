@@ -92,6 +92,14 @@ func (s *Server) handleRunEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	if opts.Wait {
+		// A wait holds a reader's slot (Config.MaxReaders), as a live
+		// stream read does: waiters are bounded, past them 503 busy.
+		release, err := s.reader()
+		if err != nil {
+			httpError(w, err)
+			return
+		}
+		defer release()
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()

@@ -153,3 +153,44 @@ func TestMessagesAndRunEventsOverHTTP(t *testing.T) {
 		}
 	})
 }
+
+// Waits for a run event hold reader slots (MaxReaders), as live stream
+// reads do: past them a wait is 503 busy, and a slot comes back when its
+// wait ends. Before, any number of waits each polled the store.
+func TestRunEventWaitsAreBounded(t *testing.T) {
+	s := newTestServer(t, &Config{MaxReaders: 2})
+	run := s.start(`{"workflow":"block"}`)
+	path := "/v1/runs/" + run.ID + "/events/status?wait=30s"
+	ended := make(chan int, 2)
+	for range 2 {
+		go func() {
+			req, _ := http.NewRequest("GET", s.ts.URL+path, nil)
+			resp, err := s.ts.Client().Do(req)
+			if err != nil {
+				ended <- 0
+				return
+			}
+			resp.Body.Close()
+			ended <- resp.StatusCode
+		}()
+	}
+	eventually(t, "two waits holding reader slots", func() bool { return len(s.srv.readers) == 2 })
+	r := s.do("GET", path, "").want(t, http.StatusServiceUnavailable)
+	if r.header.Get("Weir-Error") != "busy" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("a wait past the readers: %v", r.header)
+	}
+	// The run ends without the event: the waits end with 404 and give
+	// their slots back.
+	s.do("POST", "/v1/runs/"+run.ID+"/cancel", "").want(t, http.StatusAccepted)
+	for range 2 {
+		select {
+		case code := <-ended:
+			if code != http.StatusNotFound {
+				t.Fatalf("a wait on a run that ended without the event: %d", code)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a wait did not end with its run")
+		}
+	}
+	eventually(t, "the slots given back", func() bool { return len(s.srv.readers) == 0 })
+}

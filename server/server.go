@@ -58,7 +58,9 @@ type Config struct {
 	// "*" is any. Defaults to none: only the server's own pages (the UI).
 	CORSOrigins []string
 	// MaxReaders bounds the stream reads served at once (catch-up,
-	// long-poll, SSE, World reads); one more gets 503 with Retry-After.
+	// long-poll, SSE, World reads) and the waits for a run event
+	// (GET /v1/runs/{id}/events/{key}?wait=); one more gets 503 with
+	// Retry-After.
 	// Defaults to 1024.
 	MaxReaders int
 	// ReadPageBytes bounds the data of one page a read holds and writes

@@ -6,10 +6,11 @@ import (
 	"github.com/weirhq/weir/limit"
 )
 
-// RunWatcher is a store that says when a run's streams may have changed
-// for a reader waiting for one of them to appear: a stream of the run was
-// created, or the run ended. The server's live reads of a run's stream that
-// is not written yet wait on it instead of asking the store again and again.
+// RunWatcher is a store that says when a run may have changed for a reader
+// waiting on it: a stream of the run was created, a run event set, or the
+// run ended. The server's live reads of a run's stream that is not written
+// yet, and the engine's waits for a run event (Engine.GetEvent), wait on
+// it instead of asking the store again and again.
 type RunWatcher interface {
 	// WatchRun returns a channel that is closed at the next such change of
 	// run (or when changes may have been missed: each caller looks again),

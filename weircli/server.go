@@ -70,7 +70,7 @@ func parseServerFlags(cfg *Config, args []string, stderr io.Writer) (*serverFlag
 	f.versions.register(fs)
 	fs.BoolVar(&f.noWorker, "no-worker", false, "serve the API and the streams but execute no run (workers are other processes on the same PostgreSQL database)")
 	fs.StringVar(&f.worldSecret, "world-secret", "", "the secret that signs World deliveries to Vercel Workflow apps (at least 16 bytes; default $WEIR_WORLD_SECRET); without one, World queue messages are refused")
-	fs.IntVar(&f.scfg.MaxReaders, "max-readers", 1024, "stream reads served at once (catch-up, long-poll, SSE); one more gets 503 with Retry-After")
+	fs.IntVar(&f.scfg.MaxReaders, "max-readers", 1024, "stream reads served at once (catch-up, long-poll, SSE) and run event waits; one more gets 503 with Retry-After")
 	fs.Int64Var(&f.scfg.MaxUploadBytes, "max-upload-bytes", 256<<20, "request body bytes received at once across requests; one more gets 503 with Retry-After")
 	fs.Int64Var(&f.scfg.MinUploadRate, "min-upload-rate", 1<<10, "the slowest a request body may arrive, in bytes a second, after 30 s")
 	fs.Int64Var(&f.maxStreams, "max-streams", 100_000, "standalone streams clients may create; one more gets 507 until one is deleted (0: no limit)")

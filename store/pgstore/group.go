@@ -56,7 +56,8 @@ type group struct {
 	wrote   []head     // the streams that got records, with their new heads
 	tails   []tail.Add // records of followed streams, for the tail cache
 	// runWakes are the runs whose watchers wake after the commit: a
-	// stream of theirs created, or their end (store.RunWatcher).
+	// stream of theirs created, a run event set, their end
+	// (store.RunWatcher).
 	runWakes []string
 	begins   []int64             // streams created for readers waiting: tail.Cache.Begin
 	watched  []*store.StreamInfo // those streams, for CreatedStream
@@ -324,6 +325,11 @@ func (g *group) SaveKey(st *apply.Stream, key string, k *apply.Key) error {
 // one group wins: their seqs order them).
 func (g *group) SaveRunEvent(run *apply.Run, ev *store.Event) error {
 	g.runEvents = append(g.runEvents, runEventRow{run: run.ID, ev: ev})
+	// Its waiters (GET /v1/runs/{id}/events/{key}?wait=) wake, here and
+	// in the other processes.
+	if n := len(g.runWakes); n == 0 || g.runWakes[n-1] != run.ID {
+		g.runWakes = append(g.runWakes, run.ID)
+	}
 	return nil
 }
 

@@ -478,8 +478,9 @@ func (s *Store) wakeRuns(runs []string) {
 	s.pub.addRuns(keys)
 }
 
-// WatchRun is store.RunWatcher's: a stream of run created, or the run
-// ended, by this process or (through notifications) another.
+// WatchRun is store.RunWatcher's: a stream of run created, a run event
+// set, or the run ended, by this process or (through notifications)
+// another.
 func (s *Store) WatchRun(run string) (<-chan struct{}, func()) {
 	s.lis.ensure(context.Background())
 	k := store.RunKey(run)

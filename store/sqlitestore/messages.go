@@ -85,6 +85,7 @@ func (tx *wtx) SaveRunEvent(run *apply.Run, ev *store.Event) error {
 	if _, err := tx.w.putRunEvent.ExecContext(bg, run.ID, ev.Name, ev.Data, ev.Seq, sqlrow.Nanos(ev.At)); err != nil {
 		return fmt.Errorf("save run event: %w", translate(err))
 	}
+	tx.runs = append(tx.runs, run.ID) // its waiters wake (store.RunWatcher)
 	return nil
 }
 

@@ -146,8 +146,8 @@ func (s *Store) CreatedStream(path string) (*store.StreamInfo, bool) {
 	return si, true
 }
 
-// WatchRun is store.RunWatcher's: a stream of run created, or the run
-// ended.
+// WatchRun is store.RunWatcher's: a stream of run created, a run event
+// set, or the run ended.
 func (s *Store) WatchRun(run string) (<-chan struct{}, func()) {
 	k := store.RunKey(run)
 	w := s.runs.Subscribe(k)
