@@ -245,23 +245,71 @@ func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	// One more than asked tells whether there is a next page.
 	p.Limit = limit + 1
+	// The page is charged before it is read: its rows (a listed run
+	// carries no value over store.MaxListedValue) and its reply, which
+	// ends before maxRunsPageBytes as encoded. A request refused at the
+	// budget has read nothing.
+	reply := min(maxRunsPageBytes+maxListedRunJSON, int64(p.Limit)*maxListedRunJSON)
+	h, ok := s.hold(w, int64(p.Limit)*listedRunBytes+2*reply)
+	if !ok {
+		return
+	}
 	runs, err := s.store.ListRuns(r.Context(), p)
 	if errors.Is(err, store.ErrNotFound) && p.Before != "" {
 		err = fmt.Errorf("%w: before=%q names no run", api.ErrBadRequest, p.Before)
 	}
 	if err != nil {
+		_ = h.to(0)
 		httpError(w, err)
 		return
 	}
 	out := api.RunList{Runs: make([]api.Run, 0, min(len(runs), limit))}
+	size := 0
 	for i, run := range runs {
 		if i == limit {
 			out.NextCursor = runs[limit-1].ID
 			break
 		}
+		// An error of control bytes is six times its size in JSON: the
+		// page is bounded as sent, and a full one names the next.
+		n := listedRunJSON(run)
+		if i > 0 && size+n > maxRunsPageBytes {
+			out.NextCursor = runs[i-1].ID
+			break
+		}
+		size += n
 		out.Runs = append(out.Runs, runJSON(run))
 	}
-	s.writeJSON(w, http.StatusOK, out)
+	h.send(w, http.StatusOK, out)
+}
+
+const (
+	// maxRunsPageBytes bounds a page of GET /v1/runs as encoded: past it
+	// the page ends early, with a next_cursor.
+	maxRunsPageBytes = 4 << 20
+	// listedRunBytes bounds a listed run's row in memory: its input,
+	// output and error (store.MaxListedValue each; an error's characters
+	// may be 4 bytes) and the rest.
+	listedRunBytes = 6*store.MaxListedValue + 2<<10
+	// maxListedRunJSON bounds one listed run's JSON: an error of 4 KiB
+	// control bytes is 24 KiB, and so is a value that is not JSON (sent
+	// as a string: rawJSON).
+	maxListedRunJSON = 3*6*store.MaxListedValue + 8<<10
+)
+
+// listedRunJSON bounds r's JSON in a list: its values as they are (raw
+// JSON) or as escaped strings (rawJSON), its texts as escaped
+// (store.JSONStringBytes), and the rest.
+func listedRunJSON(r *store.Run) int {
+	value := func(b []byte) int {
+		if len(b) == 0 || json.Valid(b) {
+			return len(b)
+		}
+		return 6*len(b) + 2
+	}
+	return value(r.Input) + value(r.Output) + store.JSONStringBytes(r.Error) + store.JSONStringBytes(r.ID) +
+		store.JSONStringBytes(r.Workflow) + store.JSONStringBytes(r.Queue) + store.JSONStringBytes(r.QueueKey) +
+		store.JSONStringBytes(r.Version) + store.JSONStringBytes(r.Parent) + store.JSONStringBytes(r.Dedupe) + store.JSONStringBytes(r.Kind) + 1<<10
 }
 
 // handleGetRun serves GET /v1/runs/{id}.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -469,4 +470,54 @@ func TestWriteRepliesElideLargeValues(t *testing.T) {
 	if small.Elided || string(small.Input) != `"hi"` {
 		t.Fatalf("a small start: %+v", small)
 	}
+}
+
+// A page of GET /v1/runs is bounded as sent, not by its rows' bytes: a
+// value that is not JSON is sent as a string, six times its size in
+// control bytes, so 200 listed runs of 4 KiB such inputs (4.8 MB as JSON)
+// come in pages of at most 4 MiB, each naming the next, every run once.
+// And a page is charged before it is read: a server whose replies'
+// budget cannot take a page of 1,000 refuses it (503 busy) and serves a
+// smaller one.
+func TestRunsPagesBoundedAsSent(t *testing.T) {
+	s := newTestServer(t, nil)
+	in := []byte(strings.Repeat("\x01", store.MaxListedValue))
+	for i := range 200 {
+		if _, _, err := s.srv.store.CreateRun(context.Background(), &store.CreateRunParams{ID: fmt.Sprintf("ctl-%03d", i), Workflow: "unserved", Input: in}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	pages, cursor := 0, ""
+	for {
+		path := "/v1/runs?workflow=unserved&limit=1000"
+		if cursor != "" {
+			path += "&before=" + cursor
+		}
+		r := s.do("GET", path, "").want(t, http.StatusOK)
+		if len(r.body) > maxRunsPageBytes+maxListedRunJSON {
+			t.Fatalf("a page of %d bytes", len(r.body))
+		}
+		var page api.RunList
+		r.decode(t, &page)
+		for _, run := range page.Runs {
+			if seen[run.ID] {
+				t.Fatalf("run %s on two pages", run.ID)
+			}
+			seen[run.ID] = true
+		}
+		pages++
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if len(seen) != 200 || pages < 2 {
+		t.Fatalf("%d runs in %d pages, want 200 in two or more", len(seen), pages)
+	}
+
+	small := newTestServer(t, &Config{MaxReplyBytes: 16 << 20})
+	if r := small.do("GET", "/v1/runs?limit=1000", "").want(t, http.StatusServiceUnavailable); r.header.Get("Weir-Error") != "busy" {
+		t.Fatalf("a page the budget cannot take: %v", r.header)
+	}
+	small.do("GET", "/v1/runs?limit=50", "").want(t, http.StatusOK)
 }

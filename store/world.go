@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/weirhq/weir/world"
 )
@@ -345,7 +346,10 @@ func (p *MessagesParams) Check() (*MessagesParams, error) {
 // 1,000 of them.
 const MaxWorldPageBytes = 4 << 20
 
-// WorldItemBytes is what one item of a World list carries of payloads.
+// WorldItemBytes is what one item of a World list carries of payloads, as
+// its JSON reply carries them: the raw JSON values (input, output, data,
+// metadata) as they are, an error's texts as escaped (a control byte is
+// six bytes in JSON), so that a page bounded by it is bounded as sent.
 func WorldItemBytes(v any) int {
 	switch x := v.(type) {
 	case *world.Run:
@@ -365,7 +369,36 @@ func errorBytes(e *world.StructuredError) int {
 	if e == nil {
 		return 0
 	}
-	return len(e.Message) + len(e.Stack) + len(e.Code)
+	return JSONStringBytes(e.Message) + JSONStringBytes(e.Stack) + JSONStringBytes(e.Code)
+}
+
+// JSONStringBytes bounds the bytes of s in a JSON reply, quotes left out:
+// a control byte, an invalid UTF-8 byte, U+2028 and U+2029 as \uXXXX (6),
+// a quote or a backslash escaped (2), the rest as it is.
+func JSONStringBytes(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c < 0x20:
+			n, i = n+6, i+1
+		case c == '"' || c == '\\':
+			n, i = n+2, i+1
+		case c < utf8.RuneSelf:
+			n, i = n+1, i+1
+		default:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			switch {
+			case r == utf8.RuneError && size == 1:
+				n, i = n+6, i+1
+			case r == '\u2028' || r == '\u2029':
+				n, i = n+6, i+size
+			default:
+				n, i = n+size, i+size
+			}
+		}
+	}
+	return n
 }
 
 // WorldSizer is a store that tells a World item's size before it is read:
