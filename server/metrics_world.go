@@ -38,7 +38,7 @@ const deadFresh = 5 * time.Second
 
 // maxDeadBytes bounds the payloads one count of dead letters reads: past
 // them the count stops, and says so (a lower bound, as past maxDeadCount).
-const maxDeadBytes = 8 << 20
+const maxDeadBytes = store.MaxWorldPageBytes
 
 func (m *metrics) worldEvent(t world.EventType) {
 	if m == nil {

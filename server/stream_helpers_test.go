@@ -119,7 +119,7 @@ func (d *dsServer) call(method, path string, body []byte, hdr ...string) *dsRepl
 func (r *dsReply) must(t testing.TB, status int) *dsReply {
 	t.Helper()
 	if r.status != status {
-		t.Fatalf("status %d, want %d; body %q", r.status, status, r.body)
+		t.Fatalf("status %d, want %d; body %.300q", r.status, status, r.body)
 	}
 	if status >= 400 && len(r.body) > 0 {
 		if !bytes.HasSuffix(r.body, []byte("\n")) || bytes.Count(r.body, []byte("\n")) != 1 {

@@ -192,9 +192,13 @@ func (s *Server) handleWorldEvent(w http.ResponseWriter, r *http.Request) {
 		// Held as any page is; one the budget cannot take is left out (the
 		// runtime lists it).
 		lp := &store.WorldListParams{RunID: res.Run.RunID, Limit: 1000}
-		h = s.reservePage(lp)
-		page, err := s.store.WorldEvents(r.Context(), lp)
-		if err != nil {
+		var page *store.WorldPage[world.Event]
+		held, ok := s.reservePage(nil, lp)
+		if ok {
+			h = held
+			page, err = s.store.WorldEvents(r.Context(), lp)
+		}
+		if !ok || err != nil {
 			_ = h.to(0)
 		} else {
 			for i := range page.Data {
@@ -287,7 +291,10 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, q map[string
 		return
 	}
 	p.RunID, p.CorrelationID = base.RunID, base.CorrelationID
-	h := s.reservePage(p)
+	h, ok := s.reservePage(w, p)
+	if !ok {
+		return
+	}
 	page, err := s.store.WorldEvents(r.Context(), p)
 	if err != nil {
 		_ = h.to(0)
@@ -334,10 +341,20 @@ func (s *Server) holdWorldItem(w http.ResponseWriter, r *http.Request, ref store
 // the encoding) and room for the items' other fields, so that clients
 // that stall on their pages hold at most the replies' budget, and a
 // request refused at it stops reading.
-func (s *Server) reservePage(p *store.WorldListParams) *replyHold {
+//
+// The fixed part is taken before the read: a request that finds the budget
+// spent is refused (503 busy, answered on w) having read nothing. nil w:
+// nothing is answered, and false says the page is to be left out.
+func (s *Server) reservePage(w http.ResponseWriter, p *store.WorldListParams) (*replyHold, bool) {
 	h := &replyHold{s: s}
+	if err := h.to(1 << 20); err != nil {
+		if w != nil {
+			httpError(w, err)
+		}
+		return nil, false
+	}
 	p.Reserve = func(n int) error { return h.to(3*int64(n) + 1<<20) }
-	return h
+	return h, true
 }
 
 // handleWorldEventGet serves GET /v1/world/runs/{run}/events/{event}.
@@ -384,7 +401,10 @@ func (s *Server) handleWorldRuns(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.WorkflowName, p.Status = first(q, "workflowName"), world.Status(first(q, "status"))
-	h := s.reservePage(p)
+	h, ok := s.reservePage(w, p)
+	if !ok {
+		return
+	}
 	page, err := s.store.WorldRuns(r.Context(), p)
 	if err != nil {
 		_ = h.to(0)
@@ -484,7 +504,10 @@ func (s *Server) handleWorldSteps(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	h := s.reservePage(p)
+	h, ok := s.reservePage(w, p)
+	if !ok {
+		return
+	}
 	page, err := s.store.WorldSteps(r.Context(), p)
 	if err != nil {
 		_ = h.to(0)
@@ -559,7 +582,10 @@ func (s *Server) handleWorldHooks(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.RunID = first(q, "runId")
-	h := s.reservePage(p)
+	h, ok := s.reservePage(w, p)
+	if !ok {
+		return
+	}
 	page, err := s.store.WorldHooks(r.Context(), p)
 	if err != nil {
 		_ = h.to(0)
@@ -767,7 +793,10 @@ func (s *Server) handleWorldMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	// Held as the store reads it, three times its payloads and errors, as
 	// a World page is (reservePage).
-	h := &replyHold{s: s}
+	h, ok := s.hold(w, 1<<20) // refused before the read if the budget is spent
+	if !ok {
+		return
+	}
 	p.Reserve = func(n int) error { return h.to(3*int64(n) + 1<<20) }
 	ms, err := s.store.Messages(r.Context(), p)
 	if err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -306,23 +307,34 @@ type MessagesParams struct {
 	// Reserve, if set, is told the bytes of the messages so far (their
 	// payloads and last errors) with the next one, before it joins the
 	// list, as WorldListParams.Reserve is. An error ends the list with it.
+	// The list ends anyway before MaxWorldPageBytes (Reserving).
 	Reserve func(bytes int) error
 }
 
 // Reserving returns what a read of the list tells each message it reads,
-// in order, before the message joins the list: Reserve's check, counting
-// from 0 (a read tried again calls Reserving again). Without Reserve it
-// checks nothing.
+// in order, before the message joins the list: ErrPageFull for one that
+// would take the list past MaxWorldPageBytes of payloads and errors (the
+// first whatever its size; the list is the messages before it), else
+// Reserve's check, counting from 0 (a read tried again calls Reserving
+// again).
 func (p *MessagesParams) Reserving() func(m *Message) error {
 	total := 0
 	return func(m *Message) error {
+		n := len(m.Payload) + JSONStringBytes(m.LastError)
+		if total > 0 && total+n > MaxWorldPageBytes {
+			return ErrPageFull
+		}
+		total += n
 		if p.Reserve == nil {
 			return nil
 		}
-		total += len(m.Payload) + len(m.LastError)
 		return p.Reserve(total)
 	}
 }
+
+// ErrPageFull ends the read of a list whose next item would take it past
+// its bound in bytes: the items read so far are the list (a page).
+var ErrPageFull = errors.New("page full")
 
 // Check validates p and returns it with its defaults.
 func (p *MessagesParams) Check() (*MessagesParams, error) {

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -205,14 +206,22 @@ func (s *Store) Messages(ctx context.Context, p *store.MessagesParams) ([]*store
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.Message, error) {
-			m, err := sqlrow.ScanMessage(r)
+		defer rows.Close()
+		out = out[:0]
+		for rows.Next() {
+			m, err := sqlrow.ScanMessage(rows)
 			if err == nil {
 				err = reserve(m)
 			}
-			return m, err
-		})
-		return err
+			if errors.Is(err, store.ErrPageFull) {
+				return nil // the list is full: what it holds is the list
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, m)
+		}
+		return rows.Err()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("messages: %w", err)

@@ -744,13 +744,22 @@ func (s *Store) Messages(ctx context.Context, p *store.MessagesParams) ([]*store
 		return nil, fmt.Errorf("messages: %w", s.readErr(err))
 	}
 	reserve := p.Reserving()
-	return collect(rows, func(r *sql.Rows) (*store.Message, error) {
-		m, err := sqlrow.ScanMessage(r)
+	defer rows.Close()
+	var out []*store.Message
+	for rows.Next() {
+		m, err := sqlrow.ScanMessage(rows)
 		if err == nil {
 			err = reserve(m)
 		}
-		return m, err
-	}, s)
+		if errors.Is(err, store.ErrPageFull) {
+			return out, nil // the list is full: what it holds is the list
+		}
+		if err != nil {
+			return nil, s.readErr(err)
+		}
+		out = append(out, m)
+	}
+	return out, s.readErr(rows.Err())
 }
 
 // RedeliverMessage makes a dead message pending again.
