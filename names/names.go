@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -61,19 +62,22 @@ func Text(what, s string, max int) error {
 	return nil
 }
 
-// spoofs reports the format characters that make a name show as another:
-// bidirectional overrides and isolates (U+202A–U+202E, U+2066–U+2069,
-// U+200E, U+200F, U+061C), line and paragraph separators (U+2028,
-// U+2029), and the invisible spaces (U+200B, U+2060, U+FEFF). The joiners
-// (U+200C, U+200D) stay: scripts and emoji need them.
+// spoofs reports the characters that make a name show as another, or as
+// nothing: every format character (Unicode's Cf: the bidirectional
+// overrides and isolates, the soft hyphen, the invisible spaces and
+// operators, the tags), the line and paragraph separators (U+2028,
+// U+2029), and the letters that show as blank (the Hangul fillers U+115F,
+// U+1160, U+3164, U+FFA0, the Khmer vowels U+17B4, U+17B5, the braille
+// blank U+2800). The joiners (U+200C, U+200D) stay: scripts and emoji need
+// them.
 func spoofs(r rune) bool {
-	switch {
-	case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x200e, r == 0x200f:
-		return true
-	case r == 0x061c, r == 0x2028, r == 0x2029, r == 0x200b, r == 0x2060, r == 0xfeff:
+	switch r {
+	case 0x200c, 0x200d:
+		return false
+	case 0x2028, 0x2029, 0x115f, 0x1160, 0x3164, 0xffa0, 0x17b4, 0x17b5, 0x2800, 0x180e, 0x034f:
 		return true
 	}
-	return false
+	return unicode.Is(unicode.Cf, r)
 }
 
 // Segment is Text for a name that is a path segment of the HTTP API: no

@@ -427,7 +427,7 @@ func TestWorldTargetsAreSignedOrAllowed(t *testing.T) {
 				{enqueue("http://127.0.0.1:3000", delivery.SignTarget(testWorldSecret, "http://127.0.0.1:3001")), http.StatusForbidden, "forbidden"},
 				{enqueue("http://127.0.0.1:3000", delivery.SignTarget([]byte("another-secret-entirely"), "http://127.0.0.1:3000")), http.StatusForbidden, "forbidden"},
 				{`{"queueName":"__wkf_step_s\r\nX-Evil: 1","payload":{},"target":"http://allowed.internal:8080"}`, http.StatusBadRequest, "invalid"},
-				{`{"queueName":"__wkf_step_s","payload":{},"target":"http://allowed.internal:8080","messageId":"msg_\u0000\n"}`, http.StatusBadRequest, "invalid"},
+				{`{"queueName":"__wkf_step_s","payload":{},"target":"http://allowed.internal:8080","messageId":"msg_\u0000\n"}`, http.StatusBadRequest, "invalid_name"},
 				{enqueue("http://127.0.0.1:3000", delivery.SignTarget(testWorldSecret, "http://127.0.0.1:3000")), http.StatusOK, ""},
 				{enqueue("http://allowed.internal:8080/app", ""), http.StatusOK, ""},
 				{enqueue("HTTP://Allowed.Internal:8080", ""), http.StatusOK, ""},

@@ -301,3 +301,28 @@ func TestWorldQueueListBoundedAndRefusedUnread(t *testing.T) {
 	}
 	d.srv.replies.give(16<<20 - 512<<10)
 }
+
+// A World event's reply is held as a read is: with the budget spent, a
+// run_started of a running run whose input is 2 MiB (a write that writes
+// nothing, answered with the run) is 503 busy, not forced past the budget
+// (red team, round six, F1: 128 stalled ones of a 15 MiB run took a
+// server to 4 GB). A hook's payload, which the client does not send
+// twice, is answered all the same.
+func TestWorldEventRepliesAreHeld(t *testing.T) {
+	d := newDSServer(t, &Config{MaxReplyBytes: 32 << 20})
+	created := decode[worldEventReply](t, d.ev("-", world.RunCreated, "", map[string]any{"deploymentId": "dpl_test", "workflowName": "workflow//big",
+		"input": []any{strings.Repeat("x", 2<<20)}}).must(t, http.StatusOK))
+	run := created.Run.RunID
+	d.ev(run, world.RunStarted, "", nil).must(t, http.StatusOK)
+	d.ev(run, world.HookCreated, "hook_1", map[string]any{"token": "tok-held"}).must(t, http.StatusOK)
+	d.srv.replies.take(30 << 20) // stalled clients
+	d.ev(run, world.RunStarted, "", nil).must(t, http.StatusServiceUnavailable)
+	if held := d.srv.replies.inUse(); held != 30<<20 {
+		t.Fatalf("%d bytes held after the refusal, want the stalled clients' %d", held, 30<<20)
+	}
+	d.ev(run, world.HookReceived, "hook_1", map[string]any{"payload": 1}).must(t, http.StatusOK)
+	d.srv.replies.give(30 << 20)
+	if held := d.srv.replies.inUse(); held != 0 {
+		t.Fatalf("%d bytes still held", held)
+	}
+}

@@ -57,14 +57,11 @@ func CheckText(what, s string) error {
 	return nil
 }
 
-// CheckID returns ErrInvalid unless id is a non-empty text of at most
-// MaxIDLen bytes (CheckText).
-func CheckID(what, id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
-	}
-	return checkName(what, id, MaxIDLen)
-}
+// CheckID returns ErrInvalid unless id is 1 to MaxIDLen bytes of
+// printable UTF-8 (names.Text: no control character, NUL included, and no
+// character that makes it show as another), refused the same before any
+// store: a workflow's name, a hook token, an owner, a run id looked up.
+func CheckID(what, id string) error { return nameErr(names.Text(what, id, MaxIDLen)) }
 
 // checkName checks an optional text of at most max bytes.
 func checkName(what, s string, max int) error {
@@ -230,14 +227,14 @@ func (p *HookParams) WithDefaults(clock func() time.Time) *HookParams {
 	return &out
 }
 
-// CheckHookToken checks a hook token: a non-empty text of at most
-// MaxIDLen bytes without "/" (it is a path segment of the API).
+// CheckHookToken checks a hook token: a CheckID of at most MaxIDLen bytes
+// without / ? #, and not . or .. (it is a path segment of the API).
 func CheckHookToken(token string) error {
 	if err := CheckID("hook token", token); err != nil {
 		return err
 	}
-	if strings.ContainsAny(token, "/?#") {
-		return fmt.Errorf("%w: hook token %q has a / ? or #", ErrInvalid, token)
+	if strings.ContainsAny(token, "/?#") || token == "." || token == ".." {
+		return fmt.Errorf("%w: hook token %q: it must not be . or .. nor hold a / ? or # (it is a path segment of the API)", ErrInvalid, token)
 	}
 	return nil
 }
@@ -475,7 +472,11 @@ func (p *OpenStreamParams) CheckCreate(path string) error {
 	if p.RunID == "" && strings.HasPrefix(path, "runs/") {
 		return fmt.Errorf("%w: path %q is reserved for run streams; give RunID and Name", ErrInvalid, path)
 	}
-	return nil
+	// A new stream's path is printable (names.Text): one of a control
+	// character or a bidirectional override would show as another's in
+	// the UI and the logs (red team, round five, L3). Lookups stay as
+	// they were, for streams made before.
+	return nameErr(names.Text("stream path", path, MaxPathLen))
 }
 
 // CheckPath returns ErrInvalid unless path is a non-empty text of at most

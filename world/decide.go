@@ -287,6 +287,14 @@ func (d *decider) checkRunData(data *runCreatedData) error {
 	if len(data.WorkflowName) > 1024 || len(data.DeploymentID) > 1024 {
 		return fmt.Errorf("%w: workflowName and deploymentId have at most 1024 bytes", ErrInvalid)
 	}
+	// Printable, as every name weir keeps (names.Text): a line feed or a
+	// bidirectional override would show in the UI, the CLI and the logs
+	// as another workflow.
+	for what, v := range map[string]string{"workflowName": data.WorkflowName, "deploymentId": data.DeploymentID} {
+		if err := names.Text(what, v, 1024); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
 	if len(data.Input) == 0 {
 		return fmt.Errorf("%w: a run needs an input", ErrInvalid)
 	}
@@ -303,6 +311,9 @@ func (d *decider) resilientStart() error {
 	}
 	if data.DeploymentID == "" || data.WorkflowName == "" || len(data.Input) == 0 {
 		return nil
+	}
+	if err := d.checkRunData(&data); err != nil {
+		return err
 	}
 	if err := runID(d.req.RunID); err != nil {
 		return err
@@ -588,9 +599,14 @@ func CloseAfterCommit(step *Step, attempt int64, name string) (next *Step, now b
 // megabytes.
 const MaxErrorText = 16 << 10
 
-// CutText is s cut to at most limit bytes on a rune boundary, with a note
-// of how much was cut.
+// CutText is s as a store keeps an error's text: a NUL as U+FFFD (a
+// PostgreSQL text cannot hold one, and both stores must keep the same),
+// then cut to at most limit bytes on a rune boundary, with a note of how
+// much was cut.
 func CutText(s string, limit int) string {
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
 	if len(s) <= limit {
 		return s
 	}

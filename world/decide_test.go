@@ -370,6 +370,10 @@ func TestBadInput(t *testing.T) {
 		{RunID: "wrun_x", Type: StepCreated, CorrelationID: "s", Data: data(map[string]any{"stepName": 1})},
 		{RunID: "wrun_y", Type: RunCreated, Data: data(map[string]any{"workflowName": "wf", "input": 1})},
 		{RunID: "bad id", Type: RunCreated, Data: runData},
+		// A name that shows as another (red team, round five, L3).
+		{RunID: "wrun_z", Type: RunCreated, Data: data(map[string]any{"deploymentId": "d", "workflowName": "wf\nfake", "input": 1})},
+		{RunID: "wrun_z", Type: RunCreated, Data: data(map[string]any{"deploymentId": "d", "workflowName": "wf\u202eexe", "input": 1})},
+		{RunID: "wrun_z", Type: RunStarted, Data: data(map[string]any{"deploymentId": "d\x00", "workflowName": "wf", "input": 1})},
 	} {
 		if _, err := m.create(t, &r, t0); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: err = %v, want ErrInvalid", r, err)
@@ -519,5 +523,10 @@ func TestErrorsCut(t *testing.T) {
 	}
 	if got := CutText("short", 10); got != "short" {
 		t.Fatalf("CutText of a short text: %q", got)
+	}
+	// A NUL is kept as U+FFFD, the same on both stores (PostgreSQL's
+	// text refused it with the driver's words: red team, round five, L2).
+	if e := structuredError([]byte(`{"message":"a\u0000b","stack":"s\u0000"}`), ""); e.Message != "a\uFFFDb" || e.Stack != "s\uFFFD" {
+		t.Fatalf("an error with NULs kept as %q, %q", e.Message, e.Stack)
 	}
 }

@@ -1,0 +1,29 @@
+package store
+
+import (
+	"errors"
+	"testing"
+)
+
+// Ids and names a client chooses are refused the same before any store:
+// a control character (NUL included: SQLite kept one PostgreSQL refused
+// with its driver's words), a character that shows as another or as
+// nothing, and a hook token that is a path segment of its own (red team,
+// round five, L2–L4).
+func TestChecksRefuseWhatNamesRefuses(t *testing.T) {
+	for _, id := range []string{"", "a\x00b", "a\nb", "wf\u202eexe", "a\u00adb", "\u3164"} {
+		if err := CheckID("workflow", id); !errors.Is(err, ErrInvalid) {
+			t.Errorf("CheckID(%q) = %v, want ErrInvalid", id, err)
+		}
+	}
+	for _, tok := range []string{".", "..", "a/b", "a?b", "a#b", "a\x00"} {
+		if err := CheckHookToken(tok); !errors.Is(err, ErrInvalid) {
+			t.Errorf("CheckHookToken(%q) = %v, want ErrInvalid", tok, err)
+		}
+	}
+	for _, ok := range []string{"workflow//agent//chat", "hook_01J", "a b", "é"} {
+		if err := CheckID("workflow", ok); err != nil {
+			t.Errorf("CheckID(%q) = %v", ok, err)
+		}
+	}
+}
