@@ -346,10 +346,6 @@ func (s *Server) handleGetRun(w http.ResponseWriter, r *http.Request) {
 // the run's size: a larger run is read again once its reply is held.
 const inlineRun = 64 << 10
 
-func (s *Server) getRun(r *http.Request) (*store.Run, error) {
-	return s.store.GetRun(r.Context(), r.PathValue("id"))
-}
-
 // runHead reads the run of the request's path without its input and
 // output, its error cut (store.RunsWithin with no room for values): what a
 // route that needs its existence or status reads, so that a run of
