@@ -284,6 +284,11 @@ func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
 }
 
 const (
+	// streamListBytes is what a run's stream list is charged before it
+	// is read: its rows, its value and its JSON, for as many streams as a
+	// client may make in a run (store.MaxRunWorldStreams) with the
+	// longest names, paths and content types.
+	streamListBytes = 3 * store.MaxRunWorldStreams * 2 << 10
 	// maxRunsPageBytes bounds a page of GET /v1/runs as encoded: past it
 	// the page ends early, with a next_cursor.
 	maxRunsPageBytes = 4 << 20
@@ -451,8 +456,16 @@ func (s *Server) handleStreams(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	// Charged before it is read, for a run's streams as a client may make
+	// them (store.MaxRunWorldStreams, a name of up to 512 bytes each): a
+	// request refused at the budget reads nothing.
+	h, ok := s.hold(w, streamListBytes)
+	if !ok {
+		return
+	}
 	infos, err := s.store.ListStreams(r.Context(), run.ID)
 	if err != nil {
+		_ = h.to(0)
 		httpError(w, err)
 		return
 	}
@@ -460,7 +473,7 @@ func (s *Server) handleStreams(w http.ResponseWriter, r *http.Request) {
 	for i, in := range infos {
 		out.Streams[i] = streamJSON(in)
 	}
-	s.writeJSON(w, http.StatusOK, out)
+	h.send(w, http.StatusOK, out)
 }
 
 func streamJSON(in *store.StreamInfo) api.StreamInfo {

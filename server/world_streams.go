@@ -216,15 +216,22 @@ func (s *Server) handleWorldStreamNames(w http.ResponseWriter, r *http.Request) 
 		httpError(w, err)
 		return
 	}
+	// A run holds at most store.MaxRunWorldStreams: the list is charged
+	// for them before it is read.
+	h, ok := s.hold(w, streamListBytes)
+	if !ok {
+		return
+	}
 	names, err := s.store.WorldStreams(r.Context(), r.PathValue("run"))
 	if err != nil {
+		_ = h.to(0)
 		httpError(w, err)
 		return
 	}
 	if names == nil {
 		names = []string{}
 	}
-	s.writeJSON(w, http.StatusOK, map[string][]string{"streams": names})
+	h.send(w, http.StatusOK, map[string][]string{"streams": names})
 }
 
 // chunkIter walks one view of a stream chunk by chunk: index is the next

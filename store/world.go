@@ -358,6 +358,20 @@ func (p *MessagesParams) Check() (*MessagesParams, error) {
 // 1,000 of them.
 const MaxWorldPageBytes = 4 << 20
 
+// MaxRunWorldStreams bounds the World streams of one run: a client with
+// the token names and makes them, and a run's streams are listed whole
+// (the World's listStreamsByRunId, GET /v1/runs/{id}/streams).
+const MaxRunWorldStreams = 1000
+
+// CheckWorldStreamCount refuses run a new World stream when it holds n of
+// them already (ErrQuota).
+func CheckWorldStreamCount(run string, n int) error {
+	if n >= MaxRunWorldStreams {
+		return fmt.Errorf("%w: run %s holds %d World streams, the most a run may", ErrQuota, run, n)
+	}
+	return nil
+}
+
 // WorldItemBytes is what one item of a World list carries of payloads, as
 // its JSON reply carries them: the raw JSON values (input, output, data,
 // metadata) as they are, an error's texts as escaped (a control byte is

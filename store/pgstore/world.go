@@ -454,6 +454,13 @@ func (s *Store) WorldOpenStream(ctx context.Context, runID, name string) (*store
 		} else if err != nil {
 			return err
 		}
+		var n int
+		if err := c.QueryRow(ctx, s.q.worldStreamCount, runID).Scan(&n); err != nil {
+			return err
+		}
+		if err := store.CheckWorldStreamCount(runID, n); err != nil {
+			return err
+		}
 		now := sqlrow.Nanos(s.cfg.Now())
 		if _, err := c.Exec(ctx, s.q.worldInsertStream, path, runID, name, store.DefaultContentType, now); err != nil {
 			return err
@@ -773,7 +780,7 @@ type worldQueries struct {
 	worldUpdateRunRow, worldInsertStep, worldUpdateStep, worldInsertHook, worldDisposeHook   string
 	worldDisposeHooks, worldInsertWait, worldUpdateWait, worldDeleteWaits, worldInsertEvent  string
 	worldLockRun, worldInsertStream, worldStreamByPath, worldClaimName, worldStream          string
-	worldStreamNames, worldEventByID                                                         string
+	worldStreamNames, worldEventByID, worldStreamCount                                       string
 	purgeWorld                                                                               []string
 }
 
@@ -815,6 +822,7 @@ func (q *worldQueries) set(set func(*string, string)) {
 	set(&q.worldInsertEvent, `INSERT INTO $S.world_events (run_id, slot, event_id, type, correlation_id, data,
 		spec_version, created_at, token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`)
 	set(&q.worldLockRun, `SELECT kind FROM $S.runs WHERE id = $1 FOR NO KEY UPDATE`)
+	set(&q.worldStreamCount, `SELECT count(*) FROM $S.world_streams WHERE run_id = $1`)
 	set(&q.worldInsertStream, `INSERT INTO $S.streams (path, run_id, name, content_type, created_at, last_access)
 		VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (path) DO NOTHING`)
 	set(&q.worldStreamByPath, `SELECT `+sqlrow.StreamCols+` FROM $S.streams WHERE path = $1`)

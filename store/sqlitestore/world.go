@@ -291,6 +291,17 @@ func (s *Store) WorldOpenStream(ctx context.Context, runID, name string) (*store
 		case !errors.Is(err, sql.ErrNoRows):
 			return translate(err)
 		}
+		cnt, err := tx.stmt(`SELECT count(*) FROM world_streams WHERE run_id = ?`)
+		if err != nil {
+			return err
+		}
+		var n int
+		if err := cnt.QueryRowContext(bg, runID).Scan(&n); err != nil {
+			return translate(err)
+		}
+		if err := store.CheckWorldStreamCount(runID, n); err != nil {
+			return err
+		}
 		path := store.RunStreamPath(runID, name)
 		if si, err = sqlrow.ScanStream(tx.w.streamByPath.QueryRowContext(bg, path)); errors.Is(err, sql.ErrNoRows) {
 			tx.changed = true

@@ -365,6 +365,34 @@ func testWorldStreams(t *testing.T, h harness) {
 		_, err = s.WorldCloseStream(ctx(t), &store.WorldCloseParams{RunID: id, Name: "strm_nope"})
 		wantErr(t, err, store.ErrNotFound)
 	})
+	t.Run("StreamsPerRunBounded", func(t *testing.T) {
+		// A client names and makes a run's World streams, and a run's
+		// streams are listed whole: a run holds at most
+		// MaxRunWorldStreams (red team, round six: 100,000 made one
+		// GET /v1/runs/{id}/streams build 121 MB). The one past it is
+		// ErrQuota; one it holds opens again; another run has its own.
+		t.Parallel()
+		s := h.New(t)
+		id := worldRun(t, s, "")
+		for i := range store.MaxRunWorldStreams {
+			if _, err := s.WorldOpenStream(ctx(t), id, fmt.Sprintf("strm_%04d", i)); err != nil {
+				t.Fatalf("stream %d: %v", i, err)
+			}
+		}
+		_, err := s.WorldOpenStream(ctx(t), id, "strm_past")
+		wantErr(t, err, store.ErrQuota)
+		if _, err := s.WorldOpenStream(ctx(t), id, "strm_0007"); err != nil {
+			t.Fatalf("reopening a stream the run holds: %v", err)
+		}
+		names, err := s.WorldStreams(ctx(t), id)
+		must(t, err)
+		if len(names) != store.MaxRunWorldStreams {
+			t.Fatalf("%d streams listed", len(names))
+		}
+		if _, err := s.WorldOpenStream(ctx(t), worldRun(t, s, ""), "strm_past"); err != nil {
+			t.Fatalf("another run's stream: %v", err)
+		}
+	})
 	t.Run("NamesAreGlobal", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)
