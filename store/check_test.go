@@ -27,3 +27,16 @@ func TestChecksRefuseWhatNamesRefuses(t *testing.T) {
 		}
 	}
 }
+
+// A migration names its versions as a start does: one no start could
+// name is refused even when no run matches (red team, round six).
+func TestMigrateChecksVersions(t *testing.T) {
+	for _, v := range []string{"v\u202e1", "v\u00ad2", "v\n3"} {
+		if err := (&MigrateRunsParams{From: "v1", To: v}).Check(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("to %q: %v, want ErrInvalid", v, err)
+		}
+	}
+	if err := (&MigrateRunsParams{From: "", To: "v2"}).Check(); err != nil {
+		t.Errorf("from no version: %v", err)
+	}
+}

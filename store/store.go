@@ -633,8 +633,11 @@ func (p *MigrateRunsParams) Check() error {
 	if p.From == p.To {
 		return fmt.Errorf("%w: a migration from version %q to itself", ErrInvalid, p.From)
 	}
+	// A version is checked as a start checks it (names.Version; "" is a
+	// run started without one): a migration to a version no start could
+	// name is refused, even when no run matches.
 	for _, v := range []string{p.From, p.To} {
-		if err := checkName("version", v, MaxVersionLen); err != nil {
+		if err := checkVersion(v); err != nil {
 			return err
 		}
 	}

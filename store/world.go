@@ -106,6 +106,15 @@ type WorldEventParams struct {
 	Now time.Time
 }
 
+// Check refuses p before any store reads for it: eventData over
+// MaxPayload (ErrTooLarge), and what world.CheckRequest refuses.
+func (p *WorldEventParams) Check() error {
+	if len(p.Request.Data) > MaxPayload {
+		return fmt.Errorf("%w: eventData of %d bytes, the limit is %d", ErrTooLarge, len(p.Request.Data), MaxPayload)
+	}
+	return world.CheckRequest(&p.Request)
+}
+
 // WorldEventResult is what an events.create returns: the events appended
 // (none for an idempotent run_started), and the entities Returns names.
 type WorldEventResult struct {

@@ -117,8 +117,18 @@ func needsCorrelation(t EventType) bool {
 	return false
 }
 
-func (d *decider) checkRequest() error {
-	r := d.req
+func (d *decider) checkRequest() error { return CheckRequest(d.req) }
+
+// CheckRequest refuses a request no event could come of, on its own: a
+// run id or correlation id that could name no entity, eventData that is
+// not JSON. A store checks it before it reads anything for the request,
+// so that both refuse the same, in the World's words.
+func CheckRequest(r *Request) error {
+	if r.RunID != "" {
+		if err := entityID("run id", r.RunID); err != nil {
+			return err
+		}
+	}
 	if r.RunID == "" && r.Type != RunCreated {
 		return fmt.Errorf("%w: a %s needs a run id", ErrInvalid, r.Type)
 	}
@@ -398,6 +408,9 @@ func (d *decider) stepCreated() error {
 	}
 	if v.StepName == "" || len(v.StepName) > 1024 {
 		return fmt.Errorf("%w: a step needs a stepName of 1 to 1024 bytes", ErrInvalid)
+	}
+	if err := names.Text("stepName", v.StepName, 1024); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	d.out.Step = &Step{RunID: d.req.RunID, StepID: d.req.CorrelationID, StepName: v.StepName, Status: Pending,
 		Input: v.Input, CreatedAt: d.now, UpdatedAt: d.now, SpecVersion: d.spec}

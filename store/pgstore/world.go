@@ -378,8 +378,8 @@ func (o *worldCloseOp) clear(bool) { o.closed = false }
 
 // WorldEvent applies one World event (apply.WorldEvent) in a group.
 func (s *Store) WorldEvent(ctx context.Context, p *store.WorldEventParams) (*store.WorldEventResult, error) {
-	if len(p.Request.Data) > store.MaxPayload {
-		return nil, fmt.Errorf("world event: %w: eventData of %d bytes, the limit is %d", store.ErrTooLarge, len(p.Request.Data), store.MaxPayload)
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("world event: %w", err)
 	}
 	q := *p
 	if q.Now.IsZero() {

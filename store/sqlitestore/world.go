@@ -222,8 +222,8 @@ func (tx *wtx) AddWorldEvents(evs []world.Event) error {
 
 // WorldEvent applies one World event (apply.WorldEvent).
 func (s *Store) WorldEvent(ctx context.Context, p *store.WorldEventParams) (*store.WorldEventResult, error) {
-	if len(p.Request.Data) > store.MaxPayload {
-		return nil, fmt.Errorf("world event: %w: eventData of %d bytes, the limit is %d", store.ErrTooLarge, len(p.Request.Data), store.MaxPayload)
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("world event: %w", err)
 	}
 	q := *p
 	if q.Now.IsZero() {

@@ -191,6 +191,15 @@ func testWorldRefusals(t *testing.T, h harness) {
 	}
 	_, err := wevErr(t, s, "wrun_nope", world.StepCreated, "s", jmap{"stepName": "x"})
 	wantErr(t, err, world.ErrRunNotFound)
+	// Ids no entity could have are refused before the store reads, the
+	// same on both stores (PostgreSQL answered a NUL with its driver's
+	// words: red team, round six).
+	for _, c := range []struct{ run, corr string }{{"wrun_\x00", "s"}, {"wrun_\xff", "s"}, {id, "step_\x00"}, {id, "step_\xc3"}} {
+		_, err := wevErr(t, s, c.run, world.StepCreated, c.corr, jmap{"stepName": "x"})
+		if !errors.Is(err, world.ErrInvalid) {
+			t.Errorf("run %q, correlation %q: err = %v, want world.ErrInvalid", c.run, c.corr, err)
+		}
+	}
 	// A refused event wrote nothing.
 	if got := eventTypes(t, s, id); !slices.Equal(got, before) {
 		t.Fatalf("refused events changed the log: %v -> %v", before, got)
