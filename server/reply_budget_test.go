@@ -321,7 +321,13 @@ func TestWorldEventRepliesAreHeld(t *testing.T) {
 		t.Fatalf("%d bytes held after the refusal, want the stalled clients' %d", held, 30<<20)
 	}
 	d.ev(run, world.HookReceived, "hook_1", map[string]any{"payload": 1}).must(t, http.StatusOK)
+	// A run's end is held by the run's size before it is written: one the
+	// budget cannot take is refused having written nothing.
+	d.ev(run, world.RunCompleted, "", map[string]any{"output": 1}).must(t, http.StatusServiceUnavailable)
 	d.srv.replies.give(30 << 20)
+	if got := decode[world.Run](t, d.wcall("GET", "runs/"+run+"?resolveData=none", nil).must(t, http.StatusOK)); got.Status != world.Running {
+		t.Fatalf("a refused run_completed left the run %s", got.Status)
+	}
 	if held := d.srv.replies.inUse(); held != 0 {
 		t.Fatalf("%d bytes still held", held)
 	}

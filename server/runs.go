@@ -421,6 +421,11 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if before.Kind == store.KindWorld {
+		pre, ok := s.holdWorldRunReads(w, r, before.ID, 4) // its reads, as a World cancel's
+		if !ok {
+			return
+		}
+		defer func() { _ = pre.to(0) }()
 		if _, _, err := s.cancelWorldRun(r, before.ID); err != nil {
 			s.worldError(w, err)
 			return

@@ -171,9 +171,28 @@ func (s *Server) handleWorldEvent(w http.ResponseWriter, r *http.Request) {
 		}
 		runID = ""
 	}
-	res, err := s.store.WorldEvent(r.Context(), &store.WorldEventParams{Request: world.Request{
+	ev := &store.WorldEventParams{Request: world.Request{
 		RunID: runID, Type: req.EventType, CorrelationID: req.CorrelationID, Data: req.EventData, SpecVersion: req.SpecVersion,
-	}})
+	}}
+	if err := ev.Check(); err != nil { // before any read for it, the size's included
+		s.worldError(w, err)
+		return
+	}
+	switch req.EventType {
+	case world.RunStarted, world.RunCompleted, world.RunFailed, world.RunCancelled:
+		// The store reads the run (its input may be 16 MiB) and the reply
+		// carries it, a run_started's its log too, before any budget could
+		// refuse them: the run's reads are held by its size first, and a
+		// request the budget cannot take is refused having read and
+		// written nothing (red team, rounds six and seven: 32 concurrent
+		// run_started of a 15 MiB run took a server to 1.8 GB).
+		pre, ok := s.holdWorldRunReads(w, r, runID, 6)
+		if !ok {
+			return
+		}
+		defer func() { _ = pre.to(0) }()
+	}
+	res, err := s.store.WorldEvent(r.Context(), ev)
 	if err != nil {
 		s.worldError(w, err)
 		return
@@ -332,6 +351,31 @@ func (s *Server) worldRunExists(ctx context.Context, id string) error {
 	return nil
 }
 
+// holdWorldRunReads charges k reads of World run id's values (as the
+// store holds them, and as a reply encodes them) before any is made, by
+// the run's size (store.WorldSizer); false if the budget cannot take them
+// (answered 503 busy on w, nothing read). An unknown run holds nothing:
+// the read that follows says so.
+func (s *Server) holdWorldRunReads(w http.ResponseWriter, r *http.Request, id string, k int64) (*replyHold, bool) {
+	if err := store.CheckRunID(id); err != nil {
+		s.worldError(w, fmt.Errorf("world run: %w", err))
+		return nil, false
+	}
+	sz, ok := store.WorldSizerOf(s.store)
+	if !ok {
+		return &replyHold{s: s}, true
+	}
+	n, err := sz.WorldItemSize(r.Context(), store.WorldItemRef{Kind: "run", ID: id})
+	if err != nil {
+		s.worldError(w, err)
+		return nil, false
+	}
+	if n == 0 {
+		return &replyHold{s: s}, true
+	}
+	return s.hold(w, k*n+64<<10)
+}
+
 // holdWorldItem charges the reply of one World item to the replies'
 // budget before it is read, by its size (store.WorldSizer): three times its
 // payloads (read, encoded, and the encoding) and room for its other
@@ -463,6 +507,13 @@ func (s *Server) handleWorldCancel(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	// The cancel reads the run before and after (cancelWorldRun): held
+	// by its size first, as a World event's reads are.
+	pre, ok := s.holdWorldRunReads(w, r, r.PathValue("run"), 4)
+	if !ok {
+		return
+	}
+	defer func() { _ = pre.to(0) }()
 	run, status, err := s.cancelWorldRun(r, r.PathValue("run"))
 	if err != nil {
 		s.worldError(w, err)

@@ -140,6 +140,19 @@ func CheckRequest(r *Request) error {
 	if len(r.Data) > 0 && !json.Valid(r.Data) {
 		return fmt.Errorf("%w: eventData is not JSON", ErrInvalid)
 	}
+	if r.Type == HookCreated {
+		// Its token is looked up before the event is decided: checked
+		// here, so that no store reads for a token no hook could have.
+		var v struct {
+			Token string `json:"token"`
+		}
+		if err := json.Unmarshal(r.Data, &v); err != nil {
+			return fmt.Errorf("%w: hook_created's eventData: %v", ErrInvalid, err)
+		}
+		if err := Token(v.Token); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -532,6 +545,9 @@ func Token(token string) error {
 		if c <= ' ' || c >= 0x7f || c == '/' || c == '?' || c == '#' || c == '%' {
 			return fmt.Errorf("%w: hook token %.40q: printable ASCII without spaces, / ? # %%", ErrInvalid, token)
 		}
+	}
+	if token == "." || token == ".." {
+		return fmt.Errorf("%w: hook token %q: it is a path segment of the API", ErrInvalid, token)
 	}
 	return nil
 }

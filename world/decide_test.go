@@ -375,6 +375,9 @@ func TestBadInput(t *testing.T) {
 		{RunID: "wrun_z", Type: RunCreated, Data: data(map[string]any{"deploymentId": "d", "workflowName": "wf\u202eexe", "input": 1})},
 		{RunID: "wrun_z", Type: RunStarted, Data: data(map[string]any{"deploymentId": "d\x00", "workflowName": "wf", "input": 1})},
 		{RunID: "wrun_x", Type: StepCreated, CorrelationID: "step_n", Data: data(map[string]any{"stepName": "s\x00"})},
+		{RunID: "wrun_x", Type: HookCreated, CorrelationID: "hook_d", Data: data(map[string]any{"token": "."})},
+		{RunID: "wrun_x", Type: HookCreated, CorrelationID: "hook_d", Data: data(map[string]any{"token": ".."})},
+		{RunID: "wrun_x", Type: HookCreated, CorrelationID: "hook_d", Data: data(map[string]any{"token": "t\x00"})},
 	} {
 		if _, err := m.create(t, &r, t0); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: err = %v, want ErrInvalid", r, err)
