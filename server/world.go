@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/delivery"
@@ -24,7 +25,7 @@ import (
 // JSON, given back as they came.
 
 func (s *Server) worldRoutes() {
-	m := s.mux
+	m := worldMux{s}
 	m.HandleFunc("POST /v1/world/runs/{run}/events", s.handleWorldEvent)
 	m.HandleFunc("GET /v1/world/runs/{run}/events", s.handleWorldEvents)
 	m.HandleFunc("GET /v1/world/runs/{run}/events/{event}", s.handleWorldEventGet)
@@ -46,6 +47,31 @@ func (s *Server) worldRoutes() {
 	m.HandleFunc("GET /v1/world/streams/{name}", s.handleWorldRead)
 	m.HandleFunc("GET /v1/world/streams/{name}/info", s.handleWorldInfo)
 	m.HandleFunc("GET /v1/world/streams/{name}/chunks", s.handleWorldChunks)
+}
+
+// worldMux registers World routes whose path ids are checked first: an
+// id with a control byte or not UTF-8 is world.ErrInvalid before any
+// store reads for it, the same on both (PostgreSQL answered a NUL with
+// its driver's words: red team, round seven).
+type worldMux struct{ s *Server }
+
+// worldPathIDs are the path values of the World routes.
+var worldPathIDs = []string{"run", "event", "step", "hook", "msg", "name"}
+
+func (m worldMux) HandleFunc(pattern string, h http.HandlerFunc) {
+	m.s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		for _, k := range worldPathIDs {
+			v := r.PathValue(k)
+			if v == "" {
+				continue
+			}
+			if err := store.CheckText(k, v); err != nil || strings.ContainsFunc(v, unicode.IsControl) {
+				m.s.worldError(w, fmt.Errorf("%w: a %s id that is not printable UTF-8", world.ErrInvalid, k))
+				return
+			}
+		}
+		h(w, r)
+	})
 }
 
 // newRunID is the path segment of a run_created that lets weir mint the id.

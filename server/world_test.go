@@ -599,3 +599,18 @@ func TestDeadLetterMetricIsBounded(t *testing.T) {
 		}
 	})
 }
+
+// A World path id with a control byte or bad UTF-8 is refused before any
+// store reads for it, with the World's code, the same on both stores
+// (PostgreSQL answered a NUL with its driver's words: red team, round
+// seven).
+func TestWorldPathIDsCheckedFirst(t *testing.T) {
+	onEveryStoreWith(t, nil, func(t *testing.T, d *dsServer) {
+		for _, path := range []string{"runs/wrun_%00", "runs/wrun_%FF/events", "runs/wrun_a/events/evnt_%00", "steps/step_%C0%80", "hooks/hook_%00", "runs/wrun_%01/steps"} {
+			r := d.wcall("GET", path, nil).must(t, http.StatusBadRequest)
+			r.header(t, "Weir-Error", "invalid_event")
+		}
+		r := d.wcall("POST", "runs/wrun_%00/cancel", nil).must(t, http.StatusBadRequest)
+		r.header(t, "Weir-Error", "invalid_event")
+	})
+}
