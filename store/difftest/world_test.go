@@ -179,13 +179,15 @@ func (g *gen) queueOp(now time.Time) *op {
 	case 2:
 		id := g.pick(worldMsgs)
 		p := store.SettleParams{ID: id, DeliverAt: now.Add(time.Duration(g.n(3)) * time.Second), Now: now, LastError: "x"}
-		switch g.n(4) {
+		switch g.n(5) {
 		case 0:
 			p.Done = true
 		case 1:
 			p.Dead = true
 		case 2:
 			p.Failed = true
+		case 3:
+			p.Back = true // put back undelivered: failures and attempt kept
 		}
 		stale := g.chance(5)
 		return &op{desc: fmt.Sprintf("SettleMessage %+v stale=%v", p, stale), run: func(ctx context.Context, sd *side) string {
