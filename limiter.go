@@ -164,13 +164,14 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 	stop := func() {}
 	defer func() { stop() }() // a wait may leave (a park, an interruption)
 	for {
-		// Watched before asking: a slot given back between the refusal
+		// Watched before asking: a slot handed to it between the refusal
 		// and the wait still wakes it.
-		var changed <-chan struct{}
+		var handed, changed <-chan struct{}
 		if watches {
-			var unwatch func()
-			changed, unwatch = watcher.WatchLimiter(cfg.limiter)
-			stop = sync.OnceFunc(unwatch)
+			var unhand, unchange func()
+			handed, unhand = watcher.WatchSlot(cfg.limiter, p.Holder)
+			changed, unchange = watcher.WatchLimiter(cfg.limiter)
+			stop = sync.OnceFunc(func() { unhand(); unchange() })
 		}
 		sent := time.Now()
 		d, err := lim.AcquireSlot(x.ctx, p)
@@ -199,7 +200,8 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			env.record(&store.AdvanceParams{Events: []store.Event{{Type: store.EventLimitWaiting, Op: op, Name: st.name, Attempt: attempt, Data: data}}})
 			st.limitWait = attempt
 		}
-		if d.Reason == limit.Rate || d.Reason == limit.Budget || !watches {
+		switch {
+		case d.Reason == limit.Rate || d.Reason == limit.Budget || !watches:
 			// A rate or budget window says when; without a watcher, a held
 			// slot coming back is found by polling (up to the engine's
 			// poll interval).
@@ -210,14 +212,21 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			poll = min(2*poll, x.e.cfg.PollInterval)
 			stop()
 			env.wait(next, nil, true)
-		} else {
-			env.waitInLine(sent, lease, d.Ahead, changed, func() (<-chan struct{}, func()) {
-				stop()
-				var unwatch func()
-				changed, unwatch = watcher.WatchLimiter(cfg.limiter)
-				stop = sync.OnceFunc(unwatch)
-				return changed, stop
-			})
+		default:
+			// A held slot comes back to the line's first at its release
+			// (limit.HandOff), which wakes whom it handed it: this
+			// attempt asks again then, or to keep its place (three
+			// quarters of its place's lease), and not at every change of
+			// the limiter. So a release costs the store one ask, and the
+			// waiters of a saturated limiter leave its row to the
+			// holders. Not parked: a parked run would not hear its turn
+			// come.
+			// A limiter that does not hand off (a rate's, a budget's)
+			// wakes its waiters at every change instead.
+			if !d.HandsOff {
+				handed = changed
+			}
+			env.wait(sent.Add(lease*3/4), handed, false)
 			stop()
 		}
 		if r, ok := x.interrupted(); ok {
@@ -225,36 +234,6 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 		}
 	}
 }
-
-// waitInLine waits for a held slot to come back to a limiter with a
-// watcher, for an attempt that asked at sent and had ahead waiters before
-// it: until the line may have moved to it, or until it must ask again to
-// keep its place (three quarters of its place's lease). Every change of
-// the limiter (changed; rewatch watches for the next) is counted as the
-// line moving by one: an attempt within wakeAhead of the head asks at the
-// first, one further back once enough have come. So a release costs the
-// store a few asks, not one per waiter, and the many waiters of a
-// saturated limiter ask about once a lease, which leaves its row to the
-// holders' renewals.
-func (env *stepEnv) waitInLine(sent time.Time, lease time.Duration, ahead int, changed <-chan struct{}, rewatch func() (<-chan struct{}, func())) {
-	keep := sent.Add(lease * 3 / 4)
-	for {
-		// Not parked: a parked run would not hear its turn come.
-		env.wait(keep, changed, false)
-		if !time.Now().Before(keep) || ahead < wakeAhead {
-			return
-		}
-		if ahead--; ahead < wakeAhead {
-			return
-		}
-		changed, _ = rewatch()
-	}
-}
-
-// wakeAhead bounds the waiters a limiter's change makes ask at once:
-// those with fewer ahead of them in its line, who may be next. The others
-// count the changes as the line moving (waitInLine).
-const wakeAhead = 8
 
 // holdSlot keeps a granted slot's lease renewed until the returned
 // function gives it back with the attempt's cost. The channel is closed

@@ -21,8 +21,10 @@ package limit
 import (
 	"errors"
 	"fmt"
-	"github.com/weirhq/weir/names"
+	"maps"
 	"slices"
+
+	"github.com/weirhq/weir/names"
 	"strconv"
 	"time"
 )
@@ -134,6 +136,10 @@ type Waiter struct {
 	Holder, Key  string
 	Priority     int
 	Since, Until time.Time
+	// Lease is the lease its request asked for: the hold it is handed
+	// (HandOff) lasts that long from the hand-off. 0 (a place saved before
+	// hand-offs) is never handed a slot: it takes one by asking.
+	Lease time.Duration `json:",omitempty"`
 }
 
 // State is what a store keeps of one limiter.
@@ -250,6 +256,13 @@ type Decision struct {
 	// Freed is the slots a grant gave back with this ask (it shrank): the
 	// line may go on.
 	Freed int `json:",omitempty"`
+	// Handed is the other waiters this decision handed a slot (HandOff):
+	// a store wakes each, for it holds a slot it does not know of yet.
+	Handed []string `json:",omitempty"`
+	// HandsOff: the request waits, and the limiter hands its freed slots
+	// to its line (HandOff): the waiter is woken when handed one, and
+	// need not ask at every change of the limiter.
+	HandsOff bool `json:",omitempty"`
 }
 
 // Acquire decides req at now against st, and returns the decision and the
@@ -259,19 +272,26 @@ func Acquire(c *Config, st State, req Request, now time.Time) (Decision, State) 
 	now = Latest(st, now)
 	st = Prune(c, st, now)
 	if req.Grant > 0 {
-		return grant(c, st, req, now)
+		// What a grant gives back goes to the line at once.
+		d, st := grant(c, st, req, now)
+		st, d.Handed = HandOff(c, st, now)
+		return d, st
 	}
 	for i, h := range st.Holds {
 		if h.Holder == req.Holder {
-			// Asked again while holding (a lost reply): the same slot,
-			// its lease renewed.
+			// Asked again while holding (a lost reply, a slot handed to
+			// it): the same slot, its lease renewed. What the pruning
+			// freed goes to the line.
 			st.Holds[i].Until = now.Add(req.Lease)
-			return Decision{Granted: true, Until: st.Holds[i].Until}, st
+			d := Decision{Granted: true, Until: st.Holds[i].Until}
+			st, d.Handed = HandOff(c, st, now)
+			return d, st
 		}
 	}
 	// req in line, its place kept.
-	w := Waiter{Holder: req.Holder, Key: req.Key, Priority: req.Priority, Since: now, Until: now.Add(req.Lease)}
+	w := Waiter{Holder: req.Holder, Key: req.Key, Priority: req.Priority, Since: now, Until: now.Add(req.Lease), Lease: req.Lease}
 	joined := false
+	st.Waiters = slices.Clone(st.Waiters)
 	if i := slices.IndexFunc(st.Waiters, func(x Waiter) bool { return x.Holder == req.Holder }); i >= 0 {
 		w.Since = st.Waiters[i].Since
 		st.Waiters[i] = w
@@ -279,8 +299,14 @@ func Acquire(c *Config, st State, req Request, now time.Time) (Decision, State) 
 		st.Waiters = append(st.Waiters, w)
 		joined = true
 	}
+	// The free slots go to the line's first, req among them or not.
+	st, handed := HandOff(c, st, now)
+	if i := slices.IndexFunc(st.Holds, func(h Hold) bool { return h.Holder == req.Holder }); i >= 0 {
+		handed = slices.DeleteFunc(handed, func(h string) bool { return h == req.Holder })
+		return Decision{Granted: true, Until: st.Holds[i].Until, Handed: handed}, st
+	}
 	if c.PerKey > 0 && heldBy(st, req.Key) >= c.PerKey {
-		d := Decision{Reason: Key, RetryAt: keyRetry(st, req.Key), Joined: joined}
+		d := Decision{Reason: Key, RetryAt: keyRetry(st, req.Key), Joined: joined, Handed: handed, HandsOff: Grantable(c)}
 		return d, st
 	}
 	// Waiters whose key holds its share take no free slot.
@@ -288,23 +314,70 @@ func Acquire(c *Config, st State, req Request, now time.Time) (Decision, State) 
 	pos := slices.IndexFunc(order, func(x Waiter) bool { return x.Holder == req.Holder })
 	free, reason, retry := capacity(c, st, now)
 	if pos >= free {
-		d := Decision{Reason: reason, Ahead: pos, RetryAt: retry, Joined: joined}
+		d := Decision{Reason: reason, Ahead: pos, RetryAt: retry, Joined: joined, Handed: handed, HandsOff: Grantable(c)}
 		if free > 0 {
 			d.Reason = Queue // the free slots are the ones ahead's
 		}
 		return d, st
 	}
+	// Its turn, at a limiter that does not hand off (or behind a place
+	// saved before hand-offs).
 	st.Waiters = slices.DeleteFunc(st.Waiters, func(x Waiter) bool { return x.Holder == req.Holder })
-	if st.Served == nil {
-		st.Served = map[string]time.Time{}
-	}
-	st.Served[req.Key] = now
+	served := make(map[string]time.Time, len(st.Served)+1)
+	maps.Copy(served, st.Served)
+	served[req.Key] = now
+	st.Served = served
 	until := now.Add(req.Lease)
-	st.Holds = append(st.Holds, Hold{Holder: req.Holder, Key: req.Key, At: now, Until: until})
+	st.Holds = append(slices.Clone(st.Holds), Hold{Holder: req.Holder, Key: req.Key, At: now, Until: until})
 	if c.Rate > 0 || c.Budget > 0 {
-		st.Uses = append(st.Uses, Use{Holder: req.Holder, At: now})
+		st.Uses = append(slices.Clone(st.Uses), Use{Holder: req.Holder, At: now})
 	}
-	return Decision{Granted: true, Until: until}, st
+	return Decision{Granted: true, Until: until, Handed: handed}, st
+}
+
+// HandOff gives st's free slots to the first of its line, in line order
+// (Order; a waiter whose key holds its PerKey share is passed over), each
+// held for its waiter's lease from now, and returns the state and the
+// holders it handed a slot. A slot freed by one process's release so goes
+// to the waiter the line says, at once, whether or not that waiter (in
+// another process) is listening: it learns of it when woken, or at its
+// next ask, which finds the slot its own (Acquire). No slot stays free
+// while someone waits for it, and no one's ask can take a slot out of
+// turn. A waiter of a place saved before hand-offs (Lease 0) stops them
+// at its place: it takes its slot by asking, as it would have.
+//
+// Only a limiter of concurrency and per-key bounds hands off (Grantable):
+// a rate's or a budget's window counts a slot when it is taken, and a
+// waiter handed one while parked for its window would call its provider
+// later than its slot was counted, bunching calls past the rate. Those
+// waiters take their slot by asking.
+func HandOff(c *Config, st State, now time.Time) (State, []string) {
+	if len(st.Waiters) == 0 || !Grantable(c) {
+		return st, nil
+	}
+	var handed []string
+	for {
+		free, _, _ := capacity(c, st, now)
+		if free <= 0 {
+			return st, handed
+		}
+		order := Order(st)
+		i := slices.IndexFunc(order, func(x Waiter) bool { return c.PerKey == 0 || heldBy(st, x.Key) < c.PerKey })
+		if i < 0 {
+			return st, handed
+		}
+		w := order[i]
+		if w.Lease <= 0 {
+			return st, handed
+		}
+		st.Waiters = slices.DeleteFunc(slices.Clone(st.Waiters), func(x Waiter) bool { return x.Holder == w.Holder })
+		served := make(map[string]time.Time, len(st.Served)+1)
+		maps.Copy(served, st.Served)
+		served[w.Key] = now
+		st.Served = served
+		st.Holds = append(slices.Clone(st.Holds), Hold{Holder: w.Holder, Key: w.Key, At: now, Until: now.Add(w.Lease)})
+		handed = append(handed, w.Holder)
+	}
 }
 
 // grant decides a grant request (Request.Grant) against a pruned st.

@@ -3,6 +3,7 @@ package limit
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -67,8 +68,9 @@ func TestConcurrency(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatal("b released nothing")
 	}
-	// A newcomer does not take the slot c waits for.
-	if d, st = Acquire(c, st, req("d", ""), at(8)); d.Granted || d.Reason != Queue || d.Ahead != 1 {
+	// A newcomer does not take the slot c waits for: its ask hands it to
+	// c (HandOff; a store's release would have).
+	if d, st = Acquire(c, st, req("d", ""), at(8)); d.Granted || d.Reason != Concurrency || d.Ahead != 0 || !slices.Equal(d.Handed, []string{"c"}) {
 		t.Fatalf("d jumped the line: %+v", d)
 	}
 	if d, st = Acquire(c, st, req("c", ""), at(9)); !d.Granted {
@@ -284,16 +286,118 @@ func TestLimitsHold(t *testing.T) {
 	}
 }
 
+// TestHandOffKeepsTheLine plays random programs against limiters of
+// concurrency and per-key bounds (those that hand off) as a store applies
+// them, a release followed by HandOff, and checks after each step: the
+// bounds hold, no slot is free while someone who could take it waits
+// (the line never stalls on a waiter that does not ask), and each slot
+// handed went to the first of the line who could take it.
+func TestHandOffKeepsTheLine(t *testing.T) {
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 17))
+		c := &Config{Name: "l", Concurrency: 1 + rng.IntN(4)}
+		if rng.IntN(2) == 0 {
+			c.PerKey = 1 + rng.IntN(2)
+		}
+		var st State
+		now := t0
+		holders := []string{"a1", "a2", "a3", "b1", "b2", "c1", "c2", "d1"}
+		canGo := func(st State, w Waiter) bool { return c.PerKey == 0 || heldBy(st, w.Key) < c.PerKey }
+		for step := range 300 {
+			now = now.Add(time.Duration(rng.IntN(40)) * time.Millisecond)
+			h := holders[rng.IntN(len(holders))]
+			before := Prune(c, st, now)
+			var handed []string
+			switch rng.IntN(3) {
+			case 0, 1:
+				r := Request{Holder: h, Key: h[:1], Priority: rng.IntN(2), Lease: time.Duration(200+rng.IntN(400)) * time.Millisecond}
+				if !slices.ContainsFunc(before.Holds, func(x Hold) bool { return x.Holder == h }) {
+					before = withWaiter(before, r, now)
+				}
+				var d Decision
+				d, st = Acquire(c, st, r, now)
+				handed = d.Handed
+				if d.Granted && slices.ContainsFunc(before.Waiters, func(w Waiter) bool { return w.Holder == h }) {
+					handed = append(handed, h) // its own turn, among them
+				}
+				if d.Granted && d.HandsOff {
+					t.Fatalf("seed %d step %d: granted and told it waits: %+v", seed, step, d)
+				}
+			case 2:
+				st, _, _ = Release(c, st, h, 0, now)
+				st, handed = HandOff(c, st, now)
+				before = Prune(c, before, now)
+				before.Holds = slices.DeleteFunc(slices.Clone(before.Holds), func(x Hold) bool { return x.Holder == h })
+			}
+			// The slots went to the first who could go, in turn.
+			sim := before
+			var want []string
+			for range handed {
+				order := slices.DeleteFunc(Order(sim), func(w Waiter) bool { return !canGo(sim, w) })
+				if len(order) == 0 {
+					t.Fatalf("seed %d step %d: %v handed slots; no one could go", seed, step, handed)
+				}
+				w := order[0]
+				got := w.Holder
+				want = append(want, got)
+				sim.Waiters = slices.DeleteFunc(slices.Clone(sim.Waiters), func(x Waiter) bool { return x.Holder == got })
+				sim.Holds = append(slices.Clone(sim.Holds), Hold{Holder: got, Key: w.Key, Until: now.Add(time.Hour)})
+				if sim.Served == nil {
+					sim.Served = map[string]time.Time{}
+				}
+				sim.Served = maps.Clone(sim.Served)
+				sim.Served[w.Key] = now
+			}
+			slices.Sort(want)
+			if got := slices.Sorted(slices.Values(handed)); !slices.Equal(got, want) {
+				t.Fatalf("seed %d step %d: slots went to %v; the line's first who could go: %v", seed, step, got, want)
+			}
+			live := Prune(c, st, now)
+			if Held(live) > c.Concurrency {
+				t.Fatalf("seed %d step %d: %d held, concurrency %d", seed, step, Held(live), c.Concurrency)
+			}
+			for _, k := range []string{"a", "b", "c", "d"} {
+				if c.PerKey > 0 && heldBy(live, k) > c.PerKey {
+					t.Fatalf("seed %d step %d: key %s holds %d, per key %d", seed, step, k, heldBy(live, k), c.PerKey)
+				}
+			}
+			if Held(st) < c.Concurrency && slices.ContainsFunc(st.Waiters, func(w Waiter) bool { return canGo(st, w) }) {
+				t.Fatalf("seed %d step %d: %d of %d slots held while %+v wait", seed, step, Held(st), c.Concurrency, st.Waiters)
+			}
+		}
+	}
+}
+
+// A limiter with a rate does not hand off: its waiters take their slots
+// by asking (a slot counted while its waiter is parked would bunch calls
+// past the rate).
+func TestRateLimitersDoNotHandOff(t *testing.T) {
+	c := &Config{Name: "l", Concurrency: 1, Rate: 100, Period: time.Second}
+	var st State
+	_, st = Acquire(c, st, req("a", ""), at(0))
+	d, st := Acquire(c, st, req("b", ""), at(1))
+	if d.Granted || d.HandsOff {
+		t.Fatalf("b: %+v", d)
+	}
+	st, _, _ = Release(c, st, "a", 0, at(2))
+	if st, handed := HandOff(c, st, at(2)); len(handed) != 0 || len(st.Holds) != 0 {
+		t.Fatalf("handed %v: %+v", handed, st)
+	}
+	if d, _ = Acquire(c, st, req("b", ""), at(3)); !d.Granted {
+		t.Fatalf("b after the release: %+v", d)
+	}
+}
+
 // withWaiter is st with r in line as Acquire puts it.
 func withWaiter(st State, r Request, now time.Time) State {
 	for i, w := range st.Waiters {
 		if w.Holder == r.Holder {
 			st.Waiters = append([]Waiter(nil), st.Waiters...)
-			st.Waiters[i] = Waiter{Holder: r.Holder, Key: r.Key, Priority: r.Priority, Since: w.Since, Until: now.Add(r.Lease)}
+			st.Waiters[i] = Waiter{Holder: r.Holder, Key: r.Key, Priority: r.Priority, Since: w.Since, Until: now.Add(r.Lease), Lease: r.Lease}
 			return st
 		}
 	}
-	st.Waiters = append(append([]Waiter(nil), st.Waiters...), Waiter{Holder: r.Holder, Key: r.Key, Priority: r.Priority, Since: now, Until: now.Add(r.Lease)})
+	st.Waiters = append(append([]Waiter(nil), st.Waiters...), Waiter{Holder: r.Holder, Key: r.Key, Priority: r.Priority, Since: now, Until: now.Add(r.Lease), Lease: r.Lease})
 	return st
 }
 
@@ -310,7 +414,7 @@ func TestKeysTakeTurns(t *testing.T) {
 	_, st = Acquire(c, st, req("b0", "b"), at(10))
 	st, _, _ = Release(c, st, "a0", 0, at(20))
 	// a1 asks first, but b has never been served.
-	if d, st = Acquire(c, st, req("a1", "a"), at(21)); d.Granted || d.Ahead != 1 {
+	if d, st = Acquire(c, st, req("a1", "a"), at(21)); d.Granted || d.Ahead != 0 || !slices.Equal(d.Handed, []string{"b0"}) {
 		t.Fatalf("a1 went before b0: %+v", d)
 	}
 	if d, st = Acquire(c, st, req("b0", "b"), at(22)); !d.Granted {
@@ -359,14 +463,17 @@ func TestGrants(t *testing.T) {
 	if d, st = Acquire(c, st, grantReq("g1", "a", 4), at(5)); d.Count != 4 || d.Waiting != 1 {
 		t.Fatalf("a renewed grant should say one waits: %+v", d)
 	}
-	if d, st = Acquire(c, st, grantReq("g1", "a", 2), at(6)); !d.Granted || d.Count != 2 || Held(st) != 3 {
+	// What it gives back goes to w at once.
+	if d, st = Acquire(c, st, grantReq("g1", "a", 2), at(6)); !d.Granted || d.Count != 2 || Held(st) != 4 || !slices.Equal(d.Handed, []string{"w"}) {
 		t.Fatalf("shrunk to 2: %+v, held %d", d, Held(st))
 	}
-	if d, st = Acquire(c, st, grantReq("g1", "a", 4), at(7)); d.Count != 2 {
-		t.Fatalf("a grant grew past a waiter: %+v", d)
-	}
-	if d, st = Acquire(c, st, req("w", "b"), at(8)); !d.Granted {
+	// w holds its slot, and asking finds it; with no one in line the
+	// grant grows again by what is free.
+	if d, st = Acquire(c, st, req("w", "b"), at(7)); !d.Granted || Held(st) != 4 {
 		t.Fatalf("w after the shrink: %+v", d)
+	}
+	if d, st = Acquire(c, st, grantReq("g1", "a", 4), at(8)); d.Count != 3 {
+		t.Fatalf("a grant with one slot free and no one in line: %+v", d)
 	}
 	// Released, the grant's slots all come back.
 	st, ok, _ := Release(c, st, "g1", 0, at(9))

@@ -53,6 +53,29 @@ type LimiterWatcher interface {
 	// WatchLimiterLine returns a channel closed at the next time a waiter
 	// joins limiter name's line, as WatchLimiter does.
 	WatchLimiterLine(name string) (joined <-chan struct{}, stop func())
+	// WatchSlot returns a channel closed when holder, waiting in limiter
+	// name's line, may have been handed a slot (limit.HandOff: by another
+	// holder's release, in this process or another), as WatchLimiter
+	// does. A waiter waits on it alone: the line moves to it without its
+	// asking, so a saturated limiter's waiters do not crowd its row.
+	WatchSlot(name, holder string) (handed <-chan struct{}, stop func())
+}
+
+// LimiterSlotKey is the key of a WatchSlot.
+func LimiterSlotKey(name, holder string) int64 {
+	return RunKey("limiter-slot\x00" + name + "\x00" + holder)
+}
+
+// SlotKeys is the keys of the holders a limiter's decision handed a slot.
+func SlotKeys(name string, handed []string) []int64 {
+	if len(handed) == 0 {
+		return nil
+	}
+	ks := make([]int64, len(handed))
+	for i, h := range handed {
+		ks[i] = LimiterSlotKey(name, h)
+	}
+	return ks
 }
 
 // LimiterKey is the key a limiter's watchers are woken by, in the key
@@ -69,7 +92,8 @@ func LimiterWatcherOf(s Store) (LimiterWatcher, bool) { return as[LimiterWatcher
 // AcquireWakes is whom a limiter's decision d wakes once it is committed:
 // moved, its line (a grant gave slots back, so the line may go on);
 // joined, the grant holders that WatchLimiterLine (a waiter joined the
-// line, so they give back what they do not use). Every store wakes by it.
-func AcquireWakes(d *limit.Decision) (moved, joined bool) {
-	return d.Freed > 0, d.Joined
+// line, so they give back what they do not use); and the waiters it handed
+// a slot (d.Handed, WatchSlot). Every store wakes by it.
+func AcquireWakes(d *limit.Decision) (moved, joined bool, handed []string) {
+	return d.Freed > 0, d.Joined, d.Handed
 }

@@ -47,34 +47,46 @@ func DecodeLimiterState(b []byte) (limit.State, error) {
 	return st, nil
 }
 
-// SetLimiter creates or changes a limiter, keeping its state.
-func SetLimiter(tx LimiterTx, c *limit.Config) error {
+// SetLimiter creates or changes a limiter, keeping its state; slots a
+// raised bound frees go to its line (limit.HandOff), and it returns the
+// holders handed one, for the store to wake once committed.
+func SetLimiter(tx LimiterTx, c *limit.Config) ([]string, error) {
 	if err := store.CheckLimiter(c); err != nil {
-		return err
+		return nil, err
 	}
 	_, state, found, err := tx.LockLimiter(c.Name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !found {
 		n, err := tx.CountLimiters()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		// Another creation of the same name may have committed while this
 		// one waited its turn (CountLimiters): its state (slots already
 		// held) is kept, not reset.
 		if _, state, found, err = tx.LockLimiter(c.Name); err != nil {
-			return err
+			return nil, err
 		}
 		if !found && n >= store.MaxLimiters {
-			return fmt.Errorf("%w: %d limiters, the most there may be: delete one first", store.ErrQuota, n)
+			return nil, fmt.Errorf("%w: %d limiters, the most there may be: delete one first", store.ErrQuota, n)
 		}
 	}
-	if state == nil {
-		state = []byte{} // a new limiter's: nothing held, no one in line
+	if len(state) == 0 {
+		// A new limiter's: nothing held, no one in line.
+		return nil, tx.SaveLimiter(c, []byte{})
 	}
-	return tx.SaveLimiter(c, state)
+	st, err := DecodeLimiterState(state)
+	if err != nil {
+		return nil, err
+	}
+	// At the time of its latest decision, not pruned: the clock is the
+	// asks' (a waiter asked within its lease of it), and a lease that ran
+	// out is taken back by the next decision, at the clock its caller
+	// gives.
+	st, handed := limit.HandOff(c, st, limit.Latest(st, time.Time{}))
+	return handed, saveLimiter(tx, c, st)
 }
 
 // DeleteLimiter deletes limiter name if nothing uses it at now: no slot
@@ -138,18 +150,20 @@ func AcquireSlot(tx LimiterTx, p *store.AcquireSlotParams) (*limit.Decision, err
 	return &d, saveLimiter(tx, c, st)
 }
 
-// ReleaseSlot applies a ReleaseSlot call (limit.Release). p.Now must be
-// set.
-func ReleaseSlot(tx LimiterTx, p *store.ReleaseSlotParams) (bool, error) {
+// ReleaseSlot applies a ReleaseSlot call (limit.Release), and hands what
+// it frees to the line (limit.HandOff): it returns the holders handed a
+// slot, for the store to wake once committed. p.Now must be set.
+func ReleaseSlot(tx LimiterTx, p *store.ReleaseSlotParams) (bool, []string, error) {
 	c, st, err := lockLimiter(tx, p.Limiter)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	st, ok, err := limit.Release(c, st, p.Holder, p.Cost, p.Now)
 	if err != nil {
-		return false, fmt.Errorf("%w: %w", store.ErrInvalid, err)
+		return false, nil, fmt.Errorf("%w: %w", store.ErrInvalid, err)
 	}
-	return ok, saveLimiter(tx, c, st)
+	st, handed := limit.HandOff(c, st, p.Now)
+	return ok, handed, saveLimiter(tx, c, st)
 }
 
 // RenewSlot applies a RenewSlot call (limit.Renew). p.Now must be set.

@@ -42,16 +42,16 @@ func TestLimiterCountAndDelete(t *testing.T) {
 	now := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
 	tx := newLimTx()
 	c := &limit.Config{Name: "openai", Concurrency: 2}
-	if err := SetLimiter(tx, c); err != nil {
+	if _, err := SetLimiter(tx, c); err != nil {
 		t.Fatal(err)
 	}
 	// At the bound a new limiter is refused; a change of one that exists
 	// is not.
 	tx.extra = store.MaxLimiters - 1
-	if err := SetLimiter(tx, &limit.Config{Name: "more", Concurrency: 1}); !errors.Is(err, store.ErrQuota) {
+	if _, err := SetLimiter(tx, &limit.Config{Name: "more", Concurrency: 1}); !errors.Is(err, store.ErrQuota) {
 		t.Fatalf("a limiter past the bound: %v, want ErrQuota", err)
 	}
-	if err := SetLimiter(tx, &limit.Config{Name: "openai", Concurrency: 3}); err != nil {
+	if _, err := SetLimiter(tx, &limit.Config{Name: "openai", Concurrency: 3}); err != nil {
 		t.Fatalf("a change at the bound: %v", err)
 	}
 	tx.extra = 0

@@ -127,10 +127,15 @@ func (s *Store) SetLimiter(ctx context.Context, c *limit.Config) error {
 	if err := store.CheckLimiter(c); err != nil {
 		return fmt.Errorf("set limiter: %w", err)
 	}
-	if err := s.limiterWrite(ctx, func(t *limiterTx) error { return apply.SetLimiter(t, c) }); err != nil {
+	var handed []string
+	if err := s.limiterWrite(ctx, func(t *limiterTx) (err error) {
+		handed, err = apply.SetLimiter(t, c)
+		return err
+	}); err != nil {
 		return fmt.Errorf("set limiter: %w", err)
 	}
 	s.limiterChanged(c.Name)
+	s.slotsHanded(c.Name, handed)
 	return nil
 }
 
@@ -210,13 +215,14 @@ func (s *Store) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*l
 	if err != nil {
 		return nil, fmt.Errorf("acquire slot: %w", err)
 	}
-	moved, joined := store.AcquireWakes(d)
+	moved, joined, handed := store.AcquireWakes(d)
 	if moved {
 		s.limiterChanged(q.Limiter)
 	}
 	if joined {
 		s.limiterJoined(q.Limiter)
 	}
+	s.slotsHanded(q.Limiter, handed)
 	return d, nil
 }
 
@@ -227,9 +233,10 @@ func (s *Store) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bo
 	}
 	q := p.WithDefaults(s.cfg.Now)
 	var ok bool
+	var handed []string
 	err := s.limiterWrite(ctx, func(t *limiterTx) error {
 		var err error
-		ok, err = apply.ReleaseSlot(t, q)
+		ok, handed, err = apply.ReleaseSlot(t, q)
 		return err
 	})
 	if err != nil {
@@ -238,6 +245,7 @@ func (s *Store) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bo
 	if ok {
 		s.limiterChanged(q.Limiter)
 	}
+	s.slotsHanded(q.Limiter, handed)
 	return ok, nil
 }
 
@@ -320,6 +328,28 @@ func (s *Store) WatchLimiterLine(name string) (<-chan struct{}, func()) {
 	k := store.LimiterLineKey(name)
 	w := s.runs.Subscribe(k)
 	return w.C, func() { s.runs.Unsubscribe(k, w) }
+}
+
+// WatchSlot is store.LimiterWatcher's: holder handed a slot of limiter
+// name, by this process or another.
+func (s *Store) WatchSlot(name, holder string) (<-chan struct{}, func()) {
+	s.lis.ensure(context.Background())
+	k := store.LimiterSlotKey(name, holder)
+	w := s.runs.Subscribe(k)
+	return w.C, func() { s.runs.Unsubscribe(k, w) }
+}
+
+// slotsHanded wakes the waiters of limiter name a committed decision
+// handed a slot, here and in the other processes.
+func (s *Store) slotsHanded(name string, handed []string) {
+	if len(handed) == 0 {
+		return
+	}
+	ks := store.SlotKeys(name, handed)
+	for _, k := range ks {
+		s.runs.Wake(k, struct{}{})
+	}
+	s.pub.addRuns(ks)
 }
 
 // limiterJoined wakes the line watchers of limiter name (committed), here

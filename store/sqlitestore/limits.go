@@ -117,10 +117,15 @@ func (s *Store) SetLimiter(ctx context.Context, c *limit.Config) error {
 	if err := store.CheckLimiter(c); err != nil {
 		return fmt.Errorf("set limiter: %w", err)
 	}
-	if err := s.write(ctx, func(tx *wtx) error { return apply.SetLimiter(tx, c) }); err != nil {
+	var handed []string
+	if err := s.write(ctx, func(tx *wtx) (err error) {
+		handed, err = apply.SetLimiter(tx, c)
+		return err
+	}); err != nil {
 		return fmt.Errorf("set limiter: %w", err)
 	}
 	s.limiterChanged(c.Name)
+	s.slotsHanded(c.Name, handed)
 	return nil
 }
 
@@ -187,13 +192,14 @@ func (s *Store) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*l
 	if err != nil {
 		return nil, fmt.Errorf("acquire slot: %w", err)
 	}
-	moved, joined := store.AcquireWakes(d)
+	moved, joined, handed := store.AcquireWakes(d)
 	if moved {
 		s.limiterChanged(q.Limiter)
 	}
 	if joined {
 		s.limiterJoined(q.Limiter)
 	}
+	s.slotsHanded(q.Limiter, handed)
 	return d, nil
 }
 
@@ -204,9 +210,10 @@ func (s *Store) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bo
 	}
 	q := p.WithDefaults(s.cfg.Now)
 	var ok bool
+	var handed []string
 	err := s.write(ctx, func(tx *wtx) error {
 		var err error
-		ok, err = apply.ReleaseSlot(tx, q)
+		ok, handed, err = apply.ReleaseSlot(tx, q)
 		return err
 	})
 	if err != nil {
@@ -215,6 +222,7 @@ func (s *Store) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bo
 	if ok {
 		s.limiterChanged(q.Limiter)
 	}
+	s.slotsHanded(q.Limiter, handed)
 	return ok, nil
 }
 
@@ -287,6 +295,22 @@ func (s *Store) WatchLimiterLine(name string) (<-chan struct{}, func()) {
 	k := store.LimiterLineKey(name)
 	w := s.runs.Subscribe(k)
 	return w.C, func() { s.runs.Unsubscribe(k, w) }
+}
+
+// WatchSlot is store.LimiterWatcher's: holder handed a slot of limiter
+// name.
+func (s *Store) WatchSlot(name, holder string) (<-chan struct{}, func()) {
+	k := store.LimiterSlotKey(name, holder)
+	w := s.runs.Subscribe(k)
+	return w.C, func() { s.runs.Unsubscribe(k, w) }
+}
+
+// slotsHanded wakes the waiters of limiter name a committed decision
+// handed a slot.
+func (s *Store) slotsHanded(name string, handed []string) {
+	for _, k := range store.SlotKeys(name, handed) {
+		s.runs.Wake(k, struct{}{})
+	}
 }
 
 // limiterJoined wakes the line watchers of limiter name (committed).

@@ -130,10 +130,38 @@ func testLimits(t *testing.T, h harness) {
 		}
 		moved, stopMoved := w.WatchLimiter("w")
 		defer stopMoved()
+		handed, stopHanded := w.WatchSlot("w", "b1")
+		defer stopHanded()
 		_, err := s.ReleaseSlot(ctx(t), &store.ReleaseSlotParams{Limiter: "w", Holder: "a1", Now: at(3)})
 		must(t, err)
 		if !closed(moved) {
 			t.Fatal("a release did not wake the line")
+		}
+		// The release handed the slot to b1, first in line (limit.HandOff),
+		// and woke it: b1 holds it before it asks, and its ask finds it.
+		if !closed(handed) {
+			t.Fatal("b1 was handed the slot and not woken")
+		}
+		st, err := s.LimiterState(ctx(t), "w", at(3))
+		must(t, err)
+		if len(st.Holds) != 1 || st.Holds[0].Holder != "b1" || len(st.Waiters) != 0 {
+			t.Fatalf("after a1's release: %+v", st)
+		}
+		if d := acq(t, s, "w", "c1", 4); d.Granted || !d.HandsOff {
+			t.Fatalf("c1 took b1's slot: %+v", d)
+		}
+		if d := acq(t, s, "w", "b1", 5); !d.Granted {
+			t.Fatalf("b1 asked for the slot it was handed: %+v", d)
+		}
+		// A raised bound hands the new slot to the line too.
+		handed, stopHanded = w.WatchSlot("w", "c1")
+		defer stopHanded()
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "w", Concurrency: 2}))
+		if !closed(handed) {
+			t.Fatal("c1 was handed the raised bound's slot and not woken")
+		}
+		if d := acq(t, s, "w", "c1", 6); !d.Granted {
+			t.Fatalf("c1 after the bound was raised: %+v", d)
 		}
 	})
 
@@ -155,7 +183,8 @@ func testLimits(t *testing.T, h harness) {
 		if !ok {
 			t.Fatal("b1 released nothing")
 		}
-		if d := acq(t, s, "l", "d1", 5); d.Granted || d.Reason != limit.Queue || d.Ahead != 1 {
+		// The release handed b1's slot to c1, first in line (limit.HandOff).
+		if d := acq(t, s, "l", "d1", 5); d.Granted || d.Reason != limit.Concurrency || d.Ahead != 0 || !d.HandsOff {
 			t.Fatalf("a newcomer took c1's slot: %+v", d)
 		}
 		if !acq(t, s, "l", "c1", 6).Granted {
