@@ -40,8 +40,18 @@ type Config struct {
 	// claims (with Version set): versions whose logs its code replays.
 	CompatibleVersions []string
 	// Concurrency is how many runs this engine executes at once. Defaults to
-	// 64.
+	// 64. A run whose steps all wait in a limiter's line for a held slot
+	// (WithLimiter) does not count (up to LineRuns of them): it executes
+	// nothing, and a flood of one tenant's waiting runs must not keep
+	// another tenant's run, or a higher priority's, from being claimed and
+	// joining the line, where it goes ahead of them. A run handed its slot
+	// counts again at once, even past Concurrency: the slot is held for it.
 	Concurrency int
+	// LineRuns bounds the runs this engine keeps, beyond Concurrency,
+	// while their steps wait in a limiter's line for a held slot (each a
+	// goroutine and its run's state; their leases are renewed together).
+	// Past it, a waiting run counts against Concurrency. Defaults to 1024.
+	LineRuns int
 	// LeaseTTL is how long a claimed run stays this engine's without a
 	// heartbeat; heartbeats come every LeaseTTL/3. A dead worker's runs are
 	// taken over this long after its last heartbeat. Defaults to 15s.
@@ -159,6 +169,9 @@ func (c Config) WithDefaults() Config {
 	if c.StepConcurrency == 0 {
 		c.StepConcurrency = 16
 	}
+	if c.LineRuns == 0 {
+		c.LineRuns = 1024
+	}
 	if c.StepOutcomeDelay == 0 {
 		c.StepOutcomeDelay = 2 * time.Millisecond
 	}
@@ -191,6 +204,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: Concurrency %d, want >= 1", c.Concurrency)
 	case c.StepConcurrency < 1:
 		return fmt.Errorf("config: StepConcurrency %d, want >= 1", c.StepConcurrency)
+	case c.LineRuns < 0:
+		return fmt.Errorf("config: LineRuns %d, want >= 0", c.LineRuns)
 	case c.LeaseTTL < 100*time.Millisecond:
 		return fmt.Errorf("config: LeaseTTL %v, want >= 100ms", c.LeaseTTL)
 	case c.StepOutcomeDelay < 0 && c.StepOutcomeDelay != NoWait:
@@ -245,7 +260,8 @@ type Engine struct {
 	closed    bool
 	running   map[string]*execution  // run id -> its execution here
 	launched  map[string]int         // run id -> its executions launched here and not returned
-	inflight  int                    // runs launched and not yet ended
+	inflight  int                    // runs launched and not yet ended, but for those aside
+	aside     int                    // runs launched whose steps all wait in a limiter's line (Config.LineRuns)
 	inQueue   map[string]int         // of them, those of each queue
 	done      map[string]*ending     // run id -> its waiters here, told when this engine ends it
 	events    map[string]*eventWaits // run id -> its GetEvent waiters here

@@ -154,6 +154,8 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 					line.cancel(w) // left while waiting (a wait may leave)
 				}
 			}()
+			x.lineEnter()
+			defer x.lineLeave()
 			env.waitLocal(w)
 			placed = true
 		}()
@@ -226,12 +228,58 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			if !d.HandsOff {
 				handed = changed
 			}
-			env.wait(sent.Add(lease*3/4), handed, false)
+			func() {
+				x.lineEnter()
+				defer x.lineLeave()
+				env.wait(sent.Add(lease*3/4), handed, false)
+			}()
 			stop()
 		}
 		if r, ok := x.interrupted(); ok {
 			env.leave(r, context.Cause(x.ctx))
 		}
+	}
+}
+
+// lineEnter says a step of x waits in a limiter's line for a held slot:
+// the first to (no other step of x waiting), x stands aside (Config.LineRuns) — its
+// slot of Config.Concurrency is free for another run to be claimed — while
+// the engine has room for it.
+func (x *execution) lineEnter() {
+	if x.freeSlot == nil {
+		return // Replay: no slot
+	}
+	e := x.e
+	e.mu.Lock()
+	x.lineWaits++
+	aside := x.lineWaits == 1 && !x.aside && !x.slotGone && e.aside < e.cfg.LineRuns
+	if aside {
+		x.aside = true
+		e.aside++
+		e.inflight--
+	}
+	e.mu.Unlock()
+	if aside {
+		e.nudge() // a run may be claimed in its place
+	}
+}
+
+// lineLeave ends lineEnter's wait (granted, or left): x counts against
+// Concurrency again at once, past it if need be (its slot is held).
+func (x *execution) lineLeave() {
+	if x.freeSlot == nil {
+		return
+	}
+	e := x.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	// Any step's wait ending ends the run's standing aside, even if
+	// another still waits: a run never stands aside while a step of it
+	// runs.
+	if x.lineWaits--; x.aside {
+		x.aside = false
+		e.aside--
+		e.inflight++
 	}
 }
 

@@ -276,6 +276,106 @@ func TestLimiterFairShare(t *testing.T) {
 	})
 }
 
+// A flood of one tenant's runs, more than the worker's Concurrency, all
+// waiting on a limiter: a late tenant's run and a higher priority's are
+// still claimed (a run whose steps wait in line stands aside: Config.
+// LineRuns), join the line, and go next: each step starts with none of
+// the flood's started ahead of it after it joined, beyond the limiter's
+// bound. Claims go oldest first, so before, with Concurrency 4, b's and
+// c's runs waited for 56 of a's to end before they were even claimed.
+func TestLateTenantAndPriorityPastAFlood(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1}))
+		cfg := fastConfig()
+		cfg.Concurrency = 4
+		e := newEngine(t, s, cfg)
+		var mu sync.Mutex
+		var order []string     // tenants in the order their steps started
+		var starts []time.Time // when each started
+		hold := make(chan struct{})
+		var holding atomic.Bool
+		release := sync.OnceFunc(func() { close(hold) })
+		defer release()
+		type ask struct {
+			Tenant   string
+			Priority int
+		}
+		wf := weir.Register(e, "call", func(ctx weir.Context, in ask) (int, error) {
+			return weir.Step(ctx, "call", func(sc weir.StepContext) (int, error) {
+				mu.Lock()
+				order, starts = append(order, in.Tenant), append(starts, time.Now())
+				mu.Unlock()
+				if in.Tenant == "a" && holding.CompareAndSwap(false, true) {
+					<-hold
+				}
+				time.Sleep(2 * time.Millisecond) // the call, not a sync
+				return 1, nil
+			}, weir.WithLimiter("llm", &weir.LimitOptions{Key: in.Tenant, Priority: in.Priority}))
+		})
+		must(t, e.Work(testCtx(t)))
+		var hs []*weir.Handle[int]
+		for range 60 {
+			h, err := wf.Start(testCtx(t), ask{Tenant: "a"}, nil)
+			must(t, err)
+			hs = append(hs, h)
+		}
+		waiting := func(h *weir.Handle[int]) time.Time {
+			evs, err := s.ListEvents(testCtx(t), h.ID, 0)
+			if err == nil {
+				for _, ev := range evs {
+					if ev.Type == store.EventLimitWaiting {
+						return ev.At
+					}
+				}
+			}
+			return time.Time{}
+		}
+		waitFor(t, time.Minute, "a's steps in line, past the worker's Concurrency of 4", func() bool {
+			n := 0
+			for _, h := range hs {
+				if !waiting(h).IsZero() {
+					n++
+				}
+			}
+			return n >= 20
+		})
+		hb, err := wf.Start(testCtx(t), ask{Tenant: "b"}, nil)
+		must(t, err)
+		hc, err := wf.Start(testCtx(t), ask{Tenant: "c", Priority: 10}, nil)
+		must(t, err)
+		waitFor(t, time.Minute, "b's and c's steps in line, behind 59 of a's", func() bool {
+			return !waiting(hb).IsZero() && !waiting(hc).IsZero()
+		})
+		release()
+		for _, h := range append(hs, hb, hc) {
+			if _, err := h.Result(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, x := range []struct {
+			tenant string
+			h      *weir.Handle[int]
+		}{{"b", hb}, {"c", hc}} {
+			joined := waiting(x.h)
+			at := slices.Index(order, x.tenant)
+			ahead := 0
+			for i := 0; i < at; i++ {
+				if order[i] == "a" && starts[i].After(joined) {
+					ahead++
+				}
+			}
+			if at < 0 || ahead > 1 {
+				t.Errorf("%s's step started after %d of a's steps that started once it was in line; the limiter's bound is 1", x.tenant, ahead)
+			}
+		}
+		if c, b := slices.Index(order, "c"), slices.Index(order, "b"); c > b {
+			t.Errorf("c (priority 10) started after b: %v", order[:max(b, c)+1])
+		}
+	})
+}
+
 // BenchmarkLimitedStep: a short run (3 steps) with and without each step
 // taking a slot of a limiter that is not the bottleneck (concurrency
 // 10,000), 16 runs at once, on both stores with durable commits: what a

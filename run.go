@@ -134,6 +134,12 @@ type execution struct {
 
 	rec      recorder // the records that wait (checkpoint.go)
 	freeSlot func()   // gives the run's slot back (once); nil: none (Replay)
+	// Of the engine's slots (e.mu): the steps waiting in a limiter's line
+	// for a held slot, whether the run is aside for them (not counted in
+	// e.inflight: Config.LineRuns), and whether its slot was given back.
+	lineWaits int
+	aside     bool
+	slotGone  bool
 
 	// inlineRun is the attempt of an inline step whose function runs on
 	// the workflow goroutine now, if any; finished is closed when execute
@@ -268,7 +274,21 @@ func (x *execution) record(p *store.AdvanceParams) {
 func stepWriter(op int64) string { return "step/" + strconv.FormatInt(op, 10) }
 
 func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r *store.Run, fresh bool, free func()) {
-	x := &execution{e: e, run: r, epoch: r.LeaseEpoch, ctx: ctx, cancel: cancel, freeSlot: free, finished: make(chan struct{})}
+	x := &execution{e: e, run: r, epoch: r.LeaseEpoch, ctx: ctx, cancel: cancel, finished: make(chan struct{})}
+	if free != nil {
+		x.freeSlot = func() {
+			// An aside run's slot was given back already.
+			e.mu.Lock()
+			if x.aside {
+				x.aside = false
+				e.aside--
+				e.inflight++
+			}
+			x.slotGone = true
+			e.mu.Unlock()
+			free()
+		}
+	}
 	defer close(x.finished) // last: a detached workflow goroutine waits for it
 	e.mu.Lock()
 	if e.closed {

@@ -279,7 +279,7 @@ type processHarness struct {
 	wf     *weir.Workflow[int, int]
 }
 
-func newProcessHarness(t *testing.T) *processHarness {
+func newProcessHarness(t testing.TB) *processHarness {
 	t.Helper()
 	schema := newSchema(t)
 	s := open(t, schema, nil)
@@ -306,7 +306,7 @@ func (h *processHarness) start(t *testing.T, n, chunks int) []string {
 
 // waitAll waits until every run has ended, tolerating store errors (the
 // database may be restarting) until the deadline.
-func (h *processHarness) waitAll(t *testing.T, ids []string, timeout time.Duration) {
+func (h *processHarness) waitAll(t testing.TB, ids []string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	left := slices.Clone(ids)
