@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -8,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -353,13 +357,19 @@ func (it *chunkIter) seek(ctx context.Context, n int64) error {
 		}
 		n = max(0, tail+n)
 	}
-	if m, ok := it.marks.get(it.id, viewOf(it)); ok && m.index <= n && m.index > it.index {
+	if m, ok := it.marks.get(it.id, viewOf(it), n); ok && m.index > it.index {
 		*it = *it.at(m.off, m.index)
 	}
+	last := it.index
 	for it.index < n {
 		cs, err := it.next(ctx, int(min(n-it.index, 1000)))
 		if err != nil {
 			return err
+		}
+		if it.index-last >= markEvery {
+			off, index := it.resume()
+			it.marks.put(it.id, viewOf(it), chunkMark{off: off, index: index})
+			last = it.index
 		}
 		if len(cs) == 0 && (it.caughtUp() || it.closed) {
 			return nil
@@ -386,13 +396,19 @@ func viewOf(it *chunkIter) stream.View {
 // now, and whether it is done (closed). The mark moves to where it ended.
 func (it *chunkIter) count(ctx context.Context) (int64, bool, error) {
 	c := it.at(0, 0)
-	if m, ok := it.marks.get(it.id, viewOf(it)); ok {
+	if m, ok := it.marks.get(it.id, viewOf(it), math.MaxInt64); ok {
 		c = it.at(m.off, m.index)
 	}
+	last := c.index
 	for {
 		cs, err := c.next(ctx, 1000)
 		if err != nil {
 			return 0, false, err
+		}
+		if c.index-last >= markEvery && !c.closed {
+			off, index := c.resume()
+			it.marks.put(it.id, viewOf(it), chunkMark{off: off, index: index})
+			last = c.index
 		}
 		if c.closed || len(cs) == 0 && c.caughtUp() {
 			if !c.closed {
@@ -404,15 +420,19 @@ func (it *chunkIter) count(ctx context.Context) (int64, bool, error) {
 	}
 }
 
-// chunkMarks remembers, per stream and view, how far a walk of the view
-// got (a resume point: its offset and chunk index), so that a World
-// reader's count (getStreamInfo) or seek (readFromStream from an index)
-// walks only what came since, not the whole view each time. Records are
-// never rewritten and stream ids never reused, so a mark stays true. A
-// nil *chunkMarks remembers nothing.
+// chunkMarks remembers, per stream and view, resume points of walks of
+// the view (an offset and the chunk index there): one every markEvery
+// chunks a walk passes, and where each walk ended. So a World reader's
+// count (getStreamInfo) walks only what came since the last, and its seek
+// (readFromStream from an index, before the tail or counted from it)
+// walks at most markEvery chunks from the mark at or before its index,
+// not the view from its start (red-team round eight: every read of chunk
+// 999,990 of a million-chunk stream walked it whole, 1.6 s on SQLite and
+// 6.4 s on PostgreSQL). Records are never rewritten and stream ids never
+// reused, so a mark stays true. A nil *chunkMarks remembers nothing.
 type chunkMarks struct {
 	mu sync.Mutex
-	m  map[markKey]chunkMark
+	m  map[markKey][]chunkMark // by index
 }
 
 type markKey struct {
@@ -422,17 +442,31 @@ type markKey struct {
 
 type chunkMark struct{ off, index int64 }
 
-// maxMarks bounds the marks kept; beyond, an arbitrary one goes.
-const maxMarks = 4096
+// markEvery is how many chunks a walk passes between the marks it leaves.
+const markEvery = 4096
 
-func (m *chunkMarks) get(id int64, v stream.View) (chunkMark, bool) {
+// maxMarks bounds the views whose marks are kept; beyond, an arbitrary
+// one's go. maxViewMarks bounds one view's: when full, every other one
+// goes (the spacing doubles), the last kept.
+const (
+	maxMarks     = 4096
+	maxViewMarks = 64
+)
+
+// get returns view v of stream id's furthest mark at or before chunk
+// index n.
+func (m *chunkMarks) get(id int64, v stream.View, n int64) (chunkMark, bool) {
 	if m == nil {
 		return chunkMark{}, false
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	k, ok := m.m[markKey{id, v}]
-	return k, ok
+	ms := m.m[markKey{id, v}]
+	i := sort.Search(len(ms), func(i int) bool { return ms[i].index > n })
+	if i == 0 {
+		return chunkMark{}, false
+	}
+	return ms[i-1], true
 }
 
 func (m *chunkMarks) put(id int64, v stream.View, mark chunkMark) {
@@ -442,18 +476,31 @@ func (m *chunkMarks) put(id int64, v stream.View, mark chunkMark) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.m == nil {
-		m.m = make(map[markKey]chunkMark)
+		m.m = make(map[markKey][]chunkMark)
 	}
-	if old, ok := m.m[markKey{id, v}]; ok && old.index >= mark.index {
-		return
-	}
-	if len(m.m) >= maxMarks {
+	k := markKey{id, v}
+	ms, ok := m.m[k]
+	if !ok && len(m.m) >= maxMarks {
 		for k := range m.m {
 			delete(m.m, k)
 			break
 		}
 	}
-	m.m[markKey{id, v}] = mark
+	i, found := slices.BinarySearchFunc(ms, mark.index, func(c chunkMark, n int64) int { return cmp.Compare(c.index, n) })
+	if found {
+		return
+	}
+	ms = slices.Insert(ms, i, mark)
+	if len(ms) > maxViewMarks {
+		thin := ms[:0:0]
+		for j := range ms {
+			if j%2 == 1 || j == len(ms)-1 {
+				thin = append(thin, ms[j])
+			}
+		}
+		ms = thin
+	}
+	m.m[k] = ms
 }
 
 // worldStream returns the stream a World name names, and the view asked
