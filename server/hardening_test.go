@@ -505,6 +505,65 @@ func TestWorldTargetsAreSignedOrAllowed(t *testing.T) {
 	d.wcall("POST", "queue", []byte(enqueue("http://127.0.0.1:3000", "v1=x"))).must(t, http.StatusForbidden)
 }
 
+// worldLookups counts a store's lookups of World streams by name.
+type worldLookups struct {
+	store.Full
+	n atomic.Int64
+}
+
+func (c *worldLookups) WorldStream(ctx context.Context, name string) (*store.StreamInfo, error) {
+	c.n.Add(1)
+	return c.Full.WorldStream(ctx, name)
+}
+
+// A follower of a World stream not written yet looks for it less and less
+// often (50 ms, then twice as long each time, up to a second), and is woken
+// when this server opens a World stream for a write: it gets the first
+// chunk of a stream written later. (Red-team round eight: 64 followers of a
+// name never written looked it up 640 times a second for a minute.)
+func TestWorldFollowerOfAStreamNotWrittenYet(t *testing.T) {
+	st, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "weir.db"), &sqlitestore.Config{Synchronous: "OFF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl := &worldLookups{Full: st}
+	d := newDSServerOn(t, &Config{SSEMaxDuration: 30 * time.Second}, wl)
+	run := d.newWorldRun(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan []string, 1)
+	t0 := time.Now()
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "GET", d.ts.URL+"/v1/world/streams/strm_later?follow=true", nil)
+		resp, err := d.ts.Client().Do(req)
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer resp.Body.Close()
+		var b [4 + 5]byte
+		if _, err := io.ReadFull(resp.Body, b[:]); err != nil {
+			got <- nil
+			return
+		}
+		got <- []string{string(b[4:])}
+	}()
+	eventually(t, "the follower's fifth look", func() bool { return wl.n.Load() >= 5 })
+	// Four waits of 50, 100, 200 and 400 ms at the least.
+	if took := time.Since(t0); took < 700*time.Millisecond {
+		t.Fatalf("5 looks for a stream not written yet in %v: no backing off", took)
+	}
+	d.wwrite(run, "strm_later", "", 0, 0, "first").must(t, http.StatusOK)
+	select {
+	case fs := <-got:
+		if len(fs) != 1 || fs[0] != "first" {
+			t.Fatalf("the follower read %q", fs)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the follower did not get the first chunk of the stream written after it began, within 20s")
+	}
+}
+
 // A World follower that hangs up while it waits is the client's doing: it
 // is counted 499, not 500, and logs nothing. (Before: a 500 and an ERROR
 // line for each, unthrottled.)

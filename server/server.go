@@ -194,6 +194,9 @@ type Server struct {
 	ds       dsState       // the streams handler's own state (stream.go)
 	worldIDs world.ULIDs   // message ids the World API mints
 	marks    chunkMarks    // how far World readers walked each view (world_streams.go)
+	// worldOpened wakes followers of World streams not written yet when
+	// this server opens one for a write (world_streams.go).
+	worldOpened broadcast
 
 	// paths is the appends' path → stream cache (stream_cache.go); nil:
 	// none (StreamCacheSize < 0).

@@ -142,6 +142,7 @@ func (s *Server) worldStreamRef(ctx context.Context, run, name string) (streamRe
 	if err != nil {
 		return streamRef{}, err
 	}
+	s.worldOpened.wake() // a follower of a name not written yet looks again
 	if !health {
 		s.paths.put(worldStreamKey(run, name), info)
 	}
@@ -523,6 +524,40 @@ func (s *Server) worldStream(r *http.Request, q map[string][]string) (*store.Str
 // drain): the reader asks again from the index it reached.
 const frameEOF = 0xFFFFFFFF
 
+// broadcast wakes every waiter at once, and costs nothing without one.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// wait returns a channel closed at the next wake.
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+// wake closes the channel of the waiters so far.
+func (b *broadcast) wake() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+}
+
+// A follower of a World stream not written yet looks for it after
+// missingStreamPoll, then twice as long each time, up to
+// missingStreamPollMax.
+const (
+	missingStreamPoll    = 50 * time.Millisecond
+	missingStreamPollMax = time.Second
+)
+
 // handleWorldRead serves GET /v1/world/streams/{name}?index=N&view=&follow=:
 // readFromStream. The body is the view's chunks from index N, each as its
 // length (4 bytes, big-endian) then its bytes, and frameEOF once the stream
@@ -554,13 +589,22 @@ func (s *Server) handleWorldRead(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.SSEMaxDuration)
 	defer cancel()
 	info, view, err := s.worldStream(r, q)
-	for follow && errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
-		// Not written yet: look again shortly. (A stream is created by
-		// its first write; there is nothing to wait on before.)
+	for wait := missingStreamPoll; follow && errors.Is(err, store.ErrNotFound) && ctx.Err() == nil; wait = min(2*wait, missingStreamPollMax) {
+		// Not written yet: look again when this server opens a World
+		// stream for a write, or after a while (another server may have),
+		// sooner at first. (A World stream's name does not say its run,
+		// whose watchers a creation wakes.) Backing off bounds what
+		// followers of names never written cost, a look a second each:
+		// red-team round eight had 64 of them look 640 times a second for
+		// a minute.
+		opened := s.worldOpened.wait()
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
+		case <-t.C:
+		case <-opened:
 		}
+		t.Stop()
 		info, view, err = s.worldStream(r, q)
 	}
 	if err != nil {
