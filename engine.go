@@ -48,9 +48,13 @@ type Config struct {
 	// counts again at once, even past Concurrency: the slot is held for it.
 	Concurrency int
 	// LineRuns bounds the runs this engine keeps, beyond Concurrency,
-	// while their steps wait in a limiter's line for a held slot (each a
-	// goroutine and its run's state; their leases are renewed together).
-	// Past it, a waiting run counts against Concurrency. Defaults to 1024.
+	// while their steps wait in a limiter's line for a held slot. Each is
+	// a goroutine and its run's state, and its lease is renewed with the
+	// others' every LeaseTTL/3, which is what a run costs the store while
+	// it waits: 3 processes of Concurrency 128 and LineRuns 1,024 renewed
+	// 10,000 leases a second with a 1 s lease, and their renewals fell
+	// behind. Past it, a waiting run counts against Concurrency. Defaults
+	// to Concurrency.
 	LineRuns int
 	// LeaseTTL is how long a claimed run stays this engine's without a
 	// heartbeat; heartbeats come every LeaseTTL/3. A dead worker's runs are
@@ -170,7 +174,7 @@ func (c Config) WithDefaults() Config {
 		c.StepConcurrency = 16
 	}
 	if c.LineRuns == 0 {
-		c.LineRuns = 1024
+		c.LineRuns = c.Concurrency
 	}
 	if c.StepOutcomeDelay == 0 {
 		c.StepOutcomeDelay = 2 * time.Millisecond

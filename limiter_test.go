@@ -276,18 +276,19 @@ func TestLimiterFairShare(t *testing.T) {
 	})
 }
 
-// A flood of one tenant's runs, more than the worker's Concurrency, all
-// waiting on a limiter: a late tenant's run and a higher priority's are
-// still claimed (a run whose steps wait in line stands aside: Config.
-// LineRuns), join the line, and go next: each step starts with none of
-// the flood's started ahead of it after it joined, beyond the limiter's
-// bound. Claims go oldest first, so before, with Concurrency 4, b's and
-// c's runs waited for 56 of a's to end before they were even claimed.
+// A flood of one tenant's runs, more than the worker's Concurrency (but
+// within its Config.LineRuns), all waiting on a limiter: a late tenant's
+// run and a higher priority's are still claimed (a run whose steps wait in
+// line stands aside), join the line, and go next: each step starts with
+// none of the flood's started ahead of it after it joined, beyond the
+// limiter's bound. Claims go oldest first, so before, with Concurrency 4,
+// b's and c's runs waited for 56 of a's to end before they were even
+// claimed.
 func TestLateTenantAndPriorityPastAFlood(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Full) {
 		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1}))
 		cfg := fastConfig()
-		cfg.Concurrency = 4
+		cfg.Concurrency, cfg.LineRuns = 4, 64
 		e := newEngine(t, s, cfg)
 		var mu sync.Mutex
 		var order []string     // tenants in the order their steps started

@@ -148,10 +148,11 @@ func TestPGWorkerProcess(t *testing.T) {
 	if conc <= 0 {
 		conc = 40
 	}
+	lineRuns, _ := strconv.Atoi(os.Getenv("WEIR_TEST_PG_WORKER_LINE_RUNS"))
 	e, err := weir.New(s, &weir.Config{
-		Concurrency: conc, PollInterval: 20 * time.Millisecond, LeaseTTL: lease, ParkAfter: 50 * time.Millisecond,
+		Concurrency: conc, PollInterval: 20 * time.Millisecond, LeaseTTL: lease, ParkAfter: 50 * time.Millisecond, LineRuns: lineRuns,
 		Retry:  weir.RetryPolicy{InitialInterval: 10 * time.Millisecond, MaxInterval: 100 * time.Millisecond, MaxAttempts: 20},
-		Logger: slog.New(slog.DiscardHandler),
+		Logger: workerLogger(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -182,6 +183,15 @@ func TestPGWorkerProcess(t *testing.T) {
 	}
 	fmt.Fprintln(progress, "ready")
 	select {} // until killed
+}
+
+// workerLogger is a worker's logger: its warnings to stderr with
+// WEIR_TEST_PG_WORKER_LOG set (a lease lost, a slot lost), else none.
+func workerLogger() *slog.Logger {
+	if os.Getenv("WEIR_TEST_PG_WORKER_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 type writerFunc func([]byte) (int, error)
