@@ -123,7 +123,14 @@ func (s *Store) hookWrite(ctx context.Context, idempotent bool, fn func(t *hookT
 // inTx runs fn in one transaction on a connection of its own, retried as
 // do retries. idempotent: fn may be applied again after a commit whose
 // reply was lost.
+//
+// A transaction that lost a race to insert the same key (a schedule, a
+// limiter, a hook made at once by two requests: 23505) is run again, up to
+// twice: it then reads the row the other made and decides by the rules,
+// as if it had come second (red-team round eight: 16 concurrent PUTs of a
+// new schedule answered 12 × 500 on PostgreSQL, 16 × 200 on SQLite).
 func (s *Store) inTx(ctx context.Context, idempotent bool, fn func(ctx context.Context, x *txn) error) error {
+	raced := 0
 	return s.do(ctx, idempotent, func(ctx context.Context, tr *try) error {
 		x, err := s.acquire(ctx, tr)
 		if err != nil {
@@ -133,12 +140,17 @@ func (s *Store) inTx(ctx context.Context, idempotent bool, fn func(ctx context.C
 		if _, err := x.c.Exec(ctx, "BEGIN"); err != nil {
 			return err
 		}
-		if err := fn(ctx, x); err != nil {
-			return err
+		err = fn(ctx, x)
+		if err == nil {
+			b := &pgx.Batch{}
+			b.Queue("COMMIT")
+			err = x.commit(ctx, b)
 		}
-		b := &pgx.Batch{}
-		b.Queue("COMMIT")
-		return x.commit(ctx, b)
+		if uniqueViolation(err) && raced < 2 {
+			raced++
+			return &retryError{msg: err.Error()}
+		}
+		return err
 	})
 }
 
