@@ -68,8 +68,8 @@ func Text(what, s string, max int) error {
 // operators, the tags), the line and paragraph separators (U+2028,
 // U+2029), and the letters that show as blank (the Hangul fillers U+115F,
 // U+1160, U+3164, U+FFA0, the Khmer vowels U+17B4, U+17B5, the braille
-// blank U+2800). The joiners (U+200C, U+200D) stay: scripts and emoji need
-// them.
+// blank U+2800). The joiners (U+200C, U+200D) stay: scripts and emoji
+// need them.
 func spoofs(r rune) bool {
 	switch r {
 	case 0x200c, 0x200d:
@@ -81,13 +81,26 @@ func spoofs(r rune) bool {
 }
 
 // Segment is Text for a name that is a path segment of the HTTP API: no
-// / ? # nor %, and not . or ..
+// / ? # nor %, not . or .., no space at either end, and no space but
+// U+0020.
 func Segment(what, s string, max int) error {
 	if err := Text(what, s, max); err != nil {
 		return err
 	}
 	if strings.ContainsAny(s, "/?#%") || s == "." || s == ".." {
 		return fmt.Errorf("%w: %s %q: it must not be . or .. nor hold a / ? # or %%", ErrInvalid, what, s)
+	}
+	if s[0] == ' ' || s[len(s)-1] == ' ' {
+		// "gpt " and "gpt" show alike in a list.
+		return fmt.Errorf("%w: %s %q begins or ends with a space", ErrInvalid, what, s)
+	}
+	for i, r := range s {
+		// Every space but the ASCII one: a no-break or an ideographic
+		// space shows as the plain one (red team, round eight:
+		// "\u00a0gpt" beside " gpt" and "gpt").
+		if r != ' ' && unicode.Is(unicode.Zs, r) {
+			return fmt.Errorf("%w: %s %q has a space other than U+0020 (%U) at byte %d", ErrInvalid, what, s, r, i)
+		}
 	}
 	return nil
 }

@@ -28,7 +28,10 @@ func TestRules(t *testing.T) {
 			[]string{"openai", "tenant queue", "ö", "क्\u200dष", "👩\u200d💻", "a\u200cb"},
 			[]string{"", "a\x00b", "a/b", "a\nb", "..", "gpt\u202eipa", "a\u2028b", "a\u200bb", "\ufeffa",
 				// Invisible, or blank (red team, round five, L3).
-				"open\u00adai", "a\u3164", "\u115f", "a\uffa0b", "a\u2061b", "a\U000e0041", "a\u180eb", "a\u2800", "a\u17b4"}},
+				"open\u00adai", "a\u3164", "\u115f", "a\uffa0b", "a\u2061b", "a\U000e0041", "a\u180eb", "a\u2800", "a\u17b4",
+				// Blanks that show as a plain space, or as nothing at an
+				// end (red team, round eight, L4).
+				"gpt ", " gpt", " ", "\u00a0gpt", "gpt\u3000", "a\u2003b", "a\u202fb"}},
 		{"Topic", func(s string) error { return Topic("topic", s, 255) },
 			[]string{"approve", "a.b"},
 			[]string{"", "a\r\nb", "a/b", "..", long(256), "a\u2066b", "a\u200fb"}},

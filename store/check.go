@@ -102,6 +102,14 @@ func (p *CreateRunParams) Check() error {
 	return CheckID("workflow", p.Workflow)
 }
 
+// MinPriority and MaxPriority bound a queued run's priority: what every
+// store keeps (PostgreSQL's integer column; red-team round eight: 2^31
+// was a 500 there and 201 on SQLite).
+const (
+	MinPriority = -1 << 31
+	MaxPriority = 1<<31 - 1
+)
+
 // checkQueue refuses queue options without a queue, a key that is too
 // long or not UTF-8, a negative debounce.
 func (p *CreateRunParams) checkQueue() error {
@@ -120,6 +128,8 @@ func (p *CreateRunParams) checkQueue() error {
 		}
 	}
 	switch {
+	case p.Priority < MinPriority || p.Priority > MaxPriority:
+		return fmt.Errorf("%w: priority %d: want %d to %d", ErrInvalid, p.Priority, MinPriority, MaxPriority)
 	case p.Debounce < 0:
 		return fmt.Errorf("%w: a negative debounce %v", ErrInvalid, p.Debounce)
 	case p.Debounce > 0 && p.Dedupe == "":

@@ -40,3 +40,21 @@ func TestMigrateChecksVersions(t *testing.T) {
 		t.Errorf("from no version: %v", err)
 	}
 }
+
+// A queued run's priority is what every store keeps: past an int32 it is
+// refused before any store (red team, round eight: 2^31 was PostgreSQL's
+// 500 and SQLite's 201).
+func TestPriorityBounded(t *testing.T) {
+	for _, p := range []int{MaxPriority + 1, MinPriority - 1, 1 << 62} {
+		c := &CreateRunParams{ID: "r", Workflow: "wf", Queue: "q", Priority: p}
+		if err := c.Check(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("priority %d: %v, want ErrInvalid", p, err)
+		}
+	}
+	for _, p := range []int{MaxPriority, MinPriority, 0} {
+		c := &CreateRunParams{ID: "r", Workflow: "wf", Queue: "q", Priority: p}
+		if err := c.Check(); err != nil {
+			t.Errorf("priority %d: %v", p, err)
+		}
+	}
+}
