@@ -537,6 +537,13 @@ func parseCreateHeaders(h http.Header) (*createHeaders, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: Stream-Expires-At %q is not an RFC 3339 time", api.ErrBadRequest, clip(exp))
 		}
+		if at.Before(store.MinExpiresAt) {
+			// The zero time, 0001-01-01, is the store's "no expiry":
+			// refused as 1969 is, not taken as never (red team, round
+			// eight).
+			return nil, fmt.Errorf("%w: Stream-Expires-At %q: want a time between %s and %s", api.ErrBadRequest, clip(exp),
+				store.MinExpiresAt.Format(time.RFC3339), store.MaxExpiresAt.Format(time.RFC3339))
+		}
 		ch.hasExpiresAt = true
 		ch.expiry = store.Expiry{At: at.UTC()}
 	}

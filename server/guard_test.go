@@ -162,7 +162,7 @@ func TestDemoInputIsBounded(t *testing.T) {
 // stored wrapped around.
 func TestUnrepresentableExpiriesAreRefused(t *testing.T) {
 	s := newTestServer(t, nil)
-	for _, at := range []string{"2300-01-01T00:00:00Z", "1600-01-01T00:00:00Z", "1969-12-31T23:59:59Z"} {
+	for _, at := range []string{"2300-01-01T00:00:00Z", "1600-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "0001-01-01T00:00:00Z"} {
 		r := s.do("PUT", "/v1/stream/exp-"+at[:4], "", "Content-Type", "text/plain", "Stream-Expires-At", at).want(t, http.StatusBadRequest)
 		if !strings.Contains(r.body, "between") {
 			t.Fatalf("%s: %q", at, r.body)

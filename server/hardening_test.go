@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -638,4 +639,16 @@ func TestAWorldRunCannotTakeAGoRunsID(t *testing.T) {
 			t.Fatalf("the Go run after: %+v %v", r, err)
 		}
 	})
+}
+
+// A getStreamChunks cursor no stream reaches is forged: 400, not an index
+// wrapped around (red team, round eight: i = 2^63-1 came back as -2^63).
+func TestWorldChunksCursorBounded(t *testing.T) {
+	d := newDSServer(t, nil)
+	run := d.newWorldRun(t)
+	d.wwrite(run, "strm_c", "", 0, 0, "a", "b").must(t, http.StatusOK)
+	for _, c := range []string{`{"i":9223372036854775807,"o":0}`, `{"i":0,"o":9223372036854775807}`} {
+		cur := base64.RawURLEncoding.EncodeToString([]byte(c))
+		d.wcall("GET", "streams/strm_c/chunks?cursor="+cur, nil).must(t, http.StatusBadRequest)
+	}
 }

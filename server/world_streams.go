@@ -754,7 +754,10 @@ func (s *Server) handleWorldChunks(w http.ResponseWriter, r *http.Request) {
 	var cur chunkCursor
 	if v := first(q, "cursor"); v != "" {
 		b, err := base64.RawURLEncoding.DecodeString(v)
-		if err != nil || json.Unmarshal(b, &cur) != nil || cur.Index < 0 || cur.Offset < 0 {
+		// An index or offset no stream reaches is forged: refused before
+		// it can overflow (red team, round eight: i = 2^63-1 came back as
+		// -2^63).
+		if err != nil || json.Unmarshal(b, &cur) != nil || cur.Index < 0 || cur.Offset < 0 || cur.Index >= math.MaxInt64/2 || cur.Offset >= math.MaxInt64/2 {
 			httpError(w, fmt.Errorf("%w: cursor %q", api.ErrBadRequest, clip(v)))
 			return
 		}
