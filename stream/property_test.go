@@ -516,7 +516,7 @@ func (h *harness) checkResume(full []stream.Record) {
 		// With its data bounded, the filter lets data go and releases
 		// records without it: read again from the log, the view is the
 		// same.
-		for _, hold := range []int{1, 5, 40} {
+		for _, hold := range []int{1, 5, 40, 200, 400, 1000} {
 			if got := committedViewHeld(h.tb, h.m.log, from, hold); !slices.EqualFunc(got, full[i:], sameRecord) {
 				h.fatalf("committed view resumed at %d, holding %d bytes:\n %v\nwant the suffix\n %v", from, hold, got, full[i:])
 			}

@@ -213,3 +213,4 @@ func TestReopenAndRevive(t *testing.T) {
 		t.Fatalf("committed view %q, want %q", got, want)
 	}
 }
+
