@@ -213,4 +213,3 @@ func TestReopenAndRevive(t *testing.T) {
 		t.Fatalf("committed view %q, want %q", got, want)
 	}
 }
-
