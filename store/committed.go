@@ -35,7 +35,29 @@ type CommittedReader struct {
 	head   int64      // the stream's next offset at the last read
 	closed bool       // ... and whether it was closed then
 	read   bool       // the live view was read once at least
+	// blocked: the writer of the record at the last stable offset was
+	// open at the store when the last Next would have read on (WriterStatuses):
+	// nothing past it can be released until it finishes, so the reader
+	// did not read on to learn its fate.
+	blocked bool
 }
+
+// WriterStatuses is a store that tells a writer's status on a stream. A
+// committed reader held at a writer still open reads no further, where
+// it would otherwise read the rest of the stream, and hold a place for
+// each record of it, to find the writer's commit: a stream where one
+// writer left a million records uncommitted, or twenty thousand writers
+// one each, cost every read of its committed view a walk of all of it
+// (red team, round eight: 0.8 s on SQLite, 9.3 s on PostgreSQL, and 31
+// to 86 MiB a stalled reader).
+type WriterStatuses interface {
+	// WriterStatus returns writer's status on stream id and the attempt
+	// it is at; found is false if it never wrote there.
+	WriterStatus(ctx context.Context, id int64, writer string) (status stream.Status, attempt int64, found bool, err error)
+}
+
+// WriterStatusesOf returns s, or the store it wraps, as WriterStatuses.
+func WriterStatusesOf(s Store) (WriterStatuses, bool) { return as[WriterStatuses](s) }
 
 // released is a record the filter released, or a run of n records it
 // released without their data, from rec.Offset on, to read again.
@@ -73,10 +95,20 @@ func (c *CommittedReader) Next(ctx context.Context, limit, maxBytes int) (recs [
 		bytes int
 		read  bool // the live view was read in this call
 	)
+	c.blocked = false
 	for {
 		full, piece, err := c.take(ctx, p, &out, &bytes)
 		if err != nil || full || (read && c.pos >= c.head) {
 			return out, piece, err
+		}
+		if c.pos < c.head || !c.read {
+			if open, err := c.heldByOpenWriter(ctx); err != nil || open {
+				if c.blocked = open; open {
+					// It waits: the places of what it holds, not their data.
+					c.filter.LetGo()
+				}
+				return out, nil, err
+			}
 		}
 		read = true
 		// Past the first records, only what is left of the page: a read
@@ -104,6 +136,26 @@ func (c *CommittedReader) Next(ctx context.Context, limit, maxBytes int) (recs [
 			c.pos = max(c.pos, c.head)
 		}
 	}
+}
+
+// heldByOpenWriter reports whether the view is held at its last stable
+// offset by a writer still open at the store at the attempt of the record
+// there (WriterStatuses): none of what follows can be released until it
+// finishes, and its finish appends to the stream, which wakes the
+// reader's wait. A writer at a later attempt may have voided the record
+// (a diverged retry's abort lies ahead) or adopted it: the reader reads
+// on to learn which.
+func (c *CommittedReader) heldByOpenWriter(ctx context.Context) (bool, error) {
+	w, attempt, ok := c.filter.HeadWriter()
+	if !ok {
+		return false, nil
+	}
+	ws, ok := WriterStatusesOf(c.st)
+	if !ok {
+		return false, nil
+	}
+	st, at, found, err := ws.WriterStatus(ctx, c.id, w)
+	return found && st == stream.WriterOpen && at == attempt, err
 }
 
 // ReadPieces reads the data of record off of stream id from byte from on,
@@ -213,7 +265,11 @@ func (c *CommittedReader) NextOffset() int64 {
 
 // CaughtUp reports that the view holds nothing more now: everything the
 // stream held at the last read was returned, or waits for its writers.
-func (c *CommittedReader) CaughtUp() bool { return c.read && len(c.ready) == 0 && c.pos >= c.head }
+// A reader held at a writer still open is caught up too: nothing more can
+// come before that writer finishes.
+func (c *CommittedReader) CaughtUp() bool {
+	return c.read && len(c.ready) == 0 && (c.pos >= c.head || c.blocked)
+}
 
 // Head is the stream's next offset at the last read, and whether it was
 // closed then.

@@ -85,6 +85,16 @@ func (c *Committed) NextOffset() int64 {
 	return c.next
 }
 
+// HeadWriter is the writer, and its attempt, whose record holds the view
+// at its last stable offset (the first record waiting for its writer), if
+// one does.
+func (c *Committed) HeadWriter() (string, int64, bool) {
+	if len(c.q) > 0 && c.q[0].state == 0 {
+		return c.q[0].rec.Writer, c.q[0].rec.Attempt, true
+	}
+	return "", 0, false
+}
+
 // Pending reports how many data records wait for their writer.
 func (c *Committed) Pending() int {
 	n := 0
@@ -211,6 +221,15 @@ func (c *Committed) queue(r *Record, state uint8) bool {
 	e.rec.Data, e.rec.Digest = nil, Digest{}
 	c.q = append(c.q, e)
 	return false
+}
+
+// LetGo lets the data of the records it holds go, as past Hold: they are
+// released without it, to be read again. A reader that will wait a while
+// (held at a writer still open) holds their places only.
+func (c *Committed) LetGo() {
+	if !c.light && len(c.q) > 0 {
+		c.letGo()
+	}
 }
 
 // heldCost is what holding r whole costs, counted against Hold: its data,

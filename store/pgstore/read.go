@@ -2,12 +2,15 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/internal/sqlrow"
+	"github.com/weirhq/weir/stream"
 )
 
 // Reads fetch a page's batches a window at a time (sqlrow's windows), of
@@ -177,4 +180,26 @@ func (s *Store) readWindow(ctx context.Context, id int64, c *sqlrow.Cursor, win 
 	}
 	rows.Close()
 	return true, rows.Err()
+}
+
+var _ store.WriterStatuses = (*Store)(nil)
+
+// WriterStatus is store.WriterStatuses's: writer's status on stream id.
+func (s *Store) WriterStatus(ctx context.Context, id int64, writer string) (stream.Status, int64, bool, error) {
+	var st int16
+	var attempt int64
+	found := true
+	err := s.do(ctx, true, func(ctx context.Context, _ *try) error {
+		found = true
+		err := s.pool.QueryRow(ctx, `SELECT status, attempt FROM `+s.q.schema+`.writers WHERE stream_id = $1 AND writer = $2`, id, writer).Scan(&st, &attempt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			found = false
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("writer status: %w", err)
+	}
+	return stream.Status(st), attempt, found, nil
 }

@@ -443,3 +443,22 @@ func (s *Store) ListStandaloneStreams(ctx context.Context, p *store.ListStandalo
 	}
 	return out, nil
 }
+
+var _ store.WriterStatuses = (*Store)(nil)
+
+// WriterStatus is store.WriterStatuses's: writer's status on stream id.
+func (s *Store) WriterStatus(ctx context.Context, id int64, writer string) (stream.Status, int64, bool, error) {
+	if s.isClosed() {
+		return 0, 0, false, store.ErrClosedStore
+	}
+	var st int
+	var attempt int64
+	err := s.rdb.QueryRowContext(ctx, `SELECT status, attempt FROM writers WHERE stream_id = ? AND writer = ?`, id, writer).Scan(&st, &attempt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("writer status: %w", s.readErr(err))
+	}
+	return stream.Status(st), attempt, true, nil
+}
