@@ -54,7 +54,7 @@ type Config struct {
 	// it waits: 3 processes of Concurrency 128 and LineRuns 1,024 renewed
 	// 10,000 leases a second with a 1 s lease, and their renewals fell
 	// behind. Past it, a waiting run counts against Concurrency. Defaults
-	// to Concurrency.
+	// to Concurrency; negative: none (every waiting run counts).
 	LineRuns int
 	// LeaseTTL is how long a claimed run stays this engine's without a
 	// heartbeat; heartbeats come every LeaseTTL/3. A dead worker's runs are
@@ -208,8 +208,6 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: Concurrency %d, want >= 1", c.Concurrency)
 	case c.StepConcurrency < 1:
 		return fmt.Errorf("config: StepConcurrency %d, want >= 1", c.StepConcurrency)
-	case c.LineRuns < 0:
-		return fmt.Errorf("config: LineRuns %d, want >= 0", c.LineRuns)
 	case c.LeaseTTL < 100*time.Millisecond:
 		return fmt.Errorf("config: LeaseTTL %v, want >= 100ms", c.LeaseTTL)
 	case c.StepOutcomeDelay < 0 && c.StepOutcomeDelay != NoWait:
