@@ -51,9 +51,10 @@ type CommittedReader struct {
 // (red team, round eight: 0.8 s on SQLite, 9.3 s on PostgreSQL, and 31
 // to 86 MiB a stalled reader).
 type WriterStatuses interface {
-	// WriterStatus returns writer's status on stream id and the attempt
-	// it is at; found is false if it never wrote there.
-	WriterStatus(ctx context.Context, id int64, writer string) (status stream.Status, attempt int64, found bool, err error)
+	// WriterStatus returns writer's status on stream id, the attempt it
+	// is at, and whether that attempt diverged from the one before it
+	// (stream.Writer.Diverged); found is false if it never wrote there.
+	WriterStatus(ctx context.Context, id int64, writer string) (status stream.Status, attempt int64, diverged, found bool, err error)
 }
 
 // WriterStatusesOf returns s, or the store it wraps, as WriterStatuses.
@@ -140,11 +141,11 @@ func (c *CommittedReader) Next(ctx context.Context, limit, maxBytes int) (recs [
 
 // heldByOpenWriter reports whether the view is held at its last stable
 // offset by a writer still open at the store at the attempt of the record
-// there (WriterStatuses): none of what follows can be released until it
-// finishes, and its finish appends to the stream, which wakes the
-// reader's wait. A writer at a later attempt may have voided the record
-// (a diverged retry's abort lies ahead) or adopted it: the reader reads
-// on to learn which.
+// there, or at a later one that adopted it (WriterStatuses): none of what
+// follows can be released until it finishes, and its finish appends to
+// the stream, which wakes the reader's wait. A later attempt that
+// diverged may have voided the record (its abort lies ahead): the reader
+// reads on to learn it.
 func (c *CommittedReader) heldByOpenWriter(ctx context.Context) (bool, error) {
 	w, attempt, ok := c.filter.HeadWriter()
 	if !ok {
@@ -154,8 +155,11 @@ func (c *CommittedReader) heldByOpenWriter(ctx context.Context) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	st, at, found, err := ws.WriterStatus(ctx, c.id, w)
-	return found && st == stream.WriterOpen && at == attempt, err
+	st, at, diverged, found, err := ws.WriterStatus(ctx, c.id, w)
+	// At a newer attempt that adopted what came before (not diverged),
+	// the record waits for that attempt's finish too (red team, round
+	// nine: an adopted head let readers walk a million records again).
+	return found && st == stream.WriterOpen && (at == attempt || at > attempt && !diverged), err
 }
 
 // ReadPieces reads the data of record off of stream id from byte from on,
@@ -276,4 +280,15 @@ func (c *CommittedReader) CaughtUp() bool {
 func (c *CommittedReader) Head() (next int64, closed bool) { return c.head, c.closed }
 
 // Pos is the next offset of the live view the reader reads.
-func (c *CommittedReader) Pos() int64 { return c.pos }
+//
+// Held at a writer still open, it is the stream's head at the last read:
+// what a reader waits on is the stream growing past it (the writer's
+// finish, or more appends), not the records it chose not to read, which
+// are there already (red team, round nine: a wait from them returned at
+// once, and a held long-poll spun a core until its timeout).
+func (c *CommittedReader) Pos() int64 {
+	if c.blocked {
+		return max(c.pos, c.head)
+	}
+	return c.pos
+}

@@ -185,13 +185,14 @@ func (s *Store) readWindow(ctx context.Context, id int64, c *sqlrow.Cursor, win 
 var _ store.WriterStatuses = (*Store)(nil)
 
 // WriterStatus is store.WriterStatuses's: writer's status on stream id.
-func (s *Store) WriterStatus(ctx context.Context, id int64, writer string) (stream.Status, int64, bool, error) {
+func (s *Store) WriterStatus(ctx context.Context, id int64, writer string) (stream.Status, int64, bool, bool, error) {
 	var st int16
 	var attempt int64
+	var diverged bool
 	found := true
 	err := s.do(ctx, true, func(ctx context.Context, _ *try) error {
 		found = true
-		err := s.pool.QueryRow(ctx, `SELECT status, attempt FROM `+s.q.schema+`.writers WHERE stream_id = $1 AND writer = $2`, id, writer).Scan(&st, &attempt)
+		err := s.pool.QueryRow(ctx, `SELECT status, attempt, diverged FROM `+s.q.schema+`.writers WHERE stream_id = $1 AND writer = $2`, id, writer).Scan(&st, &attempt, &diverged)
 		if errors.Is(err, pgx.ErrNoRows) {
 			found = false
 			return nil
@@ -199,7 +200,7 @@ func (s *Store) WriterStatus(ctx context.Context, id int64, writer string) (stre
 		return err
 	})
 	if err != nil {
-		return 0, 0, false, fmt.Errorf("writer status: %w", err)
+		return 0, 0, false, false, fmt.Errorf("writer status: %w", err)
 	}
-	return stream.Status(st), attempt, found, nil
+	return stream.Status(st), attempt, diverged, found, nil
 }

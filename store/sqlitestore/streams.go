@@ -447,18 +447,19 @@ func (s *Store) ListStandaloneStreams(ctx context.Context, p *store.ListStandalo
 var _ store.WriterStatuses = (*Store)(nil)
 
 // WriterStatus is store.WriterStatuses's: writer's status on stream id.
-func (s *Store) WriterStatus(ctx context.Context, id int64, writer string) (stream.Status, int64, bool, error) {
+func (s *Store) WriterStatus(ctx context.Context, id int64, writer string) (stream.Status, int64, bool, bool, error) {
 	if s.isClosed() {
-		return 0, 0, false, store.ErrClosedStore
+		return 0, 0, false, false, store.ErrClosedStore
 	}
 	var st int
 	var attempt int64
-	err := s.rdb.QueryRowContext(ctx, `SELECT status, attempt FROM writers WHERE stream_id = ? AND writer = ?`, id, writer).Scan(&st, &attempt)
+	var diverged bool
+	err := s.rdb.QueryRowContext(ctx, `SELECT status, attempt, diverged FROM writers WHERE stream_id = ? AND writer = ?`, id, writer).Scan(&st, &attempt, &diverged)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, false, nil
+		return 0, 0, false, false, nil
 	}
 	if err != nil {
-		return 0, 0, false, fmt.Errorf("writer status: %w", s.readErr(err))
+		return 0, 0, false, false, fmt.Errorf("writer status: %w", s.readErr(err))
 	}
-	return stream.Status(st), attempt, true, nil
+	return stream.Status(st), attempt, diverged, true, nil
 }
