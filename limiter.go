@@ -125,6 +125,21 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			return release, lost, nil
 		}
 	}
+	// An attempt stopped while it waits at the store (its run cancelled,
+	// its lease lost, the engine closing) gives its place back, and any
+	// slot handed to it meanwhile: the line goes on at once, where the
+	// place would have been handed a slot nobody uses until its lease ran
+	// out (red team, round nine: 22 s of a one-slot limiter idle).
+	asked, granted := false, false
+	defer func() {
+		if asked && !granted && x.ctx.Err() != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if _, err := lim.ReleaseSlot(ctx, &store.ReleaseSlotParams{Limiter: cfg.limiter, Holder: p.Holder}); err != nil {
+				x.e.log.Warn("weir: leaving a limiter's line failed; the place goes with its lease", "limiter", cfg.limiter, "holder", p.Holder, "err", err)
+			}
+		}
+	}()
 	// In line: this engine's grants of the limiter give back what they do
 	// not use, and hand out nothing while it waits.
 	waiting := x.e.grants.waiters(cfg.limiter)
@@ -180,6 +195,8 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 		if err != nil || d.Granted {
 			stop()
 		}
+		asked = true
+		granted = err == nil && d.Granted
 		switch {
 		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrUnsupported):
 			return nil, nil, fmt.Errorf("%w: %w", errLimiter, err)

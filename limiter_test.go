@@ -377,6 +377,62 @@ func TestLateTenantAndPriorityPastAFlood(t *testing.T) {
 	})
 }
 
+// A run cancelled while its step waits in a limiter's line gives its place
+// back: the slot goes on to the next waiter, not to the cancelled one, who
+// would hold it unused until its lease ran out (red team, round nine: 22 s
+// of a one-slot limiter idle after a cancel). Both stores.
+func TestACancelledWaiterLeavesTheLine(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1}))
+		cfg := fastConfig()
+		cfg.LeaseTTL = 3 * time.Minute // a place left behind would stall the line for this long
+		e := newEngine(t, s, cfg)
+		hold := make(chan struct{})
+		release := sync.OnceFunc(func() { close(hold) })
+		defer release()
+		wf := weir.Register(e, "call", func(ctx weir.Context, who string) (string, error) {
+			return weir.Step(ctx, "call", func(sc weir.StepContext) (string, error) {
+				if who == "holder" {
+					<-hold
+				}
+				return who, nil
+			}, weir.WithLimiter("llm", nil))
+		})
+		must(t, e.Work(testCtx(t)))
+		inLine := func(n int) func() bool {
+			return func() bool {
+				st, err := s.LimiterState(testCtx(t), "llm", time.Time{})
+				return err == nil && len(st.Holds) == 1 && len(st.Waiters) == n
+			}
+		}
+		holder, err := wf.Start(testCtx(t), "holder", nil)
+		must(t, err)
+		waitFor(t, time.Minute, "the holder's slot", inLine(0))
+		ghost, err := wf.Start(testCtx(t), "ghost", nil)
+		must(t, err)
+		waitFor(t, time.Minute, "the ghost in line", inLine(1))
+		next, err := wf.Start(testCtx(t), "next", nil)
+		must(t, err)
+		waitFor(t, time.Minute, "the next in line", inLine(2))
+		must(t, e.Cancel(testCtx(t), ghost.ID))
+		waitFor(t, 30*time.Second, "the cancelled run's place given back (not left for its lease of 3 minutes)", inLine(1))
+		st, err := s.LimiterState(testCtx(t), "llm", time.Time{})
+		must(t, err)
+		if w := st.Waiters[0].Holder; !strings.HasPrefix(w, next.ID+"/") {
+			t.Fatalf("in line after the cancel: %q, want the next run's", w)
+		}
+		release()
+		for _, h := range []*weir.Handle[string]{holder, next} {
+			ctx, cancel := context.WithTimeout(testCtx(t), 20*time.Second)
+			_, err := h.Result(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("%s after the holder: %v (a slot handed to the cancelled run waits for its lease)", h.ID, err)
+			}
+		}
+	})
+}
+
 // BenchmarkLimitedStep: a short run (3 steps) with and without each step
 // taking a slot of a limiter that is not the bottleneck (concurrency
 // 10,000), 16 runs at once, on both stores with durable commits: what a

@@ -577,9 +577,10 @@ func usesSince(st State, since time.Time) []Use {
 }
 
 // Release ends holder's hold and charges cost to its use, once (a release
-// sent again changes nothing); ok is false if it held nothing (its lease
-// had run out: the slot was given back then, and its cost is still
-// charged, for it was spent).
+// sent again changes nothing), and its place in line if it waits (a
+// waiter giving up); ok is false if it held nothing (its lease had run
+// out: the slot was given back then, and its cost is still charged, for
+// it was spent).
 func Release(c *Config, st State, holder string, cost int64, now time.Time) (State, bool, error) {
 	if cost < 0 {
 		return st, false, fmt.Errorf("%w: a negative cost %d", ErrInvalid, cost)
@@ -592,6 +593,10 @@ func Release(c *Config, st State, holder string, cost int64, now time.Time) (Sta
 		}
 		return false
 	})
+	// A waiter that gives up (its run cancelled) leaves the line too:
+	// left in it, it would be handed a slot nobody uses until its lease
+	// ran out (red team, round nine: 22 s of a one-slot limiter idle).
+	st.Waiters = slices.DeleteFunc(slices.Clone(st.Waiters), func(w Waiter) bool { return w.Holder == holder })
 	st.Uses = slices.Clone(st.Uses)
 	for i := len(st.Uses) - 1; i >= 0; i-- {
 		if st.Uses[i].Holder == holder {

@@ -328,6 +328,7 @@ func TestHandOffKeepsTheLine(t *testing.T) {
 				st, handed = HandOff(c, st, now)
 				before = Prune(c, before, now)
 				before.Holds = slices.DeleteFunc(slices.Clone(before.Holds), func(x Hold) bool { return x.Holder == h })
+				before.Waiters = slices.DeleteFunc(slices.Clone(before.Waiters), func(x Waiter) bool { return x.Holder == h })
 			}
 			// The slots went to the first who could go, in turn.
 			sim := before
@@ -365,6 +366,24 @@ func TestHandOffKeepsTheLine(t *testing.T) {
 				t.Fatalf("seed %d step %d: %d of %d slots held while %+v wait", seed, step, Held(st), c.Concurrency, st.Waiters)
 			}
 		}
+	}
+}
+
+// A waiter that gives up (Release while in line) leaves the line: the slot
+// goes to the next, not to it.
+func TestReleaseEndsAPlaceInLine(t *testing.T) {
+	c := &Config{Name: "l", Concurrency: 1}
+	var st State
+	_, st = Acquire(c, st, req("a", ""), at(0))
+	_, st = Acquire(c, st, req("ghost", ""), at(1))
+	_, st = Acquire(c, st, req("b", ""), at(2))
+	st, held, _ := Release(c, st, "ghost", 0, at(3))
+	if held || len(st.Waiters) != 1 || st.Waiters[0].Holder != "b" {
+		t.Fatalf("ghost gave up: held %v, line %+v", held, st.Waiters)
+	}
+	st, _, _ = Release(c, st, "a", 0, at(4))
+	if st, handed := HandOff(c, st, at(4)); !slices.Equal(handed, []string{"b"}) || len(st.Holds) != 1 {
+		t.Fatalf("a's slot went to %v: %+v", handed, st)
 	}
 }
 
