@@ -760,3 +760,57 @@ func committedReadsStopAtAnOpenWriter(t *testing.T, st store.Full) {
 		t.Fatalf("after the commit: %d bytes, want %d", all.Len(), len(want))
 	}
 }
+
+// A World read from an index past the stream's end gets the chunks from
+// that index as they come, not the ones written meanwhile before it (red
+// team, round nine: a follower from 150 of a 100-chunk stream got chunks
+// 100 to 299, labelled from 150). Both views.
+func TestWorldReadFromPastTheEnd(t *testing.T) {
+	d := newDSServer(t, &Config{SSEMaxDuration: 30 * time.Second})
+	run := d.newWorldRun(t)
+	chunks := func(from, to int) []string {
+		var cs []string
+		for i := from; i < to; i++ {
+			cs = append(cs, strconv.Itoa(i))
+		}
+		return cs
+	}
+	d.wwrite(run, "strm_p", "", 0, 0, chunks(0, 100)...).must(t, http.StatusOK)
+	for _, view := range []string{"live", "committed"} {
+		if fs, eof := d.wread("strm_p", "view="+view+"&index=150"); len(fs) != 0 || eof {
+			t.Fatalf("%s: from past the end of an open stream: %q (eof %v)", view, fs, eof)
+		}
+	}
+	type got struct {
+		view string
+		fs   []string
+		eof  bool
+	}
+	out := make(chan got, 2)
+	for _, view := range []string{"live", "committed"} {
+		go func() {
+			resp, err := d.ts.Client().Get(d.ts.URL + "/v1/world/streams/strm_p?view=" + view + "&index=150&follow=true")
+			if err != nil {
+				out <- got{view: view}
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			fs, eof := frames(t, b)
+			out <- got{view, fs, eof}
+		}()
+	}
+	eventually(t, "both followers waiting", func() bool { return len(d.srv.readers) == 2 })
+	d.wwrite(run, "strm_p", "", 0, 0, chunks(100, 300)...).must(t, http.StatusOK)
+	d.wcall("POST", "runs/"+run+"/streams/strm_p/close", nil).must(t, http.StatusOK)
+	for range 2 {
+		select {
+		case g := <-out:
+			if !g.eof || len(g.fs) != 150 || g.fs[0] != "150" || g.fs[149] != "299" {
+				t.Errorf("%s: a follower from 150: %d chunks (eof %v), first %q", g.view, len(g.fs), g.eof, g.fs[:min(1, len(g.fs))])
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a follower did not end within 30s of the close")
+		}
+	}
+}
