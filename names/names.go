@@ -81,8 +81,8 @@ func spoofs(r rune) bool {
 }
 
 // Segment is Text for a name that is a path segment of the HTTP API: no
-// / ? # nor %, not . or .., no space at either end, and no space but
-// U+0020.
+// / ? # nor %, not . or .., no space at either end nor two in a row, and
+// no space but U+0020.
 func Segment(what, s string, max int) error {
 	if err := Text(what, s, max); err != nil {
 		return err
@@ -90,9 +90,9 @@ func Segment(what, s string, max int) error {
 	if strings.ContainsAny(s, "/?#%") || s == "." || s == ".." {
 		return fmt.Errorf("%w: %s %q: it must not be . or .. nor hold a / ? # or %%", ErrInvalid, what, s)
 	}
-	if s[0] == ' ' || s[len(s)-1] == ' ' {
-		// "gpt " and "gpt" show alike in a list.
-		return fmt.Errorf("%w: %s %q begins or ends with a space", ErrInvalid, what, s)
+	if s[0] == ' ' || s[len(s)-1] == ' ' || strings.Contains(s, "  ") {
+		// "gpt ", "g  pt" and "gpt", "g pt" show alike in a list.
+		return fmt.Errorf("%w: %s %q begins or ends with a space, or holds two in a row", ErrInvalid, what, s)
 	}
 	for i, r := range s {
 		// Every space but the ASCII one: a no-break or an ideographic

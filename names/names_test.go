@@ -31,7 +31,7 @@ func TestRules(t *testing.T) {
 				"open\u00adai", "a\u3164", "\u115f", "a\uffa0b", "a\u2061b", "a\U000e0041", "a\u180eb", "a\u2800", "a\u17b4",
 				// Blanks that show as a plain space, or as nothing at an
 				// end (red team, round eight, L4).
-				"gpt ", " gpt", " ", "\u00a0gpt", "gpt\u3000", "a\u2003b", "a\u202fb"}},
+				"gpt ", " gpt", " ", "g  pt", "\u00a0gpt", "gpt\u3000", "a\u2003b", "a\u202fb"}},
 		{"Topic", func(s string) error { return Topic("topic", s, 255) },
 			[]string{"approve", "a.b"},
 			[]string{"", "a\r\nb", "a/b", "..", long(256), "a\u2066b", "a\u200fb"}},
