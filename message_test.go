@@ -164,6 +164,47 @@ func TestMessagesWakeOnlyWhatWaits(t *testing.T) {
 	})
 }
 
+// A run cancelled while parked ends without running its workflow again,
+// and its end still counts the messages it took before: they were acted
+// on, not left. (Before, the cancel's fast path counted none taken: torture
+// seed 626822.)
+func TestACancelledRunCountsWhatItTook(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		cfg := fastConfig()
+		cfg.ParkAfter = 20 * time.Millisecond
+		e := newEngine(t, s, cfg)
+		wf := weir.Register(e, "taker", func(ctx weir.Context, _ int) (string, error) {
+			a, err := weir.Recv[string](ctx, "chat")
+			if err != nil {
+				return "", err
+			}
+			weir.Sleep(ctx, 2*time.Hour)
+			return a, nil
+		})
+		if err := e.Work(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		h, err := wf.Start(testCtx(t), 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sendMsg(t, e, h.ID, "chat", `"hi"`, nil)
+		sendMsg(t, e, h.ID, "chat", `"left"`, nil)
+		waitParked(t, s, h.ID) // took "hi", asleep for two hours
+		if err := e.Cancel(testCtx(t), h.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Result(testCtx(t)); !errors.Is(err, weir.ErrCancelled) {
+			t.Fatalf("result: %v, want ErrCancelled", err)
+		}
+		ms, err := e.Messages(testCtx(t), h.ID)
+		want := []weir.TopicMessages{{Topic: "chat", Received: 2, Taken: 1, Left: 1}}
+		if err != nil || !slices.Equal(ms, want) {
+			t.Fatalf("Messages: %+v %v, want %+v", ms, err, want)
+		}
+	})
+}
+
 // A workflow sends to another run: exactly once, though its worker is
 // lost between the send and its next step and another engine replays it.
 func TestSendFromAWorkflowOnce(t *testing.T) {

@@ -323,14 +323,15 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 	defer close(hbDone)
 	go x.heartbeat(hbDone)
 
-	if r.CancelRequested {
-		x.outcome = "cancelled"
-		x.finishCancelled()
-		return
-	}
 	e.mu.Lock()
 	wf := e.workflows[r.Workflow]
 	e.mu.Unlock()
+	if r.CancelRequested {
+		x.outcome = "cancelled"
+		x.takenByReplay(ctx, events, wf)
+		x.finishCancelled()
+		return
+	}
 	if wf == nil {
 		x.outcome, x.outcomeErr = "failed", ErrUnknownWorkflow
 		x.finish(store.RunFailed, nil, fmt.Errorf("%w: %q is not registered on worker %s", ErrUnknownWorkflow, r.Workflow, e.cfg.WorkerID))
@@ -341,6 +342,7 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 		x.deadline = r.CreatedAt.Add(wf.timeout)
 		if !time.Now().Before(x.deadline) {
 			x.outcome, x.outcomeErr = "failed", ErrRunTimeout
+			x.takenByReplay(ctx, events, wf)
 			x.finishAborted(store.RunFailed, ErrRunTimeout)
 			return
 		}
@@ -524,6 +526,24 @@ func (x *execution) finish(status store.RunStatus, out []byte, runErr error) {
 	x.e.notifyDone(x.run.ID, &end)
 }
 
+// takenByReplay learns, for a run ended without running its workflow (a
+// cancel found at its claim), what its workflow took of its inbox before:
+// takes are in no record, only in what the workflow did after them, so the
+// log is replayed (Replay) to count them. Without it the run's end said it
+// took none of the messages an earlier execution took and acted on, and
+// they were counted as left (torture, seed 626822).
+func (x *execution) takenByReplay(ctx context.Context, events []store.Event, wf *registered) {
+	if len(x.topics) == 0 || wf == nil || x.maxOp == 0 {
+		return // no inbox, or nothing the workflow did after a take
+	}
+	rx, _, panicked := x.e.replayLog(ctx, x.run, events, wf)
+	if panicked != nil || rx.exit == exitNonDeterminism {
+		x.e.log.Warn("weir: replaying a cancelled run to count the messages it took failed; its end counts none", "run", x.run.ID)
+		return
+	}
+	x.topics = rx.topics
+}
+
 // finishCancelled aborts the output of step attempts left open, then ends
 // the run as cancelled.
 func (x *execution) finishCancelled() { x.finishAborted(store.RunCancelled, ErrCancelled) }
@@ -655,15 +675,28 @@ func (e *Engine) Replay(ctx context.Context, runID string) error {
 	if wf == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownWorkflow, r.Workflow)
 	}
+	x, returned, panicked := e.replayLog(ctx, r, events, wf)
+	switch {
+	case x.exit == exitNonDeterminism:
+		return x.exitErr
+	case panicked != nil:
+		return fmt.Errorf("replay of run %s panicked: %v", runID, panicked)
+	case returned && x.opSeq < x.maxOp:
+		return &NonDeterminismError{Op: x.opSeq + 1, Recorded: x.ops[x.opSeq+1].describe(), Replayed: "return from the workflow"}
+	}
+	return nil
+}
+
+// replayLog runs wf over run r's log events without running or writing
+// anything (Replay), until it returns or reaches the end of the log, and
+// returns the replay's execution: what the workflow took of its inbox,
+// say.
+func (e *Engine) replayLog(ctx context.Context, r *store.Run, events []store.Event, wf *registered) (x *execution, returned bool, panicked any) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	x := &execution{e: e, run: r, epoch: r.LeaseEpoch, ctx: ctx, cancel: cancel, readOnly: true}
+	x = &execution{e: e, run: r, epoch: r.LeaseEpoch, ctx: ctx, cancel: cancel, readOnly: true}
 	x.par.slots = newSlots(1)
 	x.load(events)
-	var (
-		returned bool
-		panicked any
-	)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -676,15 +709,7 @@ func (e *Engine) Replay(ctx context.Context, runID string) error {
 		returned = true
 	}()
 	<-done
-	switch {
-	case x.exit == exitNonDeterminism:
-		return x.exitErr
-	case panicked != nil:
-		return fmt.Errorf("replay of run %s panicked: %v", runID, panicked)
-	case returned && x.opSeq < x.maxOp:
-		return &NonDeterminismError{Op: x.opSeq + 1, Recorded: x.ops[x.opSeq+1].describe(), Replayed: "return from the workflow"}
-	}
-	return nil
+	return x, returned, panicked
 }
 
 // MigrateRuns moves the runs in flight (pending or running) of application
