@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -193,4 +194,126 @@ func saturate(t testing.TB, runs int, hold, lease time.Duration) flowResult {
 		r.handP99 = time.Duration(hands[len(hands)*99/100])
 	}
 	return r
+}
+
+// A late tenant's run and a priority run get their step's turn across
+// processes with at most the limiter's bound of others ahead, whatever
+// the workers' Concurrency: 3 worker processes of Concurrency 4 share a
+// step limiter of 2; tenant a's 60 runs fill it (its first two hold both
+// slots until the gate opens) and wait in its line, far past the workers'
+// Concurrency; then tenant b starts a run, and tenant c one of priority
+// 10. Counted from the bodies' own start lines: c's step starts first
+// once the slots free, b's next, and no more than 2 of a's steps start
+// between either joining the line and its own start. (The measure
+// before: b after 28–36 of a's steps, c after 14–24, on one worker;
+// claims went oldest first and b joined the line only once claimed.)
+//
+// The backlog the workers keep in line is bounded: Concurrency plus
+// LineRuns runs a worker (LineRuns 32 here; its default is Concurrency).
+// Past it a late tenant's run is claimed only once the runs started before
+// it are (docs/benchmarks.md, "Exact under load"): with the default
+// LineRuns (8 runs a worker, 24 in all) and a's first two holding, b and c
+// are never claimed.
+func TestProcessesLateTenantAndPriority(t *testing.T) {
+	h := newProcessHarness(t)
+	if err := h.s.SetLimiter(t.Context(), &limit.Config{Name: "llm", Concurrency: 2}); err != nil {
+		t.Fatal(err)
+	}
+	gate := filepath.Join(t.TempDir(), "gate")
+	var ws []*worker
+	for range 3 {
+		w := startWorker(t, h.schema, 0, 5*time.Second, envWorkerConc+"=4", "WEIR_TEST_PG_WORKER_LINE_RUNS=32")
+		w.waitFor(t, "ready", func(l []string) bool { return slices.Contains(l, "ready") })
+		ws = append(ws, w)
+	}
+	start := func(id string, in limitedInput) string {
+		t.Helper()
+		b, _ := json.Marshal(in)
+		if _, _, err := h.e.StartRun(t.Context(), "limited", b, &weir.StartOptions{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	var ids []string
+	for i := range 60 {
+		ids = append(ids, start(fmt.Sprintf("a-%02d", i), limitedInput{Hold: 5 * time.Millisecond, Key: "a", Gate: gate}))
+	}
+	// When a run's step joined the limiter's line (its limit_waiting).
+	joined := func(id string) time.Time {
+		evs, err := h.s.ListEvents(t.Context(), id, 0)
+		if err == nil {
+			for _, ev := range evs {
+				if ev.Type == store.EventLimitWaiting {
+					return ev.At
+				}
+			}
+		}
+		return time.Time{}
+	}
+	waitUntil(t, time.Minute, "a's steps in line on every worker, past their Concurrency", func() bool {
+		n := 0
+		for _, id := range ids {
+			if !joined(id).IsZero() {
+				n++
+			}
+		}
+		return n >= 20
+	})
+	b := start("b", limitedInput{Hold: 5 * time.Millisecond, Key: "b"})
+	c := start("c", limitedInput{Hold: 5 * time.Millisecond, Key: "c", Priority: 10})
+	waitUntil(t, time.Minute, "b's and c's steps in line", func() bool { return !joined(b).IsZero() && !joined(c).IsZero() })
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.waitAll(t, append(ids, b, c), 2*time.Minute)
+
+	type started struct {
+		run string
+		at  time.Time
+	}
+	var order []started
+	for _, w := range ws {
+		w.mu.Lock()
+		for _, l := range w.lines {
+			if f := strings.Fields(l); len(f) == 4 && f[0] == "body-start" {
+				ns, _ := strconv.ParseInt(f[3], 10, 64)
+				order = append(order, started{f[1], time.Unix(0, ns)})
+			}
+		}
+		w.mu.Unlock()
+	}
+	slices.SortFunc(order, func(x, y started) int { return x.at.Compare(y.at) })
+	at := func(id string) int { return slices.IndexFunc(order, func(s started) bool { return s.run == id }) }
+	for _, id := range []string{b, c} {
+		in, i := joined(id), at(id)
+		if i < 0 {
+			t.Fatalf("%s's body never started", id)
+		}
+		ahead := 0
+		for _, s := range order[:i] {
+			if strings.HasPrefix(s.run, "a-") && s.at.After(in) {
+				ahead++
+			}
+		}
+		t.Logf("%s: %d of a's steps started after it joined the line, %v before its own", id, ahead, order[i].at.Sub(in).Round(time.Millisecond))
+		if ahead > 2 {
+			t.Errorf("%s's step started after %d of a's steps that started once it was in line; the limiter's bound is 2", id, ahead)
+		}
+	}
+	if at(c) > at(b) {
+		t.Errorf("c (priority 10) started after b")
+	}
+}
+
+// waitUntil waits until ok, looking every 10 ms, and fails the test with
+// what it waited for past timeout.
+func waitUntil(t testing.TB, timeout time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

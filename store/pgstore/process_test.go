@@ -69,6 +69,22 @@ func registerProcessWorkflows(e *weir.Engine, progress io.Writer, delay time.Dur
 				fmt.Fprintf(progress, "body-end %s %d %d\n", sc.RunID(), sc.Attempt(), time.Now().UnixNano())
 				mu.Unlock()
 			}()
+			if in.Gate != "" {
+				// Held until the test opens the gate (another process:
+				// a file), or the attempt ends.
+				tick := time.NewTicker(5 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					if _, err := os.Stat(in.Gate); err == nil {
+						break
+					}
+					select {
+					case <-tick.C:
+					case <-sc.Done():
+						return 0, context.Cause(sc)
+					}
+				}
+			}
 			t := time.NewTimer(in.Hold) // the provider's call
 			defer t.Stop()
 			select {
@@ -77,7 +93,7 @@ func registerProcessWorkflows(e *weir.Engine, progress io.Writer, delay time.Dur
 			case <-sc.Done():
 				return 0, context.Cause(sc)
 			}
-		}, weir.WithLimiter("llm", &weir.LimitOptions{Key: in.Key}))
+		}, weir.WithLimiter("llm", &weir.LimitOptions{Key: in.Key, Priority: in.Priority}))
 	})
 	return weir.Register(e, "multi", func(ctx weir.Context, n int) (int, error) {
 		if _, err := ctx.Stream("out").WriteString("begin"); err != nil {
@@ -112,8 +128,11 @@ func registerProcessWorkflows(e *weir.Engine, progress io.Writer, delay time.Dur
 }
 
 type limitedInput struct {
-	Hold time.Duration
-	Key  string
+	Hold     time.Duration
+	Key      string
+	Priority int
+	// Gate: the body waits until this file exists before its Hold.
+	Gate string `json:",omitempty"`
 }
 
 type tailInput struct {
