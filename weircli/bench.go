@@ -28,8 +28,9 @@ Workloads:
 Flags:
 `
 
-func benchCmd(ctx context.Context, args []string, stdout io.Writer) error {
+func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	var c bench.Config
 	fs.StringVar(&c.Store, "store", "", "store: sqlite:PATH or postgres://… (default: a fresh SQLite file per workload)")
 	fs.StringVar(&c.URL, "url", "", "Durable Streams base URL for http; streams are created under it (default: an in-process weir server)")

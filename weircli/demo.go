@@ -18,8 +18,9 @@ import (
 	"github.com/weirhq/weir/stream"
 )
 
-func demoCmd(ctx context.Context, args []string, out io.Writer) error {
+func demoCmd(ctx context.Context, args []string, out, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	dbPath := fs.String("db", "", "the store: a SQLite file or a postgres:// URL (default: a fresh SQLite file in a temporary folder)")
 	fast := fs.Bool("fast", false, "no pause between tokens")
 	if err := fs.Parse(args); err != nil {

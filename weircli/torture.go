@@ -27,8 +27,9 @@ func init() {
 	os.Exit(0)
 }
 
-func tortureCmd(ctx context.Context, args []string, stdout io.Writer) error {
+func tortureCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("torture", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	trials := fs.Int("trials", 20, "number of trials")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()%1_000_000), "first trial's seed (trial i uses seed+i)")
 	dsn := fs.String("store", "sqlite:", "sqlite:DIR (a fresh file per trial) or postgres://…")

@@ -143,6 +143,11 @@ func (c *Config) workerLine() string {
 // binary was built from when the build recorded one.
 func (c *Config) versionLine() string {
 	bi, ok := debug.ReadBuildInfo()
+	return c.versionOf(bi, ok)
+}
+
+// versionOf is versionLine of the build bi (ok: the binary has one).
+func (c *Config) versionOf(bi *debug.BuildInfo, ok bool) string {
 	v := c.Version
 	if (v == "" || v == "dev") && ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		v = bi.Main.Version // go install github.com/weirhq/weir/cmd/weir@v0.1.0 stamps the module's
@@ -181,7 +186,7 @@ func Run(ctx context.Context, cfg *Config, args []string, stdout, stderr io.Writ
 	var err error
 	switch cmd := args[0]; {
 	case cmd == "demo" && cfg.Builtin:
-		err = demoCmd(ctx, args[1:], stdout)
+		err = demoCmd(ctx, args[1:], stdout, stderr)
 	case cmd == "server":
 		err = serverCmd(ctx, cfg, args[1:], stdout, stderr)
 	case cmd == "worker" && cfg.Register != nil:
@@ -195,9 +200,9 @@ func Run(ctx context.Context, cfg *Config, args []string, stdout, stderr io.Writ
 	case cmd == "schedules":
 		err = schedulesCmd(ctx, cfg.name(), args[1:], stdout, stderr)
 	case cmd == "bench" && cfg.Builtin:
-		err = benchCmd(ctx, args[1:], stdout)
+		err = benchCmd(ctx, args[1:], stdout, stderr)
 	case cmd == "torture" && cfg.Builtin:
-		err = tortureCmd(ctx, args[1:], stdout)
+		err = tortureCmd(ctx, args[1:], stdout, stderr)
 	case cmd == "version":
 		fmt.Fprintln(stdout, cfg.versionLine())
 	case cmd == "help" || cmd == "-h" || cmd == "--help":
