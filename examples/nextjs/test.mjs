@@ -199,6 +199,18 @@ async function chatInChromium() {
       }
       return text;
     };
+    // The records as weir keeps them, every attempt's (view=live): which
+    // attempts wrote the deltas, so a case of a retry shows one happened.
+    const deltaAttempts = async (stream) => {
+      const res = await fetch(new URL(`${stream}?offset=-1&view=live`, appUrl));
+      const attempts = [];
+      for (const line of (await res.text()).split('\n')) {
+        if (!line) continue;
+        const r = JSON.parse(line);
+        if (r.kind === 'data' && r.data.type === 'text-delta') attempts.push(r.attempt);
+      }
+      return attempts;
+    };
     const grows = (states) => states.every((s, i) => i === 0 || s.text.startsWith(states[i - 1].text));
     const texts = (states) => JSON.stringify(states.map((s) => s.text));
 
@@ -209,6 +221,8 @@ async function chatInChromium() {
     check(t.states.some((s) => s.text === 'Hello, wor'), `the failed attempt's tokens were shown live: ${texts(t.states)}`);
     check(t.events.every((e) => e.type !== 'rewind'), 'DurableAgent as it ships, an identical retry: no rewind');
     check(grows(t.states), `every state extends the one before: ${texts(t.states)}`);
+    let attempts = await deltaAttempts(t.stream);
+    check(JSON.stringify(attempts) === '[1,1,1,2,2]', `attempt 1 wrote three deltas, its retry (adopting them) the last two: ${JSON.stringify(attempts)}`);
     const sameFinal = t.states.at(-1)?.text;
     check(sameFinal === 'Hello, world!' && sameFinal === (await committedText(t.stream)), `it ends with the committed text: ${JSON.stringify(sameFinal)}`);
 
@@ -226,6 +240,8 @@ async function chatInChromium() {
     // The workflow's own start chunk (sendStart: false), an identical retry.
     t = await ask('Say hello once more', { fail: true, same: true, ownStart: true });
     check(t.events.every((e) => e.type !== 'rewind') && grows(t.states), `sendStart: false, an identical retry: no rewind, every state extends the one before: ${texts(t.states)}`);
+    attempts = await deltaAttempts(t.stream);
+    check(JSON.stringify(attempts) === '[1,1,1,2,2]', `sendStart: false: attempt 1 wrote three deltas, its retry the last two: ${JSON.stringify(attempts)}`);
     const ownFinal = t.states.at(-1)?.text;
     check(ownFinal === 'Hello, world!' && ownFinal === (await committedText(t.stream)), `it ends with the committed text: ${JSON.stringify(ownFinal)}`);
     check(pageErrors.length === 0, `no error in the page: ${JSON.stringify(pageErrors)}`);
