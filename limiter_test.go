@@ -433,6 +433,55 @@ func TestACancelledWaiterLeavesTheLine(t *testing.T) {
 	})
 }
 
+// A limiter changed under its line keeps it moving: a waiter of a
+// limiter that hands off waits to be handed a slot, and once a rate is
+// added none is handed any more; the change wakes it to ask again, so the
+// holder's slot goes on at its release, not at the waiter's next renewal
+// of its place (three quarters of a lease: 2 minutes here; red team,
+// round ten: 2–10 s on the defaults).
+func TestALimiterChangedUnderItsLine(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1}))
+		cfg := fastConfig()
+		cfg.LeaseTTL = 3 * time.Minute
+		e := newEngine(t, s, cfg)
+		hold := make(chan struct{})
+		release := sync.OnceFunc(func() { close(hold) })
+		defer release()
+		wf := weir.Register(e, "call", func(ctx weir.Context, who string) (string, error) {
+			return weir.Step(ctx, "call", func(sc weir.StepContext) (string, error) {
+				if who == "holder" {
+					<-hold
+				}
+				return who, nil
+			}, weir.WithLimiter("llm", nil))
+		})
+		must(t, e.Work(testCtx(t)))
+		inLine := func(n int) func() bool {
+			return func() bool {
+				st, err := s.LimiterState(testCtx(t), "llm", time.Time{})
+				return err == nil && len(st.Holds) == 1 && len(st.Waiters) == n
+			}
+		}
+		holder, err := wf.Start(testCtx(t), "holder", nil)
+		must(t, err)
+		waitFor(t, time.Minute, "the holder's slot", inLine(0))
+		next, err := wf.Start(testCtx(t), "next", nil)
+		must(t, err)
+		waitFor(t, time.Minute, "the next in line", inLine(1))
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1, Rate: 1000, Period: time.Minute}))
+		release()
+		for _, h := range []*weir.Handle[string]{holder, next} {
+			ctx, cancel := context.WithTimeout(testCtx(t), 20*time.Second)
+			_, err := h.Result(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("%s after the holder, the limiter changed: %v (a waiter not woken by the change sleeps to its renewal)", h.ID, err)
+			}
+		}
+	})
+}
+
 // BenchmarkLimitedStep: a short run (3 steps) with and without each step
 // taking a slot of a limiter that is not the bottleneck (concurrency
 // 10,000), 16 runs at once, on both stores with durable commits: what a

@@ -140,6 +140,12 @@ type Waiter struct {
 	// (HandOff) lasts that long from the hand-off. 0 (a place saved before
 	// hand-offs) is never handed a slot: it takes one by asking.
 	Lease time.Duration `json:",omitempty"`
+	// Deaf: it asked while its limiter did not hand off (a rate's or a
+	// budget's window): it does not wait to be handed a slot — its run
+	// may be parked until its window — so HandOff passes it by, and it
+	// takes its slot by asking. (A slot handed to it when a change made
+	// the limiter hand off sat idle for a lease: red team, round ten.)
+	Deaf bool `json:",omitempty"`
 }
 
 // State is what a store keeps of one limiter.
@@ -289,7 +295,7 @@ func Acquire(c *Config, st State, req Request, now time.Time) (Decision, State) 
 		}
 	}
 	// req in line, its place kept.
-	w := Waiter{Holder: req.Holder, Key: req.Key, Priority: req.Priority, Since: now, Until: now.Add(req.Lease), Lease: req.Lease}
+	w := Waiter{Holder: req.Holder, Key: req.Key, Priority: req.Priority, Since: now, Until: now.Add(req.Lease), Lease: req.Lease, Deaf: !Grantable(c)}
 	joined := false
 	st.Waiters = slices.Clone(st.Waiters)
 	if i := slices.IndexFunc(st.Waiters, func(x Waiter) bool { return x.Holder == req.Holder }); i >= 0 {
@@ -362,7 +368,7 @@ func HandOff(c *Config, st State, now time.Time) (State, []string) {
 			return st, handed
 		}
 		order := Order(st)
-		i := slices.IndexFunc(order, func(x Waiter) bool { return c.PerKey == 0 || heldBy(st, x.Key) < c.PerKey })
+		i := slices.IndexFunc(order, func(x Waiter) bool { return !x.Deaf && (c.PerKey == 0 || heldBy(st, x.Key) < c.PerKey) })
 		if i < 0 {
 			return st, handed
 		}

@@ -407,6 +407,39 @@ func TestRateLimitersDoNotHandOff(t *testing.T) {
 	}
 }
 
+// A waiter that asked while its limiter counted a rate does not wait to be
+// handed a slot (its run may be parked for the window): once the rate is
+// taken away, HandOff passes it by for a waiter that listens, and leaves
+// a slot free rather than hand it to it; it takes its slot by asking.
+// (Red team, round ten: a slot handed to a parked waiter sat idle for a
+// lease.)
+func TestHandOffPassesWaitersThatDoNotListen(t *testing.T) {
+	rated := &Config{Name: "l", Concurrency: 1, Rate: 100, Period: time.Second}
+	plain := &Config{Name: "l", Concurrency: 1}
+	var st State
+	_, st = Acquire(rated, st, req("a", ""), at(0))
+	d, st := Acquire(rated, st, req("b", ""), at(1))
+	if d.Granted || d.HandsOff {
+		t.Fatalf("b, at a rate: %+v", d)
+	}
+	d, st = Acquire(plain, st, req("c", ""), at(2))
+	if d.Granted || !d.HandsOff {
+		t.Fatalf("c, once the rate is gone: %+v", d)
+	}
+	st, _, _ = Release(plain, st, "a", 0, at(3))
+	st, handed := HandOff(plain, st, at(3))
+	if !slices.Equal(handed, []string{"c"}) {
+		t.Fatalf("a's slot handed to %v, want c (b does not listen)", handed)
+	}
+	st, _, _ = Release(plain, st, "c", 0, at(4))
+	if st, handed = HandOff(plain, st, at(4)); len(handed) != 0 || len(st.Holds) != 0 {
+		t.Fatalf("c's slot handed to %v: %+v", handed, st)
+	}
+	if d, _ = Acquire(plain, st, req("b", ""), at(5)); !d.Granted {
+		t.Fatalf("b asking for the free slot: %+v", d)
+	}
+}
+
 // withWaiter is st with r in line as Acquire puts it.
 func withWaiter(st State, r Request, now time.Time) State {
 	for i, w := range st.Waiters {

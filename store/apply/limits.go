@@ -49,7 +49,12 @@ func DecodeLimiterState(b []byte) (limit.State, error) {
 
 // SetLimiter creates or changes a limiter, keeping its state; slots a
 // raised bound frees go to its line (limit.HandOff), and it returns the
-// holders handed one, for the store to wake once committed.
+// holders to wake once committed (store.LimiterWatcher.WatchSlot): those
+// handed one, and every other waiter, to ask again under the new bounds. A
+// waiter of a limiter that hands off waits to be handed a slot and asks
+// at nothing else; once a rate or a budget is added, no slot is handed
+// any more, and it slept to its place's renewal (red team, round ten: a
+// freed slot idle 2–10 s behind a change).
 func SetLimiter(tx LimiterTx, c *limit.Config) ([]string, error) {
 	if err := store.CheckLimiter(c); err != nil {
 		return nil, err
@@ -86,6 +91,9 @@ func SetLimiter(tx LimiterTx, c *limit.Config) ([]string, error) {
 	// out is taken back by the next decision, at the clock its caller
 	// gives.
 	st, handed := limit.HandOff(c, st, limit.Latest(st, time.Time{}))
+	for _, w := range st.Waiters {
+		handed = append(handed, w.Holder)
+	}
 	return handed, saveLimiter(tx, c, st)
 }
 

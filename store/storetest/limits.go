@@ -163,6 +163,21 @@ func testLimits(t *testing.T, h harness) {
 		if d := acq(t, s, "w", "c1", 6); !d.Granted {
 			t.Fatalf("c1 after the bound was raised: %+v", d)
 		}
+		// Any change of the bounds wakes every waiter to ask again: one
+		// that waits to be handed a slot would not be, once a rate makes
+		// the limiter hand off no more (red team, round ten).
+		if d := acq(t, s, "w", "d1", 7); d.Granted || !d.HandsOff {
+			t.Fatalf("d1 with both slots held: %+v", d)
+		}
+		handed, stopHanded = w.WatchSlot("w", "d1")
+		defer stopHanded()
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "w", Concurrency: 2, Rate: 100, Period: time.Second}))
+		if !closed(handed) {
+			t.Fatal("d1, waiting to be handed a slot, was not woken by a rate that hands off no more")
+		}
+		if d := acq(t, s, "w", "d1", 8); d.Granted || d.HandsOff {
+			t.Fatalf("d1 asking again under the rate: %+v", d)
+		}
 	})
 
 	t.Run("Slots", func(t *testing.T) {
