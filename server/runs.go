@@ -743,6 +743,41 @@ func (s *Server) handleMigrate(w http.ResponseWriter, r *http.Request) {
 	s.writeWritten(w, http.StatusOK, api.MigrateReply{Migrated: append([]string{}, ids...)})
 }
 
+// A fork (or a retry, a fork from a step) reads its source's whole log
+// with its payloads, plans from it and writes the events it keeps, which a
+// driver encodes again: about nine times the log's bytes at its height on
+// PostgreSQL (red-team round ten: 16 concurrent forks of a run with a full
+// 16 MiB inbox took a server past 2 GB). A resume reads the log once.
+const (
+	forkLogReads   = 10
+	resumeLogReads = 2
+)
+
+// holdLog charges k reads of run's log (its events' data, by
+// store.LogSizer) to the replies' budget before a fork, a retry or a
+// resume reads it; false if the budget cannot take them (answered 503
+// busy on w, nothing read). A log whose reads pass the whole budget holds
+// all of it: it is served alone.
+func (s *Server) holdLog(w http.ResponseWriter, r *http.Request, run string, k int64) (*replyHold, bool) {
+	if err := store.CheckRunID(run); err != nil {
+		httpError(w, err)
+		return nil, false
+	}
+	ls, ok := store.LogSizerOf(s.store)
+	if !ok {
+		return &replyHold{s: s}, true
+	}
+	n, err := ls.LogBytes(r.Context(), run)
+	if err != nil {
+		httpError(w, err)
+		return nil, false
+	}
+	if n == 0 {
+		return &replyHold{s: s}, true
+	}
+	return s.hold(w, min(k*n+64<<10, s.replies.max))
+}
+
 // handleFork serves POST /v1/runs/{id}/fork: 201 with the fork, pending
 // (or, for a fork made before with the same id and point, as it is now).
 func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
@@ -757,6 +792,11 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	h, ok := s.holdLog(w, r, r.PathValue("id"), forkLogReads)
+	if !ok {
+		return
+	}
+	defer func() { _ = h.to(0) }()
 	run, err := s.e.Fork(r.Context(), r.PathValue("id"), weir.ForkOptions{ID: in.ID, Op: in.Op, Step: in.Step, Input: in.Input, Version: in.Version})
 	if err != nil {
 		httpError(w, err)
@@ -773,6 +813,11 @@ func (s *Server) handleRetry(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	h, ok := s.holdLog(w, r, r.PathValue("id"), forkLogReads)
+	if !ok {
+		return
+	}
+	defer func() { _ = h.to(0) }()
 	run, err := s.e.RetryFrom(r.Context(), r.PathValue("id"), in.Step)
 	if err != nil {
 		httpError(w, err)
@@ -788,6 +833,11 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	h, ok := s.holdLog(w, r, r.PathValue("id"), resumeLogReads)
+	if !ok {
+		return
+	}
+	defer func() { _ = h.to(0) }()
 	run, err := s.e.Resume(r.Context(), r.PathValue("id"))
 	if err != nil {
 		httpError(w, err)

@@ -355,6 +355,46 @@ func TestMetricsCountRunsAndRequests(t *testing.T) {
 	checkExposition(t, r.body)
 }
 
+// A fork, a retry and a resume are held by the log they read before the
+// store reads it (ten times its bytes for a fork or a retry, twice for a
+// resume, at most the whole replies' budget): at a budget that cannot take
+// them they are 503 busy and make nothing; a log past the budget is
+// served alone. (Red-team round ten: 16 concurrent forks of a run with a
+// full 16 MiB inbox took a PostgreSQL server past 2 GB, held by nothing.)
+func TestForksAreHeldByTheLogTheyRead(t *testing.T) {
+	s := newTestServer(t, &Config{MaxReplyBytes: 32 << 20})
+	run := s.start(`{"workflow":"block"}`)
+	msg := `"` + strings.Repeat("x", 1<<20-16) + `"`
+	for range 2 {
+		s.do("POST", "/v1/runs/"+run.ID+"/messages/t", msg).want(t, http.StatusOK)
+	}
+	// 2 MiB of log: a fork holds 20 MiB, a resume 4 MiB.
+	if !s.srv.replies.take(16 << 20) {
+		t.Fatal("the budget")
+	}
+	r := s.do("POST", "/v1/runs/"+run.ID+"/fork", `{"id":"f1","op":1}`).want(t, http.StatusServiceUnavailable)
+	if r.header.Get(api.ErrorHeader) != "busy" {
+		t.Fatalf("a fork the budget cannot take: %q %q", r.header.Get(api.ErrorHeader), r.body)
+	}
+	s.do("POST", "/v1/runs/"+run.ID+"/retry", `{}`).want(t, http.StatusServiceUnavailable)
+	s.do("GET", "/v1/runs/f1", "").want(t, http.StatusNotFound)
+	// A resume's 4 MiB fit beside the 16 held (a running run: 409).
+	s.do("POST", "/v1/runs/"+run.ID+"/resume", "").want(t, http.StatusConflict)
+	s.srv.replies.give(16 << 20)
+	s.do("POST", "/v1/runs/"+run.ID+"/fork", `{"id":"f1","op":1}`).want(t, http.StatusCreated)
+	if n := s.srv.replies.inUse(); n != 0 {
+		t.Fatalf("%d bytes of the budget held after the fork", n)
+	}
+	// A log whose reads pass the whole budget is served when nothing else
+	// is held.
+	small := newTestServer(t, &Config{MaxReplyBytes: 8 << 20})
+	run = small.start(`{"workflow":"block"}`)
+	for range 2 {
+		small.do("POST", "/v1/runs/"+run.ID+"/messages/t", msg).want(t, http.StatusOK)
+	}
+	small.do("POST", "/v1/runs/"+run.ID+"/fork", `{"id":"f2","op":1}`).want(t, http.StatusCreated)
+}
+
 // Fork, retry and resume over HTTP: a cancelled run resumes (202) and is
 // cancelled again; a resume of a running run is 409; forks and retries
 // are 201 with the new run; bad fork points are 400 and make nothing.

@@ -27,3 +27,16 @@ func Outline(ctx context.Context, s Store, run string, keep func(EventType) bool
 		p.After = page.Events[len(page.Events)-1].Seq
 	}
 }
+
+// LogSizer is a store that tells how many bytes of data a run's log holds
+// without reading it: a server holds what a fork, a retry or a resume will
+// read of a log (the whole of it, with its payloads) against its budget
+// before the store reads it.
+type LogSizer interface {
+	// LogBytes returns the bytes of data of run's events, 0 for a run
+	// with none or no run.
+	LogBytes(ctx context.Context, run string) (int64, error)
+}
+
+// LogSizerOf returns s, or the store it wraps, as a LogSizer.
+func LogSizerOf(s Store) (LogSizer, bool) { return as[LogSizer](s) }

@@ -204,3 +204,18 @@ func (s *Store) WriterStatus(ctx context.Context, id int64, writer string) (stre
 	}
 	return stream.Status(st), attempt, diverged, found, nil
 }
+
+var _ store.LogSizer = (*Store)(nil)
+
+// LogBytes is store.LogSizer's: the bytes of data of run's events, summed
+// by PostgreSQL (octet_length reads a TOASTed value's size, not the value).
+func (s *Store) LogBytes(ctx context.Context, run string) (int64, error) {
+	var n int64
+	err := s.do(ctx, true, func(ctx context.Context, _ *try) error {
+		return s.pool.QueryRow(ctx, `SELECT COALESCE(sum(octet_length(data)), 0)::bigint FROM `+s.q.schema+`.events WHERE run_id = $1`, run).Scan(&n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("log bytes: %w", err)
+	}
+	return n, nil
+}

@@ -78,6 +78,18 @@ func testEventPages(t *testing.T, h harness) {
 	if _, err := s.ListEventsPage(ctx(t), &store.ListEventsParams{RunID: "nope"}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("an unknown run: %v", err)
 	}
+	// The log's bytes, told without reading it (store.LogSizer): the
+	// 30 events hold 10 × (0 + 50 + 100) KiB.
+	if ls, ok := store.LogSizerOf(s); ok {
+		n, err := ls.LogBytes(ctx(t), "log")
+		must(t, err)
+		if n != 10*150<<10 {
+			t.Fatalf("LogBytes: %d, want %d", n, 10*150<<10)
+		}
+		if n, err := ls.LogBytes(ctx(t), "nope"); err != nil || n != 0 {
+			t.Fatalf("LogBytes of no run: %d %v", n, err)
+		}
+	}
 	for _, p := range []store.ListEventsParams{{RunID: "log", Limit: store.MaxEventPage + 1}, {RunID: "log", MaxBytes: store.MaxEventPageBytes + 1}, {RunID: "log", After: -1}, {RunID: ""}} {
 		if _, err := s.ListEventsPage(ctx(t), &p); !errors.Is(err, store.ErrInvalid) {
 			t.Fatalf("%+v: %v, want ErrInvalid", p, err)
