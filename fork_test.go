@@ -494,3 +494,37 @@ func TestFollowThroughAResume(t *testing.T) {
 		})
 	}
 }
+
+// A fork that keeps a hook its source still holds is refused with
+// ErrHookConflict, and the refusal names the hook by its reference, not
+// its token: a token is a capability, and the refusal reaches whoever
+// asked for the fork (red-team round ten: the 409 carried the raw token).
+func TestForkRefusedByALiveHookHidesItsToken(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		cfg := fastConfig()
+		cfg.ParkAfter = 20 * time.Millisecond
+		e := newEngine(t, s, cfg)
+		const token = "approve-7f3a9c-secret"
+		wf := weir.Register(e, "approve", func(ctx weir.Context, _ int) (int, error) {
+			if _, err := weir.Step(ctx, "a", func(weir.StepContext) (int, error) { return 1, nil }); err != nil {
+				return 0, err
+			}
+			h, err := weir.NewHook[int](ctx, token)
+			if err != nil {
+				return 0, err
+			}
+			return h.Receive(ctx)
+		})
+		must(t, e.Work(testCtx(t)))
+		h, err := wf.Start(testCtx(t), 0, nil)
+		must(t, err)
+		waitParked(t, s, h.ID)
+		_, err = e.Fork(testCtx(t), h.ID, weir.ForkOptions{ID: "f", Op: 3})
+		if !errors.Is(err, weir.ErrHookConflict) {
+			t.Fatalf("a fork keeping the live hook: %v, want ErrHookConflict", err)
+		}
+		if strings.Contains(err.Error(), token) || !strings.Contains(err.Error(), weir.HookRef(token)) {
+			t.Fatalf("the refusal names the hook as %q, want its reference %s and not its token", err, weir.HookRef(token))
+		}
+	})
+}

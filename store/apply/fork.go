@@ -338,7 +338,7 @@ func ForkRun(tx ForkTx, p *store.ForkRunParams) (*store.Run, bool, error) {
 				return nil, false, err
 			}
 			if owner != nil && !owner.Status.Terminal() {
-				return nil, false, fmt.Errorf("%w: the fork keeps hook %q (op %d), which run %s still holds: cancel it or let it end first", store.ErrHookConflict, fh.Token, fh.Op, h.RunID)
+				return nil, false, fmt.Errorf("%w: the fork keeps hook %s (op %d), which run %s still holds: cancel it or let it end first", store.ErrHookConflict, store.HookRef(fh.Token), fh.Op, h.RunID)
 			}
 		}
 		hooks[i] = &Hook{Token: fh.Token, RunID: p.ID, Op: fh.Op, Received: fh.Received, CreatedAt: p.Now}
