@@ -483,6 +483,10 @@ func (s *Store) WorldOpenStream(ctx context.Context, runID, name string) (*store
 		return nil, fmt.Errorf("open world stream: %w", err)
 	}
 	s.setStreamRun(si.ID, runID)
+	// A reader waiting for the run's stream (store.RunWatcher), in this
+	// process or another, looks again, as for any run stream created: it
+	// waited for its fallback poll (1 s) before.
+	s.wakeRuns([]string{runID})
 	return si, nil
 }
 

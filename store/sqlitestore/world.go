@@ -315,6 +315,10 @@ func (s *Store) WorldOpenStream(ctx context.Context, runID, name string) (*store
 	if err != nil {
 		return nil, fmt.Errorf("open world stream: %w", err)
 	}
+	// A reader waiting for the run's stream (store.RunWatcher) looks
+	// again, as for any run stream created: it waited for its fallback
+	// poll (1 s) before.
+	s.runs.Wake(store.RunKey(runID), struct{}{})
 	return si, nil
 }
 

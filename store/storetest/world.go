@@ -235,6 +235,28 @@ func worldAppend(t *testing.T, s store.Full, id int64, step string, attempt, seq
 }
 
 func testWorldStreams(t *testing.T, h harness) {
+	t.Run("CreationWakesTheRunsReaders", func(t *testing.T) {
+		// A reader of a run's stream not written yet waits on the run
+		// (store.RunWatcher): a World stream's creation wakes it as any
+		// run stream's does (before, it waited for its 1 s fallback poll,
+		// and a page showed a World run's first tokens a second late).
+		t.Parallel()
+		s := h.New(t)
+		rw, ok := store.WatcherOf(s)
+		if !ok {
+			t.Skip("the store has no store.RunWatcher")
+		}
+		id := worldRun(t, s, "")
+		changed, stop := rw.WatchRun(id)
+		defer stop()
+		_, err := s.WorldOpenStream(ctx(t), id, "strm_watched")
+		must(t, err)
+		select {
+		case <-changed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the World stream's creation did not wake the run's watchers")
+		}
+	})
 	t.Run("RetryCommitsTheLastAttemptOnce", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)

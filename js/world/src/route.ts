@@ -56,6 +56,11 @@ export function worldStreamRoute(opts: WorldStreamRouteOptions): (req: Request) 
   if (opts.token !== undefined) over.token = opts.token;
   const cfg = resolveConfig(over);
   return async (req: Request): Promise<Response> => {
+    // Core's serialization starts loading with the first request, not its
+    // first chunk: a page follows a run's stream before the run wrote it,
+    // and the load (~0.4 s in a fresh Next.js server) overlaps the wait
+    // instead of delaying the first tokens shown.
+    loadSerialization().catch(() => {}); // the decode reports a failure
     // The runtime's revivers are the run's, so each request gets the
     // route for the run it picked.
     let runId = '';
@@ -80,6 +85,7 @@ export function worldStreamRoute(opts: WorldStreamRouteOptions): (req: Request) 
 // still loading, and an app that never serves a stream never needs it.
 type Serialization = typeof import('@workflow/core/serialization');
 let serialization: Promise<Serialization> | undefined;
+const loadSerialization = (): Promise<Serialization> => (serialization ??= import('@workflow/core/serialization'));
 
 const FRAME_HEADER = 4;
 /** Where core's deserializer stops taking a length for a frame's (serialization.js: "sanity check: < 100MB"). */
@@ -103,7 +109,7 @@ export async function decodeFrame(bytes: Uint8Array, runId: string): Promise<unk
       len < 0 ? 'shorter than a frame header' : len === 0 || len >= MAX_FRAME ? `its header says ${len} bytes, not a frame's` : FRAME_HEADER + len < n ? `more than one frame (the first is ${FRAME_HEADER + len} bytes)` : `a cut frame (its header says ${len} bytes)`;
     throw new Error(`a record of ${n} bytes is not exactly one frame of the runtime's serialization: ${what}`);
   }
-  const { getDeserializeStream, getExternalRevivers } = await (serialization ??= import('@workflow/core/serialization'));
+  const { getDeserializeStream, getExternalRevivers } = await loadSerialization();
   // No encryption key: encrypted frames ('encr') fail in the deserializer,
   // as the World stores data unencrypted (docs/world.md).
   const ds = getDeserializeStream(getExternalRevivers(globalThis, [], runId, undefined), undefined);
