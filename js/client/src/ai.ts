@@ -150,6 +150,48 @@ function uiChunk(c: Chunk): UIMessageChunk | undefined {
   return undefined;
 }
 
+/**
+ * The options of @workflow/ai's WorkflowChatTransport that weir's chat
+ * takes, with their names and meanings there.
+ */
+export interface WorkflowChatTransportOptions {
+  /** The endpoint a turn is POSTed to. Default "/api/chat". */
+  api?: string;
+  /** The fetch of the POST and of the stream's reads. Default the global one. */
+  fetch?: typeof globalThis.fetch;
+  /**
+   * Called with the POST's reply once a turn started (its headers carry
+   * x-workflow-run-id). Its body, the run's chunks without rewinds, is not
+   * read: it is cancelled once this returns.
+   */
+  onChatSendMessage?: (response: Response, options: { trigger: StartRequest['trigger']; chatId: string; messageId?: string; messages: UIMessage[] }) => void | Promise<void>;
+  /** Reconnects in a row that may fail before the turn fails (follow's maxReconnects). */
+  maxConsecutiveErrors?: number;
+}
+
+/** WorkflowChatTransport's options weir's chat does not take: each changes what the transport reads or sends in a way weir's reads do not have. */
+const transportRefused = ['prepareSendMessagesRequest', 'prepareReconnectToStreamRequest', 'initialStartIndex', 'onChatEnd'];
+
+/**
+ * @workflow/ai's WorkflowChatTransport, as weir's chat takes it: a page
+ * that passes `transport: new WorkflowChatTransport({...})` to the AI SDK's
+ * useChat moves onto weir by importing both useChat and this from
+ * @weirhq/client/react, and nothing else changes. It carries its options:
+ * the chat does the transport's work, reading the run's stream from weir
+ * with rewinds applied (why not a real transport: see the top of this
+ * file). Options it does not take are refused at construction, not
+ * ignored.
+ */
+export class WorkflowChatTransport {
+  readonly options: Readonly<WorkflowChatTransportOptions>;
+  constructor(options: WorkflowChatTransportOptions = {}) {
+    for (const k of transportRefused) {
+      if (k in options) throw new TypeError(`WorkflowChatTransport: ${k} is not supported on weir (its chat reads the run's stream from weir): use WeirChat's start and streamUrl`);
+    }
+    this.options = { ...options };
+  }
+}
+
 /** Where a chat turn's stream is: what the app's start endpoint answers. */
 export interface StartedTurn {
   /** The URL of the turn's stream (an app route that serves it, see runstream), absolute or relative to the page. */
@@ -242,6 +284,12 @@ export interface WeirChatOptions {
   /** The endpoint the default start POSTs to. Default "/api/chat". */
   api?: string;
   /**
+   * @workflow/ai's transport, as a useChat page passes it: its api, fetch,
+   * maxConsecutiveErrors and onChatSendMessage, where this chat's own
+   * options do not say.
+   */
+  transport?: WorkflowChatTransport;
+  /**
    * Where the stream of a run (or, for resumeStream with no turn yet, of
    * the chat: its id) is. Default `${api}/${encodeURIComponent(id)}/stream`,
    * WorkflowChatTransport's.
@@ -285,6 +333,13 @@ export class WeirChat {
   #turn: Turn | undefined;
 
   constructor(opts: WeirChatOptions = {}) {
+    const t = opts.transport?.options;
+    if (t !== undefined) {
+      opts = { ...opts };
+      opts.api ??= t.api;
+      opts.fetch ??= t.fetch;
+      if (t.maxConsecutiveErrors !== undefined) opts.follow = { maxReconnects: t.maxConsecutiveErrors, ...opts.follow };
+    }
     this.#opts = opts;
     this.id = opts.id ?? makeId('chat');
     this.#snap = { messages: [...(opts.messages ?? [])], status: 'ready', error: undefined, rewinds: 0, stream: undefined };
@@ -483,7 +538,16 @@ export class WeirChat {
     if (res.ok && runId && !json) {
       // WorkflowChatTransport's contract: the reply streams the run's
       // chunks as they come, with no rewinds; they are read from weir.
-      await res.body?.cancel().catch(() => undefined);
+      try {
+        await this.#opts.transport?.options.onChatSendMessage?.(res, {
+          trigger: r.trigger,
+          chatId: r.chatId,
+          ...(r.messageId !== undefined ? { messageId: r.messageId } : {}),
+          messages: r.messages,
+        });
+      } finally {
+        await res.body?.cancel().catch(() => undefined);
+      }
       return { stream: this.#streamUrl(runId), runId };
     }
     const text = await res.text();

@@ -4,6 +4,10 @@
 
 import { useEffect, useRef, useState, useSyncExternalStore } from 'react';
 import { WeirChat, type ChatSnapshot, type WeirChatOptions } from './ai.js';
+
+// A useChat page written for @workflow/ai's transport imports it from here
+// with useChat: the one import that changes.
+export { WorkflowChatTransport, type WorkflowChatTransportOptions } from './ai.js';
 import { follow, type Chunk, type FollowOptions, type Follower, type Snapshot } from './follow.js';
 
 /** What useFollow returns. */

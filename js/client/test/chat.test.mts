@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import type { UIMessage, UIMessageChunk } from 'ai';
-import { WeirChat, type ChatFinish } from '@weirhq/client/ai';
+import { WeirChat, WorkflowChatTransport, type ChatFinish } from '@weirhq/client/ai';
 import { Client } from '@weirhq/client';
 import { startWeir, until, within, type WeirServer } from './helpers.js';
 
@@ -118,6 +118,31 @@ test("WorkflowChatTransport's contract: the run's id from the POST, its stream r
   assert.equal(textOf(finished[0]!.message), 'Hello, world');
   assert.deepEqual([finished[0]!.isAbort, finished[0]!.isError, finished[0]!.isDisconnect], [false, false, false]);
   assert.equal(finished[0]!.messages.length, 2);
+});
+
+test("@workflow/ai's WorkflowChatTransport as a useChat page passes it: its api, fetch and onChatSendMessage are the chat's; options weir's chat does not take are refused", async () => {
+  const app = new App();
+  app.script = async (path) => {
+    const a = client.writer({ path, writer: 'step/model', attempt: 1, contentType: 'application/json' });
+    await a.writeJSON(...turn('m1', 'Hi'), ...end);
+    await a.commit();
+    await client.closeStream(path);
+  };
+  const sent: (string | null)[] = [];
+  const chat = new WeirChat({
+    transport: new WorkflowChatTransport({ api: '/api/chat', fetch: app.fetch, maxConsecutiveErrors: 2, onChatSendMessage: (res) => void sent.push(res.headers.get('x-workflow-run-id')) }),
+    follow: { idleTimeoutMs: 5_000 },
+  });
+  await within(chat.sendMessage({ text: 'Say hi' }), 'the turn to end');
+  assert.equal(answerOf(chat), 'Hi');
+  assert.equal(app.posts.length, 1, "the POST went to the transport's api through its fetch");
+  assert.equal(sent.length, 1);
+  assert.match(sent[0] ?? '', /^wrun_/, 'onChatSendMessage had the reply, with the run id');
+  assert.equal(app.cancelled, 1, "the POST's own stream is not read");
+  for (const k of ['prepareSendMessagesRequest', 'initialStartIndex', 'onChatEnd', 'prepareReconnectToStreamRequest']) {
+    // A JavaScript caller's options (JSON.parse: untyped), as @workflow/ai takes them.
+    assert.throws(() => new WorkflowChatTransport(JSON.parse(`{"${k}": 1}`)), new RegExp(`${k} is not supported on weir`));
+  }
 });
 
 test('regenerate: the last answer goes, the POST says regenerate-message and which, the new answer takes its place', async () => {

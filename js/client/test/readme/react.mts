@@ -7,7 +7,8 @@
 // import { WorkflowChatTransport } from '@workflow/ai';
 // const { messages, status, sendMessage, stop } = useChat({ transport: new WorkflowChatTransport({ api: '/api/chat' }) });
 
-// after: the same page on weir, rewinds applied
-import { useChat } from '@weirhq/client/react';
-const { messages, status, sendMessage, stop } = useChat({ api: '/api/chat' });
+// after: the same page on weir, rewinds applied: one import changed
+import { useChat, WorkflowChatTransport } from '@weirhq/client/react';
+const { messages, status, sendMessage, stop } = useChat({ transport: new WorkflowChatTransport({ api: '/api/chat' }) });
+// (or, without the transport: useChat({ api: '/api/chat' }))
 // end snippet
