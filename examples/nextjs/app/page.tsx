@@ -2,9 +2,10 @@
 
 import { useEffect, useState, type FormEvent } from 'react';
 import type { FollowEvent } from '@weirhq/client';
-import { useChat } from '@weirhq/client/react';
+import { useChat, WorkflowChatTransport } from '@weirhq/client/react';
 
-// The chat: the AI SDK's useChat with another import. Each message starts a
+// The chat: a page written for the AI SDK's useChat with @workflow/ai's
+// WorkflowChatTransport, with one import changed. Each message starts a
 // DurableAgent turn (POST /api/chat); the answer streams from the turn's run
 // through /api/chat/<runId>/stream with weir's rewinds applied: each token
 // shown once, and a retry's voided tokens gone as soon as its rewind
@@ -29,7 +30,7 @@ export default function Chat() {
   useEffect(() => setHydrated(true), []);
   const [script, setScript] = useState({ fail: false, same: false, ownStart: false });
   const { messages, status, error, rewinds, stream, sendMessage } = useChat({
-    api: '/api/chat',
+    transport: new WorkflowChatTransport({ api: '/api/chat' }),
     onFollowEvent: (ev) =>
       window.weirEvents.push({ at: performance.now(), type: ev.type, ...(ev.type === 'rewind' ? { fromSeq: ev.fromSeq, removed: ev.removed.length } : {}) }),
     onFinish: () => window.weirTurns++,
