@@ -145,6 +145,38 @@ test("@workflow/ai's WorkflowChatTransport as a useChat page passes it: its api,
   }
 });
 
+test('a divergent retry: one rewind, onFollowEvent sees it with the voided chunks, nothing voided shown after it, the retry\'s answer at the end', async () => {
+  const app = new App();
+  app.script = async (path) => {
+    const a1 = client.writer({ path, writer: 'step/model', attempt: 1, contentType: 'application/json' });
+    await a1.writeJSON(...turn('m1', 'Hel', 'lo'));
+    const a2 = client.writer({ path, writer: 'step/model', attempt: 2, contentType: 'application/json' });
+    await a2.writeJSON(...turn('m1', 'Hi', ' there'), ...end);
+    await a2.commit();
+    await client.closeStream(path);
+  };
+  const events: string[] = [];
+  const shown: string[] = [];
+  const chat = new WeirChat({
+    fetch: app.fetch,
+    follow: { idleTimeoutMs: 5_000 },
+    onFollowEvent: (ev) => events.push(ev.type === 'rewind' ? `rewind ${ev.removed.length}` : ev.type),
+  });
+  let rewound = false;
+  chat.subscribe(() => {
+    rewound ||= events.some((e) => e.startsWith('rewind'));
+    const t = answerOf(chat);
+    if (shown.at(-1) !== t) shown.push(rewound ? `after: ${t}` : t);
+  });
+  await within(chat.sendMessage({ text: 'Say hi' }), 'the turn to end');
+  assert.equal(answerOf(chat), 'Hi there');
+  assert.equal(chat.getSnapshot().rewinds, 1);
+  const rewinds = events.filter((e) => e.startsWith('rewind'));
+  assert.equal(rewinds.length, 1, `one rewind: ${JSON.stringify(events)}`);
+  assert.ok(Number(rewinds[0]!.split(' ')[1]) >= 1, `the rewind names what it voided: ${rewinds[0]}`);
+  for (const t of shown.filter((x) => x.startsWith('after: '))) assert.ok(!/Hel|lo/.test(t), `a voided token shown after the rewind: ${JSON.stringify(shown)}`);
+});
+
 test('regenerate: the last answer goes, the POST says regenerate-message and which, the new answer takes its place', async () => {
   const app = new App();
   app.answer = 'json';
