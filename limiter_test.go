@@ -482,6 +482,40 @@ func TestALimiterChangedUnderItsLine(t *testing.T) {
 	})
 }
 
+// A rate taken off a limiter frees the runs parked for its window: a
+// step refused at a rate of one an hour parks its run until the window
+// ends; once the rate is gone, its run is claimable at once, asks again,
+// and runs (before, it slept out the hour: red team, round ten).
+func TestARateRemovedWakesItsParkedWaiters(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1, Rate: 1, Period: time.Hour}))
+		cfg := fastConfig()
+		cfg.ParkAfter = 20 * time.Millisecond
+		e := newEngine(t, s, cfg)
+		wf := weir.Register(e, "call", func(ctx weir.Context, who string) (string, error) {
+			return weir.Step(ctx, "call", func(sc weir.StepContext) (string, error) { return who, nil }, weir.WithLimiter("llm", nil))
+		})
+		must(t, e.Work(testCtx(t)))
+		first, err := wf.Start(testCtx(t), "first", nil)
+		must(t, err)
+		if _, err := first.Result(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		second, err := wf.Start(testCtx(t), "second", nil)
+		must(t, err)
+		waitFor(t, time.Minute, "the second run parked for the rate's window", func() bool {
+			r, err := s.GetRun(testCtx(t), second.ID)
+			return err == nil && r.LeaseOwner == "" && r.WakeAt.After(time.Now().Add(30*time.Minute))
+		})
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1}))
+		ctx, cancel := context.WithTimeout(testCtx(t), 20*time.Second)
+		defer cancel()
+		if _, err := second.Result(ctx); err != nil {
+			t.Fatalf("the parked run once the rate was taken off: %v (it sleeps out the rate's window)", err)
+		}
+	})
+}
+
 // BenchmarkLimitedStep: a short run (3 steps) with and without each step
 // taking a slot of a limiter that is not the bottleneck (concurrency
 // 10,000), 16 runs at once, on both stores with durable commits: what a

@@ -26,6 +26,7 @@ import (
 
 	"github.com/weirhq/weir/names"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -222,6 +223,26 @@ func Grantable(c *Config) bool { return c.Rate == 0 && c.Budget == 0 }
 // its slot.
 func StepHolder(run string, op, attempt int64) string {
 	return run + "/" + strconv.FormatInt(op, 10) + "/" + strconv.FormatInt(attempt, 10)
+}
+
+// HolderRun is the run of a StepHolder; false for a holder of another
+// form (an engine's grant).
+func HolderRun(holder string) (string, bool) {
+	i := strings.LastIndexByte(holder, '/')
+	if i < 0 {
+		return "", false
+	}
+	j := strings.LastIndexByte(holder[:i], '/')
+	if j <= 0 {
+		return "", false
+	}
+	if _, err := strconv.ParseInt(holder[i+1:], 10, 64); err != nil {
+		return "", false
+	}
+	if _, err := strconv.ParseInt(holder[j+1:i], 10, 64); err != nil {
+		return "", false
+	}
+	return holder[:j], true
 }
 
 // Reason says which bound keeps a request waiting.

@@ -675,3 +675,23 @@ func TestJoinedAndFreed(t *testing.T) {
 		t.Fatalf("w, with a slot given back: %+v", d)
 	}
 }
+
+// HolderRun is StepHolder's run, and nothing for another holder's form.
+func TestHolderRun(t *testing.T) {
+	for _, c := range []struct {
+		holder, run string
+		ok          bool
+	}{
+		{StepHolder("run_1", 3, 2), "run_1", true},
+		{StepHolder("sched:nightly:2026-12-07T00:00:00Z", 12, 1), "sched:nightly:2026-12-07T00:00:00Z", true},
+		{"engine-7f3a", "", false},
+		{"a/b", "", false},
+		{"/1/2", "", false},
+		{"r/x/2", "", false},
+		{"r/1/y", "", false},
+	} {
+		if run, ok := HolderRun(c.holder); run != c.run || ok != c.ok {
+			t.Errorf("HolderRun(%q) = %q, %v; want %q, %v", c.holder, run, ok, c.run, c.ok)
+		}
+	}
+}

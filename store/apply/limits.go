@@ -28,6 +28,9 @@ type LimiterTx interface {
 	// QueuedRuns reports whether runs wait in limiter name as a queue, or
 	// hold its slots as admitted runs that have not ended.
 	QueuedRuns(name string) (bool, error)
+	// WakeParkedRuns makes each of runs that is parked (running, its lease
+	// given up) claimable at once; any other is left as it is.
+	WakeParkedRuns(runs []string) error
 	// DeleteLimiter deletes limiter name's row.
 	DeleteLimiter(name string) error
 }
@@ -50,7 +53,9 @@ func DecodeLimiterState(b []byte) (limit.State, error) {
 // SetLimiter creates or changes a limiter, keeping its state; slots a
 // raised bound frees go to its line (limit.HandOff), and it returns the
 // holders to wake once committed (store.LimiterWatcher.WatchSlot): those
-// handed one, and every other waiter, to ask again under the new bounds. A
+// handed one, and every other waiter, to ask again under the new bounds;
+// the runs of waiters parked for a rate's or a budget's window are made
+// claimable. A
 // waiter of a limiter that hands off waits to be handed a slot and asks
 // at nothing else; once a rate or a budget is added, no slot is handed
 // any more, and it slept to its place's renewal (red team, round ten: a
@@ -91,8 +96,20 @@ func SetLimiter(tx LimiterTx, c *limit.Config) ([]string, error) {
 	// out is taken back by the next decision, at the clock its caller
 	// gives.
 	st, handed := limit.HandOff(c, st, limit.Latest(st, time.Time{}))
+	// A waiter that asked at a rate or a budget may be parked for its
+	// window (an hour, for a rate of a few an hour): it hears no wake, so
+	// its run is made claimable, to ask again under the new bounds.
+	var parked []string
 	for _, w := range st.Waiters {
 		handed = append(handed, w.Holder)
+		if run, ok := limit.HolderRun(w.Holder); ok && w.Deaf && !slices.Contains(parked, run) {
+			parked = append(parked, run)
+		}
+	}
+	if len(parked) > 0 {
+		if err := tx.WakeParkedRuns(parked); err != nil {
+			return nil, err
+		}
 	}
 	return handed, saveLimiter(tx, c, st)
 }

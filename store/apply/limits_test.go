@@ -2,6 +2,7 @@ package apply
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ type limTx struct {
 	state  map[string][]byte
 	extra  int
 	queued map[string]bool
+	woken  []string // WakeParkedRuns
 }
 
 func newLimTx() *limTx {
@@ -32,6 +34,10 @@ func (m *limTx) SaveLimiter(c *limit.Config, st []byte) error {
 }
 func (m *limTx) CountLimiters() (int, error)          { return len(m.cfg) + m.extra, nil }
 func (m *limTx) QueuedRuns(name string) (bool, error) { return m.queued[name], nil }
+func (m *limTx) WakeParkedRuns(runs []string) error {
+	m.woken = append(m.woken, runs...)
+	return nil
+}
 func (m *limTx) DeleteLimiter(name string) error {
 	delete(m.cfg, name)
 	delete(m.state, name)
@@ -81,5 +87,42 @@ func TestLimiterCountAndDelete(t *testing.T) {
 	}
 	if err := DeleteLimiter(tx, "openai", now); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("delete twice: %v", err)
+	}
+}
+
+// A change of a limiter wakes every waiter (the holders it returns), and
+// makes claimable the runs of those that asked at a rate or a budget:
+// they may be parked for its window and hear no wake.
+func TestSetLimiterWakesItsLine(t *testing.T) {
+	now := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	tx := newLimTx()
+	rated := &limit.Config{Name: "llm", Concurrency: 1, Rate: 1, Period: time.Hour}
+	if _, err := SetLimiter(tx, rated); err != nil {
+		t.Fatal(err)
+	}
+	ask := func(holder string) *limit.Decision {
+		t.Helper()
+		d, err := AcquireSlot(tx, &store.AcquireSlotParams{Limiter: "llm", Now: now, Request: limit.Request{Holder: holder, Lease: time.Minute}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	a, b := limit.StepHolder("run-a", 1, 1), limit.StepHolder("run-b", 2, 1)
+	if !ask(a).Granted {
+		t.Fatal("a: the free slot refused")
+	}
+	if d := ask(b); d.Granted || d.HandsOff {
+		t.Fatalf("b at the rate: %+v", d)
+	}
+	woken, err := SetLimiter(tx, &limit.Config{Name: "llm", Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(woken, b) {
+		t.Fatalf("woke %v, want b among them", woken)
+	}
+	if !slices.Equal(tx.woken, []string{"run-b"}) {
+		t.Fatalf("runs made claimable: %v, want b's (it asked at the rate)", tx.woken)
 	}
 }

@@ -100,6 +100,13 @@ func (t *limiterTx) QueuedRuns(name string) (bool, error) {
 }
 
 // DeleteLimiter deletes limiter name's row.
+// WakeParkedRuns makes the parked runs of runs claimable now.
+func (t *limiterTx) WakeParkedRuns(runs []string) error {
+	_, err := t.x.c.Exec(t.ctx, `UPDATE `+t.s.q.schema+`.runs SET wake_at = 0
+		WHERE id = ANY ($1::text[]) AND status = 'running' AND lease_owner = '' AND wake_at > 0`, runs)
+	return err
+}
+
 func (t *limiterTx) DeleteLimiter(name string) error {
 	_, err := t.x.c.Exec(t.ctx, `DELETE FROM `+t.s.q.schema+`.limiters WHERE name = $1`, name)
 	return err

@@ -91,6 +91,21 @@ func (tx *wtx) QueuedRuns(name string) (bool, error) {
 	return any, nil
 }
 
+// WakeParkedRuns makes the parked runs of runs claimable now.
+func (tx *wtx) WakeParkedRuns(runs []string) error {
+	tx.changed = true
+	st, err := tx.stmt(`UPDATE runs SET wake_at = 0 WHERE id = ? AND status = 'running' AND lease_owner = '' AND wake_at > 0`)
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		if _, err := st.ExecContext(bg, r); err != nil {
+			return translate(err)
+		}
+	}
+	return nil
+}
+
 // DeleteLimiter deletes limiter name's row.
 func (tx *wtx) DeleteLimiter(name string) error {
 	tx.changed = true
