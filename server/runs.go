@@ -833,6 +833,19 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
+	// A resume takes no options: a body is empty or {}, so that a client
+	// that meant a fork's (an id, a step) is told, not resumed.
+	body, err := readBody(w, r, 1<<10)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := decodeJSON(body, &struct{}{}); err != nil {
+			httpError(w, fmt.Errorf("%w (a resume takes no options)", err))
+			return
+		}
+	}
 	h, ok := s.holdLog(w, r, r.PathValue("id"), resumeLogReads)
 	if !ok {
 		return

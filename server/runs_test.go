@@ -430,6 +430,9 @@ func TestForkRetryResume(t *testing.T) {
 		return false
 	})
 	s.do("POST", "/v1/runs/"+run.ID+"/resume", "").want(t, http.StatusConflict)
+	// A resume takes no options: a fork's are refused, not ignored.
+	s.do("POST", "/v1/runs/"+run.ID+"/resume", `{"id":"wrun_x"}`).want(t, http.StatusBadRequest)
+	s.do("POST", "/v1/runs/"+run.ID+"/resume", `{}`).want(t, http.StatusConflict)
 	s.do("POST", "/v1/runs/"+run.ID+"/cancel", "").want(t, http.StatusAccepted)
 	s.wait(run.ID)
 
