@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -136,11 +137,16 @@ func TestTracingOneTraceAcrossExecutions(t *testing.T) {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 		cfg := fastConfig()
 		cfg.TracerProvider = tp
-		cfg.ParkAfter = weir.NoWait // every sleep parks: the resume is a second execution
+		cfg.ParkAfter = weir.NoWait // every wait parks: the resume is a second execution
 		e := newEngine(t, s, cfg)
 		child := weir.Register(e, "child", func(ctx weir.Context, n int) (int, error) { return n + 1, nil })
+		// It parks waiting for a message the test sends once it parked (a
+		// short sleep did not park when its own record outlasted it: CI,
+		// under load).
 		wf := weir.Register(e, "parent", func(ctx weir.Context, _ int) (int, error) {
-			weir.Sleep(ctx, 20*time.Millisecond)
+			if _, err := weir.Recv[int](ctx, "go"); err != nil {
+				return 0, err
+			}
 			return weir.StartChild(ctx, child, 41, nil).Get(ctx)
 		})
 		if err := e.Work(testCtx(t)); err != nil {
@@ -152,17 +158,19 @@ func TestTracingOneTraceAcrossExecutions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		waitParked(t, s, h.ID)
+		sendMsg(t, e, h.ID, "go", `1`, nil)
 		if n, err := h.Result(testCtx(t)); err != nil || n != 42 {
 			t.Fatalf("result %d, %v", n, err)
 		}
 		want := span.SpanContext().TraceID()
-		waitFor(t, 5*time.Second, "the sleep's and the child wait's spans", func() bool {
-			var sleep, wait bool
+		waitFor(t, 5*time.Second, "the message wait's and the child wait's spans", func() bool {
+			var message, wait bool
 			for _, s := range exp.GetSpans() {
-				sleep = sleep || s.Name == "weir.sleep"
+				message = message || s.Name == "weir.wait hook" && slices.Equal(attrs(s)["weir.wait.hooks"].AsStringSlice(), []string{"message"})
 				wait = wait || s.Name == "weir.wait child" && len(attrs(s)["weir.wait.children"].AsStringSlice()) == 1
 			}
-			return sleep && wait
+			return message && wait
 		})
 		var parents, children int
 		waitFor(t, 5*time.Second, "the child's and the parent's last execution spans", func() bool {
