@@ -516,6 +516,76 @@ func TestARateRemovedWakesItsParkedWaiters(t *testing.T) {
 	})
 }
 
+// A bound lowered while steps hold its slots through the engine's grant
+// stops none of them: the grant keeps the slots in use and hands out no
+// more until enough have ended (a lowered bound applies to new takes).
+// Each body runs once. (Red team, round eleven: 10 to 9 stopped all ten
+// with ErrSlotLost, "its lease ran out before it was renewed", and each
+// ran again.)
+func TestALoweredBoundStopsNoStep(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 3}))
+		e := newEngine(t, s, fastConfig()) // LeaseTTL 500 ms: the grant is renewed every 166 ms
+		var mu sync.Mutex
+		bodies := map[string]int{}
+		hold := make(chan struct{})
+		release := sync.OnceFunc(func() { close(hold) })
+		defer release()
+		wf := weir.Register(e, "call", func(ctx weir.Context, who string) (string, error) {
+			return weir.Step(ctx, "call", func(sc weir.StepContext) (string, error) {
+				mu.Lock()
+				bodies[who]++
+				mu.Unlock()
+				select {
+				case <-hold:
+					return who, nil
+				case <-sc.Done():
+					return "", context.Cause(sc)
+				}
+			}, weir.WithLimiter("llm", nil))
+		})
+		must(t, e.Work(testCtx(t)))
+		var hs []*weir.Handle[string]
+		for _, who := range []string{"a", "b", "c"} {
+			h, err := wf.Start(testCtx(t), who, nil)
+			must(t, err)
+			hs = append(hs, h)
+		}
+		waitFor(t, time.Minute, "the three bodies running", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(bodies) == 3
+		})
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 2}))
+		changed := time.Now()
+		waitFor(t, time.Minute, "the grant renewed under the lowered bound", func() bool {
+			st, err := s.LimiterState(testCtx(t), "llm", time.Time{})
+			if err != nil {
+				return false
+			}
+			for _, h := range st.Holds {
+				if h.Until.After(changed.Add(500 * time.Millisecond)) {
+					return true
+				}
+			}
+			return false
+		})
+		release()
+		for _, h := range hs {
+			if _, err := h.Result(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for who, n := range bodies {
+			if n != 1 {
+				t.Errorf("%s's body ran %d times; a lowered bound stopped it", who, n)
+			}
+		}
+	})
+}
+
 // BenchmarkLimitedStep: a short run (3 steps) with and without each step
 // taking a slot of a limiter that is not the bottleneck (concurrency
 // 10,000), 16 runs at once, on both stores with durable commits: what a

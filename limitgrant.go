@@ -241,11 +241,12 @@ func (p *grantPool) take(ctx context.Context) (func(cost int64), <-chan struct{}
 	}
 	p.mu.Lock()
 	want := min(limit.MaxGrant, max(2*p.granted, p.inUse+1))
+	inUse := p.inUse
 	p.mu.Unlock()
 	e := p.g.e
 	sent := time.Now()
 	d, err := e.store.AcquireSlot(ctx, &store.AcquireSlotParams{Limiter: p.limiter, Request: limit.Request{
-		Holder: p.holder, Key: p.key.key, Lease: e.cfg.LeaseTTL, Grant: want}})
+		Holder: p.holder, Key: p.key.key, Lease: e.cfg.LeaseTTL, Grant: want, InUse: inUse}})
 	if err != nil {
 		return nil, nil, false // the attempt's own ask says what is wrong
 	}
@@ -255,8 +256,8 @@ func (p *grantPool) take(ctx context.Context) (func(cost int64), <-chan struct{}
 		p.off = time.Now().Add(grantRetry)
 		return nil, nil, false
 	}
-	p.granted, p.others = d.Count, d.Waiting
-	if p.granted > 0 {
+	p.granted, p.others = d.Count-d.Over, d.Waiting
+	if d.Count > 0 {
 		p.heard(sent, d.Count)
 		if !p.keeping {
 			p.keeping = true
@@ -370,8 +371,11 @@ func (p *grantPool) resize(closing bool) bool {
 		return true
 	}
 	sent := time.Now()
+	p.mu.Lock()
+	inUse := p.inUse
+	p.mu.Unlock()
 	d, err := e.store.AcquireSlot(ctx, &store.AcquireSlotParams{Limiter: p.limiter, Request: limit.Request{
-		Holder: p.holder, Key: p.key.key, Lease: e.cfg.LeaseTTL, Grant: want}})
+		Holder: p.holder, Key: p.key.key, Lease: e.cfg.LeaseTTL, Grant: max(want, inUse), InUse: inUse}})
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -387,7 +391,9 @@ func (p *grantPool) resize(closing bool) bool {
 		// Less than asked only if the lease had run out and others took
 		// the slots meanwhile: the attempts it was handed to stop (heard),
 		// and no more is handed out until enough end.
-		p.granted, p.others = d.Count, d.Waiting
+		// What it keeps past a lowered bound (Over) is the attempts'
+		// in use: none is handed out until that many have ended.
+		p.granted, p.others = d.Count-d.Over, d.Waiting
 		if d.Count > 0 {
 			p.heard(sent, d.Count)
 		} else if p.lease != nil {

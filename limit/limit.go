@@ -189,6 +189,11 @@ type Request struct {
 	// (Grantable); any other answers Reason NoGrant. Asking again renews
 	// the hold's lease. It never puts the holder in line.
 	Grant int `json:",omitempty"`
+	// InUse, with Grant, is how many of the grant's slots its holder has
+	// handed out and not taken back: a renewal keeps them whatever the
+	// bounds are now (a lowered bound applies to new takes, as it does to
+	// single holds), and gives back only idle ones.
+	InUse int `json:",omitempty"`
 }
 
 // Check refuses a request without a holder or a lease.
@@ -204,6 +209,9 @@ func (r *Request) Check() error {
 	}
 	if r.Grant < 0 || r.Grant > MaxGrant {
 		return fmt.Errorf("%w: a grant of %d slots (0 to %d)", ErrInvalid, r.Grant, MaxGrant)
+	}
+	if r.InUse < 0 || r.InUse > MaxGrant {
+		return fmt.Errorf("%w: %d of a grant's slots in use (0 to %d)", ErrInvalid, r.InUse, MaxGrant)
 	}
 	return nil
 }
@@ -283,6 +291,10 @@ type Decision struct {
 	// Freed is the slots a grant gave back with this ask (it shrank): the
 	// line may go on.
 	Freed int `json:",omitempty"`
+	// Over is how many of a grant's Count slots it keeps past the bounds,
+	// for the attempts it has in use (Request.InUse): its holder hands out
+	// no slot until that many have ended.
+	Over int `json:",omitempty"`
 	// Handed is the other waiters this decision handed a slot (HandOff):
 	// a store wakes each, for it holds a slot it does not know of yet.
 	Handed []string `json:",omitempty"`
@@ -434,7 +446,13 @@ func grant(c *Config, st State, req Request, now time.Time) (Decision, State) {
 	if c.PerKey > 0 {
 		n = min(n, max(0, c.PerKey-(heldBy(st, req.Key)-have)))
 	}
-	d := Decision{Waiting: len(st.Waiters), Freed: max(0, have-n)}
+	// ... but what its holder has handed out stays held: the attempts on
+	// those slots go on, and no new one is handed out until the grant is
+	// under the bound (red team, round eleven: a bound lowered from 10 to
+	// 9 stopped all ten steps on a grant, and each ran again).
+	capped := n
+	n = max(n, min(have, req.InUse))
+	d := Decision{Waiting: len(st.Waiters), Freed: max(0, have-n), Over: n - capped}
 	if n == 0 {
 		if i >= 0 {
 			st.Holds = slices.Delete(st.Holds, i, i+1)

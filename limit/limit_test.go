@@ -695,3 +695,40 @@ func TestHolderRun(t *testing.T) {
 		}
 	}
 }
+
+// A lowered bound applies to a grant's new takes, not to the slots its
+// holder has handed out: a renewal keeps those (Over says how many past
+// the bound), and gives back only idle ones, down to the bound as they end.
+// (Red team, round eleven: a bound lowered from 10 to 9 took the grant to
+// 9 with 10 in use, and the engine stopped all ten.)
+func TestALoweredBoundKeepsAGrantsSlotsInUse(t *testing.T) {
+	c := &Config{Name: "l", Concurrency: 10}
+	var st State
+	d, st := Acquire(c, st, grantReq("g", "", 10), at(0))
+	if d.Count != 10 {
+		t.Fatalf("a grant of 10: %+v", d)
+	}
+	lowered := &Config{Name: "l", Concurrency: 9}
+	renew := func(inUse int, when int) Decision {
+		r := grantReq("g", "", 10)
+		r.InUse = inUse
+		d, st = Acquire(lowered, st, r, at(when))
+		return d
+	}
+	if d := renew(10, 1); d.Count != 10 || d.Over != 1 || Held(st) != 10 {
+		t.Fatalf("renewed with 10 in use under a bound of 9: %+v, held %d", d, Held(st))
+	}
+	if d, _ := Acquire(lowered, st, req("s", ""), at(2)); d.Granted {
+		t.Fatalf("a single ask past the lowered bound: %+v", d)
+	}
+	if d := renew(9, 3); d.Count != 9 || d.Over != 0 {
+		t.Fatalf("one ended: %+v", d)
+	}
+	if d := renew(4, 4); d.Count != 9 || d.Over != 0 {
+		t.Fatalf("idle slots are kept up to the bound: %+v", d)
+	}
+	// Without InUse, as before: the renewal keeps no more than the bound.
+	if d := renew(0, 5); d.Count != 9 {
+		t.Fatalf("a renewal that says nothing of its use: %+v", d)
+	}
+}
