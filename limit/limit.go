@@ -75,9 +75,18 @@ func (c *Config) Check() error {
 		return fmt.Errorf("%w: limiter %q: a rate or a budget needs a period of at least 1ms", ErrInvalid, c.Name)
 	case c.Period < 0:
 		return fmt.Errorf("%w: limiter %q: a negative period", ErrInvalid, c.Name)
+	case c.Period > MaxPeriod:
+		return fmt.Errorf("%w: limiter %q: a period of %v, the longest is %v", ErrInvalid, c.Name, c.Period, MaxPeriod)
 	}
 	return nil
 }
+
+// MaxPeriod bounds a limiter's period, and a request's lease: a time a
+// decision reaches by one of them (a retry's, a hold's) stays far inside
+// what a store keeps as nanoseconds since 1970 (to 2262). Red team, round
+// eleven: a period of 2,562,047 hours put a parked run's wake time past
+// it, wrapped negative, and the run was claimed again in a loop.
+const MaxPeriod = 10 * 366 * 24 * time.Hour
 
 // CheckKey refuses a key (a tenant's, a dedupe key): empty, or printable
 // text of at most MaxNameLen bytes (names.Text).
@@ -206,6 +215,9 @@ func (r *Request) Check() error {
 	}
 	if r.Lease <= 0 {
 		return fmt.Errorf("%w: a request needs a positive lease", ErrInvalid)
+	}
+	if r.Lease > MaxPeriod {
+		return fmt.Errorf("%w: a lease of %v, the longest is %v", ErrInvalid, r.Lease, MaxPeriod)
 	}
 	if r.Grant < 0 || r.Grant > MaxGrant {
 		return fmt.Errorf("%w: a grant of %d slots (0 to %d)", ErrInvalid, r.Grant, MaxGrant)

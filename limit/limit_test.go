@@ -32,6 +32,9 @@ func TestConfigCheck(t *testing.T) {
 		{Config{Name: "x", Rate: 5}, false},
 		{Config{Name: "x", Budget: 5, Period: time.Microsecond}, false},
 		{Config{Name: "x", Rate: -5, Period: time.Second}, false},
+		{Config{Name: "x", Budget: 100, Period: MaxPeriod}, true},
+		{Config{Name: "x", Rate: 1, Period: MaxPeriod + time.Hour}, false},
+		{Config{Name: "x", Rate: 1, Period: 2562047 * time.Hour}, false},
 		{Config{Name: string([]byte{0xff}), Concurrency: 1}, false},
 		{Config{Name: string(make([]byte, MaxNameLen+1)), Concurrency: 1}, false},
 	} {
@@ -40,7 +43,7 @@ func TestConfigCheck(t *testing.T) {
 			t.Errorf("%+v: %v", c.cfg, err)
 		}
 	}
-	for _, r := range []Request{{Holder: "", Lease: time.Second}, {Holder: "h"}, {Holder: "h", Key: string([]byte{0xfe}), Lease: time.Second}} {
+	for _, r := range []Request{{Holder: "", Lease: time.Second}, {Holder: "h"}, {Holder: "h", Key: string([]byte{0xfe}), Lease: time.Second}, {Holder: "h", Lease: MaxPeriod + 1}} {
 		if err := r.Check(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("request %+v: %v", r, err)
 		}

@@ -58,6 +58,7 @@ func TestLimitersAPI(t *testing.T) {
 			{`{}`, js, http.StatusBadRequest},
 			{`{"rate":5}`, js, http.StatusBadRequest},
 			{`{"rate":5,"period":"soon"}`, js, http.StatusBadRequest},
+			{`{"rate":1,"period":"2562047h"}`, js, http.StatusBadRequest}, // a wake time past 2262 (red team, round eleven)
 			{`{"concurrency":"four"}`, js, http.StatusBadRequest},
 			{`{"concurrency":2,"colour":"red"}`, js, http.StatusBadRequest},
 			{`{"name":"other","concurrency":2}`, js, http.StatusBadRequest},
