@@ -753,24 +753,30 @@ const (
 	resumeLogReads = 2
 )
 
-// holdLog charges k reads of run's log (its events' data, by
+// holdLog charges k reads of the logs of runs (their events' data, by
 // store.LogSizer) to the replies' budget before a fork, a retry or a
-// resume reads it; false if the budget cannot take them (answered 503
-// busy on w, nothing read). A log whose reads pass the whole budget holds
-// all of it: it is served alone.
-func (s *Server) holdLog(w http.ResponseWriter, r *http.Request, run string, k int64) (*replyHold, bool) {
-	if err := store.CheckRunID(run); err != nil {
-		httpError(w, err)
-		return nil, false
+// resume reads them; false if the budget cannot take them (answered 503
+// busy on w, nothing read). Logs whose reads pass the whole budget hold
+// all of it: they are served alone.
+func (s *Server) holdLog(w http.ResponseWriter, r *http.Request, k int64, runs ...string) (*replyHold, bool) {
+	for _, run := range runs {
+		if err := store.CheckRunID(run); err != nil {
+			httpError(w, err)
+			return nil, false
+		}
 	}
 	ls, ok := store.LogSizerOf(s.store)
 	if !ok {
 		return &replyHold{s: s}, true
 	}
-	n, err := ls.LogBytes(r.Context(), run)
-	if err != nil {
-		httpError(w, err)
-		return nil, false
+	var n int64
+	for _, run := range runs {
+		b, err := ls.LogBytes(r.Context(), run)
+		if err != nil {
+			httpError(w, err)
+			return nil, false
+		}
+		n += b
 	}
 	if n == 0 {
 		return &replyHold{s: s}, true
@@ -792,7 +798,14 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	h, ok := s.holdLog(w, r, r.PathValue("id"), forkLogReads)
+	// A fork named with an id that is a fork already is compared with it,
+	// whose log is read too (red-team round eleven: a "same fork" of a
+	// fork with a full inbox went past the hold of its small source).
+	logs := []string{r.PathValue("id")}
+	if in.ID != "" {
+		logs = append(logs, in.ID)
+	}
+	h, ok := s.holdLog(w, r, forkLogReads, logs...)
 	if !ok {
 		return
 	}
@@ -813,7 +826,7 @@ func (s *Server) handleRetry(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	h, ok := s.holdLog(w, r, r.PathValue("id"), forkLogReads)
+	h, ok := s.holdLog(w, r, forkLogReads, r.PathValue("id"))
 	if !ok {
 		return
 	}
@@ -846,7 +859,7 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	h, ok := s.holdLog(w, r, r.PathValue("id"), resumeLogReads)
+	h, ok := s.holdLog(w, r, resumeLogReads, r.PathValue("id"))
 	if !ok {
 		return
 	}

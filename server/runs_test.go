@@ -385,6 +385,24 @@ func TestForksAreHeldByTheLogTheyRead(t *testing.T) {
 	if n := s.srv.replies.inUse(); n != 0 {
 		t.Fatalf("%d bytes of the budget held after the fork", n)
 	}
+	// A fork again onto a fork that exists (the same id and point) reads
+	// that fork's log too: held by both (red-team round eleven: a small
+	// source's hold let forks onto a fork with a full inbox through).
+	src := s.start(`{"workflow":"block"}`)
+	eventually(t, "the source's first step started", func() bool {
+		evs, err := s.e.Store().ListEvents(t.Context(), src.ID, 0)
+		return err == nil && slices.ContainsFunc(evs, func(ev store.Event) bool { return ev.Type == store.EventStepStarted })
+	})
+	s.do("POST", "/v1/runs/"+src.ID+"/fork", `{"id":"f3","op":1}`).want(t, http.StatusCreated)
+	for range 2 {
+		s.do("POST", "/v1/runs/f3/messages/t", msg).want(t, http.StatusOK)
+	}
+	if !s.srv.replies.take(16 << 20) {
+		t.Fatal("the budget")
+	}
+	s.do("POST", "/v1/runs/"+src.ID+"/fork", `{"id":"f3","op":1}`).want(t, http.StatusServiceUnavailable)
+	s.srv.replies.give(16 << 20)
+	s.do("POST", "/v1/runs/"+src.ID+"/fork", `{"id":"f3","op":1}`).want(t, http.StatusCreated)
 	// A log whose reads pass the whole budget is served when nothing else
 	// is held.
 	small := newTestServer(t, &Config{MaxReplyBytes: 8 << 20})
