@@ -24,16 +24,21 @@ func healthStreamPath(name string) string { return "_weir/world-health/" + name 
 
 // openWorldStream returns (creating) World stream name of run, or the
 // stream of a health check.
-func (s *Server) openWorldStream(ctx context.Context, run, name string) (*store.StreamInfo, error) {
+//
+// made reports that the stream may be new: always for a World stream (its
+// opens are cached: this is the first of this server's for it), and for a
+// health check's, which is opened at every write, only when it was created.
+func (s *Server) openWorldStream(ctx context.Context, run, name string) (info *store.StreamInfo, made bool, err error) {
 	if !world.HealthCheckStream(name) {
-		return s.store.WorldOpenStream(ctx, run, name)
+		info, err := s.store.WorldOpenStream(ctx, run, name)
+		return info, err == nil, err
 	}
 	if err := world.StreamName(name); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	info, _, err := s.store.CreateStream(ctx, &store.CreateStreamParams{Path: healthStreamPath(name), ContentType: "application/octet-stream",
+	info, created, err := s.store.CreateStream(ctx, &store.CreateStreamParams{Path: healthStreamPath(name), ContentType: "application/octet-stream",
 		Expiry: store.Expiry{TTL: healthStreamTTL, HasTTL: true}, Now: s.now(), MaxStreams: limit(s.cfg.MaxStreams)})
-	return info, err
+	return info, created, err
 }
 
 // lookupWorldStream returns World stream name, or the stream of a health

@@ -512,8 +512,23 @@ func TestWorldHealthCheckStream(t *testing.T) {
 		fake := "wrun_01JZ0000000000000000000001"
 		body := appendFrame(nil, []byte(`{"healthy":true}`))
 		hdr := []string{"Content-Type", "application/octet-stream", "Weir-Framing", "u32be", "Idempotency-Key", "h1"}
+		opened := d.srv.worldOpened.wait()
 		d.wcall("POST", "runs/"+fake+"/streams/"+name, body, hdr...).must(t, http.StatusOK)
+		select {
+		case <-opened:
+		default:
+			t.Fatal("the health check's stream was made: followers of names not written yet were not woken")
+		}
+		// Written again (every write opens it): no follower is woken
+		// (red-team round eleven: 20 writes a second woke 1,000 followers
+		// 20 times a second).
+		opened = d.srv.worldOpened.wait()
 		d.wcall("POST", "runs/"+fake+"/streams/"+name, body, hdr...).must(t, http.StatusOK).header(t, "Weir-Idempotent-Replay", "true")
+		select {
+		case <-opened:
+			t.Fatal("a write to a health check's stream made already woke the followers of names not written yet")
+		default:
+		}
 		d.wcall("POST", "runs/"+fake+"/streams/"+name+"/close", []byte(`{}`), "Content-Type", "application/json").must(t, http.StatusOK)
 		got, eof := d.wread(name, "index=0")
 		if !slices.Equal(got, []string{`{"healthy":true}`}) || !eof {
