@@ -96,7 +96,13 @@ func (x *execution) took(f *future) {
 		case inbox.Taken:
 			f.take(payload, i)
 		case inbox.Closed:
-			f.err = fmt.Errorf("%w: %q", ErrHookDisposed, f.hook.token)
+			// A hook by its reference, not its token: the error may become
+			// the run's, which its readers see (a token is a capability).
+			what := HookRef(f.hook.token)
+			if f.kind == opMessage {
+				what = strconv.Quote(f.hook.token) // a topic
+			}
+			f.err = fmt.Errorf("%w: %s", ErrHookDisposed, what)
 		default:
 			panic("weir: a Future taken with nothing to take") // await said it was ready
 		}

@@ -354,6 +354,11 @@ func TestHookDisposedAndNegativeTimeout(t *testing.T) {
 		if err != nil || !strings.Contains(out, "hook disposed") {
 			t.Fatalf("result %q %v", out, err)
 		}
+		// It names the hook by its reference: the error may become the
+		// run's, and a token is a capability (red-team round eleven).
+		if strings.Contains(out, `"disposed"`) || !strings.Contains(out, weir.HookRef("disposed")) {
+			t.Fatalf("the error names the hook as %q, want %s and not its token", out, weir.HookRef("disposed"))
+		}
 		if _, err := e.DeliverHook(testCtx(t), "disposed", json.RawMessage(`1`), nil); !errors.Is(err, store.ErrGone) {
 			t.Fatalf("a delivery after Close: %v", err)
 		}
