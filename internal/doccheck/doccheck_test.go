@@ -40,20 +40,7 @@ var fenceRE = regexp.MustCompile("^([ \t]*)(`{3,}|~{3,})(.*)$")
 
 func TestSnippets(t *testing.T) {
 	root := repoRoot(t)
-	var docs []string
-	for _, g := range docGlobs {
-		m, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(g)))
-		if err != nil {
-			t.Fatalf("glob %s: %v", g, err)
-		}
-		for _, p := range m {
-			rel, err := filepath.Rel(root, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			docs = append(docs, filepath.ToSlash(rel))
-		}
-	}
+	docs := docFiles(t, root)
 	if len(docs) == 0 {
 		t.Fatalf("no markdown file matched %v under %s", docGlobs, root)
 	}
