@@ -440,6 +440,11 @@ func (g *gen) openAppend() *op {
 func (g *gen) limiterOp(now time.Time) *op {
 	name := g.pick([]string{"openai", "tokens"})
 	holder := g.pick([]string{"h1", "h2", "h3", "h4"})
+	if g.chance(3) {
+		// A step's holder: a change of the limiter may wake its run
+		// (apply.SetLimiter, WakeParkedRuns).
+		holder = limit.StepHolder(g.pick(runs), 1, 1)
+	}
 	lim := func(sd *side) store.Limits { return sd.s.(store.Limits) }
 	switch g.n(9) {
 	case 5, 6, 7:
@@ -461,13 +466,22 @@ func (g *gen) limiterOp(now time.Time) *op {
 		return &op{desc: fmt.Sprintf("SetLimiter %+v", c), run: func(ctx context.Context, sd *side) string {
 			err := lim(sd).SetLimiter(ctx, &c)
 			got, gerr := lim(sd).GetLimiter(ctx, name)
-			return fmt.Sprintf("%s %+v %s", sd.norm(err), got, sd.norm(gerr))
+			// Which runs are claimable now: a change wakes the runs of
+			// waiters that asked at a rate or a budget.
+			var due []string
+			for _, id := range runs {
+				if r, err := sd.s.GetRun(ctx, id); err == nil && !r.WakeAt.After(now) {
+					due = append(due, id)
+				}
+			}
+			return fmt.Sprintf("%s %+v %s due=%v", sd.norm(err), got, sd.norm(gerr), due)
 		}}
 	case 1, 2:
 		p := store.AcquireSlotParams{Limiter: name, Request: limit.Request{Holder: holder, Key: holder[:2], Priority: g.n(2),
 			Lease: time.Duration(1+g.n(20)) * time.Second}, Now: now}
 		if g.n(3) == 0 {
 			p.Grant = g.n(5) // 0: an ordinary request
+			p.InUse = g.n(p.Grant + 1)
 		}
 		return &op{desc: fmt.Sprintf("AcquireSlot %+v", p), run: func(ctx context.Context, sd *side) string {
 			d, err := lim(sd).AcquireSlot(ctx, &p)
