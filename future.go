@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"go.opentelemetry.io/otel/trace"
+	"maps"
 	"runtime"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weirhq/weir/inbox"
 	"github.com/weirhq/weir/store"
@@ -133,6 +135,37 @@ type parallel struct {
 	order   int64
 	wg      sync.WaitGroup
 	slots   *slots // Config.StepConcurrency
+	// limiters counts the steps that wait for each limiter's window: a
+	// park says so on the run's row (store.AdvanceParams.Limiters).
+	limiters map[string]int
+}
+
+// waitFor counts a step waiting for limiter's window until the returned
+// function is called.
+func (p *parallel) waitFor(limiter string) func() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.limiters == nil {
+		p.limiters = map[string]int{}
+	}
+	p.limiters[limiter]++
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.limiters[limiter]--; p.limiters[limiter] <= 0 {
+			delete(p.limiters, limiter)
+		}
+	}
+}
+
+// waitedFor is the limiters the run's steps wait for, sorted.
+func (p *parallel) waitedFor() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.limiters) == 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(p.limiters))
 }
 
 // change wakes whoever waits on the state. Call with mu held.
@@ -586,7 +619,7 @@ func (x *execution) park(t time.Time, look bool, awaits *store.Awaits) {
 	if !x.deadline.IsZero() && x.deadline.Before(t) {
 		t = x.deadline
 	}
-	p := &store.AdvanceParams{Release: true, WakeAt: t, Awaits: awaits}
+	p := &store.AdvanceParams{Release: true, WakeAt: t, Awaits: awaits, Limiters: x.par.waitedFor()}
 	if x.hooks > 0 || x.receives {
 		// A delivery after this execution's last look wakes the run at
 		// once (the store compares the log with what it saw).

@@ -230,7 +230,18 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			}
 			poll = min(2*poll, x.e.cfg.PollInterval)
 			stop()
-			env.wait(next, nil, true)
+			if d.Reason == limit.Rate || d.Reason == limit.Budget {
+				// A park for the window says so on the run's row: a change
+				// of the limiter wakes it, whenever its place in the line
+				// lapsed (red team, round eleven: a rate taken off left
+				// runs asleep for the old window, a day).
+				func() {
+					defer x.par.waitFor(cfg.limiter)()
+					env.wait(next, nil, true)
+				}()
+			} else {
+				env.wait(next, nil, true)
+			}
 		default:
 			// A held slot comes back to the line's first at its release
 			// (limit.HandOff), which wakes whom it handed it: this

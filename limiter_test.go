@@ -516,6 +516,63 @@ func TestARateRemovedWakesItsParkedWaiters(t *testing.T) {
 	})
 }
 
+// A run parked for a rate's window says so on its row, so that a change
+// of the limiter wakes it after its place in the line lapsed (a place lasts
+// a lease, 500 ms here; the window an hour), and the limiter is not deleted
+// under it. (Red team, round eleven: the run slept out the old window while
+// runs started after the change went at once; DELETE took the limiter and
+// the run then failed with "no limiter".) Both stores.
+func TestARateRemovedWakesRunsWhosePlaceLapsed(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1, Rate: 1, Period: time.Hour}))
+		cfg := fastConfig()
+		cfg.ParkAfter = 20 * time.Millisecond
+		e := newEngine(t, s, cfg)
+		wf := weir.Register(e, "call", func(ctx weir.Context, who string) (string, error) {
+			return weir.Step(ctx, "call", func(sc weir.StepContext) (string, error) { return who, nil }, weir.WithLimiter("llm", nil))
+		})
+		must(t, e.Work(testCtx(t)))
+		first, err := wf.Start(testCtx(t), "first", nil)
+		must(t, err)
+		if _, err := first.Result(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		second, err := wf.Start(testCtx(t), "second", nil)
+		must(t, err)
+		waitFor(t, time.Minute, "the second run parked for the rate's window, its place in the line lapsed", func() bool {
+			r, err := s.GetRun(testCtx(t), second.ID)
+			if err != nil || r.LeaseOwner != "" || !r.WakeAt.After(time.Now().Add(30*time.Minute)) {
+				return false
+			}
+			st, err := s.LimiterState(testCtx(t), "llm", time.Time{})
+			return err == nil && len(st.Waiters) == 0
+		})
+		// A later run's ask is a decision: it drops the lapsed place.
+		third, err := wf.Start(testCtx(t), "third", nil)
+		must(t, err)
+		waitFor(t, time.Minute, "the third run parked for the rate's window", func() bool {
+			r, err := s.GetRun(testCtx(t), third.ID)
+			return err == nil && r.LeaseOwner == "" && r.WakeAt.After(time.Now().Add(30*time.Minute))
+		})
+		if err := s.DeleteLimiter(testCtx(t), "llm"); !errors.Is(err, store.ErrLimiterInUse) {
+			t.Fatalf("delete of the limiter a parked run waits for: %v, want ErrLimiterInUse", err)
+		}
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1}))
+		ctx, cancel := context.WithTimeout(testCtx(t), 20*time.Second)
+		defer cancel()
+		if out, err := second.Result(ctx); err != nil || out != "second" {
+			t.Fatalf("the parked run whose place lapsed, once the rate was taken off: %q, %v (it sleeps out the rate's window)", out, err)
+		}
+		if out, err := third.Result(ctx); err != nil || out != "third" {
+			t.Fatalf("the parked run in line, once the rate was taken off: %q, %v", out, err)
+		}
+		// Ended, it waits for nothing: the limiter goes.
+		waitFor(t, time.Minute, "the limiter deleted once nothing uses it", func() bool {
+			return s.DeleteLimiter(testCtx(t), "llm") == nil
+		})
+	})
+}
+
 // A bound lowered while steps hold its slots through the engine's grant
 // stops none of them: the grant keeps the slots in use and hands out no
 // more until enough have ended (a lowered bound applies to new takes).

@@ -176,8 +176,8 @@ func (p *ListRunsParams) WithDefaults() *ListRunsParams {
 
 // Check validates a ClaimRuns call.
 func (p *ClaimRunsParams) Check() error {
-	if p.Limit < 1 || p.LeaseTTL <= 0 {
-		return fmt.Errorf("%w: a claim needs a limit >= 1 and a lease TTL > 0", ErrInvalid)
+	if p.Limit < 1 || p.LeaseTTL <= 0 || p.Lined < 0 {
+		return fmt.Errorf("%w: a claim needs a limit >= 1, a lease TTL > 0 and no negative Lined", ErrInvalid)
 	}
 	if err := CheckID("lease owner", p.Owner); err != nil {
 		return err
@@ -403,6 +403,17 @@ func (p *AdvanceParams) Check() error {
 			return fmt.Errorf("%w: a finish needs a writer and an attempt >= 1", ErrInvalid)
 		}
 		if err := checkWriter(f.Writer); err != nil {
+			return err
+		}
+	}
+	if (len(p.Limiters) > 0 || p.Lined) && !p.Release {
+		return fmt.Errorf("%w: limiters a run waits for go with its release", ErrInvalid)
+	}
+	if p.Lined && len(p.Limiters) == 0 {
+		return fmt.Errorf("%w: a run parked in a line names its limiter", ErrInvalid)
+	}
+	for _, n := range p.Limiters {
+		if err := checkLimiterName(n); err != nil {
 			return err
 		}
 	}

@@ -615,6 +615,11 @@ type ClaimRunsParams struct {
 	// application versions (Run.Version): a worker claims only the runs
 	// its code can replay.
 	Versions []string
+	// Lined, if positive, claims first up to Lined runs parked in a
+	// limiter's line (AdvanceParams.Lined) before their WakeAt, highest
+	// LinePriority first, then oldest, within Limit: the worker has room
+	// for as many in its lines (Config.LineRuns).
+	Lined int
 }
 
 // MaxVersionLen bounds an application version.
@@ -819,6 +824,21 @@ type AdvanceParams struct {
 	// Awaits{}). Another message waits in the log for the run's next look,
 	// so a run is not replayed for messages it does not wait for.
 	Awaits *Awaits
+	// Limiters, with Release, are the limiters the parked run waits for (a
+	// rate's or a budget's window, a held slot): a change of one of them
+	// (SetLimiter) makes it claimable at once, and DeleteLimiter counts it
+	// as a use. It is kept on the run's row until its next release or
+	// status change, so it outlives the run's place in the limiter's line
+	// (a place lasts a lease; a window may last a day).
+	Limiters []string
+	// Lined, with Release and Limiters, says the run waits in a limiter's
+	// line for a held slot, not for a time: it is claimable (besides at
+	// WakeAt) by a ClaimRuns with room in its lines (ClaimRunsParams.Lined),
+	// highest LinePriority first, then oldest. A worker with more runs in
+	// line than it keeps parks them so (Config.LineRuns), and claims never
+	// stop at a flood of runs that wait for one limiter.
+	Lined        bool
+	LinePriority int
 	// Deliver, if set, is a delivery to a hook of another run made in the
 	// same transaction, after everything else (a child run's end, to its
 	// parent's hook for it: the parent cannot miss it, whenever the

@@ -88,6 +88,13 @@ type RunChange struct {
 	// Awaits, with Release, is what messages wake the released run
 	// (store.AdvanceParams.Awaits; nil: every one).
 	Awaits *store.Awaits
+	// Limiters, Lined and LinePriority, with Release, are what limiters
+	// the released run waits for, and whether in a line
+	// (store.AdvanceParams.Limiters); any other change of the row's status
+	// or lease clears them.
+	Limiters     []string
+	Lined        bool
+	LinePriority int
 	// Ended reports a terminal Status: the run ended at Now.
 	Ended bool
 	// Wake makes the run claimable at Now (a hook's payload came to a

@@ -31,6 +31,11 @@ type LimiterTx interface {
 	// WakeParkedRuns makes each of runs that is parked (running, its lease
 	// given up) claimable at once; any other is left as it is.
 	WakeParkedRuns(runs []string) error
+	// WakeRunsFor makes every parked run that waits for limiter name
+	// (store.AdvanceParams.Limiters) claimable at once.
+	WakeRunsFor(name string) error
+	// ParkedFor reports whether a parked run waits for limiter name.
+	ParkedFor(name string) (bool, error)
 	// DeleteLimiter deletes limiter name's row.
 	DeleteLimiter(name string) error
 }
@@ -83,6 +88,13 @@ func SetLimiter(tx LimiterTx, c *limit.Config) ([]string, error) {
 			return nil, fmt.Errorf("%w: %d limiters, the most there may be: delete one first", store.ErrQuota, n)
 		}
 	}
+	// The runs parked for it are woken by what they say they wait for (a
+	// run's place in the line lasts a lease; its window may last a day),
+	// and the runs of waiters still in line by their places below (a run
+	// parked by a build before limiters were kept on its row).
+	if err := tx.WakeRunsFor(c.Name); err != nil {
+		return nil, err
+	}
 	if len(state) == 0 {
 		// A new limiter's: nothing held, no one in line.
 		return nil, tx.SaveLimiter(c, []byte{})
@@ -116,7 +128,7 @@ func SetLimiter(tx LimiterTx, c *limit.Config) ([]string, error) {
 
 // DeleteLimiter deletes limiter name if nothing uses it at now: no slot
 // held by a live lease, no one in its line, no run queued in it or holding
-// a slot as an admitted run; store.ErrLimiterInUse if something does,
+// a slot as an admitted run, no run parked waiting for it; store.ErrLimiterInUse if something does,
 // store.ErrNotFound if there is none. Steps that name it afterwards fail
 // as for a limiter never set.
 func DeleteLimiter(tx LimiterTx, name string, now time.Time) error {
@@ -137,8 +149,12 @@ func DeleteLimiter(tx LimiterTx, name string, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	if held > 0 || len(st.Waiters) > 0 || queued {
-		return fmt.Errorf("%w: limiter %q: %d slots held, %d waiting, runs queued: %v", store.ErrLimiterInUse, name, held, len(st.Waiters), queued)
+	parked, err := tx.ParkedFor(name)
+	if err != nil {
+		return err
+	}
+	if held > 0 || len(st.Waiters) > 0 || queued || parked {
+		return fmt.Errorf("%w: limiter %q: %d slots held, %d waiting, runs queued: %v, runs parked for it: %v", store.ErrLimiterInUse, name, held, len(st.Waiters), queued, parked)
 	}
 	return tx.DeleteLimiter(name)
 }

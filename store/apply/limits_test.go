@@ -13,11 +13,13 @@ import (
 // limTx is an in-memory LimiterTx: limiters by name, a count it may claim
 // to have beside them, the queues with runs in them.
 type limTx struct {
-	cfg    map[string]*limit.Config
-	state  map[string][]byte
-	extra  int
-	queued map[string]bool
-	woken  []string // WakeParkedRuns
+	cfg     map[string]*limit.Config
+	state   map[string][]byte
+	extra   int
+	queued  map[string]bool
+	woken   []string        // WakeParkedRuns
+	parked  map[string]bool // limiters parked runs wait for
+	wokeFor []string        // WakeRunsFor
 }
 
 func newLimTx() *limTx {
@@ -38,6 +40,11 @@ func (m *limTx) WakeParkedRuns(runs []string) error {
 	m.woken = append(m.woken, runs...)
 	return nil
 }
+func (m *limTx) WakeRunsFor(name string) error {
+	m.wokeFor = append(m.wokeFor, name)
+	return nil
+}
+func (m *limTx) ParkedFor(name string) (bool, error) { return m.parked[name], nil }
 func (m *limTx) DeleteLimiter(name string) error {
 	delete(m.cfg, name)
 	delete(m.state, name)
@@ -62,22 +69,27 @@ func TestLimiterCountAndDelete(t *testing.T) {
 	}
 	tx.extra = 0
 	for _, c := range []struct {
-		name  string
-		state limit.State
-		queue bool
-		want  error
+		name   string
+		state  limit.State
+		queue  bool
+		parked bool
+		want   error
 	}{
-		{"a live hold", limit.State{Holds: []limit.Hold{{Holder: "r/1/1", Until: now.Add(time.Second)}}}, false, store.ErrLimiterInUse},
-		{"a run's hold", limit.State{Holds: []limit.Hold{{Holder: "r", Run: true}}}, false, store.ErrLimiterInUse},
-		{"someone in line", limit.State{Waiters: []limit.Waiter{{Holder: "r/2/1"}}}, false, store.ErrLimiterInUse},
-		{"a queued run", limit.State{}, true, store.ErrLimiterInUse},
-		{"a lapsed hold", limit.State{Holds: []limit.Hold{{Holder: "r/1/1", Until: now.Add(-time.Second)}}}, false, nil},
+		{"a live hold", limit.State{Holds: []limit.Hold{{Holder: "r/1/1", Until: now.Add(time.Second)}}}, false, false, store.ErrLimiterInUse},
+		{"a run's hold", limit.State{Holds: []limit.Hold{{Holder: "r", Run: true}}}, false, false, store.ErrLimiterInUse},
+		{"someone in line", limit.State{Waiters: []limit.Waiter{{Holder: "r/2/1"}}}, false, false, store.ErrLimiterInUse},
+		{"a queued run", limit.State{}, true, false, store.ErrLimiterInUse},
+		// A run parked for a window whose place lapsed (red team, round
+		// eleven: DELETE took the limiter, and the run failed "no limiter").
+		{"a run parked for it", limit.State{}, false, true, store.ErrLimiterInUse},
+		{"a lapsed hold", limit.State{Holds: []limit.Hold{{Holder: "r/1/1", Until: now.Add(-time.Second)}}}, false, false, nil},
 	} {
 		b, err := EncodeLimiterState(c.state)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tx.cfg["openai"], tx.state["openai"], tx.queued["openai"] = &limit.Config{Name: "openai", Concurrency: 1}, b, c.queue
+		tx.parked = map[string]bool{"openai": c.parked}
 		if err := DeleteLimiter(tx, "openai", now); !errors.Is(err, c.want) || c.want == nil && err != nil {
 			t.Fatalf("%s: %v, want %v", c.name, err, c.want)
 		}
@@ -121,6 +133,9 @@ func TestSetLimiterWakesItsLine(t *testing.T) {
 	}
 	if !slices.Contains(woken, b) {
 		t.Fatalf("woke %v, want b among them", woken)
+	}
+	if !slices.Contains(tx.wokeFor, "llm") {
+		t.Fatalf("runs parked for the limiter woken: %v, want llm's", tx.wokeFor)
 	}
 	if !slices.Equal(tx.woken, []string{"run-b"}) {
 		t.Fatalf("runs made claimable: %v, want b's (it asked at the rate)", tx.woken)

@@ -136,6 +136,7 @@ func Change(p *store.AdvanceParams, now time.Time) *RunChange {
 	}
 	if p.Release && !terminal {
 		c.WakeAt, c.Awaits = p.WakeAt, p.Awaits
+		c.Limiters, c.Lined, c.LinePriority = p.Limiters, p.Lined, p.LinePriority
 	}
 	return c
 }

@@ -360,6 +360,7 @@ func (g *group) SaveRun(run *apply.Run, c *apply.RunChange) error {
 		}
 		if !c.Release && old.Release {
 			c.Release, c.WakeAt, c.Awaits = true, old.WakeAt, old.Awaits
+			c.Limiters, c.Lined, c.LinePriority = old.Limiters, old.Lined, old.LinePriority
 		}
 		c.Ended = c.Ended || old.Ended
 		c.Wake = c.Wake || old.Wake && !c.Release

@@ -319,7 +319,7 @@ func (g *group) queueCreateRuns(b *pgx.Batch, ops []*createRunOp) {
 
 func (g *group) queueClaim(b *pgx.Batch, o *claimOp, held []string) {
 	p := o.p
-	b.Queue(g.s.q.claimIn, p.Owner, sqlrow.Nanos(p.Now.Add(p.LeaseTTL)), sqlrow.Nanos(p.Now), p.Limit, held, g.token, o.prevToken, p.Workflows, p.SkipQueues, p.Versions).Query(func(rows pgx.Rows) error {
+	b.Queue(g.s.q.claimIn, p.Owner, sqlrow.Nanos(p.Now.Add(p.LeaseTTL)), sqlrow.Nanos(p.Now), p.Limit, held, g.token, o.prevToken, p.Workflows, p.SkipQueues, p.Versions, p.Lined).Query(func(rows pgx.Rows) error {
 		o.claimed = o.claimed[:0]
 		for rows.Next() {
 			var c claimedRun

@@ -117,7 +117,7 @@ func (g *group) writes() *pgx.Batch {
 		}
 	}
 	if len(runs.id) > 0 {
-		b.Queue(q.updateRuns, append(runs.args(), g.token, runs.awaits)...)
+		b.Queue(q.updateRuns, append(runs.args(), g.token, runs.awaits, runs.limiters, runs.linePrio)...)
 	}
 	if b.Len() == 0 && !g.creates {
 		return nil
@@ -263,7 +263,8 @@ type runRows struct {
 	output                    [][]byte
 	wake, now, lastEvent      []int64
 	wakeNow, recorded         []bool
-	awaits                    []*string
+	awaits, limiters          []*string
+	linePrio                  []*int64
 }
 
 func (r *runRows) add(gr *gRun) {
@@ -278,6 +279,16 @@ func (r *runRows) add(gr *gRun) {
 		a = &s
 	}
 	r.awaits = append(r.awaits, a)
+	var l *string
+	if s, ok := sqlrow.EncodeLimiters(c.Limiters).(string); ok && c.Release {
+		l = &s
+	}
+	r.limiters = append(r.limiters, l)
+	var lp *int64
+	if v, ok := sqlrow.LinePriority(c.Lined && c.Release, c.LinePriority).(int64); ok {
+		lp = &v
+	}
+	r.linePrio = append(r.linePrio, lp)
 }
 
 func (r *runRows) args() []any {

@@ -107,6 +107,27 @@ func (t *limiterTx) WakeParkedRuns(runs []string) error {
 	return err
 }
 
+// limiterWaitedFor is the test that a run's limiters column names $1.
+const limiterWaitedFor = `limiters IS NOT NULL AND position(E'\n' || $1 || E'\n' in E'\n' || limiters) > 0`
+
+// runParked is the test that a run is parked: in flight, its lease given up.
+const runParked = `status IN ('pending', 'running') AND lease_owner = ''`
+
+// WakeRunsFor makes the parked runs that wait for limiter name claimable now.
+func (t *limiterTx) WakeRunsFor(name string) error {
+	_, err := t.x.c.Exec(t.ctx, `UPDATE `+t.s.q.schema+`.runs SET wake_at = 0
+		WHERE `+limiterWaitedFor+` AND `+runParked+` AND wake_at > 0`, name)
+	return err
+}
+
+// ParkedFor reports a parked run that waits for limiter name.
+func (t *limiterTx) ParkedFor(name string) (bool, error) {
+	var any bool
+	err := t.x.c.QueryRow(t.ctx, `SELECT EXISTS (SELECT 1 FROM `+t.s.q.schema+`.runs
+		WHERE `+limiterWaitedFor+` AND `+runParked+`)`, name).Scan(&any)
+	return any, err
+}
+
 func (t *limiterTx) DeleteLimiter(name string) error {
 	_, err := t.x.c.Exec(t.ctx, `DELETE FROM `+t.s.q.schema+`.limiters WHERE name = $1`, name)
 	return err

@@ -445,8 +445,8 @@ func TestDataBytesBackfill(t *testing.T) {
 	}
 	q := pgx.Identifier{schema}.Sanitize()
 	if err := adminDo(t, func(ctx context.Context) error {
-		// Back to version 4: what migrations 5 to 18 made is undone.
-		_, err := adminPool(t).Exec(ctx, `ALTER TABLE `+q+`.runs DROP COLUMN parent_id, DROP COLUMN trace_parent,
+		// Back to version 4: what migrations 5 to 19 made is undone.
+		_, err := adminPool(t).Exec(ctx, `ALTER TABLE `+q+`.runs DROP COLUMN limiters, DROP COLUMN line_priority, DROP COLUMN parent_id, DROP COLUMN trace_parent,
 				DROP COLUMN queue, DROP COLUMN queue_key, DROP COLUMN priority, DROP COLUMN dedupe, DROP COLUMN queued, DROP COLUMN version, DROP COLUMN awaits, DROP COLUMN inbox, DROP COLUMN inbox_bytes;
 			DROP TABLE `+q+`.hooks, `+q+`.hook_keys, `+q+`.message_keys, `+q+`.run_events, `+q+`.limiters, `+q+`.schedules;
 			DROP INDEX `+q+`.streams_standalone;

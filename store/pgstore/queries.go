@@ -265,13 +265,16 @@ func newQueries(schema string) *queries {
 			lease_expires = CASE WHEN u.release THEN 0 ELSE x.lease_expires END,
 			wake_at = CASE WHEN u.release THEN u.wake WHEN u.wake_now THEN u.now ELSE x.wake_at END,
 			awaits = CASE WHEN u.release THEN u.awaits ELSE x.awaits END,
+			limiters = CASE WHEN u.release OR u.set_status THEN u.limiters ELSE x.limiters END,
+			line_priority = CASE WHEN u.release OR u.set_status THEN u.line_priority ELSE x.line_priority END,
 			updated_at = u.now,
 			ended_at = CASE WHEN u.ended THEN u.now ELSE x.ended_at END,
 			last_event = u.last_event,
 			record_token = CASE WHEN u.recorded THEN $13 ELSE x.record_token END
 		FROM unnest($1::text[], $2::boolean[], $3::text[], $4::bytea[], $5::text[], $6::boolean[], $7::bigint[],
-			$8::bigint[], $9::boolean[], $10::bigint[], $11::boolean[], $12::boolean[], $14::text[])
-			AS u(id, set_status, status, output, error, release, wake, now, ended, last_event, wake_now, recorded, awaits)
+			$8::bigint[], $9::boolean[], $10::bigint[], $11::boolean[], $12::boolean[], $14::text[], $15::text[], $16::bigint[])
+			AS u(id, set_status, status, output, error, release, wake, now, ended, last_event, wake_now, recorded, awaits,
+				limiters, line_priority)
 		WHERE x.id = u.id`)
 	set(&q.lockHooks, `SELECT h.token, h.run_id, h.op, h.disposed, h.received, h.created_at
 		FROM unnest($1::text[]) AS k(token), LATERAL (
@@ -318,12 +321,23 @@ func newQueries(schema string) *queries {
 	// claimIn is a claim inside a group: it skips the runs the group holds
 	// ($5), marks the runs it claims with the group's token ($6), and, for
 	// a retry, returns the runs the lost try claimed ($7, its token) rather
-	// than claiming more.
+	// than claiming more. Runs parked in a limiter's line come first, up to
+	// $11 (ClaimRunsParams.Lined), within the limit.
 	set(&q.claimIn, `WITH prev AS (
 			SELECT id, workflow, status, input, output, error, created_at, updated_at,
 				wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
 				queue, queue_key, priority, dedupe, queued, version, seq
 			FROM $S.runs WHERE $7 <> 0 AND record_token = $7 AND lease_owner = $1 AND status IN ('pending', 'running')
+		), lined AS (
+			SELECT id FROM $S.runs
+			WHERE $11 > 0 AND NOT EXISTS (SELECT 1 FROM prev) AND id <> ALL ($5::text[])
+				AND line_priority IS NOT NULL
+				AND status IN ('pending', 'running') AND kind = '' AND wake_at > $3 AND (lease_owner = '' OR lease_expires <= $3)
+				AND ($8::text[] IS NULL OR workflow = ANY ($8::text[]))
+				AND (NOT queued OR cancel_requested) AND ($9::text[] IS NULL OR queue <> ALL ($9::text[]))
+				AND ($10::text[] IS NULL OR version = ANY ($10::text[]))
+			ORDER BY line_priority DESC, seq LIMIT least($11, $4)
+			FOR NO KEY UPDATE SKIP LOCKED
 		), c AS (
 			SELECT id FROM $S.runs
 			WHERE NOT EXISTS (SELECT 1 FROM prev) AND id <> ALL ($5::text[])
@@ -331,12 +345,12 @@ func newQueries(schema string) *queries {
 				AND ($8::text[] IS NULL OR workflow = ANY ($8::text[]))
 				AND (NOT queued OR cancel_requested) AND ($9::text[] IS NULL OR queue <> ALL ($9::text[]))
 				AND ($10::text[] IS NULL OR version = ANY ($10::text[]))
-			ORDER BY wake_at, seq LIMIT $4
+			ORDER BY wake_at, seq LIMIT $4 - (SELECT count(*) FROM lined)
 			FOR NO KEY UPDATE SKIP LOCKED
 		), u AS (
 			UPDATE $S.runs r SET status = 'running', lease_owner = $1, lease_expires = $2,
 				lease_epoch = r.lease_epoch + 1, updated_at = $3, record_token = $6
-			FROM c WHERE r.id = c.id
+			FROM (SELECT id FROM lined UNION ALL SELECT id FROM c) c WHERE r.id = c.id
 			RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error, r.created_at, r.updated_at,
 				r.wake_at, r.lease_owner, r.lease_expires, r.lease_epoch, r.cancel_requested, r.kind, r.parent_id, r.trace_parent,
 				r.queue, r.queue_key, r.priority, r.dedupe, r.queued, r.version, r.seq

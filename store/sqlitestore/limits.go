@@ -91,6 +91,36 @@ func (tx *wtx) QueuedRuns(name string) (bool, error) {
 	return any, nil
 }
 
+// limiterWaitedFor is the test that a run's limiters column names ?1.
+const limiterWaitedFor = `limiters IS NOT NULL AND instr(char(10) || limiters, char(10) || ?1 || char(10)) > 0`
+
+// runParked is the test that a run is parked: in flight, its lease given up.
+const runParked = `status IN ('pending', 'running') AND lease_owner = ''`
+
+// WakeRunsFor makes the parked runs that wait for limiter name claimable now.
+func (tx *wtx) WakeRunsFor(name string) error {
+	tx.changed = true
+	st, err := tx.stmt(`UPDATE runs SET wake_at = 0 WHERE ` + limiterWaitedFor + ` AND ` + runParked + ` AND wake_at > 0`)
+	if err != nil {
+		return err
+	}
+	_, err = st.ExecContext(bg, name)
+	return translate(err)
+}
+
+// ParkedFor reports a parked run that waits for limiter name.
+func (tx *wtx) ParkedFor(name string) (bool, error) {
+	st, err := tx.stmt(`SELECT EXISTS (SELECT 1 FROM runs WHERE ` + limiterWaitedFor + ` AND ` + runParked + `)`)
+	if err != nil {
+		return false, err
+	}
+	var any bool
+	if err := st.QueryRowContext(bg, name).Scan(&any); err != nil {
+		return false, translate(err)
+	}
+	return any, nil
+}
+
 // WakeParkedRuns makes the parked runs of runs claimable now.
 func (tx *wtx) WakeParkedRuns(runs []string) error {
 	tx.changed = true

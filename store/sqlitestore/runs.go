@@ -173,19 +173,30 @@ func (s *Store) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*sto
 	err := s.write(ctx, func(tx *wtx) error {
 		out = out[:0]
 		tx.changed = true
-		rows, err := tx.w.claim.QueryContext(bg, p.Owner, sqlrow.Nanos(now.Add(p.LeaseTTL)), sqlrow.Nanos(now), p.Limit, workflows, skip, versions)
-		if err != nil {
-			return translate(err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			r, err := sqlrow.ScanRun(rows)
+		claim := func(st *sql.Stmt, limit int) error {
+			rows, err := st.QueryContext(bg, p.Owner, sqlrow.Nanos(now.Add(p.LeaseTTL)), sqlrow.Nanos(now), limit, workflows, skip, versions)
 			if err != nil {
 				return translate(err)
 			}
-			out = append(out, r)
+			defer rows.Close()
+			for rows.Next() {
+				r, err := sqlrow.ScanRun(rows)
+				if err != nil {
+					return translate(err)
+				}
+				out = append(out, r)
+			}
+			return translate(rows.Err())
 		}
-		return translate(rows.Err())
+		if p.Lined > 0 {
+			if err := claim(tx.w.claimLined, min(p.Lined, p.Limit)); err != nil {
+				return err
+			}
+			if len(out) == p.Limit {
+				return nil
+			}
+		}
+		return claim(tx.w.claim, p.Limit-len(out))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim runs: %w", err)

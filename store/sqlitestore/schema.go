@@ -385,6 +385,17 @@ UPDATE runs SET
 	inbox_bytes = (SELECT COALESCE(sum(length(e.data)), 0) FROM events e WHERE e.run_id = runs.id AND e.type IN ('message_received', 'hook_received'))
 WHERE status IN ('pending', 'running');
 `,
+	// 16: what limiters a parked run waits for (store.AdvanceParams.Limiters,
+	// in sqlrow.EncodeLimiters's form), NULL: none; and, for a run parked in
+	// a limiter's line for a held slot (AdvanceParams.Lined), its step's
+	// priority, NULL: not lined. Kept on the row, so they outlive the run's
+	// place in the limiter's line.
+	`
+ALTER TABLE runs ADD COLUMN limiters TEXT;
+CREATE INDEX runs_limiters ON runs (limiters) WHERE limiters IS NOT NULL;
+ALTER TABLE runs ADD COLUMN line_priority INTEGER;
+CREATE INDEX runs_lined ON runs (line_priority DESC, seq) WHERE line_priority IS NOT NULL;
+`,
 }
 
 // fixups run in a migration's transaction after its SQL, for what SQL

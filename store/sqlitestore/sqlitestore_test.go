@@ -92,8 +92,8 @@ func TestDataBytesBackfill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Back to version 4: what migrations 5 to 15 made is undone.
-	for _, q := range []string{`DROP INDEX runs_queued`, `DROP INDEX runs_dedupe`, `ALTER TABLE runs DROP COLUMN queue`, `ALTER TABLE runs DROP COLUMN queue_key`,
+	// Back to version 4: what migrations 5 to 16 made is undone.
+	for _, q := range []string{`DROP INDEX runs_limiters`, `DROP INDEX runs_lined`, `ALTER TABLE runs DROP COLUMN limiters`, `ALTER TABLE runs DROP COLUMN line_priority`, `DROP INDEX runs_queued`, `DROP INDEX runs_dedupe`, `ALTER TABLE runs DROP COLUMN queue`, `ALTER TABLE runs DROP COLUMN queue_key`,
 		`ALTER TABLE runs DROP COLUMN priority`, `ALTER TABLE runs DROP COLUMN dedupe`, `ALTER TABLE runs DROP COLUMN queued`, `ALTER TABLE runs DROP COLUMN version`, `ALTER TABLE runs DROP COLUMN awaits`, `ALTER TABLE runs DROP COLUMN inbox`, `ALTER TABLE runs DROP COLUMN inbox_bytes`, `ALTER TABLE runs DROP COLUMN parent_id`, `ALTER TABLE runs DROP COLUMN trace_parent`, `DROP TABLE hooks`, `DROP TABLE hook_keys`,
 		`DROP TABLE message_keys`, `DROP TABLE run_events`, `DROP TABLE limiters`, `DROP TABLE schedules`, `DROP INDEX streams_standalone`,
 		`ALTER TABLE streams DROP COLUMN data_bytes`, `PRAGMA user_version = 4`} {

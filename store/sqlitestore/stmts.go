@@ -19,22 +19,22 @@ const nextStreamID = `(SELECT max(COALESCE((SELECT max(id) FROM streams), 0),
 // wstmts are prepared once on the write connection: the committer runs them
 // thousands of times a second.
 type wstmts struct {
-	begin, commit, rollback          *sql.Stmt
-	savepoint, release, rollbackTo   *sql.Stmt
-	streamHead, streamByPath         *sql.Stmt
-	insertStream, setHead            *sql.Stmt
-	countStandalone                  *sql.Stmt
-	writer, writerBatches, putWriter *sql.Stmt
-	fence, putFence                  *sql.Stmt
-	insertBatch                      *sql.Stmt
-	run, runLease, insertRun         *sql.Stmt
-	claim, renew, cancel, updateRun  *sql.Stmt
-	insertEvent                      *sql.Stmt
-	hook, putHook, dropHookKeys      *sql.Stmt
-	hookKey, putHookKey              *sql.Stmt
-	messageKey, putMessageKey        *sql.Stmt
-	putRunEvent                      *sql.Stmt
-	writerStreams, openRunStreams    *sql.Stmt
+	begin, commit, rollback                     *sql.Stmt
+	savepoint, release, rollbackTo              *sql.Stmt
+	streamHead, streamByPath                    *sql.Stmt
+	insertStream, setHead                       *sql.Stmt
+	countStandalone                             *sql.Stmt
+	writer, writerBatches, putWriter            *sql.Stmt
+	fence, putFence                             *sql.Stmt
+	insertBatch                                 *sql.Stmt
+	run, runLease, insertRun                    *sql.Stmt
+	claim, claimLined, renew, cancel, updateRun *sql.Stmt
+	insertEvent                                 *sql.Stmt
+	hook, putHook, dropHookKeys                 *sql.Stmt
+	hookKey, putHookKey                         *sql.Stmt
+	messageKey, putMessageKey                   *sql.Stmt
+	putRunEvent                                 *sql.Stmt
+	writerStreams, openRunStreams               *sql.Stmt
 	// Durable Streams
 	createStream, setMeta, setForks    *sql.Stmt
 	streamInfo, touch                  *sql.Stmt
@@ -102,6 +102,19 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 					AND (?7 IS NULL OR version IN (SELECT value FROM json_each(?7)))
 				ORDER BY wake_at, seq LIMIT ?4)
 			RETURNING `+sqlrow.RunCols),
+		// Runs parked in a limiter's line (AdvanceParams.Lined), before
+		// their wake time: a claim with room in its lines takes them first.
+		p(&w.claimLined, `UPDATE runs SET status = 'running', lease_owner = ?1, lease_expires = ?2,
+				lease_epoch = lease_epoch + 1, updated_at = ?3
+			WHERE seq IN (SELECT seq FROM runs
+				WHERE line_priority IS NOT NULL AND status IN ('pending', 'running') AND kind = '' AND wake_at > ?3
+					AND (lease_owner = '' OR lease_expires <= ?3)
+					AND (?5 IS NULL OR workflow IN (SELECT value FROM json_each(?5)))
+					AND (queued = 0 OR cancel_requested)
+					AND (?6 IS NULL OR queue NOT IN (SELECT value FROM json_each(?6)))
+					AND (?7 IS NULL OR version IN (SELECT value FROM json_each(?7)))
+				ORDER BY line_priority DESC, seq LIMIT ?4)
+			RETURNING `+sqlrow.RunCols),
 		p(&w.renew, `UPDATE runs SET lease_expires = ?, updated_at = ?
 			WHERE id = ? AND lease_epoch = ? AND lease_owner != '' AND status IN ('pending', 'running')
 			RETURNING cancel_requested`),
@@ -115,6 +128,8 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 				lease_expires = CASE WHEN ?4 THEN 0 ELSE lease_expires END,
 				wake_at = CASE WHEN ?4 THEN ?5 WHEN ?8 THEN ?6 ELSE wake_at END,
 				awaits = CASE WHEN ?4 THEN ?9 ELSE awaits END,
+				limiters = CASE WHEN ?4 OR ?1 != '' THEN ?10 ELSE limiters END,
+				line_priority = CASE WHEN ?4 OR ?1 != '' THEN ?11 ELSE line_priority END,
 				updated_at = ?6
 			WHERE id = ?7`),
 		p(&w.hook, `SELECT run_id, op, disposed, received, created_at FROM hooks WHERE token = ?`),

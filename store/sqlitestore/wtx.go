@@ -303,7 +303,12 @@ func (tx *wtx) AddEvents(run *apply.Run, evs []store.Event) error {
 // SaveRun applies c to run's row.
 func (tx *wtx) SaveRun(run *apply.Run, c *apply.RunChange) error {
 	tx.changed = true
-	_, err := tx.w.updateRun.ExecContext(bg, string(c.Status), c.Output, c.Error, c.Release, sqlrow.Nanos(c.WakeAt), sqlrow.Nanos(c.Now), run.ID, c.Wake, sqlrow.EncodeAwaits(c.Awaits))
+	var limiters any
+	if c.Release {
+		limiters = sqlrow.EncodeLimiters(c.Limiters)
+	}
+	_, err := tx.w.updateRun.ExecContext(bg, string(c.Status), c.Output, c.Error, c.Release, sqlrow.Nanos(c.WakeAt), sqlrow.Nanos(c.Now), run.ID, c.Wake, sqlrow.EncodeAwaits(c.Awaits),
+		limiters, sqlrow.LinePriority(c.Lined && c.Release, c.LinePriority))
 	if err != nil {
 		return fmt.Errorf("update run: %w", translate(err))
 	}

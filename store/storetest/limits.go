@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -412,6 +413,91 @@ func testLimits(t *testing.T, h harness) {
 		if m := most.Load(); m > limitN || m == 0 {
 			t.Fatalf("%d slots held at once, limit %d", m, limitN)
 		}
+	})
+
+	// A parked run says on its row what limiters it waits for
+	// (AdvanceParams.Limiters): a change of one makes it claimable, a
+	// delete is refused while it waits, and its next release or its end
+	// clears it. A run parked in a line (Lined) is claimed before its wake
+	// time by a claim with room (ClaimRunsParams.Lined), highest priority
+	// first, then oldest, within the claim's limit.
+	t.Run("ParkedRuns", func(t *testing.T) {
+		t.Parallel()
+		s, ok := h.Harness.New(t).(store.Full)
+		if !ok {
+			t.Skip("not a full store")
+		}
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "llm", Concurrency: 1, Rate: 1, Period: time.Hour}))
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "other", Concurrency: 1}))
+		far := time.Now().Add(time.Hour)
+		park := func(id string, p store.AdvanceParams) {
+			t.Helper()
+			epoch := startRun(t, s, id)
+			p.RunID, p.LeaseEpoch, p.Release = id, epoch, true
+			must(t, s.Advance(ctx(t), &p))
+		}
+		claimable := func(at time.Time) []string {
+			t.Helper()
+			r, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: "peek", Limit: 10, LeaseTTL: time.Millisecond, Now: at})
+			must(t, err)
+			return runIDs(r)
+		}
+		park("window", store.AdvanceParams{WakeAt: far, Limiters: []string{"llm"}})
+		park("both", store.AdvanceParams{WakeAt: far, Limiters: []string{"llm", "other"}})
+		park("asleep", store.AdvanceParams{WakeAt: far})
+		for _, name := range []string{"llm", "other"} {
+			if err := s.DeleteLimiter(ctx(t), name); !errors.Is(err, store.ErrLimiterInUse) {
+				t.Fatalf("delete %s, which parked runs wait for: %v, want ErrLimiterInUse", name, err)
+			}
+		}
+		// A change of "other" wakes the run that waits for it too, and no
+		// other.
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "other", Concurrency: 2}))
+		if got := claimable(time.Now()); len(got) != 1 || got[0] != "both" {
+			t.Fatalf("claimable after other's change: %v, want [both]", got)
+		}
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "llm", Concurrency: 1}))
+		if got := claimable(time.Now().Add(2 * time.Millisecond)); len(got) != 2 || !slices.Contains(got, "window") || !slices.Contains(got, "both") {
+			t.Fatalf("claimable after llm's change: %v, want [window both]", got)
+		}
+		// Released again without limiters, or ended, the runs wait for
+		// nothing: the limiters go.
+		for _, id := range []string{"window", "both"} {
+			r, err := s.GetRun(ctx(t), id)
+			must(t, err)
+			if id == "window" {
+				must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: id, LeaseEpoch: r.LeaseEpoch, Release: true, WakeAt: far}))
+			} else {
+				must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: id, LeaseEpoch: r.LeaseEpoch, Status: store.RunCompleted, Output: []byte("1")}))
+			}
+		}
+		must(t, s.DeleteLimiter(ctx(t), "other"))
+		must(t, s.DeleteLimiter(ctx(t), "llm"))
+
+		// Lined runs: claimed before their wake time only by a claim with
+		// room in its lines, best first, within the limit.
+		park("l-low", store.AdvanceParams{WakeAt: far, Limiters: []string{"x"}, Lined: true})
+		park("l-high", store.AdvanceParams{WakeAt: far, Limiters: []string{"x"}, Lined: true, LinePriority: 5})
+		park("l-low2", store.AdvanceParams{WakeAt: far, Limiters: []string{"x"}, Lined: true})
+		createRun(t, s, "fresh")
+		r, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 10, LeaseTTL: ttl})
+		must(t, err)
+		if got := runIDs(r); len(got) != 1 || got[0] != "fresh" {
+			t.Fatalf("a claim without room in its lines: %v, want [fresh]", got)
+		}
+		r, err = s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 2, LeaseTTL: ttl, Lined: 5})
+		must(t, err)
+		if got := runIDs(r); len(got) != 2 || !slices.Contains(got, "l-high") || !slices.Contains(got, "l-low") {
+			t.Fatalf("a claim of 2 with room for 5: %v, want l-high and l-low (best, then oldest)", got)
+		}
+		createRun(t, s, "fresh2")
+		r, err = s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 5, LeaseTTL: ttl, Lined: 1})
+		must(t, err)
+		if got := runIDs(r); len(got) != 2 || !slices.Contains(got, "l-low2") || !slices.Contains(got, "fresh2") {
+			t.Fatalf("a claim of 5 with room for 1: %v, want l-low2 and fresh2", got)
+		}
+		wantErr(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "fresh2", LeaseEpoch: r[0].LeaseEpoch, Limiters: []string{"x"}}), store.ErrInvalid)
+		wantErr(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "fresh2", LeaseEpoch: r[0].LeaseEpoch, Release: true, Limiters: []string{"a\nb"}}), store.ErrInvalid)
 	})
 
 	if h.Harness.Reopen != nil {

@@ -287,6 +287,31 @@ func EncodeAwaits(a *store.Awaits) any {
 	return b.String()
 }
 
+// EncodeLimiters is a run's limiters column for names (the limiters a
+// parked run waits for, store.AdvanceParams.Limiters): nil (SQL NULL) for
+// none, else each name followed by a newline, which no limiter name holds
+// (names.Limiter). LimitersHas is the test of one name in SQL.
+func EncodeLimiters(names []string) any {
+	if len(names) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	for _, n := range names {
+		b.WriteString(n)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// LinePriority is a run's line_priority column: SQL NULL unless the run
+// is parked in a limiter's line (store.AdvanceParams.Lined).
+func LinePriority(lined bool, prio int) any {
+	if !lined {
+		return nil
+	}
+	return int64(prio)
+}
+
 // DecodeAwaits reads an awaits column: nil when not valid (NULL).
 func DecodeAwaits(s string, valid bool) *store.Awaits {
 	if !valid {
