@@ -248,22 +248,28 @@ func StepAsync[T any](ctx Context, name string, fn func(StepContext) (T, error),
 			}
 			runtime.Goexit()
 		}
-		env.wait = func(t time.Time, wake <-chan struct{}, _ bool) {
-			p.mu.Lock()
-			p.running--
-			if p.waits == nil {
-				p.waits = map[*future]time.Time{}
-			}
-			p.waits[&f.f] = t
-			p.change()
-			p.mu.Unlock()
-			defer func() {
+		env.wait = func(t time.Time, wake <-chan struct{}, park bool) {
+			// A wait that may park (a backoff, a limiter's window) is the
+			// run's wake time for await; one that must not (a place in a
+			// limiter's line, whose turn a parked run would not hear) counts
+			// as running, so the run stays.
+			if park {
 				p.mu.Lock()
-				delete(p.waits, &f.f)
-				p.running++
+				p.running--
+				if p.waits == nil {
+					p.waits = map[*future]time.Time{}
+				}
+				p.waits[&f.f] = t
 				p.change()
 				p.mu.Unlock()
-			}()
+				defer func() {
+					p.mu.Lock()
+					delete(p.waits, &f.f)
+					p.running++
+					p.change()
+					p.mu.Unlock()
+				}()
+			}
 			timer := time.NewTimer(time.Until(t))
 			defer timer.Stop()
 			select {

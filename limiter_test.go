@@ -926,3 +926,59 @@ func TestEngineLimiters(t *testing.T) {
 		}
 	})
 }
+
+// Steps on goroutines of their own (StepAsync) that wait in a limiter's
+// line for a held slot keep their run on the worker, as inline ones do: a
+// parked run would not hear its turn come. Before, the wait of such a step
+// counted as the run's wake time, so a run whose only steps waited parked
+// for three quarters of a lease, or, waiting in the engine's local line,
+// for an hour, with its slot handed to nobody listening.
+func TestAsyncStepsWaitingForAHeldSlotDoNotPark(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1}))
+		cfg := fastConfig()
+		cfg.ParkAfter = 20 * time.Millisecond
+		cfg.LeaseTTL = 20 * time.Second // its three quarters: longer than the test waits
+		e := newEngine(t, s, cfg)
+		hold := make(chan struct{})
+		release := sync.OnceFunc(func() { close(hold) })
+		defer release()
+		var started atomic.Int64
+		wf := weir.Register(e, "fan", func(ctx weir.Context, who string) (string, error) {
+			f := weir.StepAsync(ctx, "call", func(sc weir.StepContext) (string, error) {
+				if started.Add(1) == 1 {
+					<-hold
+				}
+				return who, nil
+			}, weir.WithLimiter("llm", nil))
+			return f.Get(ctx)
+		})
+		must(t, e.Work(testCtx(t)))
+		var hs []*weir.Handle[string]
+		for i := range 12 { // past the engine's places at the store (lineReps)
+			h, err := wf.Start(testCtx(t), fmt.Sprint("r", i), nil)
+			must(t, err)
+			hs = append(hs, h)
+		}
+		waitFor(t, time.Minute, "the first step holding the slot and the others waiting for it", func() bool {
+			waiting := 0
+			for _, h := range hs {
+				evs, err := s.ListEvents(testCtx(t), h.ID, 0)
+				must(t, err)
+				if slices.ContainsFunc(evs, func(ev store.Event) bool { return ev.Type == store.EventLimitWaiting }) {
+					waiting++
+				}
+			}
+			return started.Load() == 1 && waiting == len(hs)-1
+		})
+		release()
+		ctx, cancel := context.WithTimeout(testCtx(t), 5*time.Second)
+		defer cancel()
+		for _, h := range hs {
+			if _, err := h.Result(ctx); err != nil {
+				r, _ := s.GetRun(testCtx(t), h.ID)
+				t.Fatalf("run %s once the slot came back: %v (parked until %v)", h.ID, err, r.WakeAt)
+			}
+		}
+	})
+}
