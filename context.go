@@ -274,11 +274,15 @@ type stepEnv struct {
 	// record (checkpoint.go). Only inline steps: the workflow goroutine
 	// makes that record.
 	deferOK bool
+	// parks: a wait in a limiter's line may park the run (lined) when the
+	// engine has no seat for it. Only inline steps: the workflow goroutine
+	// parks the run.
+	parks bool
 }
 
 // inline is the env of Step: the workflow goroutine's own waits and exits.
 func (x *execution) inline() *stepEnv {
-	return &stepEnv{x: x, wait: x.waitUntilOr, leave: x.leave, deferOK: true}
+	return &stepEnv{x: x, wait: x.waitUntilOr, leave: x.leave, deferOK: true, parks: true}
 }
 
 // record writes p, leaving on failure as execution.record does.

@@ -53,8 +53,15 @@ type Config struct {
 	// others' every LeaseTTL/3, which is what a run costs the store while
 	// it waits: 3 processes of Concurrency 128 and LineRuns 1,024 renewed
 	// 10,000 leases a second with a 1 s lease, and their renewals fell
-	// behind. Past it, a waiting run counts against Concurrency. Defaults
-	// to Concurrency; negative: none (every waiting run counts).
+	// behind. Past it, a run whose step waits inline (Step) parks, lined:
+	// it holds nothing, and this engine or another claims it again first
+	// when one of these seats is free; one better in the limiter's order
+	// (a higher priority, a key holding fewer seats) takes the seat of the
+	// worst, which parks (lineseats.go). So claims never stop at a flood,
+	// whatever its size. A step on a goroutine of its own (StepAsync)
+	// keeps its run, which counts against Concurrency. Defaults to
+	// Concurrency; negative: none (every waiting run counts against
+	// Concurrency, none parks lined).
 	LineRuns int
 	// LeaseTTL is how long a claimed run stays this engine's without a
 	// heartbeat; heartbeats come every LeaseTTL/3. A dead worker's runs are
@@ -260,13 +267,19 @@ type Engine struct {
 	workflows map[string]*registered
 	started   bool
 	closed    bool
-	running   map[string]*execution  // run id -> its execution here
-	launched  map[string]int         // run id -> its executions launched here and not returned
-	inflight  int                    // runs launched and not yet ended, but for those aside
-	aside     int                    // runs launched whose steps all wait in a limiter's line (Config.LineRuns)
-	inQueue   map[string]int         // of them, those of each queue
-	done      map[string]*ending     // run id -> its waiters here, told when this engine ends it
-	events    map[string]*eventWaits // run id -> its GetEvent waiters here
+	running   map[string]*execution // run id -> its execution here
+	launched  map[string]int        // run id -> its executions launched here and not returned
+	inflight  int                   // runs launched and not yet ended, but for those aside
+	aside     int                   // runs launched whose steps all wait in a limiter's line (Config.LineRuns)
+	seats     []*lineSeat           // theirs (lineseats.go)
+	seatSeq   uint64
+	// linedPending: lined runs claimed (ClaimRunsParams.Lined) that have
+	// not reached their line yet: each will take a seat.
+	linedPending int
+	linedRuns    map[string]bool        // launched lined, not yet executing
+	inQueue      map[string]int         // of them, those of each queue
+	done         map[string]*ending     // run id -> its waiters here, told when this engine ends it
+	events       map[string]*eventWaits // run id -> its GetEvent waiters here
 	// claimBounded: the claim loop's last claim took as many runs as it
 	// had free slots for (or had none): more may wait.
 	claimBounded bool
@@ -483,6 +496,9 @@ func (e *Engine) claimLoop(ctx context.Context) {
 		e.mu.Lock()
 		free := e.cfg.Concurrency - e.inflight
 		room, full := e.queueRoom()
+		// Seats free for lined runs (lineseats.go), less those claimed
+		// that have not reached their line yet.
+		seats := max(0, e.cfg.LineRuns-e.aside-e.linedPending)
 		e.mu.Unlock()
 		claimed, want := 0, min(free, 32)
 		if free > 0 {
@@ -501,12 +517,14 @@ func (e *Engine) claimLoop(ctx context.Context) {
 		if claimed < want {
 			runs, err := e.store.ClaimRuns(ctx, &store.ClaimRunsParams{Versions: e.versions(),
 				Owner: e.cfg.WorkerID, Limit: want - claimed, LeaseTTL: e.cfg.LeaseTTL, Workflows: e.Workflows(), SkipQueues: full,
+				Lined: seats,
 			})
 			if err != nil && ctx.Err() == nil {
 				e.log.Warn("weir: claim runs", "err", err)
 			}
 			for _, r := range runs {
-				e.launch(ctx, r)
+				// A lined run takes a seat when it reaches its line.
+				e.launchClaimed(ctx, r, r.Lined)
 			}
 			claimed += len(runs)
 		}
@@ -558,8 +576,19 @@ func (e *Engine) queueRoom() (map[string]int, []string) {
 }
 
 // launch executes r, which a claim leased to this engine.
-func (e *Engine) launch(ctx context.Context, r *store.Run) {
+func (e *Engine) launch(ctx context.Context, r *store.Run) { e.launchClaimed(ctx, r, false) }
+
+// launchClaimed is launch of a run that was lined (lineseats.go), if
+// lined: it counts in e.linedPending until it reaches its line.
+func (e *Engine) launchClaimed(ctx context.Context, r *store.Run, lined bool) {
 	e.mu.Lock()
+	if lined {
+		if e.linedRuns == nil {
+			e.linedRuns = map[string]bool{}
+		}
+		e.linedRuns[r.ID] = true
+		e.linedPending++
+	}
 	e.inflight++
 	if r.Queue != "" {
 		e.inQueue[r.Queue]++

@@ -622,10 +622,20 @@ func awaited(fs []*future) *store.Awaits {
 // count as unseen (await has just read it, and must not miss what it
 // would find now). awaits: the messages that wake it (nil: every one).
 func (x *execution) park(t time.Time, look bool, awaits *store.Awaits) {
+	x.parkWith(t, look, awaits, nil)
+}
+
+// parkWith is park with what the run waits for in a limiter's line
+// (lined's Limiters, Lined and LinePriority; nil: the limiters whose
+// windows its steps wait for).
+func (x *execution) parkWith(t time.Time, look bool, awaits *store.Awaits, lined *store.AdvanceParams) {
 	if !x.deadline.IsZero() && x.deadline.Before(t) {
 		t = x.deadline
 	}
 	p := &store.AdvanceParams{Release: true, WakeAt: t, Awaits: awaits, Limiters: x.par.waitedFor()}
+	if lined != nil {
+		p.Limiters, p.Lined, p.LinePriority = lined.Limiters, lined.Lined, lined.LinePriority
+	}
 	if x.hooks > 0 || x.receives {
 		// A delivery after this execution's last look wakes the run at
 		// once (the store compares the log with what it saw).

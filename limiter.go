@@ -106,6 +106,16 @@ func stepStartOf(sc StepContext) *stepStart {
 	return nil
 }
 
+// closed reports whether ch is closed (nil: never).
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // errLimiter marks a limiter the step cannot use: none by that name, or a
 // store without limiters. It fails the step for good.
 var errLimiter = errors.New("weir: step limiter")
@@ -116,6 +126,7 @@ var errLimiter = errors.New("weir: step limiter")
 // the run); a limiter that cannot be used is an error.
 func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConfig) (func(cost int64), <-chan struct{}, error) {
 	x := env.x
+	x.reachLine()
 	lim := x.e.store
 	lease := x.e.cfg.LeaseTTL
 	p := &store.AcquireSlotParams{Limiter: cfg.limiter, Request: limit.Request{
@@ -152,6 +163,7 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 	// A place in the limiter's line at the store, or first one in this
 	// engine's local line (limitline.go).
 	line, key, prio := x.e.grants.line(cfg.limiter), cfg.limitOpts.Key, cfg.limitOpts.Priority
+	want := lineWant{limiter: cfg.limiter, key: key, prio: prio, parks: env.parks}
 	if w := line.enter(key, prio); w != nil {
 		inLine = true
 		waiting.Add(1)
@@ -169,9 +181,13 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 					line.cancel(w) // left while waiting (a wait may leave)
 				}
 			}()
-			x.lineEnter()
+			seat, park := x.lineEnter(want)
 			defer x.lineLeave()
-			env.waitLocal(w)
+			if park || !env.waitLocal(w, seat) {
+				// No seat for the run, or a better waiter took it: it
+				// parks, lined (lineseats.go).
+				x.parkLined(cfg.limiter, prio)
+			}
 			placed = true
 		}()
 	}
@@ -257,57 +273,37 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 				handed = changed
 			}
 			func() {
-				x.lineEnter()
+				seat, park := x.lineEnter(want)
 				defer x.lineLeave()
-				env.wait(sent.Add(lease*3/4), handed, false)
+				var evict <-chan struct{}
+				if seat != nil {
+					evict = seat.evict
+				}
+				if !park {
+					wake, unwatch := either(handed, evict)
+					defer unwatch()
+					env.wait(sent.Add(lease*3/4), wake, false)
+					park = closed(evict) && !closed(handed)
+				}
+				if park {
+					// No seat for the run, or a better waiter took it: it
+					// gives its place in the store's line back (a slot
+					// handed to it goes on) and parks, lined
+					// (lineseats.go).
+					stop()
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					defer cancel()
+					if _, err := lim.ReleaseSlot(ctx, &store.ReleaseSlotParams{Limiter: cfg.limiter, Holder: p.Holder}); err != nil {
+						x.e.log.Warn("weir: leaving a limiter's line failed; the place goes with its lease", "limiter", cfg.limiter, "holder", p.Holder, "err", err)
+					}
+					x.parkLined(cfg.limiter, prio)
+				}
 			}()
 			stop()
 		}
 		if r, ok := x.interrupted(); ok {
 			env.leave(r, context.Cause(x.ctx))
 		}
-	}
-}
-
-// lineEnter says a step of x waits in a limiter's line for a held slot:
-// the first to (no other step of x waiting), x stands aside (Config.LineRuns) — its
-// slot of Config.Concurrency is free for another run to be claimed — while
-// the engine has room for it.
-func (x *execution) lineEnter() {
-	if x.freeSlot == nil {
-		return // Replay: no slot
-	}
-	e := x.e
-	e.mu.Lock()
-	x.lineWaits++
-	aside := x.lineWaits == 1 && !x.aside && !x.slotGone && e.aside < e.cfg.LineRuns
-	if aside {
-		x.aside = true
-		e.aside++
-		e.inflight--
-	}
-	e.mu.Unlock()
-	if aside {
-		e.nudge() // a run may be claimed in its place
-	}
-}
-
-// lineLeave ends lineEnter's wait (granted, or left): x counts against
-// Concurrency again at once, past it if need be (its slot is held).
-func (x *execution) lineLeave() {
-	if x.freeSlot == nil {
-		return
-	}
-	e := x.e
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	// Any step's wait ending ends the run's standing aside, even if
-	// another still waits: a run never stands aside while a step of it
-	// runs.
-	if x.lineWaits--; x.aside {
-		x.aside = false
-		e.aside--
-		e.inflight++
 	}
 }
 

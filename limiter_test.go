@@ -285,10 +285,19 @@ func TestLimiterFairShare(t *testing.T) {
 // b's and c's runs waited for 56 of a's to end before they were even
 // claimed.
 func TestLateTenantAndPriorityPastAFlood(t *testing.T) {
+	// LineRuns 64 keeps the whole flood aside; the default (Concurrency,
+	// 4) keeps 4 aside and parks the others lined, and claims go on past
+	// them (lineseats.go): b and c take the seats of the worst of a's.
+	for _, lineRuns := range []int{64, 0} {
+		t.Run(fmt.Sprint("LineRuns=", lineRuns), func(t *testing.T) { testLateTenantAndPriorityPastAFlood(t, lineRuns) })
+	}
+}
+
+func testLateTenantAndPriorityPastAFlood(t *testing.T, lineRuns int) {
 	eachStore(t, func(t *testing.T, s store.Full) {
 		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1}))
 		cfg := fastConfig()
-		cfg.Concurrency, cfg.LineRuns = 4, 64
+		cfg.Concurrency, cfg.LineRuns = 4, lineRuns
 		e := newEngine(t, s, cfg)
 		var mu sync.Mutex
 		var order []string     // tenants in the order their steps started

@@ -136,16 +136,24 @@ func (g *grants) line(limiter string) *localLine {
 	return l
 }
 
-// waitLocal waits in line l until w takes a place at the store. Not
-// parked: the place comes when another attempt of this engine leaves the
-// store's line, which a parked run would not hear.
-func (env *stepEnv) waitLocal(w *localWaiter) {
+// waitLocal waits in line l until w takes a place at the store, and
+// reports true; false if a better waiter took seat meanwhile (lineseats.go;
+// nil: none). Not parked: the place comes when another attempt of this
+// engine leaves the store's line, which a parked run would not hear.
+func (env *stepEnv) waitLocal(w *localWaiter, seat *lineSeat) bool {
+	var evict <-chan struct{}
+	if seat != nil {
+		evict = seat.evict
+	}
+	wake, unwatch := either(w.ready, evict)
+	defer unwatch()
 	for {
-		select {
-		case <-w.ready:
-			return
-		default:
+		switch {
+		case closed(w.ready):
+			return true
+		case closed(evict):
+			return false
 		}
-		env.wait(time.Now().Add(time.Hour), w.ready, false)
+		env.wait(time.Now().Add(time.Hour), wake, false)
 	}
 }

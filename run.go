@@ -140,6 +140,10 @@ type execution struct {
 	lineWaits int
 	aside     bool
 	slotGone  bool
+	seat      *lineSeat // while aside
+	// linedClaim: claimed as a lined run (store.ClaimRunsParams.Lined) and
+	// not yet in a line: counted in e.linedPending.
+	linedClaim bool
 
 	// inlineRun is the attempt of an inline step whose function runs on
 	// the workflow goroutine now, if any; finished is closed when execute
@@ -283,6 +287,11 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 				x.aside = false
 				e.aside--
 				e.inflight++
+				e.dropSeat(x)
+			}
+			if x.linedClaim {
+				x.linedClaim = false
+				e.linedPending--
 			}
 			x.slotGone = true
 			e.mu.Unlock()
@@ -291,6 +300,13 @@ func (e *Engine) execute(ctx context.Context, cancel context.CancelCauseFunc, r 
 	}
 	defer close(x.finished) // last: a detached workflow goroutine waits for it
 	e.mu.Lock()
+	if e.linedRuns[r.ID] {
+		delete(e.linedRuns, r.ID)
+		x.linedClaim = x.freeSlot != nil
+		if !x.linedClaim {
+			e.linedPending--
+		}
+	}
 	if e.closed {
 		e.mu.Unlock()
 		x.release()

@@ -384,6 +384,11 @@ type Run struct {
 	// being over MaxListedValue bytes: GetRun has them. A page of a list
 	// is then bounded, where a run's input may be 16 MiB.
 	Elided bool
+	// Lined reports a run ClaimRuns took from a limiter's line
+	// (ClaimRunsParams.Lined): parked there before, it waits for a seat.
+	// The claim makes it an ordinary run: claimable at its lease's end if
+	// its worker dies, and no more lined.
+	Lined bool
 }
 
 // MaxErrorBytes bounds a run's error as it is kept: what is past it is
@@ -618,7 +623,8 @@ type ClaimRunsParams struct {
 	// Lined, if positive, claims first up to Lined runs parked in a
 	// limiter's line (AdvanceParams.Lined) before their WakeAt, highest
 	// LinePriority first, then oldest, within Limit: the worker has room
-	// for as many in its lines (Config.LineRuns).
+	// for as many in its lines (Config.LineRuns). Each is returned with
+	// Run.Lined set; the claim clears its mark and makes its WakeAt now.
 	Lined int
 }
 

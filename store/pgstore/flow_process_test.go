@@ -109,7 +109,7 @@ func saturate(t testing.TB, runs int, hold, lease time.Duration) flowResult {
 			}
 			if f[0] == "body-start" {
 				if b.start != 0 {
-					t.Errorf("run %s attempt %d: its body started twice", b.run, b.attempt)
+					t.Errorf("run %s attempt %d: its body started twice (pid %d at %d, then pid %d at %d)", b.run, b.attempt, b.pid, b.start, w.cmd.Process.Pid, at)
 				}
 				b.start = at
 				starts[b.run]++
@@ -208,21 +208,30 @@ func saturate(t testing.TB, runs int, hold, lease time.Duration) flowResult {
 // before: b after 28–36 of a's steps, c after 14–24, on one worker;
 // claims went oldest first and b joined the line only once claimed.)
 //
-// The backlog the workers keep in line is bounded: Concurrency plus
-// LineRuns runs a worker (LineRuns 32 here; its default is Concurrency).
-// Past it a late tenant's run is claimed only once the runs started before
-// it are (docs/benchmarks.md, "Exact under load"): with the default
-// LineRuns (8 runs a worker, 24 in all) and a's first two holding, b and c
-// are never claimed.
+// Whatever the backlog: with LineRuns 32 a worker keeps 32 of a's runs
+// aside; with the default (its Concurrency, 4) it keeps 4 and parks the
+// others lined, claims going on past them, and b and c take the seats of
+// the worst of a's (lineseats.go). Before runs parked lined, the default
+// LineRuns (8 runs a worker, 24 in all, with a's first two holding) never
+// claimed b or c.
 func TestProcessesLateTenantAndPriority(t *testing.T) {
+	for _, lineRuns := range []int{32, 0} {
+		t.Run(fmt.Sprint("LineRuns=", lineRuns), func(t *testing.T) { testProcessesLateTenantAndPriority(t, lineRuns) })
+	}
+}
+
+func testProcessesLateTenantAndPriority(t *testing.T, lineRuns int) {
 	h := newProcessHarness(t)
 	if err := h.s.SetLimiter(t.Context(), &limit.Config{Name: "llm", Concurrency: 2}); err != nil {
 		t.Fatal(err)
 	}
-	gate := filepath.Join(t.TempDir(), "gate")
+	// Each of a's runs has a gate of its own: the test opens one holder's
+	// first, so that the one slot it frees goes to the line's first (c),
+	// and then the others.
+	gates := t.TempDir()
 	var ws []*worker
 	for range 3 {
-		w := startWorker(t, h.schema, 0, 5*time.Second, envWorkerConc+"=4", "WEIR_TEST_PG_WORKER_LINE_RUNS=32")
+		w := startWorker(t, h.schema, 0, 5*time.Second, envWorkerConc+"=4", fmt.Sprint("WEIR_TEST_PG_WORKER_LINE_RUNS=", lineRuns))
 		w.waitFor(t, "ready", func(l []string) bool { return slices.Contains(l, "ready") })
 		ws = append(ws, w)
 	}
@@ -236,7 +245,8 @@ func TestProcessesLateTenantAndPriority(t *testing.T) {
 	}
 	var ids []string
 	for i := range 60 {
-		ids = append(ids, start(fmt.Sprintf("a-%02d", i), limitedInput{Hold: 5 * time.Millisecond, Key: "a", Gate: gate}))
+		id := fmt.Sprintf("a-%02d", i)
+		ids = append(ids, start(id, limitedInput{Hold: 5 * time.Millisecond, Key: "a", Gate: filepath.Join(gates, id)}))
 	}
 	// When a run's step joined the limiter's line (its limit_waiting).
 	joined := func(id string) time.Time {
@@ -262,27 +272,44 @@ func TestProcessesLateTenantAndPriority(t *testing.T) {
 	b := start("b", limitedInput{Hold: 5 * time.Millisecond, Key: "b"})
 	c := start("c", limitedInput{Hold: 5 * time.Millisecond, Key: "c", Priority: 10})
 	waitUntil(t, time.Minute, "b's and c's steps in line", func() bool { return !joined(b).IsZero() && !joined(c).IsZero() })
-	if err := os.WriteFile(gate, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	h.waitAll(t, append(ids, b, c), 2*time.Minute)
-
 	type started struct {
 		run string
 		at  time.Time
 	}
-	var order []started
-	for _, w := range ws {
-		w.mu.Lock()
-		for _, l := range w.lines {
-			if f := strings.Fields(l); len(f) == 4 && f[0] == "body-start" {
-				ns, _ := strconv.ParseInt(f[3], 10, 64)
-				order = append(order, started{f[1], time.Unix(0, ns)})
+	bodies := func() []started {
+		var order []started
+		for _, w := range ws {
+			w.mu.Lock()
+			for _, l := range w.lines {
+				if f := strings.Fields(l); len(f) == 4 && f[0] == "body-start" {
+					ns, _ := strconv.ParseInt(f[3], 10, 64)
+					order = append(order, started{f[1], time.Unix(0, ns)})
+				}
 			}
+			w.mu.Unlock()
 		}
-		w.mu.Unlock()
+		slices.SortFunc(order, func(x, y started) int { return x.at.Compare(y.at) })
+		return order
 	}
-	slices.SortFunc(order, func(x, y started) int { return x.at.Compare(y.at) })
+	open := func(id string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(gates, id), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holders := bodies()
+	if len(holders) != 2 {
+		t.Fatalf("%d bodies started before any gate opened, want the limiter's 2: %v", len(holders), holders)
+	}
+	open(holders[0].run)
+	waitUntil(t, time.Minute, "c's body started in the slot freed", func() bool {
+		return slices.ContainsFunc(bodies(), func(s started) bool { return s.run == c })
+	})
+	for _, id := range ids {
+		open(id)
+	}
+	h.waitAll(t, append(ids, b, c), 2*time.Minute)
+	order := bodies()
 	at := func(id string) int { return slices.IndexFunc(order, func(s started) bool { return s.run == id }) }
 	for _, id := range []string{b, c} {
 		in, i := joined(id), at(id)

@@ -324,9 +324,11 @@ func (g *group) queueClaim(b *pgx.Batch, o *claimOp, held []string) {
 		for rows.Next() {
 			var c claimedRun
 			var err error
-			if c.run, err = sqlrow.ScanRun(rows, &c.seq); err != nil {
+			var lined bool
+			if c.run, err = sqlrow.ScanRun(rows, &c.seq, &lined); err != nil {
 				return err
 			}
+			c.run.Lined = lined
 			o.claimed = append(o.claimed, c)
 			g.creates = true
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +53,7 @@ func (s *Store) RenewLeases(ctx context.Context, ps []store.RenewLeaseParams) ([
 	if len(ids) == 0 {
 		return out, nil
 	}
+	sortLeases(ids, epochs, expires)
 	r := &s.renew
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -130,4 +133,18 @@ func (s *Store) leaseLostOn(ctx context.Context, conn *pgx.Conn, run string, epo
 	}
 	r.Status = store.RunStatus(status)
 	return fmt.Errorf("renew lease: %w", apply.LeaseLost(r, epoch))
+}
+
+// sortLeases sorts the leases to renew by run id, with their epochs and
+// expiries: rows are locked in the order groups lock them (renewMany).
+func sortLeases(ids []string, epochs, expires []int64) {
+	idx := make([]int, len(ids))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return strings.Compare(ids[a], ids[b]) })
+	ids2, epochs2, expires2 := slices.Clone(ids), slices.Clone(epochs), slices.Clone(expires)
+	for i, j := range idx {
+		ids[i], epochs[i], expires[i] = ids2[j], epochs2[j], expires2[j]
+	}
 }

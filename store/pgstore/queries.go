@@ -54,8 +54,19 @@ func newQueries(schema string) *queries {
 	set(&q.renew, `UPDATE $S.runs SET lease_expires = $1, updated_at = $2
 		WHERE id = $3 AND lease_epoch = $4 AND lease_owner <> '' AND status IN ('pending', 'running')
 		RETURNING cancel_requested`)
+	// renewMany takes the rows' locks one by one in the order of $1, which
+	// RenewLeases sorts, as a group takes its runs' (lockRuns): an UPDATE
+	// joined to the array locks in whatever order its plan visits the
+	// rows, and a group locking two of the same runs the other way round
+	// waited for it while it waited for the group — until the renewal's
+	// timeout, past which the leases lapsed and the runs' steps ran again
+	// elsewhere (a saturated limiter's flood parking runs, issue 38).
 	set(&q.renewMany, `UPDATE $S.runs r SET lease_expires = u.expires, updated_at = $4
-		FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, epoch, expires)
+		FROM (
+			SELECT k.id, k.epoch, k.expires FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS k(id, epoch, expires, n),
+			LATERAL (SELECT 1 FROM $S.runs WHERE id = k.id FOR NO KEY UPDATE) l
+			ORDER BY k.n
+		) u
 		WHERE r.id = u.id AND r.lease_epoch = u.epoch AND r.lease_owner <> '' AND r.status IN ('pending', 'running')
 		RETURNING r.id, r.lease_epoch, r.cancel_requested`)
 	set(&q.cancel, `WITH u AS (
@@ -322,7 +333,11 @@ func newQueries(schema string) *queries {
 	// ($5), marks the runs it claims with the group's token ($6), and, for
 	// a retry, returns the runs the lost try claimed ($7, its token) rather
 	// than claiming more. Runs parked in a limiter's line come first, up to
-	// $11 (ClaimRunsParams.Lined), within the limit.
+	// $11 (ClaimRunsParams.Lined), within the limit; claimed, they are
+	// lined no more, and runnable now at their lease's end (a dead worker).
+	// (A lined mark left on a leased run would have every claim's scan of
+	// the lined walk the runs in flight: PostgreSQL's CPU, and lease
+	// renewals behind it, under a flood.)
 	set(&q.claimIn, `WITH prev AS (
 			SELECT id, workflow, status, input, output, error, created_at, updated_at,
 				wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
@@ -349,12 +364,13 @@ func newQueries(schema string) *queries {
 			FOR NO KEY UPDATE SKIP LOCKED
 		), u AS (
 			UPDATE $S.runs r SET status = 'running', lease_owner = $1, lease_expires = $2,
-				lease_epoch = r.lease_epoch + 1, updated_at = $3, record_token = $6
-			FROM (SELECT id FROM lined UNION ALL SELECT id FROM c) c WHERE r.id = c.id
+				lease_epoch = r.lease_epoch + 1, updated_at = $3, record_token = $6,
+				line_priority = NULL, wake_at = CASE WHEN c.lined THEN $3 ELSE r.wake_at END
+			FROM (SELECT id, true AS lined FROM lined UNION ALL SELECT id, false FROM c) c WHERE r.id = c.id
 			RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error, r.created_at, r.updated_at,
 				r.wake_at, r.lease_owner, r.lease_expires, r.lease_epoch, r.cancel_requested, r.kind, r.parent_id, r.trace_parent,
-				r.queue, r.queue_key, r.priority, r.dedupe, r.queued, r.version, r.seq
+				r.queue, r.queue_key, r.priority, r.dedupe, r.queued, r.version, r.seq, c.lined
 		)
-		SELECT * FROM u UNION ALL SELECT * FROM prev`)
+		SELECT * FROM u UNION ALL SELECT *, false FROM prev`)
 	return q
 }

@@ -173,7 +173,7 @@ func (s *Store) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*sto
 	err := s.write(ctx, func(tx *wtx) error {
 		out = out[:0]
 		tx.changed = true
-		claim := func(st *sql.Stmt, limit int) error {
+		claim := func(st *sql.Stmt, limit int, lined bool) error {
 			rows, err := st.QueryContext(bg, p.Owner, sqlrow.Nanos(now.Add(p.LeaseTTL)), sqlrow.Nanos(now), limit, workflows, skip, versions)
 			if err != nil {
 				return translate(err)
@@ -184,19 +184,20 @@ func (s *Store) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*sto
 				if err != nil {
 					return translate(err)
 				}
+				r.Lined = lined
 				out = append(out, r)
 			}
 			return translate(rows.Err())
 		}
 		if p.Lined > 0 {
-			if err := claim(tx.w.claimLined, min(p.Lined, p.Limit)); err != nil {
+			if err := claim(tx.w.claimLined, min(p.Lined, p.Limit), true); err != nil {
 				return err
 			}
 			if len(out) == p.Limit {
 				return nil
 			}
 		}
-		return claim(tx.w.claim, p.Limit-len(out))
+		return claim(tx.w.claim, p.Limit-len(out), false)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim runs: %w", err)

@@ -105,7 +105,7 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 		// Runs parked in a limiter's line (AdvanceParams.Lined), before
 		// their wake time: a claim with room in its lines takes them first.
 		p(&w.claimLined, `UPDATE runs SET status = 'running', lease_owner = ?1, lease_expires = ?2,
-				lease_epoch = lease_epoch + 1, updated_at = ?3
+				lease_epoch = lease_epoch + 1, updated_at = ?3, line_priority = NULL, wake_at = ?3
 			WHERE seq IN (SELECT seq FROM runs
 				WHERE line_priority IS NOT NULL AND status IN ('pending', 'running') AND kind = '' AND wake_at > ?3
 					AND (lease_owner = '' OR lease_expires <= ?3)

@@ -490,14 +490,34 @@ func testLimits(t *testing.T, h harness) {
 		if got := runIDs(r); len(got) != 2 || !slices.Contains(got, "l-high") || !slices.Contains(got, "l-low") {
 			t.Fatalf("a claim of 2 with room for 5: %v, want l-high and l-low (best, then oldest)", got)
 		}
+		for _, run := range r {
+			if !run.Lined || run.WakeAt.After(time.Now()) {
+				t.Fatalf("%s claimed from the line: Lined %v, WakeAt %v (want true, now: runnable at its lease's end)", run.ID, run.Lined, run.WakeAt)
+			}
+		}
 		createRun(t, s, "fresh2")
 		r, err = s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 5, LeaseTTL: ttl, Lined: 1})
 		must(t, err)
 		if got := runIDs(r); len(got) != 2 || !slices.Contains(got, "l-low2") || !slices.Contains(got, "fresh2") {
 			t.Fatalf("a claim of 5 with room for 1: %v, want l-low2 and fresh2", got)
 		}
-		wantErr(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "fresh2", LeaseEpoch: r[0].LeaseEpoch, Limiters: []string{"x"}}), store.ErrInvalid)
-		wantErr(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "fresh2", LeaseEpoch: r[0].LeaseEpoch, Release: true, Limiters: []string{"a\nb"}}), store.ErrInvalid)
+		for _, run := range r {
+			if run.Lined != (run.ID == "l-low2") {
+				t.Fatalf("%s: Lined %v", run.ID, run.Lined)
+			}
+		}
+		// Claimed from the line, a run is lined no more: its worker gone,
+		// it is runnable at its lease's end, like any other.
+		r, err = s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: "next", Limit: 10, LeaseTTL: ttl, Lined: 10, Now: time.Now().Add(2 * ttl)})
+		must(t, err)
+		got := runIDs(r)
+		for _, id := range []string{"fresh", "fresh2", "l-low", "l-high", "l-low2"} {
+			if !slices.Contains(got, id) || slices.ContainsFunc(r, func(run *store.Run) bool { return run.Lined }) {
+				t.Fatalf("after the leases ran out: %v, want %s among them, none lined", got, id)
+			}
+		}
+		wantErr(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: r[0].ID, LeaseEpoch: r[0].LeaseEpoch, Limiters: []string{"x"}}), store.ErrInvalid)
+		wantErr(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: r[0].ID, LeaseEpoch: r[0].LeaseEpoch, Release: true, Limiters: []string{"a\nb"}}), store.ErrInvalid)
 	})
 
 	if h.Harness.Reopen != nil {
