@@ -16,7 +16,10 @@ import (
 // come back.
 
 // RunHolder is how a store names run id in a limiter.
-func RunHolder(id string) string { return "run:" + id }
+func RunHolder(id string) string { return runHolderPrefix + id }
+
+// runHolderPrefix starts a run's holder (RunHolder).
+const runHolderPrefix = "run:"
 
 // Candidate is a queued run that can start now.
 type Candidate struct {

@@ -735,3 +735,88 @@ func TestALoweredBoundKeepsAGrantsSlotsInUse(t *testing.T) {
 		t.Fatalf("a renewal that says nothing of its use: %+v", d)
 	}
 }
+
+// A window of many uses keeps a bounded state (compactUses), and its rate
+// still holds: counted from the grants themselves, no window of the period
+// ever holds more than the rate, and the limiter lets through nearly as
+// many as it may. (Red team, round twelve: a rate of a billion kept one
+// entry a use, and each decision cost more as the window filled.)
+func TestAWindowOfManyUsesStaysBounded(t *testing.T) {
+	c := &Config{Name: "l", Rate: 5000, Period: 10 * time.Second}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var st State
+	var grants []time.Time
+	now := t0
+	for i := range 25000 {
+		now = now.Add(time.Duration(rng.IntN(1500)) * time.Microsecond)
+		h := fmt.Sprint("h", i)
+		var d Decision
+		if d, st = Acquire(c, st, Request{Holder: h, Lease: time.Second}, now); d.Granted {
+			grants = append(grants, now)
+			st, _, _ = Release(c, st, h, 1, now)
+		}
+		if n := len(st.Uses); n > maxUses+1 {
+			t.Fatalf("step %d: the window keeps %d entries, want at most %d", i, n, maxUses+1)
+		}
+	}
+	// No window of the period holds more than the rate.
+	lo := 0
+	for hi, g := range grants {
+		for !grants[lo].After(g.Add(-c.Period)) {
+			lo++
+		}
+		if n := hi - lo + 1; n > c.Rate {
+			t.Fatalf("%d grants in the window ending %v, the rate is %d", n, g.Sub(t0), c.Rate)
+		}
+	}
+	// And it lets through nearly all it may: a merged use leaves the
+	// window at most period/256 late.
+	elapsed := now.Sub(t0)
+	ideal := float64(c.Rate) * float64(elapsed) / float64(c.Period)
+	if got := float64(len(grants)); got < 0.97*ideal {
+		t.Fatalf("%d grants over %v, want about %.0f", len(grants), elapsed, ideal)
+	}
+	var taken int
+	var spent int64
+	for _, u := range Prune(c, st, now).Uses {
+		taken += u.N()
+		spent += u.Cost
+	}
+	if int64(taken) != spent || taken > c.Rate {
+		t.Fatalf("the window says %d taken and %d spent (each use cost 1), rate %d", taken, spent, c.Rate)
+	}
+}
+
+// A queue's uses (runs', which nothing charges) are merged too; a step's
+// use a release may still charge keeps its entry, and is charged.
+func TestCompactUsesKeepsWhatMayBeCharged(t *testing.T) {
+	c := &Config{Name: "q", Rate: 1 << 30, Period: time.Hour}
+	var uses []Use
+	for i := range 2000 {
+		uses = append(uses, Use{Holder: RunHolder(fmt.Sprint("r", i)), At: t0.Add(time.Duration(i) * time.Second)})
+	}
+	uses = append(uses, Use{Holder: "step-holder", At: t0.Add(time.Second)})
+	slices.SortStableFunc(uses, func(a, b Use) int { return a.At.Compare(b.At) })
+	out := compactUses(c, uses)
+	taken := 0
+	for _, u := range out {
+		taken += u.N()
+	}
+	if len(out) > maxUses/2+2 || taken != 2001 {
+		t.Fatalf("%d entries standing for %d uses, want at most %d for 2001", len(out), taken, maxUses/2+2)
+	}
+	if out[len(out)-1].At != t0.Add(1999*time.Second) {
+		t.Fatalf("the latest use moved: %v", out[len(out)-1].At)
+	}
+	st, _, err := Release(c, State{Uses: out}, "step-holder", 7, t0.Add(2000*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spent int64
+	for _, u := range st.Uses {
+		spent += u.Cost
+	}
+	if spent != 7 {
+		t.Fatalf("the step's use charged %d, want 7", spent)
+	}
+}

@@ -130,8 +130,9 @@ func (s *Server) limiterJSON(r *http.Request, c *limits.Config) api.Limiter {
 		out.Period = c.Period.String()
 	}
 	if st, err := s.store.LimiterState(r.Context(), c.Name, time.Time{}); err == nil {
-		ls := &api.LimiterState{Held: limits.Held(*st), Waiting: len(st.Waiters), Taken: len(st.Uses), Queued: st.Queued}
+		ls := &api.LimiterState{Held: limits.Held(*st), Waiting: len(st.Waiters), Queued: st.Queued}
 		for _, u := range st.Uses {
+			ls.Taken += u.N()
 			ls.Spent += u.Cost
 		}
 		out.State = ls
@@ -167,13 +168,14 @@ func (s *Server) writeLimiterMetrics(w io.Writer) {
 		if err != nil {
 			continue
 		}
-		r := row{name: c.Name, held: limits.Held(*st), waiting: len(st.Waiters), taken: len(st.Uses), queued: st.Queued, c: c}
+		r := row{name: c.Name, held: limits.Held(*st), waiting: len(st.Waiters), queued: st.Queued, c: c}
 		for _, w := range st.Waiters {
 			if r.oldest.IsZero() || w.Since.Before(r.oldest) {
 				r.oldest = w.Since
 			}
 		}
 		for _, u := range st.Uses {
+			r.taken += u.N()
 			r.spent += u.Cost
 		}
 		rows = append(rows, r)

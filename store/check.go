@@ -639,6 +639,13 @@ func (p *CreateStreamParams) Check() error {
 	if err := CheckPath(p.Path); err != nil {
 		return err
 	}
+	// A new stream's path is printable, as a run stream's (CheckCreate):
+	// round twelve found PUT /v1/stream/{path} took bidirectional
+	// overrides, C1 controls and zero-width characters that round five's
+	// rule refused on the other route.
+	if err := nameErr(names.Text("stream path", p.Path, MaxPathLen)); err != nil {
+		return err
+	}
 	switch {
 	case strings.HasPrefix(p.Path, "runs/"):
 		return fmt.Errorf("%w: path %q is reserved for run streams", ErrInvalid, p.Path)

@@ -26,6 +26,16 @@ func TestChecksRefuseWhatNamesRefuses(t *testing.T) {
 			t.Errorf("CheckID(%q) = %v", ok, err)
 		}
 	}
+	// A standalone stream's path, as a run stream's (red team, round
+	// twelve: PUT /v1/stream/{path} took these).
+	for _, path := range []string{"a\u202eb", "a\u2066b", "a\u2028b", "a\u0085b", "a\u009fb", "a\u200bb", "\ufeffa", "a\U000e0041", "\u3164"} {
+		if err := (&CreateStreamParams{Path: path}).Check(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("a stream at %q: %v, want ErrInvalid", path, err)
+		}
+	}
+	if err := (&CreateStreamParams{Path: "chat/\u00e9 1"}).Check(); err != nil {
+		t.Errorf("a printable path: %v", err)
+	}
 }
 
 // A migration names its versions as a start does: one no start could

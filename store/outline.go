@@ -33,8 +33,10 @@ func Outline(ctx context.Context, s Store, run string, keep func(EventType) bool
 // read of a log (the whole of it, with its payloads) against its budget
 // before the store reads it.
 type LogSizer interface {
-	// LogBytes returns the bytes of data of run's events, 0 for a run
-	// with none or no run.
+	// LogBytes returns the bytes of data of run's events and of its input
+	// (which a fork copies), 0 for a run with none or no run. (Red team,
+	// round twelve: a fork of a run with a 15 MiB input and no events was
+	// held as nothing, and 16 at once took 1 GB.)
 	LogBytes(ctx context.Context, run string) (int64, error)
 }
 

@@ -466,14 +466,16 @@ func (s *Store) WriterStatus(ctx context.Context, id int64, writer string) (stre
 
 var _ store.LogSizer = (*Store)(nil)
 
-// LogBytes is store.LogSizer's: the bytes of data of run's events (SQLite's
-// length() of a blob reads its size from the record's header).
+// LogBytes is store.LogSizer's: the bytes of data of run's events and its
+// input (SQLite's length() of a blob reads its size from the record's
+// header).
 func (s *Store) LogBytes(ctx context.Context, run string) (int64, error) {
 	if s.isClosed() {
 		return 0, store.ErrClosedStore
 	}
 	var n int64
-	if err := s.rdb.QueryRowContext(ctx, `SELECT COALESCE(sum(length(data)), 0) FROM events WHERE run_id = ?`, run).Scan(&n); err != nil {
+	if err := s.rdb.QueryRowContext(ctx, `SELECT COALESCE((SELECT sum(length(data)) FROM events WHERE run_id = ?1), 0)
+		+ COALESCE((SELECT length(input) FROM runs WHERE id = ?1), 0)`, run).Scan(&n); err != nil {
 		return 0, fmt.Errorf("log bytes: %w", s.readErr(err))
 	}
 	return n, nil

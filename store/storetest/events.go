@@ -89,6 +89,13 @@ func testEventPages(t *testing.T, h harness) {
 		if n, err := ls.LogBytes(ctx(t), "nope"); err != nil || n != 0 {
 			t.Fatalf("LogBytes of no run: %d %v", n, err)
 		}
+		// A run's input counts too: a fork copies it.
+		if _, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "input", Workflow: "wf", Input: make([]byte, 70<<10)}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := ls.LogBytes(ctx(t), "input"); err != nil || n != 70<<10 {
+			t.Fatalf("LogBytes of a run with a 70 KiB input and no events: %d %v", n, err)
+		}
 	}
 	for _, p := range []store.ListEventsParams{{RunID: "log", Limit: store.MaxEventPage + 1}, {RunID: "log", MaxBytes: store.MaxEventPageBytes + 1}, {RunID: "log", After: -1}, {RunID: ""}} {
 		if _, err := s.ListEventsPage(ctx(t), &p); !errors.Is(err, store.ErrInvalid) {
