@@ -634,7 +634,7 @@ func (x *execution) parkWith(t time.Time, look bool, awaits *store.Awaits, lined
 	}
 	p := &store.AdvanceParams{Release: true, WakeAt: t, Awaits: awaits, Limiters: x.par.waitedFor()}
 	if lined != nil {
-		p.Limiters, p.Lined, p.LinePriority = lined.Limiters, lined.Lined, lined.LinePriority
+		p.Events, p.Limiters, p.Lined, p.LinePriority = lined.Events, lined.Limiters, lined.Lined, lined.LinePriority
 	}
 	if x.hooks > 0 || x.receives {
 		// A delivery after this execution's last look wakes the run at

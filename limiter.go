@@ -164,16 +164,35 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 	// engine's local line (limitline.go).
 	line, key, prio := x.e.grants.line(cfg.limiter), cfg.limitOpts.Key, cfg.limitOpts.Priority
 	want := lineWant{limiter: cfg.limiter, key: key, prio: prio, parks: env.parks}
+	// The log says the attempt waits, once: what the UI and `runs watch`
+	// show ("waiting for openai: 3 ahead"). Written before the attempt
+	// waits (flushWait), or with its park's record when it parks lined
+	// at once (takeWait): a flood's run then costs one commit, not two.
+	var waitEv []store.Event
+	noteWait := func(reason limit.Reason) {
+		if st.limitWait < attempt && waitEv == nil {
+			data, _ := json.Marshal(map[string]string{"limiter": cfg.limiter, "reason": string(reason)})
+			waitEv = []store.Event{{Type: store.EventLimitWaiting, Op: op, Name: st.name, Attempt: attempt, Data: data}}
+		}
+	}
+	takeWait := func() []store.Event {
+		evs := waitEv
+		if evs != nil {
+			waitEv, st.limitWait = nil, attempt
+		}
+		return evs
+	}
+	flushWait := func() {
+		if evs := takeWait(); evs != nil {
+			env.record(&store.AdvanceParams{Events: evs})
+		}
+	}
 	if w := line.enter(key, prio); w != nil {
 		inLine = true
 		waiting.Add(1)
 		x.e.grants.kick(cfg.limiter)
 		x.e.grants.refuse(cfg.limiter)
-		if st.limitWait < attempt {
-			data, _ := json.Marshal(map[string]string{"limiter": cfg.limiter, "reason": string(limit.Queue)})
-			env.record(&store.AdvanceParams{Events: []store.Event{{Type: store.EventLimitWaiting, Op: op, Name: st.name, Attempt: attempt, Data: data}}})
-			st.limitWait = attempt
-		}
+		noteWait(limit.Queue)
 		placed := false
 		func() {
 			defer func() {
@@ -183,10 +202,14 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			}()
 			seat, park := x.lineEnter(want)
 			defer x.lineLeave()
-			if park || !env.waitLocal(w, seat) {
-				// No seat for the run, or a better waiter took it: it
-				// parks, lined (lineseats.go).
-				x.parkLined(cfg.limiter, prio)
+			if park {
+				// No seat for the run: it parks, lined (lineseats.go),
+				// its wait said in the park's record.
+				x.parkLined(cfg.limiter, prio, takeWait()...)
+			}
+			flushWait()
+			if !env.waitLocal(w, seat) {
+				x.parkLined(cfg.limiter, prio) // a better waiter took its seat
 			}
 			placed = true
 		}()
@@ -228,15 +251,10 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			x.e.grants.kick(cfg.limiter)
 			x.e.grants.refuse(cfg.limiter)
 		}
-		if st.limitWait < attempt {
-			// The log says the attempt waits, once: what the UI and
-			// `runs watch` show ("waiting for openai: 3 ahead").
-			data, _ := json.Marshal(map[string]string{"limiter": cfg.limiter, "reason": string(d.Reason)})
-			env.record(&store.AdvanceParams{Events: []store.Event{{Type: store.EventLimitWaiting, Op: op, Name: st.name, Attempt: attempt, Data: data}}})
-			st.limitWait = attempt
-		}
+		noteWait(d.Reason)
 		switch {
 		case d.Reason == limit.Rate || d.Reason == limit.Budget || !watches:
+			flushWait()
 			// A rate or budget window says when; without a watcher, a held
 			// slot coming back is found by polling (up to the engine's
 			// poll interval).
@@ -275,6 +293,9 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			func() {
 				seat, park := x.lineEnter(want)
 				defer x.lineLeave()
+				if !park {
+					flushWait()
+				}
 				var evict <-chan struct{}
 				if seat != nil {
 					evict = seat.evict
@@ -296,7 +317,7 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 					if _, err := lim.ReleaseSlot(ctx, &store.ReleaseSlotParams{Limiter: cfg.limiter, Holder: p.Holder}); err != nil {
 						x.e.log.Warn("weir: leaving a limiter's line failed; the place goes with its lease", "limiter", cfg.limiter, "holder", p.Holder, "err", err)
 					}
-					x.parkLined(cfg.limiter, prio)
+					x.parkLined(cfg.limiter, prio, takeWait()...)
 				}
 			}()
 			stop()

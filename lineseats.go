@@ -211,6 +211,7 @@ func either(a, b <-chan struct{}) (<-chan struct{}, func()) {
 
 // parkLined parks x until a seat of an engine comes free for its step
 // waiting for limiter at prio (lineSeat), or linedRecheck at the latest.
-func (x *execution) parkLined(limiter string, prio int) {
-	x.parkWith(time.Now().Add(linedRecheck), true, &store.Awaits{}, &store.AdvanceParams{Limiters: []string{limiter}, Lined: true, LinePriority: prio})
+// events go with the park's record.
+func (x *execution) parkLined(limiter string, prio int, events ...store.Event) {
+	x.parkWith(time.Now().Add(linedRecheck), true, &store.Awaits{}, &store.AdvanceParams{Events: events, Limiters: []string{limiter}, Lined: true, LinePriority: prio})
 }
