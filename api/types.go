@@ -205,9 +205,14 @@ type MessageSent struct {
 // and GET /v1/runs/{id}/state.
 type RunEvent struct {
 	Key   string          `json:"key"`
-	Value json.RawMessage `json:"value"`
-	Seq   int64           `json:"seq"` // the event that set it, in the run's log
+	Value json.RawMessage `json:"value,omitempty"` // absent when Elided
+	Seq   int64           `json:"seq"`             // the event that set it, in the run's log
 	At    time.Time       `json:"at"`
+	// Size is the value's bytes.
+	Size int `json:"size,omitempty"`
+	// Elided: /state left out a value over 4 KiB
+	// (store.MaxInlineEventValue); GET /v1/runs/{id}/events/{key} has it.
+	Elided bool `json:"elided,omitempty"`
 }
 
 // TopicMessages is what a run's log says of one topic's messages: how many
@@ -222,8 +227,15 @@ type TopicMessages struct {
 // RunState is the reply of GET /v1/runs/{id}/state: the run events it
 // published (latest value by key) and the messages sent to it, by topic.
 type RunState struct {
+	// Events are a page of the run events, by key (in the order of their
+	// bytes): at most 1,000 (store.MaxRunEventPage), values over 4 KiB
+	// elided.
 	Events   []RunEvent      `json:"events"`
 	Messages []TopicMessages `json:"messages"`
+	// More reports that keys follow this page: ask again with
+	// after=NextAfter.
+	More      bool   `json:"more,omitempty"`
+	NextAfter string `json:"next_after,omitempty"`
 }
 
 // Waiting is the reply of GET /v1/runs/{id}/waiting: what a run that has

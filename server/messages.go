@@ -130,30 +130,85 @@ func (s *Server) running(ctx context.Context, id string) bool {
 }
 
 func runEventJSON(ev *weir.RunEvent) api.RunEvent {
-	return api.RunEvent{Key: ev.Key, Value: json.RawMessage(ev.Value), Seq: ev.Seq, At: ev.At.UTC().Truncate(time.Millisecond)}
+	return api.RunEvent{Key: ev.Key, Value: json.RawMessage(ev.Value), Seq: ev.Seq, At: ev.At.UTC().Truncate(time.Millisecond),
+		Size: ev.Size, Elided: ev.Elided}
 }
 
-// handleRunState serves GET /v1/runs/{id}/state: the run events the run
-// published (their latest values) and the messages sent to it, by topic.
+const (
+	// stateEventRow bounds a run event of a /state page in memory: its
+	// value (at most store.MaxInlineEventValue; a larger one is not read),
+	// its key and the rest.
+	stateEventRow = store.MaxInlineEventValue + store.MaxTopicLen + 512
+	// stateEventJSON bounds its JSON: the value as stored (raw JSON), the
+	// key escaped (store.JSONStringBytes: 6 bytes a byte at most) and the
+	// rest.
+	stateEventJSON = store.MaxInlineEventValue + 6*store.MaxTopicLen + 256
+	// stateEventBytes is what a /state page is charged a key before the
+	// store is read: its row, and its JSON twice (the encoder's buffer
+	// grows by doubling), about 16 KiB; 16 MiB for a page of
+	// store.MaxRunEventPage.
+	stateEventBytes = stateEventRow + 2*stateEventJSON
+	// stateTopicJSON is a topic's counts in JSON, its name aside.
+	stateTopicJSON = 128
+)
+
+// handleRunState serves GET /v1/runs/{id}/state[?after=KEY&limit=N]: a
+// page of the run events the run published (by key, their latest values,
+// a value over store.MaxInlineEventValue elided: GET .../events/{key} has
+// it) and the messages sent to it, by topic. The page is charged to the
+// replies' budget before the store is read (its rows and its JSON, for
+// its most keys), with the messages' counts: neither depends on what the
+// run set (a run may set any number of keys of 1 MiB).
 func (s *Server) handleRunState(w http.ResponseWriter, r *http.Request) {
-	if err := checkQuery(r); err != nil {
-		httpError(w, err)
-		return
-	}
-	id := r.PathValue("id")
-	evs, err := s.e.RunEvents(r.Context(), id)
+	q, err := parseQuery(r, "after", "limit")
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	ms, err := s.e.Messages(r.Context(), id)
+	p := &store.ListRunEventsParams{RunID: r.PathValue("id"), After: q.Get("after"), Limit: store.MaxRunEventPage}
+	if v, ok := q["limit"]; ok {
+		if p.Limit, err = strconv.Atoi(v[0]); err != nil || p.Limit < 1 || p.Limit > store.MaxRunEventPage {
+			httpError(w, fmt.Errorf("%w: limit=%q: want 1 to %d run events", api.ErrBadRequest, clip(v[0]), store.MaxRunEventPage))
+			return
+		}
+	}
+	if err := p.Check(); err != nil {
+		httpError(w, err)
+		return
+	}
+	// The messages first, read as /waiting reads the log (store.Outline),
+	// so that the page's hold is not kept while a long log is read. A
+	// topic has a message at least: at most store.MaxRunMessages topics.
+	ms, err := s.e.Messages(r.Context(), p.RunID)
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	out := api.RunState{Events: make([]api.RunEvent, len(evs)), Messages: ms}
-	for i, ev := range evs {
+	var topics int64
+	for _, m := range ms {
+		topics += 2 * int64(store.JSONStringBytes(m.Topic)+stateTopicJSON)
+	}
+	// The store reads a row past the page to tell whether more follow.
+	h, ok := s.hold(w, int64(p.Limit+1)*stateEventBytes+topics)
+	if !ok {
+		return
+	}
+	defer func() { _ = h.to(0) }()
+	page, err := s.store.ListRunEventsPage(r.Context(), p)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := h.to(int64(len(page.Events))*stateEventBytes + topics); err != nil {
+		httpError(w, err) // it only shrinks
+		return
+	}
+	out := api.RunState{Events: make([]api.RunEvent, len(page.Events)), Messages: ms, More: page.More}
+	for i, ev := range page.Events {
 		out.Events[i] = runEventJSON(ev)
 	}
-	s.writeJSON(w, http.StatusOK, out)
+	if page.More && len(page.Events) > 0 {
+		out.NextAfter = page.Events[len(page.Events)-1].Key
+	}
+	h.send(w, http.StatusOK, out)
 }

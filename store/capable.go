@@ -76,6 +76,14 @@ func (c *capable) ListRunEvents(ctx context.Context, runID string) ([]*RunEvent,
 	return c.msgs.ListRunEvents(ctx, runID)
 }
 
+// ListRunEventsPage is Messages.ListRunEventsPage, or ErrUnsupported.
+func (c *capable) ListRunEventsPage(ctx context.Context, p *ListRunEventsParams) (*RunEventPage, error) {
+	if c.msgs == nil {
+		return nil, unsupported("messages")
+	}
+	return c.msgs.ListRunEventsPage(ctx, p)
+}
+
 // CreateStream is Standalone.CreateStream, or ErrUnsupported.
 func (c *capable) CreateStream(ctx context.Context, p *CreateStreamParams) (info *StreamInfo, created bool, err error) {
 	if c.standalone == nil {

@@ -240,8 +240,18 @@ type Messages interface {
 	// unknown run, or a key it never set.
 	GetRunEvent(ctx context.Context, runID, key string) (*RunEvent, error)
 	// ListRunEvents returns the latest value of each key run runID set,
-	// by key; none for an unknown run.
+	// by key; none for an unknown run. It holds every value whole (each
+	// up to MaxEventValue, and a run sets any number of keys): a reader
+	// that serves others lists with ListRunEventsPage.
 	ListRunEvents(ctx context.Context, runID string) ([]*RunEvent, error)
+	// ListRunEventsPage returns a page of run p.RunID's run events: at
+	// most p.Limit keys after p.After, in the order of their bytes, each
+	// with its latest value's Size, and its Value only if that is at most
+	// MaxInlineEventValue bytes (a larger one is Elided, left unread:
+	// GetRunEvent has it), and whether more keys follow. One bounded
+	// query: a page holds at most p.Limit values of MaxInlineEventValue
+	// whatever the run set. ErrNotFound for an unknown run.
+	ListRunEventsPage(ctx context.Context, p *ListRunEventsParams) (*RunEventPage, error)
 }
 
 // Standalone is the capability of streams that belong to no run: the
@@ -574,9 +584,67 @@ type MessageSent struct {
 type RunEvent struct {
 	RunID string
 	Key   string
-	Value []byte    // JSON
+	Value []byte    // JSON; nil when Elided
 	Seq   int64     // its event_set event's seq in the run's log
 	At    time.Time // when it was set
+	// Size is the value's bytes, as stored (Value's length, unless
+	// Elided).
+	Size int
+	// Elided reports a value a page (ListRunEventsPage) left out, being
+	// over MaxInlineEventValue bytes: GetRunEvent has it.
+	Elided bool
+}
+
+// The bounds of a page of a run's run events (ListRunEventsPage).
+const (
+	// MaxRunEventPage is the most keys a page lists.
+	MaxRunEventPage = 1000
+	// MaxInlineEventValue is the largest value a page carries: a larger
+	// one is listed by its size alone (RunEvent.Elided).
+	MaxInlineEventValue = 4 << 10
+)
+
+// ListRunEventsParams asks for a page of a run's run events
+// (ListRunEventsPage).
+type ListRunEventsParams struct {
+	RunID string
+	// After is the last key the reader has: the page starts after it, in
+	// the order of the keys' bytes ("": at the first key).
+	After string
+	// Limit bounds the keys: 1 to MaxRunEventPage (0: MaxRunEventPage).
+	Limit int
+}
+
+// Check validates a ListRunEventsPage call.
+func (p *ListRunEventsParams) Check() error {
+	if err := CheckRunID(p.RunID); err != nil {
+		return err
+	}
+	if p.After != "" {
+		if err := CheckTopic("run event key", p.After); err != nil {
+			return err
+		}
+	}
+	if p.Limit < 0 || p.Limit > MaxRunEventPage {
+		return fmt.Errorf("%w: a page of %d run events (limit 1 to %d)", ErrInvalid, p.Limit, MaxRunEventPage)
+	}
+	return nil
+}
+
+// WithDefaults returns p with its bounds set.
+func (p *ListRunEventsParams) WithDefaults() *ListRunEventsParams {
+	q := *p
+	if q.Limit == 0 {
+		q.Limit = MaxRunEventPage
+	}
+	return &q
+}
+
+// RunEventPage is a page of a run's run events, by key.
+type RunEventPage struct {
+	Events []*RunEvent
+	// More reports that keys follow the page's last.
+	More bool
 }
 
 // HookDelivery is the reply to a delivery.

@@ -303,7 +303,14 @@ func runsShow(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "\nrun events (%d):\n", len(state.Events))
 		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		for _, ev := range state.Events {
-			fmt.Fprintf(tw, "  %s\t%s\tset at event %d, %s\n", ev.Key, oneLine(ev.Value), ev.Seq, ev.At.Local().Format("15:04:05.000"))
+			value := oneLine(ev.Value)
+			if ev.Elided { // over 4 KiB: the state lists its size
+				value = fmt.Sprintf("(%d bytes: weir runs event %s %s)", ev.Size, run.ID, ev.Key)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\tset at event %d, %s\n", ev.Key, value, ev.Seq, ev.At.Local().Format("15:04:05.000"))
+		}
+		if state.More {
+			fmt.Fprintf(tw, "  …\tmore keys after %s (GET /v1/runs/%s/state?after=)\n", state.NextAfter, run.ID)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

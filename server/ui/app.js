@@ -785,14 +785,17 @@ class HookForms {
 }
 
 // renderState shows the run events the workflow published (latest value by
-// key) and the messages sent to it, by topic.
+// key; a value over 4 KiB comes elided, by its size: its own route has it)
+// and the messages sent to it, by topic. The state lists 1,000 keys at most.
 function renderState(state) {
   const box = $("#run-state");
   const evs = (state && state.events) || [], msgs = (state && state.messages) || [];
   if (!evs.length && !msgs.length) { box.replaceChildren(); return; }
   const out = [el("h2", { text: "Run events and messages" })];
+  const value = (e) => e.elided ? el("span", { class: "muted", text: `${e.size} bytes (GET /v1/runs/…/events/${e.key})` }) : el("code", { text: oneLine(e.value) });
   if (evs.length) out.push(el("table", { class: "kv run-events" }, el("tbody", {}, ...evs.map((e) =>
-    el("tr", { "data-key": e.key }, el("th", { text: e.key }), el("td", {}, el("code", { text: oneLine(e.value) })), el("td", { class: "muted", text: fmtTime(e.at) }))))));
+    el("tr", { "data-key": e.key }, el("th", { text: e.key }), el("td", {}, value(e)), el("td", { class: "muted", text: fmtTime(e.at) }))))));
+  if (state.more) out.push(el("p", { class: "muted", text: `More run events after “${state.next_after}”: the first ${evs.length} are shown.` }));
   if (msgs.length) out.push(el("table", { class: "kv messages" }, el("tbody", {}, ...msgs.map((m) =>
     el("tr", { "data-topic": m.topic }, el("th", { text: `topic ${m.topic}` }),
       el("td", { text: `${m.received} received${m.taken >= 0 ? `, ${m.taken} taken, ${m.left} left` : ""}` }))))));

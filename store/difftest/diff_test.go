@@ -518,7 +518,7 @@ func (g *gen) messageOp(now time.Time) *op {
 		}}
 	}
 	key := g.pick([]string{"status", "answer"})
-	return &op{desc: "GetRunEvent " + run + " " + key + " ListRunEvents", run: func(ctx context.Context, sd *side) string {
+	return &op{desc: "GetRunEvent " + run + " " + key + " ListRunEvents ListRunEventsPage", run: func(ctx context.Context, sd *side) string {
 		ev, err := sd.s.GetRunEvent(ctx, run, key)
 		var out string
 		if ev != nil {
@@ -528,7 +528,14 @@ func (g *gen) messageOp(now time.Time) *op {
 		for _, e := range evs {
 			out += fmt.Sprintf(" %s=%s@%d", e.Key, e.Value, e.Seq)
 		}
-		return out + " " + sd.norm(err) + " " + sd.norm(lerr)
+		page, perr := sd.s.ListRunEventsPage(ctx, &store.ListRunEventsParams{RunID: run, Limit: 1})
+		if page != nil {
+			for _, e := range page.Events {
+				out += fmt.Sprintf(" page %s=%s@%d size %d elided %v", e.Key, e.Value, e.Seq, e.Size, e.Elided)
+			}
+			out += fmt.Sprintf(" more %v", page.More)
+		}
+		return out + " " + sd.norm(err) + " " + sd.norm(lerr) + " " + sd.norm(perr)
 	}}
 }
 

@@ -338,7 +338,7 @@ func (s *Store) GetRunEvent(ctx context.Context, runID, key string) (*store.RunE
 	var ev *store.RunEvent
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		var err error
-		ev, err = scanRunEvent(s.pool.QueryRow(ctx, `SELECT run_id, key, value, seq, at FROM `+s.q.schema+`.run_events
+		ev, err = sqlrow.ScanRunEvent(s.pool.QueryRow(ctx, `SELECT `+sqlrow.RunEventCols+` FROM `+s.q.schema+`.run_events
 			WHERE run_id = $1 AND key = $2`, runID, key))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errNoRunEvent
@@ -357,6 +357,49 @@ func (s *Store) GetRunEvent(ctx context.Context, runID, key string) (*store.RunE
 	return ev, nil
 }
 
+// ListRunEventsPage returns a page of run p.RunID's run events, values
+// over store.MaxInlineEventValue left unread (sqlrow.RunEventPageSQL).
+func (s *Store) ListRunEventsPage(ctx context.Context, p *store.ListRunEventsParams) (*store.RunEventPage, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("list run events: %w", err)
+	}
+	p = p.WithDefaults()
+	var page *store.RunEventPage
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		b := &pgx.Batch{}
+		b.Queue(s.q.runExists, p.RunID)
+		b.Queue(s.q.runEventPage, p.RunID, p.After, p.Limit)
+		br := s.pool.SendBatch(ctx, b)
+		defer br.Close()
+		var one int
+		if err := br.QueryRow().Scan(&one); err != nil {
+			return fmt.Errorf("run %q: %w", p.RunID, err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		var evs []*store.RunEvent
+		for rows.Next() {
+			ev, err := sqlrow.ScanRunEventPage(rows, p.RunID)
+			if err != nil {
+				return err
+			}
+			evs = append(evs, ev)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		page = sqlrow.RunEventPage(evs, p.Limit)
+		return br.Close()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list run events: %w", err)
+	}
+	return page, nil
+}
+
 // ListRunEvents returns run runID's events' latest values, by key.
 func (s *Store) ListRunEvents(ctx context.Context, runID string) ([]*store.RunEvent, error) {
 	if err := store.CheckRunID(runID); err != nil {
@@ -365,14 +408,14 @@ func (s *Store) ListRunEvents(ctx context.Context, runID string) ([]*store.RunEv
 	var out []*store.RunEvent
 	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
 		out = out[:0]
-		rows, err := s.pool.Query(ctx, `SELECT run_id, key, value, seq, at FROM `+s.q.schema+`.run_events
+		rows, err := s.pool.Query(ctx, `SELECT `+sqlrow.RunEventCols+` FROM `+s.q.schema+`.run_events
 			WHERE run_id = $1 ORDER BY key`, runID)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			ev, err := scanRunEvent(rows)
+			ev, err := sqlrow.ScanRunEvent(rows)
 			if err != nil {
 				return err
 			}
@@ -384,14 +427,4 @@ func (s *Store) ListRunEvents(ctx context.Context, runID string) ([]*store.RunEv
 		return nil, fmt.Errorf("list run events: %w", err)
 	}
 	return out, nil
-}
-
-func scanRunEvent(row pgx.Row) (*store.RunEvent, error) {
-	ev := &store.RunEvent{}
-	var at int64
-	if err := row.Scan(&ev.RunID, &ev.Key, &ev.Value, &ev.Seq, &at); err != nil {
-		return nil, err
-	}
-	ev.At = sqlrow.Time(at)
-	return ev, nil
 }

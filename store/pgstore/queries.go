@@ -16,6 +16,7 @@ type queries struct {
 	run, runExists, runWithin, runLease, renew, renewMany, cancel, events, eventPage, schedulePage, streamByPath, streamByID string
 	runStreams, head, read, readMore, readWindow, touch, insertBatch, setHead                                                string
 	countStandalone, standalone                                                                                              string
+	runEventPage                                                                                                             string
 
 	// Group commit (group.go).
 	lockRuns, lockStreams, readWriters, readFences, readProducers, readKeys     string
@@ -78,6 +79,8 @@ func newQueries(schema string) *queries {
 		FROM $S.events WHERE run_id = $1 AND seq > $2 ORDER BY seq`)
 	set(&q.eventPage, sqlrow.EventPageSQL("$S.events", "$1", "$2", "$3::bigint", "$4::bigint"))
 	set(&q.schedulePage, sqlrow.SchedulePageSQL("$S.schedules", `name COLLATE "C"`, "$1", "$2::bigint", "$3::bigint"))
+	// Keys in byte order (COLLATE "C"), as SQLite's.
+	set(&q.runEventPage, sqlrow.RunEventPageSQL("$S.run_events", `key COLLATE "C"`, "$1", "$2", "$3::bigint"))
 
 	// Streams.
 	set(&q.streamByPath, `SELECT `+sqlrow.StreamCols+` FROM $S.streams WHERE path = $1`)

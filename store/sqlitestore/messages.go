@@ -118,7 +118,7 @@ func (s *Store) GetRunEvent(ctx context.Context, runID, key string) (*store.RunE
 	if s.isClosed() {
 		return nil, store.ErrClosedStore
 	}
-	ev, err := scanRunEvent(s.r.runEvent.QueryRowContext(ctx, runID, key))
+	ev, err := sqlrow.ScanRunEvent(s.r.runEvent.QueryRowContext(ctx, runID, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		if _, err := s.GetRun(ctx, runID); err != nil {
 			return nil, fmt.Errorf("get run event %q: %w", key, err)
@@ -129,6 +129,39 @@ func (s *Store) GetRunEvent(ctx context.Context, runID, key string) (*store.RunE
 		return nil, fmt.Errorf("get run event: %w", s.readErr(err))
 	}
 	return ev, nil
+}
+
+// ListRunEventsPage returns a page of run p.RunID's run events, values
+// over store.MaxInlineEventValue left unread (sqlrow.RunEventPageSQL).
+func (s *Store) ListRunEventsPage(ctx context.Context, p *store.ListRunEventsParams) (*store.RunEventPage, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("list run events: %w", err)
+	}
+	p = p.WithDefaults()
+	if s.isClosed() {
+		return nil, store.ErrClosedStore
+	}
+	var one int
+	if err := s.r.runExists.QueryRowContext(ctx, p.RunID).Scan(&one); err != nil {
+		return nil, fmt.Errorf("list run events: run %q: %w", p.RunID, s.readErr(err))
+	}
+	rows, err := s.r.runEventPage.QueryContext(ctx, p.RunID, p.After, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list run events: %w", s.readErr(err))
+	}
+	defer rows.Close()
+	var evs []*store.RunEvent
+	for rows.Next() {
+		ev, err := sqlrow.ScanRunEventPage(rows, p.RunID)
+		if err != nil {
+			return nil, fmt.Errorf("list run events: %w", s.readErr(err))
+		}
+		evs = append(evs, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list run events: %w", s.readErr(err))
+	}
+	return sqlrow.RunEventPage(evs, p.Limit), nil
 }
 
 // ListRunEvents returns run runID's events' latest values, by key.
@@ -146,7 +179,7 @@ func (s *Store) ListRunEvents(ctx context.Context, runID string) ([]*store.RunEv
 	defer rows.Close()
 	var out []*store.RunEvent
 	for rows.Next() {
-		ev, err := scanRunEvent(rows)
+		ev, err := sqlrow.ScanRunEvent(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list run events: %w", s.readErr(err))
 		}
@@ -156,14 +189,4 @@ func (s *Store) ListRunEvents(ctx context.Context, runID string) ([]*store.RunEv
 		return nil, fmt.Errorf("list run events: %w", s.readErr(err))
 	}
 	return out, nil
-}
-
-func scanRunEvent(row interface{ Scan(...any) error }) (*store.RunEvent, error) {
-	ev := &store.RunEvent{}
-	var at int64
-	if err := row.Scan(&ev.RunID, &ev.Key, &ev.Value, &ev.Seq, &at); err != nil {
-		return nil, err
-	}
-	ev.At = sqlrow.Time(at)
-	return ev, nil
 }

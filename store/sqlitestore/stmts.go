@@ -197,6 +197,7 @@ type rstmts struct {
 	standalone                *sql.Stmt
 	hookInfo, runHooks        *sql.Stmt
 	runEvent, runEvents       *sql.Stmt
+	runEventPage              *sql.Stmt
 	runStreams, head, batches *sql.Stmt
 	window                    *sql.Stmt
 	runExists, eventPage      *sql.Stmt
@@ -227,8 +228,10 @@ func prepareRead(ctx context.Context, db *sql.DB) (*rstmts, error) {
 		p(&r.runStreams, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE run_id = ? ORDER BY name`),
 		p(&r.hookInfo, `SELECT `+sqlrow.HookCols+` FROM hooks WHERE token = ?`),
 		p(&r.runHooks, `SELECT `+sqlrow.HookCols+` FROM hooks WHERE run_id = ? ORDER BY op, token`),
-		p(&r.runEvent, `SELECT run_id, key, value, seq, at FROM run_events WHERE run_id = ? AND key = ?`),
-		p(&r.runEvents, `SELECT run_id, key, value, seq, at FROM run_events WHERE run_id = ? ORDER BY key`),
+		p(&r.runEvent, `SELECT `+sqlrow.RunEventCols+` FROM run_events WHERE run_id = ? AND key = ?`),
+		p(&r.runEvents, `SELECT `+sqlrow.RunEventCols+` FROM run_events WHERE run_id = ? ORDER BY key`),
+		// Keys compare by their bytes (BINARY), the primary key's order.
+		p(&r.runEventPage, sqlrow.RunEventPageSQL("run_events", "key", "?1", "?2", "?3")),
 		p(&r.standalone, `SELECT `+sqlrow.StreamCols+` FROM streams
 			WHERE run_id IS NULL AND deleted = 0 AND path >= ? ORDER BY path LIMIT ?`),
 		p(&r.head, `SELECT next_offset, closed FROM streams WHERE id = ?`),

@@ -10,7 +10,8 @@ import (
 )
 
 // testMessages checks messages to a run (SendMessage) and run events (a
-// Advance's event_set events, GetRunEvent, ListRunEvents).
+// Advance's event_set events, GetRunEvent, ListRunEvents,
+// ListRunEventsPage).
 func testMessages(t *testing.T, h harness) {
 	t.Run("SendKeepsMessagesInTheLog", func(t *testing.T) {
 		t.Parallel()
@@ -304,6 +305,93 @@ func testMessages(t *testing.T, h harness) {
 		startRun(t, s, "r1")
 		if list, err := s.ListRunEvents(ctx(t), "r1"); err != nil || len(list) != 0 {
 			t.Fatalf("a purged run's events came back: %+v %v", list, err)
+		}
+	})
+
+	// A page of run events lists keys in the order of their bytes, each
+	// with its value's size and, up to store.MaxInlineEventValue bytes,
+	// the value; a larger value is elided (GetRunEvent has it), so that a
+	// run's keys of 1 MiB are listed without reading them.
+	t.Run("RunEventPages", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		epoch := startRun(t, s, "r1")
+		str := func(n int) []byte { return []byte(`"` + strings.Repeat("v", n-2) + `"`) }
+		values := map[string][]byte{
+			"a":      []byte(`1`),
+			"B":      str(store.MaxInlineEventValue),     // inline: at the bound
+			"c":      str(store.MaxInlineEventValue + 1), // elided: past it
+			"big":    str(store.MaxEventValue),
+			"\u00e9": []byte(`"e"`), // after every ASCII key by its bytes
+			"Z":      []byte(`null`),
+		}
+		var evs []store.Event
+		for k, v := range values {
+			evs = append(evs, store.Event{Type: store.EventSet, Op: int64(len(evs) + 1), Name: k, Data: v})
+		}
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "r1", LeaseEpoch: epoch, Events: evs}))
+		want := []string{"B", "Z", "a", "big", "c", "\u00e9"}
+		var got []string
+		p := &store.ListRunEventsParams{RunID: "r1", Limit: 4}
+		for pages := 0; ; pages++ {
+			if pages > len(want) {
+				t.Fatalf("pages never end: %v", got)
+			}
+			page, err := s.ListRunEventsPage(ctx(t), p)
+			must(t, err)
+			for _, ev := range page.Events {
+				got = append(got, ev.Key)
+				v := values[ev.Key]
+				if ev.RunID != "r1" || ev.Seq == 0 || ev.At.IsZero() || ev.Size != len(v) {
+					t.Fatalf("run event %q: %+v, want a value of %d bytes", ev.Key, ev, len(v))
+				}
+				if elided := len(v) > store.MaxInlineEventValue; ev.Elided != elided || elided && ev.Value != nil || !elided && string(ev.Value) != string(v) {
+					t.Fatalf("run event %q of %d bytes: elided %v with %d bytes", ev.Key, len(v), ev.Elided, len(ev.Value))
+				}
+				if full, err := s.GetRunEvent(ctx(t), "r1", ev.Key); err != nil || string(full.Value) != string(v) || full.Elided || full.Size != len(v) || full.Seq != ev.Seq {
+					t.Fatalf("GetRunEvent %q: %d bytes, elided %v, %v", ev.Key, len(full.Value), full.Elided, err)
+				}
+			}
+			if !page.More {
+				break
+			}
+			if len(page.Events) != p.Limit {
+				t.Fatalf("a page of %d of %d run events says more follow", len(page.Events), p.Limit)
+			}
+			p.After = page.Events[len(page.Events)-1].Key
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("pages listed %q, want %q", got, want)
+		}
+		// A page that ends at the last key says none follow.
+		page, err := s.ListRunEventsPage(ctx(t), &store.ListRunEventsParams{RunID: "r1", Limit: len(want)})
+		must(t, err)
+		if len(page.Events) != len(want) || page.More {
+			t.Fatalf("a page of every key: %d keys, more %v", len(page.Events), page.More)
+		}
+		page, err = s.ListRunEventsPage(ctx(t), &store.ListRunEventsParams{RunID: "r1", After: "\u00e9"})
+		must(t, err)
+		if len(page.Events) != 0 || page.More {
+			t.Fatalf("a page after the last key: %+v", page)
+		}
+		// A run that set none has an empty page; an unknown run has none.
+		startRun(t, s, "r2")
+		page, err = s.ListRunEventsPage(ctx(t), &store.ListRunEventsParams{RunID: "r2"})
+		must(t, err)
+		if len(page.Events) != 0 || page.More {
+			t.Fatalf("a run without run events: %+v", page)
+		}
+		_, err = s.ListRunEventsPage(ctx(t), &store.ListRunEventsParams{RunID: "nope"})
+		wantErr(t, err, store.ErrNotFound)
+		for _, p := range []store.ListRunEventsParams{
+			{RunID: ""},
+			{RunID: "r1", Limit: -1},
+			{RunID: "r1", Limit: store.MaxRunEventPage + 1},
+			{RunID: "r1", After: "a/b"},
+			{RunID: "r1", After: "a\x00"},
+		} {
+			_, err := s.ListRunEventsPage(ctx(t), &p)
+			wantErr(t, err, store.ErrInvalid)
 		}
 	})
 }

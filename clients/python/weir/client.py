@@ -964,9 +964,10 @@ class Client:
 
     def run_state(self, run_id: str) -> RunState:
         """A run's events and messages (``GET /v1/runs/{id}/state``): the run
-        events it published (each key's latest value) and, by topic, the
-        messages sent to it: how many came and, once it ended, how many it
-        took and left (-1 while it goes on).
+        events it published (each key's latest value, its first 1,000 keys;
+        a value over 4 KiB comes ``elided``, by its ``size``: ``get_event``
+        has it) and, by topic, the messages sent to it: how many came and,
+        once it ended, how many it took and left (-1 while it goes on).
 
         Raises:
             NotFoundError: no such run.

@@ -430,12 +430,17 @@ class RunEvent:
         seq: the ``event_set`` event that set it, in the run's log: pass it as
             ``after`` to wait for the next value.
         at: when it was set (to the millisecond).
+        size: the value's bytes (0 if the server did not say).
+        elided: in a run's state, a value over 4 KiB left out (``value`` is
+            None): ``Client.get_event`` has it.
     """
 
     key: str
     value: Any
     seq: int
     at: datetime | None = None
+    size: int = 0
+    elided: bool = False
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RunEvent:
@@ -445,6 +450,8 @@ class RunEvent:
             value=d.get("value"),
             seq=int(d.get("seq", 0)),
             at=_time(d.get("at")),
+            size=int(d.get("size", 0)),
+            elided=bool(d.get("elided", False)),
         )
 
 
@@ -480,12 +487,17 @@ class RunState:
     """A run's events and messages (``GET /v1/runs/{id}/state``).
 
     Attributes:
-        events: the run events it published, each key's latest value.
+        events: the run events it published, each key's latest value, by
+            key: 1,000 at most, a value over 4 KiB elided.
         messages: the messages sent to it, by topic.
+        more: keys follow the last of ``events`` (``next_after``).
+        next_after: the last key listed, when ``more``.
     """
 
     events: tuple[RunEvent, ...]
     messages: tuple[TopicMessages, ...]
+    more: bool = False
+    next_after: str = ""
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RunState:
@@ -493,6 +505,8 @@ class RunState:
         return cls(
             events=tuple(RunEvent.from_json(e) for e in d.get("events") or []),
             messages=tuple(TopicMessages.from_json(m) for m in d.get("messages") or []),
+            more=bool(d.get("more", False)),
+            next_after=str(d.get("next_after", "")),
         )
 
 

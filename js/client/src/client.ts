@@ -109,17 +109,26 @@ export interface MessageSent {
 /** A run event: the latest value a run published under a key. */
 export interface RunEvent {
   key: string;
+  /** Undefined when elided. */
   value: unknown;
   /** The event_set event that set it: wait for a newer one with after = seq. */
   seq: number;
   at: string;
+  /** The value's bytes. */
+  size?: number;
+  /** In a run's state: a value over 4 KiB left out; getEvent(runId, key) has it. */
+  elided?: boolean;
 }
 
 /** What a run published and was sent. */
 export interface RunState {
+  /** By key, 1,000 at most; values over 4 KiB elided. */
   events: RunEvent[];
   /** By topic: how many came and, once it ended, how many it took and left (-1 before). */
   messages: { topic: string; received: number; taken: number; left: number }[];
+  /** More keys follow the page's last (next_after). */
+  more?: boolean;
+  next_after?: string;
 }
 
 /** How to reach the server. */

@@ -6,6 +6,7 @@ package sqlrow
 
 import (
 	"database/sql"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,6 +44,60 @@ func EventPageSQL(events, run, after, limit, maxBytes string) string {
 // qualified prefixes each of cols (a comma-separated list) with table.
 func qualified(table, cols string) string {
 	return table + "." + strings.ReplaceAll(cols, ", ", ", "+table+".")
+}
+
+// RunEventCols are a run event's columns (run_events), as ScanRunEvent
+// takes them.
+const RunEventCols = `run_id, key, value, seq, at`
+
+// ScanRunEvent scans RunEventCols.
+func ScanRunEvent(row Scanner) (*store.RunEvent, error) {
+	ev := &store.RunEvent{}
+	var at int64
+	if err := row.Scan(&ev.RunID, &ev.Key, &ev.Value, &ev.Seq, &at); err != nil {
+		return nil, err
+	}
+	ev.At, ev.Size = Time(at), len(ev.Value)
+	return ev, nil
+}
+
+// RunEventPageSQL is a page of a run's run events
+// (store.ListRunEventsPage) in either backend's placeholders (run, after,
+// limit): up to limit + 1 keys after after (the one past limit tells that
+// more follow), byKey the ORDER BY that sorts keys by their bytes, each as
+// ScanRunEventPage takes it: its value only if it is at most
+// store.MaxInlineEventValue bytes, else NULL, with its size. Both
+// backends know a value's length without reading it, so a run's values of
+// 1 MiB are never loaded to list them.
+func RunEventPageSQL(runEvents, byKey, run, after, limit string) string {
+	return `SELECT key, CASE WHEN length(value) <= ` + strconv.Itoa(store.MaxInlineEventValue) + ` THEN value END,
+		length(value), seq, at FROM ` + runEvents + `
+		WHERE run_id = ` + run + ` AND ` + byKey + ` > ` + after + ` ORDER BY ` + byKey + ` LIMIT ` + limit + ` + 1`
+}
+
+// ScanRunEventPage scans a row of RunEventPageSQL, of run run: a value
+// over store.MaxInlineEventValue comes Elided, without it.
+func ScanRunEventPage(row Scanner, run string) (*store.RunEvent, error) {
+	ev := &store.RunEvent{RunID: run}
+	var at int64
+	if err := row.Scan(&ev.Key, &ev.Value, &ev.Size, &ev.Seq, &at); err != nil {
+		return nil, err
+	}
+	ev.At = Time(at)
+	if ev.Size > store.MaxInlineEventValue {
+		ev.Value, ev.Elided = nil, true
+	}
+	return ev, nil
+}
+
+// RunEventPage makes a page of the rows RunEventPageSQL returned for
+// limit: the row past limit only says that more follow.
+func RunEventPage(evs []*store.RunEvent, limit int) *store.RunEventPage {
+	page := &store.RunEventPage{Events: evs}
+	if len(evs) > limit {
+		page.Events, page.More = evs[:limit], true
+	}
+	return page
 }
 
 // ScheduleCols are a schedule's columns, as ScanSchedule takes them.
