@@ -334,8 +334,9 @@ type workflowFunc func(ctx *wfContext, input []byte) ([]byte, error)
 
 // registered is a workflow and its options.
 type registered struct {
-	fn      workflowFunc
-	timeout time.Duration // WithRunTimeout; 0: none
+	fn       workflowFunc
+	timeout  time.Duration // WithRunTimeout; 0: none
+	limiters []string      // UsesLimiters
 }
 
 // New returns an engine on s. It executes nothing until Work.
@@ -419,6 +420,11 @@ func (e *Engine) Work(ctx context.Context) error {
 			if err := e.ensureLimiter(ctx, &c); err != nil {
 				return fmt.Errorf("weir: Config.Limiters: %w", err)
 			}
+		}
+	}
+	if !e.cfg.NoWorker {
+		if err := e.checkUsedLimiters(ctx); err != nil {
+			return err
 		}
 	}
 	e.mu.Lock()

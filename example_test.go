@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/store/sqlitestore"
 )
 
@@ -332,4 +333,39 @@ func ExampleEngine_Fork() {
 	// Output:
 	// run-1: true after 3 calls
 	// run-2: "plan search write " after 4 calls
+}
+
+// A step takes a slot of a limiter shared by every process on the store
+// (its concurrency, its rate, its cost budget per period), waiting in its
+// line fairly by tenant and priority. The workflow declares the limiters
+// its steps name, so Work refuses to start without them rather than fail
+// runs later.
+func ExampleWithLimiter() {
+	e, done := exampleEngine()
+	defer done()
+	ctx := context.Background()
+	wf := weir.Register(e, "summarize", func(ctx weir.Context, doc string) (string, error) {
+		return weir.Step(ctx, "llm", func(sc weir.StepContext) (string, error) {
+			weir.ChargeLimiter(sc, int64(len(doc))) // the tokens the call used
+			return "summary of " + doc, nil
+		}, weir.WithLimiter("openai", &weir.LimitOptions{Key: "tenant-a"}))
+	}, weir.UsesLimiters("openai"))
+	if err := e.Work(ctx); err != nil {
+		fmt.Println("work:", errors.Is(err, weir.ErrNotFound))
+	}
+	if err := e.SetLimiter(ctx, limit.Config{Name: "openai", Concurrency: 4}); err != nil {
+		log.Fatal(err)
+	}
+	if err := e.Work(ctx); err != nil {
+		log.Fatal(err)
+	}
+	h, err := wf.Start(ctx, "the report", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	out, err := h.Result(ctx)
+	fmt.Println(out, err)
+	// Output:
+	// work: true
+	// summary of the report <nil>
 }

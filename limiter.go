@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,7 +34,8 @@ type LimitOptions struct {
 // keeps its run on the worker, where the slot's release wakes it at once
 // (store.LimiterWatcher). A limiter that does not exist fails the step for
 // good: declare it in Config.Limiters, or set it with Engine.SetLimiter or
-// `weir limiters set`.
+// `weir limiters set`; declare the workflow's limiters with UsesLimiters
+// for Engine.Work to refuse to start without them.
 func WithLimiter(name string, opts *LimitOptions) StepOption {
 	return func(c *stepConfig) {
 		c.limiter = name
@@ -74,6 +76,36 @@ func (e *Engine) Limiters(ctx context.Context) ([]*limit.Config, error) {
 // does, ErrNotFound if there is none.
 func (e *Engine) DeleteLimiter(ctx context.Context, name string) error {
 	return e.store.DeleteLimiter(ctx, name)
+}
+
+// checkUsedLimiters fails with ErrNotFound if a limiter a registered
+// workflow declares (UsesLimiters) is not in the store (Config.Limiters are
+// set before it is asked).
+func (e *Engine) checkUsedLimiters(ctx context.Context) error {
+	e.mu.Lock()
+	var names []string
+	for _, wf := range e.workflows {
+		for _, n := range wf.limiters {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	e.mu.Unlock()
+	slices.Sort(names)
+	var missing []string
+	for _, n := range names {
+		if _, err := e.store.GetLimiter(ctx, n); errors.Is(err, store.ErrNotFound) {
+			missing = append(missing, n)
+		} else if err != nil {
+			return fmt.Errorf("weir: limiter %q: %w", n, err)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("weir: %w: the limiters %q that registered workflows use (UsesLimiters): set them in Config.Limiters, "+
+			"with Engine.SetLimiter or `weir limiters set`", ErrNotFound, missing)
+	}
+	return nil
 }
 
 // ensureLimiter sets c unless the store has it with the same bounds

@@ -994,3 +994,23 @@ func TestAsyncStepsWaitingForAHeldSlotDoNotPark(t *testing.T) {
 		}
 	})
 }
+
+// A workflow declares the limiters its steps name (UsesLimiters): Work
+// refuses to start while one is missing, naming it, where a step would
+// fail for good on its first call; Config.Limiters counts as set.
+func TestUsesLimitersChecksAtWork(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "set", Concurrency: 1}))
+		cfg := fastConfig()
+		cfg.Limiters = []limit.Config{{Name: "declared", Concurrency: 2}}
+		e := newEngine(t, s, cfg)
+		weir.Register(e, "call", func(ctx weir.Context, _ int) (int, error) { return 0, nil },
+			weir.UsesLimiters("set", "declared", "typo"))
+		err := e.Work(testCtx(t))
+		if !errors.Is(err, weir.ErrNotFound) || !strings.Contains(err.Error(), `"typo"`) || strings.Contains(err.Error(), `"set"`) {
+			t.Fatalf("Work with a missing limiter: %v, want ErrNotFound naming typo alone", err)
+		}
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "typo", Concurrency: 1}))
+		must(t, e.Work(testCtx(t)))
+	})
+}

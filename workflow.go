@@ -33,6 +33,15 @@ func WithRunTimeout(d time.Duration) WorkflowOption {
 	return func(r *registered) { r.timeout = d }
 }
 
+// UsesLimiters declares the limiters the workflow's steps name
+// (WithLimiter): Engine.Work fails with ErrNotFound, naming them, if one of
+// them is neither in the store nor in Config.Limiters, where a step would
+// otherwise fail for good at run time on its first call. A limiter deleted
+// after Work still fails its steps then.
+func UsesLimiters(names ...string) WorkflowOption {
+	return func(r *registered) { r.limiters = append(r.limiters, names...) }
+}
+
 // Register registers fn under name on e and returns a handle to start runs
 // of it. It panics if name is taken or an option is invalid. Input and
 // output are encoded as JSON.
