@@ -59,6 +59,23 @@ type Config struct {
 }
 
 // Check refuses a config that bounds nothing or bounds by a negative.
+// OpensWindows reports whether new lets through sooner than old what a
+// rate's or a budget's window holds back: a rate or a budget taken off or
+// raised, or its period shortened. Only then can a run parked for such a
+// window go before its wake time, so only then is it woken (a change that
+// does not loosen a window replays nothing: red team, round twelve, one
+// PUT of the same bounds replayed a thousand parked runs). A nil old (a
+// new limiter) opens nothing.
+func OpensWindows(old, new *Config) bool {
+	if old == nil {
+		return false
+	}
+	looser := func(oldN, newN int64) bool {
+		return oldN > 0 && (newN == 0 || newN > oldN || new.Period < old.Period)
+	}
+	return looser(int64(old.Rate), int64(new.Rate)) || looser(old.Budget, new.Budget)
+}
+
 func (c *Config) Check() error {
 	if err := names.Limiter(c.Name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)

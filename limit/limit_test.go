@@ -820,3 +820,35 @@ func TestCompactUsesKeepsWhatMayBeCharged(t *testing.T) {
 		t.Fatalf("the step's use charged %d, want 7", spent)
 	}
 }
+
+// Only a change that lets a window's waiters through sooner wakes the runs
+// parked for it (OpensWindows): a rate or a budget taken off or raised, a
+// shorter period.
+func TestOpensWindows(t *testing.T) {
+	rate := Config{Name: "l", Concurrency: 2, Rate: 10, Period: time.Hour}
+	budget := Config{Name: "l", Budget: 1000, Period: time.Hour}
+	for _, c := range []struct {
+		name     string
+		old, new Config
+		want     bool
+	}{
+		{"the same bounds", rate, rate, false},
+		{"a rate taken off", rate, Config{Name: "l", Concurrency: 2}, true},
+		{"a rate raised", rate, Config{Name: "l", Concurrency: 2, Rate: 11, Period: time.Hour}, true},
+		{"a rate lowered", rate, Config{Name: "l", Concurrency: 2, Rate: 9, Period: time.Hour}, false},
+		{"a shorter period", rate, Config{Name: "l", Concurrency: 2, Rate: 10, Period: time.Minute}, true},
+		{"a longer period", rate, Config{Name: "l", Concurrency: 2, Rate: 10, Period: 2 * time.Hour}, false},
+		{"concurrency raised", rate, Config{Name: "l", Concurrency: 3, Rate: 10, Period: time.Hour}, false},
+		{"a rate added", Config{Name: "l", Concurrency: 2}, rate, false},
+		{"a budget taken off", budget, Config{Name: "l", Concurrency: 1}, true},
+		{"a budget raised", budget, Config{Name: "l", Budget: 2000, Period: time.Hour}, true},
+		{"a budget lowered", budget, Config{Name: "l", Budget: 10, Period: time.Hour}, false},
+	} {
+		if got := OpensWindows(&c.old, &c.new); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	if OpensWindows(nil, &rate) {
+		t.Error("a new limiter opens a window")
+	}
+}

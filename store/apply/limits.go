@@ -32,7 +32,8 @@ type LimiterTx interface {
 	// given up) claimable at once; any other is left as it is.
 	WakeParkedRuns(runs []string) error
 	// WakeRunsFor makes every parked run that waits for limiter name
-	// (store.AdvanceParams.Limiters) claimable at once.
+	// (store.AdvanceParams.Limiters) claimable at once, but those parked
+	// lined (AdvanceParams.Lined), which wait for a seat.
 	WakeRunsFor(name string) error
 	// ParkedFor reports whether a parked run waits for limiter name.
 	ParkedFor(name string) (bool, error)
@@ -69,7 +70,7 @@ func SetLimiter(tx LimiterTx, c *limit.Config) ([]string, error) {
 	if err := store.CheckLimiter(c); err != nil {
 		return nil, err
 	}
-	_, state, found, err := tx.LockLimiter(c.Name)
+	old, state, found, err := tx.LockLimiter(c.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -81,19 +82,24 @@ func SetLimiter(tx LimiterTx, c *limit.Config) ([]string, error) {
 		// Another creation of the same name may have committed while this
 		// one waited its turn (CountLimiters): its state (slots already
 		// held) is kept, not reset.
-		if _, state, found, err = tx.LockLimiter(c.Name); err != nil {
+		if old, state, found, err = tx.LockLimiter(c.Name); err != nil {
 			return nil, err
 		}
 		if !found && n >= store.MaxLimiters {
 			return nil, fmt.Errorf("%w: %d limiters, the most there may be: delete one first", store.ErrQuota, n)
 		}
 	}
-	// The runs parked for it are woken by what they say they wait for (a
+	// The runs parked for its window are woken, when the change opens
+	// the window (limit.OpensWindows), by what they say they wait for (a
 	// run's place in the line lasts a lease; its window may last a day),
 	// and the runs of waiters still in line by their places below (a run
-	// parked by a build before limiters were kept on its row).
-	if err := tx.WakeRunsFor(c.Name); err != nil {
-		return nil, err
+	// parked by a build before limiters were kept on its row). Runs parked
+	// lined wait for a seat, not for the limiter: they are not woken.
+	opens := found && limit.OpensWindows(old, c)
+	if opens {
+		if err := tx.WakeRunsFor(c.Name); err != nil {
+			return nil, err
+		}
 	}
 	if len(state) == 0 {
 		// A new limiter's: nothing held, no one in line.
@@ -114,7 +120,7 @@ func SetLimiter(tx LimiterTx, c *limit.Config) ([]string, error) {
 	var parked []string
 	for _, w := range st.Waiters {
 		handed = append(handed, w.Holder)
-		if run, ok := limit.HolderRun(w.Holder); ok && w.Deaf && !slices.Contains(parked, run) {
+		if run, ok := limit.HolderRun(w.Holder); ok && opens && w.Deaf && !slices.Contains(parked, run) {
 			parked = append(parked, run)
 		}
 	}

@@ -116,7 +116,7 @@ const runParked = `status IN ('pending', 'running') AND lease_owner = ''`
 // WakeRunsFor makes the parked runs that wait for limiter name claimable now.
 func (t *limiterTx) WakeRunsFor(name string) error {
 	_, err := t.x.c.Exec(t.ctx, `UPDATE `+t.s.q.schema+`.runs SET wake_at = 0
-		WHERE `+limiterWaitedFor+` AND `+runParked+` AND wake_at > 0`, name)
+		WHERE `+limiterWaitedFor+` AND `+runParked+` AND line_priority IS NULL AND wake_at > 0`, name)
 	return err
 }
 

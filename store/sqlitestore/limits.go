@@ -100,7 +100,7 @@ const runParked = `status IN ('pending', 'running') AND lease_owner = ''`
 // WakeRunsFor makes the parked runs that wait for limiter name claimable now.
 func (tx *wtx) WakeRunsFor(name string) error {
 	tx.changed = true
-	st, err := tx.stmt(`UPDATE runs SET wake_at = 0 WHERE ` + limiterWaitedFor + ` AND ` + runParked + ` AND wake_at > 0`)
+	st, err := tx.stmt(`UPDATE runs SET wake_at = 0 WHERE ` + limiterWaitedFor + ` AND ` + runParked + ` AND line_priority IS NULL AND wake_at > 0`)
 	if err != nil {
 		return err
 	}

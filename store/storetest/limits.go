@@ -428,7 +428,7 @@ func testLimits(t *testing.T, h harness) {
 			t.Skip("not a full store")
 		}
 		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "llm", Concurrency: 1, Rate: 1, Period: time.Hour}))
-		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "other", Concurrency: 1}))
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "other", Concurrency: 1, Budget: 5, Period: time.Hour}))
 		far := time.Now().Add(time.Hour)
 		park := func(id string, p store.AdvanceParams) {
 			t.Helper()
@@ -450,8 +450,15 @@ func testLimits(t *testing.T, h harness) {
 				t.Fatalf("delete %s, which parked runs wait for: %v, want ErrLimiterInUse", name, err)
 			}
 		}
-		// A change of "other" wakes the run that waits for it too, and no
-		// other.
+		// The same bounds again, or tighter ones, wake nothing (red team,
+		// round twelve: each PUT replayed every parked run).
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "llm", Concurrency: 1, Rate: 1, Period: time.Hour}))
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "other", Concurrency: 1, Budget: 4, Period: time.Hour}))
+		if got := claimable(time.Now()); len(got) != 0 {
+			t.Fatalf("claimable after changes that open no window: %v", got)
+		}
+		// A change of "other" that opens its window wakes the run that
+		// waits for it too, and no other.
 		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "other", Concurrency: 2}))
 		if got := claimable(time.Now()); len(got) != 1 || got[0] != "both" {
 			t.Fatalf("claimable after other's change: %v, want [both]", got)
@@ -476,9 +483,13 @@ func testLimits(t *testing.T, h harness) {
 
 		// Lined runs: claimed before their wake time only by a claim with
 		// room in its lines, best first, within the limit.
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "x", Concurrency: 1, Rate: 1, Period: time.Hour}))
 		park("l-low", store.AdvanceParams{WakeAt: far, Limiters: []string{"x"}, Lined: true})
 		park("l-high", store.AdvanceParams{WakeAt: far, Limiters: []string{"x"}, Lined: true, LinePriority: 5})
 		park("l-low2", store.AdvanceParams{WakeAt: far, Limiters: []string{"x"}, Lined: true})
+		// A lined run waits for a seat, not for the limiter: a change that
+		// opens the window does not wake it.
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "x", Concurrency: 1}))
 		createRun(t, s, "fresh")
 		r, err := s.ClaimRuns(ctx(t), &store.ClaimRunsParams{Owner: owner, Limit: 10, LeaseTTL: ttl})
 		must(t, err)
