@@ -88,10 +88,12 @@ func (t *queueTx) ReadyQueues(workflows, versions []string, now time.Time) ([]st
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// QueueHeads returns each key's first runs of queue that can start.
+// QueueHeads returns each key's first runs of queue that can start,
+// without their data (sqlrow.RunColsNoData): AdmitRun returns an admitted
+// one whole.
 func (t *queueTx) QueueHeads(queue string, workflows, versions []string, now time.Time) ([]*store.Run, error) {
-	return t.runs(`SELECT `+sqlrow.RunCols+` FROM (
-			SELECT *, row_number() OVER (PARTITION BY queue_key ORDER BY priority DESC, seq) AS rank FROM `+t.runsTable()+`
+	return t.runs(`SELECT `+sqlrow.RunColsNoData+` FROM (
+			SELECT `+sqlrow.RunColsNoDataFrom+`, row_number() OVER (PARTITION BY queue_key ORDER BY priority DESC, seq) AS rank FROM `+t.runsTable()+`
 			WHERE queue = $1 AND queued AND NOT cancel_requested AND wake_at <= $2 AND ($3::text[] IS NULL OR workflow = ANY ($3::text[]))
 				AND ($6::text[] IS NULL OR version = ANY ($6::text[]))
 		) h WHERE rank <= $4 ORDER BY priority DESC, seq LIMIT $5`,
@@ -184,9 +186,9 @@ func (s *Store) AdmitRuns(ctx context.Context, p *store.AdmitRunsParams) ([]*sto
 var _ apply.MigrateTx = (*queueTx)(nil)
 
 // RunsOfVersion returns the runs in flight of version (of ids, if set),
-// locked.
+// locked, without their data.
 func (t *queueTx) RunsOfVersion(version string, ids []string) ([]*store.Run, error) {
-	return t.runs(`SELECT `+sqlrow.RunCols+` FROM `+t.runsTable()+`
+	return t.runs(`SELECT `+sqlrow.RunColsNoData+` FROM `+t.runsTable()+`
 		WHERE version = $1 AND status IN ('pending', 'running') AND ($2::text[] IS NULL OR id = ANY ($2::text[]))
 		FOR NO KEY UPDATE`, version, ids)
 }

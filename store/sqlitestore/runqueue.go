@@ -142,11 +142,12 @@ func (tx *wtx) ReadyQueues(workflows, versions []string, now time.Time) ([]strin
 	return out, translate(rows.Err())
 }
 
-// QueueHeads returns each key's first runs of queue that can start.
+// QueueHeads returns each key's first runs of queue that can start,
+// without their data (sqlrow.RunColsNoData).
 func (tx *wtx) QueueHeads(queue string, workflows, versions []string, now time.Time) ([]*store.Run, error) {
 	wf, args := workflowsClause(workflows, versions)
-	st, err := tx.stmt(`SELECT ` + sqlrow.RunCols + ` FROM (
-			SELECT *, row_number() OVER (PARTITION BY queue_key ORDER BY priority DESC, seq) AS rank FROM runs
+	st, err := tx.stmt(`SELECT ` + sqlrow.RunColsNoData + ` FROM (
+			SELECT ` + sqlrow.RunColsNoDataFrom + `, row_number() OVER (PARTITION BY queue_key ORDER BY priority DESC, seq) AS rank FROM runs
 			WHERE queue = ? AND queued = 1 AND NOT cancel_requested AND wake_at <= ?` + wf + `
 		) WHERE rank <= ? ORDER BY priority DESC, seq LIMIT ?`)
 	if err != nil {

@@ -371,9 +371,10 @@ func (s *Store) MigrateRuns(ctx context.Context, p *store.MigrateRunsParams) ([]
 
 var _ apply.MigrateTx = (*wtx)(nil)
 
-// RunsOfVersion returns the runs in flight of version (of ids, if set).
+// RunsOfVersion returns the runs in flight of version (of ids, if set),
+// without their data.
 func (tx *wtx) RunsOfVersion(version string, ids []string) ([]*store.Run, error) {
-	st, err := tx.stmt(`SELECT ` + sqlrow.RunCols + ` FROM runs WHERE version = ?1 AND status IN ('pending', 'running')
+	st, err := tx.stmt(`SELECT ` + sqlrow.RunColsNoData + ` FROM runs WHERE version = ?1 AND status IN ('pending', 'running')
 		AND (?2 IS NULL OR id IN (SELECT value FROM json_each(?2)))`)
 	if err != nil {
 		return nil, err
