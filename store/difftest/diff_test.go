@@ -259,6 +259,9 @@ func (g *gen) next() *op {
 		if g.chance(4) {
 			p.SkipQueues = []string{g.pick([]string{"openai", "tokens"})}
 		}
+		if g.chance(2) {
+			p.Lined = g.n(3) // runs parked in a limiter's line first, within Limit
+		}
 		return &op{desc: fmt.Sprintf("ClaimRuns %+v", p), claim: true, run: func(ctx context.Context, sd *side) string {
 			rs, err := sd.s.ClaimRuns(ctx, &p)
 			return showRuns(rs) + " " + sd.norm(err)
@@ -446,7 +449,15 @@ func (g *gen) limiterOp(now time.Time) *op {
 		holder = limit.StepHolder(g.pick(runs), 1, 1)
 	}
 	lim := func(sd *side) store.Limits { return sd.s.(store.Limits) }
-	switch g.n(9) {
+	switch g.n(10) {
+	case 8:
+		// Refused while a slot is held, someone waits, a run is queued in
+		// it or parked for it (apply.DeleteLimiter, ParkedFor).
+		return &op{desc: "DeleteLimiter " + name, run: func(ctx context.Context, sd *side) string {
+			err := lim(sd).DeleteLimiter(ctx, name)
+			_, gerr := lim(sd).GetLimiter(ctx, name)
+			return sd.norm(err) + " " + sd.norm(gerr)
+		}}
 	case 5, 6, 7:
 		// Queued runs admitted (limit.Admit), and the queue looked at.
 		p := store.AdmitRunsParams{Owner: g.pick([]string{"o1", "o2"}), Limit: 1 + g.n(3), LeaseTTL: time.Duration(1+g.n(60)) * time.Second, Now: now}
@@ -627,6 +638,18 @@ func (g *gen) record() *op {
 		if g.chance(2) {
 			p.SeenEvents, p.CheckSeen = int64(g.n(12)), true // none, behind, at or past the log's end
 		}
+		if g.chance(2) {
+			// Parked for limiters' windows, or in a line for a held slot
+			// (AdvanceParams.Limiters, Lined): what a change of a limiter
+			// wakes, what a delete refuses, what a claim with Lined takes.
+			p.Limiters = []string{g.pick([]string{"openai", "tokens"})}
+			if g.chance(3) {
+				p.Limiters = []string{"openai", "tokens"}
+			}
+			if g.chance(2) {
+				p.Lined, p.LinePriority = true, g.n(3)
+			}
+		}
 	}
 	if g.chance(4) {
 		// A child's end told to another run's hook in the same transaction.
@@ -801,7 +824,8 @@ func showRun(r *store.Run) string {
 	}
 	return fmt.Sprintf("{id=%s wf=%s %s in=%q out=%q err=%q created=%v updated=%v wake=%v owner=%s expires=%v epoch=%d cancel=%v parent=%s trace=%q queue=%s/%s/%d/%s queued=%v version=%q}",
 		r.ID, r.Workflow, r.Status, r.Input, r.Output, r.Error, r.CreatedAt, r.UpdatedAt, r.WakeAt, r.LeaseOwner,
-		r.LeaseExpires, r.LeaseEpoch, r.CancelRequested, r.Parent, r.TraceParent, r.Queue, r.QueueKey, r.Priority, r.Dedupe, r.Queued, r.Version)
+		r.LeaseExpires, r.LeaseEpoch, r.CancelRequested, r.Parent, r.TraceParent, r.Queue, r.QueueKey, r.Priority, r.Dedupe, r.Queued, r.Version) +
+		fmt.Sprintf("lined=%v", r.Lined)
 }
 
 func showRuns(rs []*store.Run) string {

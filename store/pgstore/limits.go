@@ -11,6 +11,7 @@ import (
 	"github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 )
 
 // Limiters: the rules are package limit's, applied by package apply;
@@ -110,13 +111,10 @@ func (t *limiterTx) WakeParkedRuns(runs []string) error {
 // limiterWaitedFor is the test that a run's limiters column names $1.
 const limiterWaitedFor = `limiters IS NOT NULL AND position(E'\n' || $1 || E'\n' in E'\n' || limiters) > 0`
 
-// runParked is the test that a run is parked: in flight, its lease given up.
-const runParked = `status IN ('pending', 'running') AND lease_owner = ''`
-
 // WakeRunsFor makes the parked runs that wait for limiter name claimable now.
 func (t *limiterTx) WakeRunsFor(name string) error {
 	_, err := t.x.c.Exec(t.ctx, `UPDATE `+t.s.q.schema+`.runs SET wake_at = 0
-		WHERE `+limiterWaitedFor+` AND `+runParked+` AND line_priority IS NULL AND wake_at > 0`, name)
+		WHERE `+limiterWaitedFor+` AND `+sqlrow.RunParked+` AND line_priority IS NULL AND wake_at > 0`, name)
 	return err
 }
 
@@ -124,7 +122,7 @@ func (t *limiterTx) WakeRunsFor(name string) error {
 func (t *limiterTx) ParkedFor(name string) (bool, error) {
 	var any bool
 	err := t.x.c.QueryRow(t.ctx, `SELECT EXISTS (SELECT 1 FROM `+t.s.q.schema+`.runs
-		WHERE `+limiterWaitedFor+` AND `+runParked+`)`, name).Scan(&any)
+		WHERE `+limiterWaitedFor+` AND `+sqlrow.RunParked+`)`, name).Scan(&any)
 	return any, err
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
+	"github.com/weirhq/weir/store/internal/sqlrow"
 )
 
 // Limiters: the rules are package limit's, applied by package apply; wtx
@@ -94,13 +95,10 @@ func (tx *wtx) QueuedRuns(name string) (bool, error) {
 // limiterWaitedFor is the test that a run's limiters column names ?1.
 const limiterWaitedFor = `limiters IS NOT NULL AND instr(char(10) || limiters, char(10) || ?1 || char(10)) > 0`
 
-// runParked is the test that a run is parked: in flight, its lease given up.
-const runParked = `status IN ('pending', 'running') AND lease_owner = ''`
-
 // WakeRunsFor makes the parked runs that wait for limiter name claimable now.
 func (tx *wtx) WakeRunsFor(name string) error {
 	tx.changed = true
-	st, err := tx.stmt(`UPDATE runs SET wake_at = 0 WHERE ` + limiterWaitedFor + ` AND ` + runParked + ` AND line_priority IS NULL AND wake_at > 0`)
+	st, err := tx.stmt(`UPDATE runs SET wake_at = 0 WHERE ` + limiterWaitedFor + ` AND ` + sqlrow.RunParked + ` AND line_priority IS NULL AND wake_at > 0`)
 	if err != nil {
 		return err
 	}
@@ -110,7 +108,7 @@ func (tx *wtx) WakeRunsFor(name string) error {
 
 // ParkedFor reports a parked run that waits for limiter name.
 func (tx *wtx) ParkedFor(name string) (bool, error) {
-	st, err := tx.stmt(`SELECT EXISTS (SELECT 1 FROM runs WHERE ` + limiterWaitedFor + ` AND ` + runParked + `)`)
+	st, err := tx.stmt(`SELECT EXISTS (SELECT 1 FROM runs WHERE ` + limiterWaitedFor + ` AND ` + sqlrow.RunParked + `)`)
 	if err != nil {
 		return false, err
 	}

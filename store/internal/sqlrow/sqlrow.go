@@ -357,6 +357,10 @@ func EncodeAwaits(a *store.Awaits) any {
 	return b.String()
 }
 
+// RunParked is the test that a run is parked: in flight, its lease given
+// up (the same SQL on both stores).
+const RunParked = `status IN ('pending', 'running') AND lease_owner = ''`
+
 // EncodeLimiters is a run's limiters column for names (the limiters a
 // parked run waits for, store.AdvanceParams.Limiters): nil (SQL NULL) for
 // none, else each name followed by a newline, which no limiter name holds
