@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/sqlitestore"
@@ -254,4 +255,25 @@ func BenchmarkReadPages(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(pages), "ns/page")
 	b.ReportMetric(float64(pages)*256*1024/(1<<20)/b.Elapsed().Seconds(), "MiB/s")
+}
+
+// BenchmarkClaimPastLargeInputs is a worker's claim poll while 20 runs of
+// 15 MiB inputs are leased to another worker: none is claimable, and the
+// poll reads each one's lease. With the input amid the run's columns it
+// walked every input's overflow pages (migration 17).
+func BenchmarkClaimPastLargeInputs(b *testing.B) {
+	s := open(b, filepath.Join(b.TempDir(), "bench.db"))
+	input := make([]byte, 15<<20)
+	for i := range 20 {
+		if _, _, err := s.CreateRun(b.Context(), &store.CreateRunParams{ID: fmt.Sprintf("big%d", i), Workflow: "wf",
+			Input: input, Owner: "other", LeaseTTL: time.Hour}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		runs, err := s.ClaimRuns(b.Context(), &store.ClaimRunsParams{Owner: "me", Limit: 10, LeaseTTL: time.Minute})
+		if err != nil || len(runs) != 0 {
+			b.Fatalf("claimed %d, %v", len(runs), err)
+		}
+	}
 }

@@ -396,7 +396,74 @@ CREATE INDEX runs_limiters ON runs (limiters) WHERE limiters IS NOT NULL;
 ALTER TABLE runs ADD COLUMN line_priority INTEGER;
 CREATE INDEX runs_lined ON runs (line_priority DESC, seq) WHERE line_priority IS NOT NULL;
 `,
+	// 17: a run's data last. SQLite lays a row's columns out in order and
+	// reaches a column past a large value by walking that value's overflow
+	// pages, one page read per 4 KiB: with the input in the middle, every
+	// claim and admission poll walked each queued run's input to read its
+	// lease and queue (20 queued runs of 15 MiB: half a core; red team,
+	// round fourteen). The table is rebuilt with every column a poll reads
+	// before error, output and input. A column added later with ALTER TABLE
+	// lands after them: one that a claim, a poll or a renewal reads must be
+	// added by a rebuild like this one (TestRunDataIsLast guards it).
+	// Foreign keys are off while it runs (rebuilds), as SQLite's procedure
+	// for a table rebuild requires, and checked before it commits.
+	`
+CREATE TABLE runs_new (
+	seq              INTEGER PRIMARY KEY, -- creation order
+	id               TEXT    NOT NULL UNIQUE,
+	workflow         TEXT    NOT NULL,
+	status           TEXT    NOT NULL,
+	created_at       INTEGER NOT NULL,
+	updated_at       INTEGER NOT NULL,
+	wake_at          INTEGER NOT NULL DEFAULT 0,
+	lease_owner      TEXT    NOT NULL DEFAULT '',
+	lease_expires    INTEGER NOT NULL DEFAULT 0,
+	lease_epoch      INTEGER NOT NULL DEFAULT 0,
+	cancel_requested INTEGER NOT NULL DEFAULT 0,
+	kind             TEXT    NOT NULL DEFAULT '',
+	parent_id        TEXT    NOT NULL DEFAULT '',
+	trace_parent     TEXT    NOT NULL DEFAULT '',
+	queue            TEXT    NOT NULL DEFAULT '',
+	queue_key        TEXT    NOT NULL DEFAULT '',
+	priority         INTEGER NOT NULL DEFAULT 0,
+	dedupe           TEXT    NOT NULL DEFAULT '',
+	queued           INTEGER NOT NULL DEFAULT 0,
+	version          TEXT    NOT NULL DEFAULT '',
+	awaits           TEXT,
+	inbox            INTEGER NOT NULL DEFAULT 0,
+	inbox_bytes      INTEGER NOT NULL DEFAULT 0,
+	limiters         TEXT,
+	line_priority    INTEGER,
+	-- the run's data: keep these last (see above)
+	error            TEXT    NOT NULL DEFAULT '',
+	output           BLOB,
+	input            BLOB
+);
+INSERT INTO runs_new (seq, id, workflow, status, created_at, updated_at, wake_at, lease_owner, lease_expires,
+	lease_epoch, cancel_requested, kind, parent_id, trace_parent, queue, queue_key, priority, dedupe, queued,
+	version, awaits, inbox, inbox_bytes, limiters, line_priority, error, output, input)
+SELECT seq, id, workflow, status, created_at, updated_at, wake_at, lease_owner, lease_expires,
+	lease_epoch, cancel_requested, kind, parent_id, trace_parent, queue, queue_key, priority, dedupe, queued,
+	version, awaits, inbox, inbox_bytes, limiters, line_priority, error, output, input
+FROM runs;
+DROP TABLE runs;
+ALTER TABLE runs_new RENAME TO runs;
+CREATE INDEX runs_workflow ON runs (workflow, seq);
+CREATE INDEX runs_status ON runs (status, seq);
+CREATE INDEX runs_ended ON runs (updated_at) WHERE status IN ('completed', 'failed', 'cancelled');
+CREATE INDEX runs_runnable ON runs (wake_at, seq) WHERE status IN ('pending', 'running') AND kind = '';
+CREATE INDEX runs_queued ON runs (queue, queue_key, priority DESC, seq) WHERE queued = 1;
+CREATE UNIQUE INDEX runs_dedupe ON runs (queue, dedupe) WHERE dedupe <> '' AND status IN ('pending', 'running');
+CREATE INDEX runs_limiters ON runs (limiters) WHERE limiters IS NOT NULL;
+CREATE INDEX runs_lined ON runs (line_priority DESC, seq) WHERE line_priority IS NOT NULL;
+`,
 }
+
+// rebuilds are the migrations, by the version they bring the file to, that
+// rebuild a table others refer to: they run with foreign keys off (a
+// pragma that has no effect inside a transaction) and must leave PRAGMA
+// foreign_key_check empty.
+var rebuilds = map[int]bool{17: true}
 
 // fixups run in a migration's transaction after its SQL, for what SQL
 // cannot compute: fixups[i] completes migration i.
@@ -458,6 +525,16 @@ func migrate(ctx context.Context, conn *sql.Conn) error {
 }
 
 func applyMigration(ctx context.Context, conn *sql.Conn, v int) (err error) {
+	if rebuilds[v+1] {
+		if _, err := conn.ExecContext(ctx, `PRAGMA foreign_keys = OFF`); err != nil {
+			return err
+		}
+		defer func() {
+			if _, ferr := conn.ExecContext(context.Background(), `PRAGMA foreign_keys = ON`); ferr != nil && err == nil {
+				err = ferr
+			}
+		}()
+	}
 	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
 		return err
 	}
@@ -483,10 +560,35 @@ func applyMigration(ctx context.Context, conn *sql.Conn, v int) (err error) {
 			return err
 		}
 	}
+	if rebuilds[v+1] {
+		if err := foreignKeysHold(ctx, conn); err != nil {
+			return err
+		}
+	}
 	// PRAGMA takes no parameters; v is an int we control.
 	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
 		return err
 	}
 	_, err = conn.ExecContext(ctx, `COMMIT`)
 	return err
+}
+
+// foreignKeysHold fails if a row refers to one that does not exist, as a
+// rebuild with foreign keys off could leave if it dropped a row.
+func foreignKeysHold(ctx context.Context, conn *sql.Conn) error {
+	rows, err := conn.QueryContext(ctx, `PRAGMA foreign_key_check`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if rows.Next() {
+		var table, parent string
+		var rowid sql.NullInt64
+		var fk int
+		if err := rows.Scan(&table, &rowid, &parent, &fk); err != nil {
+			return err
+		}
+		return fmt.Errorf("a row of %s (rowid %d) refers to a missing row of %s", table, rowid.Int64, parent)
+	}
+	return rows.Err()
 }

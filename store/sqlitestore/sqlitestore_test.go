@@ -1,13 +1,19 @@
 package sqlitestore_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/sqlitestore"
 	"github.com/weirhq/weir/store/storetest"
@@ -128,5 +134,150 @@ func TestReadHoldsAPage(t *testing.T) {
 			t.Cleanup(func() { s.Close() })
 			storetest.ReadHoldsAPage(t, s, 0)
 		})
+	}
+}
+
+// columns lists a table's columns in their order on disk.
+func columns(t *testing.T, db *sql.DB, table string) []string {
+	t.Helper()
+	rows, err := db.Query(`SELECT name FROM pragma_table_info(?) ORDER BY cid`, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, name)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A run's data comes after every other column of runs: SQLite reaches a
+// column past a large value through the value's overflow pages, and a
+// claim or a queue's poll must never walk a queued run's input to read its
+// lease (migration 17). A column added with ALTER TABLE lands last and
+// fails this test: add it by a rebuild.
+func TestRunDataIsLast(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "weir.db")
+	open(t, path)
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cols := columns(t, db, "runs")
+	if n := len(cols); n < 3 || !slices.Equal(cols[n-3:], []string{"error", "output", "input"}) {
+		t.Fatalf("runs columns %v: the data (error, output, input) must come last", cols)
+	}
+}
+
+// A file from before migration 17, its runs' data amid their columns, is
+// rebuilt with the data last, and loses nothing: runs, their logs and
+// streams, which refer to them.
+func TestRunDataRebuild(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "weir.db")
+	s := open(t, path)
+	ctx := t.Context()
+	input := bytes.Repeat([]byte("in"), 40<<10) // past a page: overflow pages
+	run, _, err := s.CreateRun(ctx, &store.CreateRunParams{ID: "r1", Workflow: "wf", Input: input, Owner: "w", LeaseTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Advance(ctx, &store.AdvanceParams{RunID: "r1", LeaseEpoch: run.LeaseEpoch,
+		Events: []store.Event{{Type: store.EventMessageReceived, Name: "t", Data: []byte("m")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetLimiter(ctx, &limit.Config{Name: "q", Concurrency: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateRun(ctx, &store.CreateRunParams{ID: "r2", Workflow: "wf", Queue: "q", Input: []byte(`"x"`)}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.GetRun(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Back to version 16: the layout migrations 1 to 16 made, the data
+	// after status.
+	old := []string{"seq", "id", "workflow", "status", "input", "output", "error", "created_at", "updated_at",
+		"wake_at", "lease_owner", "lease_expires", "lease_epoch", "cancel_requested", "kind", "parent_id",
+		"trace_parent", "queue", "queue_key", "priority", "dedupe", "queued", "version", "awaits", "inbox",
+		"inbox_bytes", "limiters", "line_priority"}
+	list := strings.Join(old, ", ")
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`PRAGMA foreign_keys = OFF`, `BEGIN`,
+		`CREATE TABLE runs_old (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, workflow TEXT NOT NULL, status TEXT NOT NULL,
+			input BLOB, output BLOB, error TEXT NOT NULL DEFAULT '', created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
+			wake_at INTEGER NOT NULL DEFAULT 0, lease_owner TEXT NOT NULL DEFAULT '', lease_expires INTEGER NOT NULL DEFAULT 0,
+			lease_epoch INTEGER NOT NULL DEFAULT 0, cancel_requested INTEGER NOT NULL DEFAULT 0, kind TEXT NOT NULL DEFAULT '',
+			parent_id TEXT NOT NULL DEFAULT '', trace_parent TEXT NOT NULL DEFAULT '', queue TEXT NOT NULL DEFAULT '',
+			queue_key TEXT NOT NULL DEFAULT '', priority INTEGER NOT NULL DEFAULT 0, dedupe TEXT NOT NULL DEFAULT '',
+			queued INTEGER NOT NULL DEFAULT 0, version TEXT NOT NULL DEFAULT '', awaits TEXT, inbox INTEGER NOT NULL DEFAULT 0,
+			inbox_bytes INTEGER NOT NULL DEFAULT 0, limiters TEXT, line_priority INTEGER)`,
+		`INSERT INTO runs_old (` + list + `) SELECT ` + list + ` FROM runs`,
+		`DROP TABLE runs`, `ALTER TABLE runs_old RENAME TO runs`,
+		`CREATE INDEX runs_runnable ON runs (wake_at, seq) WHERE status IN ('pending', 'running') AND kind = ''`,
+		`PRAGMA user_version = 16`, `COMMIT`, `PRAGMA foreign_keys = ON`} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if got := columns(t, db, "runs"); !slices.Equal(got, old) {
+		t.Fatalf("the old layout: %v", got)
+	}
+	conn.Close()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open(t, path)
+	after, err := s.GetRun(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(after, before) {
+		t.Errorf("run after the rebuild:\n%+v\nwant\n%+v", after, before)
+	}
+	page, err := s.ListEventsPage(ctx, &store.ListEventsParams{RunID: "r1", Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Events) != 1 || string(page.Events[0].Data) != "m" {
+		t.Errorf("r1's log after the rebuild: %+v", page.Events)
+	}
+	if q, err := s.GetRun(ctx, "r2"); err != nil || q.Queue != "q" {
+		t.Errorf("queued run r2 after the rebuild: %+v, %v", q, err)
+	}
+	db, err = sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if cols := columns(t, db, "runs"); !slices.Equal(cols[len(cols)-3:], []string{"error", "output", "input"}) {
+		t.Errorf("runs columns after the rebuild: %v", cols)
+	}
+	var indexes int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs' AND sql IS NOT NULL`).Scan(&indexes); err != nil {
+		t.Fatal(err)
+	}
+	if indexes != 8 {
+		t.Errorf("runs has %d indexes after the rebuild, want 8", indexes)
 	}
 }
