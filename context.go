@@ -278,6 +278,11 @@ type stepEnv struct {
 	// engine has no seat for it. Only inline steps: the workflow goroutine
 	// parks the run.
 	parks bool
+	// standLined, for a step on a goroutine of its own (parks false), says
+	// that it waits in w's line with no seat until the returned function
+	// is called: it does not count as running, and the run parks lined
+	// once none of its steps runs (execution.await).
+	standLined func(w lineWant) (undo func())
 }
 
 // inline is the env of Step: the workflow goroutine's own waits and exits.

@@ -58,10 +58,11 @@ type Config struct {
 	// when one of these seats is free; one better in the limiter's order
 	// (a higher priority, a key holding fewer seats) takes the seat of the
 	// worst, which parks (lineseats.go). So claims never stop at a flood,
-	// whatever its size. A step on a goroutine of its own (StepAsync)
-	// keeps its run, which counts against Concurrency. Defaults to
-	// Concurrency; negative: none (every waiting run counts against
-	// Concurrency, none parks lined).
+	// whatever its size. A run whose steps run on goroutines of their own
+	// (StepAsync) parks lined too, once none of its steps runs and its
+	// workflow goroutine waits for them: until then it keeps its worker.
+	// Defaults to Concurrency; negative: none (every waiting run counts
+	// against Concurrency, none parks lined).
 	LineRuns int
 	// LeaseTTL is how long a claimed run stays this engine's without a
 	// heartbeat; heartbeats come every LeaseTTL/3. A dead worker's runs are

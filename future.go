@@ -138,6 +138,38 @@ type parallel struct {
 	// limiters counts the steps that wait for each limiter's window: a
 	// park says so on the run's row (store.AdvanceParams.Limiters).
 	limiters map[string]int
+	// lined are the steps waiting in a limiter's line for which the
+	// engine had no seat (stepEnv.standLined): if nothing else runs, the
+	// run parks lined for them.
+	lined map[*future]lineWant
+}
+
+// linedPark is the park, lined, of a run whose running steps all wait in a
+// limiter's line with no seat, if any wait so: the limiters they and the
+// steps waiting for a window wait for, and the best of their priorities.
+func (p *parallel) linedPark() (*store.AdvanceParams, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.lined) == 0 {
+		return nil, false
+	}
+	park := &store.AdvanceParams{Lined: true}
+	first := true
+	for _, w := range p.lined {
+		if !slices.Contains(park.Limiters, w.limiter) {
+			park.Limiters = append(park.Limiters, w.limiter)
+		}
+		if first || w.prio > park.LinePriority {
+			park.LinePriority, first = w.prio, false
+		}
+	}
+	for l := range p.limiters {
+		if !slices.Contains(park.Limiters, l) {
+			park.Limiters = append(park.Limiters, l)
+		}
+	}
+	slices.Sort(park.Limiters)
+	return park, true
 }
 
 // waitFor counts a step waiting for limiter's window until the returned
@@ -247,6 +279,23 @@ func StepAsync[T any](ctx Context, name string, fn func(StepContext) (T, error),
 				x.cancel(fmt.Errorf("%w: %w", errStoreFailed, err))
 			}
 			runtime.Goexit()
+		}
+		env.standLined = func(w lineWant) func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.running--
+			if p.lined == nil {
+				p.lined = map[*future]lineWant{}
+			}
+			p.lined[&f.f] = w
+			p.change()
+			return sync.OnceFunc(func() {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				delete(p.lined, &f.f)
+				p.running++
+				p.change()
+			})
 		}
 		env.wait = func(t time.Time, wake <-chan struct{}, park bool) {
 			// A wait that may park (a backoff, a limiter's window) is the
@@ -579,6 +628,19 @@ func (x *execution) await(fs []*future, any bool) int {
 			}
 			if next.IsZero() {
 				next = now.Add(farFuture)
+			}
+		}
+		if !running && (next.IsZero() || time.Until(next) > x.e.cfg.ParkAfter) {
+			// Every step of the run that has not ended waits in a
+			// limiter's line with no seat in this engine, or for a window:
+			// the run parks lined (lineseats.go), claimed again when an
+			// engine has a seat, or at its next wake.
+			if lined, ok := x.par.linedPark(); ok {
+				at := now.Add(linedRecheck)
+				if !next.IsZero() && next.Before(at) {
+					at = next
+				}
+				x.parkWith(at, false, awaited(fs), lined)
 			}
 		}
 		if !running && !next.IsZero() && time.Until(next) > x.e.cfg.ParkAfter {

@@ -234,14 +234,23 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			}()
 			seat, park := x.lineEnter(want)
 			defer x.lineLeave()
-			if park {
+			if park && env.parks {
 				// No seat for the run: it parks, lined (lineseats.go),
 				// its wait said in the park's record.
 				x.parkLined(cfg.limiter, prio, takeWait()...)
 			}
+			if park {
+				defer env.standLined(want)()
+			}
 			flushWait()
 			if !env.waitLocal(w, seat) {
-				x.parkLined(cfg.limiter, prio) // a better waiter took its seat
+				// A better waiter took its seat.
+				if env.parks {
+					x.parkLined(cfg.limiter, prio)
+				}
+				x.leaveSeat()
+				defer env.standLined(want)()
+				env.waitLocal(w, nil)
 			}
 			placed = true
 		}()
@@ -325,6 +334,12 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			func() {
 				seat, park := x.lineEnter(want)
 				defer x.lineLeave()
+				if park && !env.parks {
+					// No seat for the run, whose other steps may run: this
+					// one waits on, lined, and the run parks once none runs.
+					defer env.standLined(want)()
+					park = false
+				}
 				if !park {
 					flushWait()
 				}
@@ -337,6 +352,12 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 					defer unwatch()
 					env.wait(sent.Add(lease*3/4), wake, false)
 					park = closed(evict) && !closed(handed)
+				}
+				if park && !env.parks {
+					// A better waiter took its seat: it asks again, and
+					// waits on lined if refused.
+					x.leaveSeat()
+					return
 				}
 				if park {
 					// No seat for the run, or a better waiter took it: it

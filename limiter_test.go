@@ -288,12 +288,21 @@ func TestLateTenantAndPriorityPastAFlood(t *testing.T) {
 	// LineRuns 64 keeps the whole flood aside; the default (Concurrency,
 	// 4) keeps 4 aside and parks the others lined, and claims go on past
 	// them (lineseats.go): b and c take the seats of the worst of a's.
-	for _, lineRuns := range []int{64, 0} {
-		t.Run(fmt.Sprint("LineRuns=", lineRuns), func(t *testing.T) { testLateTenantAndPriorityPastAFlood(t, lineRuns) })
+	// StepAsync: a run whose steps wait on goroutines of their own parks
+	// lined too, once nothing of it runs but waits (future.go).
+	for _, c := range []struct {
+		lineRuns int
+		async    bool
+	}{{64, false}, {0, false}, {0, true}} {
+		name := fmt.Sprint("LineRuns=", c.lineRuns)
+		if c.async {
+			name += "/StepAsync"
+		}
+		t.Run(name, func(t *testing.T) { testLateTenantAndPriorityPastAFlood(t, c.lineRuns, c.async) })
 	}
 }
 
-func testLateTenantAndPriorityPastAFlood(t *testing.T, lineRuns int) {
+func testLateTenantAndPriorityPastAFlood(t *testing.T, lineRuns int, async bool) {
 	eachStore(t, func(t *testing.T, s store.Full) {
 		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1}))
 		cfg := fastConfig()
@@ -314,7 +323,7 @@ func testLateTenantAndPriorityPastAFlood(t *testing.T, lineRuns int) {
 			Priority int
 		}
 		wf := weir.Register(e, "call", func(ctx weir.Context, in ask) (int, error) {
-			return weir.Step(ctx, "call", func(sc weir.StepContext) (int, error) {
+			call := func(sc weir.StepContext) (int, error) {
 				mu.Lock()
 				order, starts = append(order, in.Tenant), append(starts, time.Now())
 				mu.Unlock()
@@ -323,7 +332,12 @@ func testLateTenantAndPriorityPastAFlood(t *testing.T, lineRuns int) {
 				}
 				time.Sleep(2 * time.Millisecond) // the call, not a sync
 				return 1, nil
-			}, weir.WithLimiter("llm", &weir.LimitOptions{Key: in.Tenant, Priority: in.Priority}))
+			}
+			lim := weir.WithLimiter("llm", &weir.LimitOptions{Key: in.Tenant, Priority: in.Priority})
+			if async {
+				return weir.StepAsync(ctx, "call", call, lim).Get(ctx)
+			}
+			return weir.Step(ctx, "call", call, lim)
 		})
 		must(t, e.Work(testCtx(t)))
 		var hs []*weir.Handle[int]
@@ -1012,5 +1026,99 @@ func TestUsesLimitersChecksAtWork(t *testing.T) {
 		}
 		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "typo", Concurrency: 1}))
 		must(t, e.Work(testCtx(t)))
+	})
+}
+
+// A run whose steps run on goroutines of their own (StepAsync) parks
+// lined only once none of them runs: a step waiting in a full line with
+// no seat does not park it while another step of it runs; once that one
+// ends, it parks (its worker freed, its row lined), and when the slot
+// comes back each body runs once.
+func TestAsyncRunParksLinedOnceNothingRuns(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		must(t, s.SetLimiter(testCtx(t), &limit.Config{Name: "llm", Concurrency: 1}))
+		cfg := fastConfig()
+		cfg.Concurrency, cfg.LineRuns = 2, 1
+		cfg.LeaseTTL = 5 * time.Second // no lease lapses on a loaded machine
+		e := newEngine(t, s, cfg)
+		hold, other := make(chan struct{}), make(chan struct{})
+		releaseHold, releaseOther := sync.OnceFunc(func() { close(hold) }), sync.OnceFunc(func() { close(other) })
+		defer releaseHold()
+		defer releaseOther()
+		var mu sync.Mutex
+		bodies := map[string]int{}
+		body := func(name string, block <-chan struct{}) func(weir.StepContext) (int, error) {
+			return func(sc weir.StepContext) (int, error) {
+				mu.Lock()
+				bodies[name]++
+				mu.Unlock()
+				if block != nil {
+					<-block
+				}
+				return 1, nil
+			}
+		}
+		lim := weir.WithLimiter("llm", nil)
+		holder := weir.Register(e, "holder", func(ctx weir.Context, _ int) (int, error) {
+			return weir.Step(ctx, "hold", body("hold", hold), lim)
+		})
+		seated := weir.Register(e, "seated", func(ctx weir.Context, _ int) (int, error) {
+			return weir.StepAsync(ctx, "call", body("seated", nil), lim).Get(ctx)
+		})
+		both := weir.Register(e, "both", func(ctx weir.Context, _ int) (int, error) {
+			a := weir.StepAsync(ctx, "call", body("both/call", nil), lim)
+			b := weir.StepAsync(ctx, "other", body("both/other", other))
+			x, err := a.Get(ctx)
+			if err != nil {
+				return 0, err
+			}
+			y, err := b.Get(ctx)
+			return x + y, err
+		})
+		must(t, e.Work(testCtx(t)))
+		hh, err := holder.Start(testCtx(t), 0, nil)
+		must(t, err)
+		waitFor(t, time.Minute, "the holder's step holding the slot", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return bodies["hold"] == 1
+		})
+		hs, err := seated.Start(testCtx(t), 0, nil)
+		must(t, err)
+		waiting := func(id string) bool {
+			evs, err := s.ListEvents(testCtx(t), id, 0)
+			must(t, err)
+			return slices.ContainsFunc(evs, func(ev store.Event) bool { return ev.Type == store.EventLimitWaiting })
+		}
+		waitFor(t, time.Minute, "seated's step in line, in the engine's one seat", func() bool { return waiting(hs.ID) })
+		hb, err := both.Start(testCtx(t), 0, nil)
+		must(t, err)
+		waitFor(t, time.Minute, "both's limited step in line and its other step running", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return bodies["both/other"] == 1 && waiting(hb.ID)
+		})
+		if r, err := s.GetRun(testCtx(t), hb.ID); err != nil || r.LeaseOwner == "" {
+			t.Fatalf("both parked while its other step ran: %+v, %v", r, err)
+		}
+		releaseOther()
+		waitFor(t, time.Minute, "both parked lined once its other step ended", func() bool {
+			r, err := s.GetRun(testCtx(t), hb.ID)
+			must(t, err)
+			return r.LeaseOwner == "" && r.WakeAt.After(time.Now().Add(time.Minute))
+		})
+		releaseHold()
+		for _, h := range []*weir.Handle[int]{hh, hs, hb} {
+			if _, err := h.Result(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for name, n := range bodies {
+			if n != 1 {
+				t.Errorf("%s's body ran %d times", name, n)
+			}
+		}
 	})
 }

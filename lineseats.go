@@ -12,7 +12,9 @@ import (
 // line for a held slot. Such a run stands aside (it does not count against
 // Config.Concurrency) up to Config.LineRuns of them, so that a flood of
 // runs waiting for one limiter does not stop the engine from claiming
-// others. Past LineRuns a run whose step waits inline parks instead,
+// others. Past LineRuns a run whose step waits inline parks instead, and
+// so does a run whose steps wait on goroutines of their own once none of
+// them runs and its workflow goroutine waits for them (execution.await),
 // marked on its row as lined (store.AdvanceParams.Lined): it holds no
 // worker and costs no lease renewal, and any engine with a free seat
 // claims it again before anything else (store.ClaimRunsParams.Lined). So
@@ -34,16 +36,17 @@ type lineSeat struct {
 	key     string
 	prio    int
 	seq     uint64
-	parks   bool // its run may park (lineWant.parks)
-	// evict is closed when a better waiter takes the seat: the step parks
-	// its run, lined.
+	// evict is closed when a better waiter takes the seat: an inline step
+	// parks its run, lined; a step on a goroutine of its own waits on,
+	// lined.
 	evict   chan struct{}
 	evicted bool
 }
 
 // lineWant is what a step waits for: a slot of limiter, with key and prio.
-// parks: its run may park while it waits (an inline step; a step on a
-// goroutine of its own keeps its run).
+// parks: its run parks when the step has no seat (an inline step); a step
+// on a goroutine of its own waits on, lined (stepEnv.standLined), and the
+// run parks once nothing of it runs (execution.await).
 type lineWant struct {
 	limiter, key string
 	prio         int
@@ -69,11 +72,12 @@ func (x *execution) reachLine() {
 	}
 }
 
-// lineEnter says a step of x waits in limiter w's line for a held slot. The
-// first of x's steps to (no other waiting) stands x aside while the engine
-// has a free seat, or takes the seat of a worse waiter, whose run then
-// parks; it returns the seat, if x has one. park: the engine has no seat
-// for x and x may park: the caller parks x, lined.
+// lineEnter says a step of x waits in limiter w's line for a held slot. A
+// step of x not standing aside yet stands x aside while the engine has a
+// free seat, or takes the seat of a worse waiter, whose run then parks; it
+// returns the seat, if x has one. park: the engine has no seat for x: an
+// inline step parks x, lined; a step on a goroutine of its own waits on,
+// lined (stepEnv.standLined).
 func (x *execution) lineEnter(w lineWant) (seat *lineSeat, park bool) {
 	if x.freeSlot == nil {
 		return nil, false // Replay: no slot
@@ -81,7 +85,7 @@ func (x *execution) lineEnter(w lineWant) (seat *lineSeat, park bool) {
 	e := x.e
 	e.mu.Lock()
 	x.lineWaits++
-	if x.lineWaits != 1 || x.aside || x.slotGone || e.cfg.LineRuns < 0 {
+	if x.aside || x.slotGone || e.cfg.LineRuns < 0 {
 		e.mu.Unlock()
 		return nil, false
 	}
@@ -89,7 +93,7 @@ func (x *execution) lineEnter(w lineWant) (seat *lineSeat, park bool) {
 		worst := e.worstSeat(w)
 		if worst == nil {
 			e.mu.Unlock()
-			return nil, w.parks
+			return nil, true
 		}
 		// The better waiter takes the worst's seat; the worst's run leaves
 		// (its lineLeave gives the seat back).
@@ -100,7 +104,7 @@ func (x *execution) lineEnter(w lineWant) (seat *lineSeat, park bool) {
 	e.aside++
 	e.inflight--
 	e.seatSeq++
-	seat = &lineSeat{x: x, limiter: w.limiter, key: w.key, prio: w.prio, seq: e.seatSeq, parks: w.parks, evict: make(chan struct{})}
+	seat = &lineSeat{x: x, limiter: w.limiter, key: w.key, prio: w.prio, seq: e.seatSeq, evict: make(chan struct{})}
 	e.seats = append(e.seats, seat)
 	x.seat = seat
 	e.mu.Unlock()
@@ -111,8 +115,7 @@ func (x *execution) lineEnter(w lineWant) (seat *lineSeat, park bool) {
 // worstSeat is the seat w may take, if any: the worst seat of w's limiter
 // (the lowest priority, then the key holding the most seats, then the
 // newest) if w is better than it, or, if w's limiter has no seat, the
-// newest of the limiter holding the most. Seats whose run cannot park keep
-// them. e.mu held.
+// newest of the limiter holding the most. e.mu held.
 func (e *Engine) worstSeat(w lineWant) *lineSeat {
 	byKey, byLimiter := map[string]int{}, map[string]int{}
 	for _, s := range e.seats {
@@ -135,14 +138,14 @@ func (e *Engine) worstSeat(w lineWant) *lineSeat {
 			return nil // no limiter holds more than the one seat it keeps
 		}
 		for _, s := range e.seats {
-			if !s.evicted && s.limiter == most && s.parks && (worst == nil || s.seq > worst.seq) {
+			if !s.evicted && s.limiter == most && (worst == nil || s.seq > worst.seq) {
 				worst = s
 			}
 		}
 		return worst
 	}
 	for _, s := range e.seats {
-		if s.evicted || s.limiter != w.limiter || !s.parks {
+		if s.evicted || s.limiter != w.limiter {
 			continue
 		}
 		if worst == nil || s.prio < worst.prio || s.prio == worst.prio &&
@@ -171,12 +174,30 @@ func (x *execution) lineLeave() {
 	// Any step's wait ending ends the run's standing aside, even if
 	// another still waits: a run never stands aside while a step of it
 	// runs.
-	if x.lineWaits--; x.aside {
+	x.lineWaits--
+	x.unseat()
+}
+
+// unseat ends x's standing aside, if it does: its step's wait ended, or a
+// better waiter took its seat. e.mu held.
+func (x *execution) unseat() {
+	if e := x.e; x.aside {
 		x.aside = false
 		e.aside--
 		e.inflight++
 		e.dropSeat(x)
 	}
+}
+
+// leaveSeat is unseat for a step on a goroutine of its own whose seat a
+// better waiter took: it waits on, lined, and its seat is the taker's now.
+func (x *execution) leaveSeat() {
+	if x.freeSlot == nil {
+		return
+	}
+	x.e.mu.Lock()
+	defer x.e.mu.Unlock()
+	x.unseat()
 }
 
 // dropSeat takes x's seat out of the engine's. e.mu held.
