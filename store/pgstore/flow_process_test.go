@@ -215,12 +215,19 @@ func saturate(t testing.TB, runs int, hold, lease time.Duration) flowResult {
 // LineRuns (8 runs a worker, 24 in all, with a's first two holding) never
 // claimed b or c.
 func TestProcessesLateTenantAndPriority(t *testing.T) {
-	for _, lineRuns := range []int{32, 0} {
-		t.Run(fmt.Sprint("LineRuns=", lineRuns), func(t *testing.T) { testProcessesLateTenantAndPriority(t, lineRuns) })
+	for _, c := range []struct {
+		lineRuns int
+		async    bool
+	}{{32, false}, {0, false}, {0, true}} {
+		name := fmt.Sprint("LineRuns=", c.lineRuns)
+		if c.async {
+			name += "/StepAsync"
+		}
+		t.Run(name, func(t *testing.T) { testProcessesLateTenantAndPriority(t, c.lineRuns, c.async) })
 	}
 }
 
-func testProcessesLateTenantAndPriority(t *testing.T, lineRuns int) {
+func testProcessesLateTenantAndPriority(t *testing.T, lineRuns int, async bool) {
 	h := newProcessHarness(t)
 	if err := h.s.SetLimiter(t.Context(), &limit.Config{Name: "llm", Concurrency: 2}); err != nil {
 		t.Fatal(err)
@@ -246,7 +253,7 @@ func testProcessesLateTenantAndPriority(t *testing.T, lineRuns int) {
 	var ids []string
 	for i := range 60 {
 		id := fmt.Sprintf("a-%02d", i)
-		ids = append(ids, start(id, limitedInput{Hold: 5 * time.Millisecond, Key: "a", Gate: filepath.Join(gates, id)}))
+		ids = append(ids, start(id, limitedInput{Hold: 5 * time.Millisecond, Key: "a", Gate: filepath.Join(gates, id), Async: async}))
 	}
 	// When a run's step joined the limiter's line (its limit_waiting).
 	joined := func(id string) time.Time {
@@ -269,8 +276,8 @@ func testProcessesLateTenantAndPriority(t *testing.T, lineRuns int) {
 		}
 		return n >= 20
 	})
-	b := start("b", limitedInput{Hold: 5 * time.Millisecond, Key: "b"})
-	c := start("c", limitedInput{Hold: 5 * time.Millisecond, Key: "c", Priority: 10})
+	b := start("b", limitedInput{Hold: 5 * time.Millisecond, Key: "b", Async: async})
+	c := start("c", limitedInput{Hold: 5 * time.Millisecond, Key: "c", Priority: 10, Async: async})
 	waitUntil(t, time.Minute, "b's and c's steps in line", func() bool { return !joined(b).IsZero() && !joined(c).IsZero() })
 	type started struct {
 		run string

@@ -60,7 +60,13 @@ func registerProcessWorkflows(e *weir.Engine, progress io.Writer, delay time.Dur
 	// says on progress when its body starts and ends (its own clock):
 	// the record of what ran, whatever the store says.
 	weir.Register(e, "limited", func(ctx weir.Context, in limitedInput) (int, error) {
-		return weir.Step(ctx, "call", func(sc weir.StepContext) (int, error) {
+		step := weir.Step[int]
+		if in.Async {
+			step = func(ctx weir.Context, name string, fn func(weir.StepContext) (int, error), opts ...weir.StepOption) (int, error) {
+				return weir.StepAsync(ctx, name, fn, opts...).Get(ctx)
+			}
+		}
+		return step(ctx, "call", func(sc weir.StepContext) (int, error) {
 			mu.Lock()
 			fmt.Fprintf(progress, "body-start %s %d %d\n", sc.RunID(), sc.Attempt(), time.Now().UnixNano())
 			mu.Unlock()
@@ -133,6 +139,8 @@ type limitedInput struct {
 	Priority int
 	// Gate: the body waits until this file exists before its Hold.
 	Gate string `json:",omitempty"`
+	// Async: the step runs on a goroutine of its own (StepAsync).
+	Async bool `json:",omitempty"`
 }
 
 type tailInput struct {
