@@ -225,7 +225,9 @@ func SetEvent(ctx Context, key string, v any) error {
 type SendOptions struct {
 	// IdempotencyKey makes the message idempotent: sent again with the
 	// same key, topic and payload, it is answered as the first time
-	// (Duplicate) and adds nothing; with another, it is ErrKeyReused.
+	// (Duplicate) and adds nothing; with another, it is ErrKeyReused. A
+	// key may not begin with "weir/", the prefix of the keys of the
+	// messages runs send (names.ReservedMessageKeyPrefix).
 	IdempotencyKey string
 }
 
@@ -244,6 +246,9 @@ func (e *Engine) Send(ctx context.Context, runID, topic string, payload json.Raw
 	}
 	p := &store.SendMessageParams{RunID: runID, Topic: topic, Payload: payload}
 	if opts != nil && opts.IdempotencyKey != "" {
+		if err := store.CheckMessageKey(opts.IdempotencyKey); err != nil {
+			return nil, fmt.Errorf("send to run %s: %w", runID, err)
+		}
 		p.IdempotencyKey = opts.IdempotencyKey
 		p.RequestDigest = digestOf(append([]byte(topic+"\x00"), payload...))
 	}

@@ -447,3 +447,48 @@ func TestMessagesFromAnotherProcess(t *testing.T) {
 		})
 	}
 }
+
+// A client's message key may not begin with "weir/": that is where the
+// keys of the messages runs send live (weir/SENDER/OP), predictable from
+// the sender's log, and a key planted there first with another body
+// failed the sender's send as a reused key (red team, round fifteen).
+func TestAClientCannotPlantARunsSendKey(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Full) {
+		e := newEngine(t, s, nil)
+		recvWF := weir.Register(e, "receiver", func(ctx weir.Context, _ int) (int, error) {
+			return weir.Recv[int](ctx, "n")
+		})
+		gate := make(chan struct{})
+		sendWF := weir.Register(e, "sender", func(ctx weir.Context, to string) (int, error) {
+			if _, err := weir.Step(ctx, "wait", func(sc weir.StepContext) (int, error) {
+				<-gate
+				return 0, nil
+			}); err != nil {
+				return 0, err
+			}
+			return 0, weir.Send(ctx, to, "n", 7)
+		})
+		must(t, e.Work(testCtx(t)))
+		r, err := recvWF.Start(testCtx(t), 0, nil)
+		must(t, err)
+		sh, err := sendWF.Start(testCtx(t), r.ID, nil)
+		must(t, err)
+		for _, key := range []string{"weir/" + sh.ID + "/2", "weir/" + sh.ID + "/1", "weir/x"} {
+			if _, err := e.Send(testCtx(t), r.ID, "n", json.RawMessage(`666`), &weir.SendOptions{IdempotencyKey: key}); !errors.Is(err, store.ErrInvalid) {
+				t.Fatalf("a client's key %q: %v, want ErrInvalid", key, err)
+			}
+		}
+		close(gate)
+		if _, err := sh.Result(testCtx(t)); err != nil {
+			t.Fatalf("the sender: %v", err)
+		}
+		if got, err := r.Result(testCtx(t)); err != nil || got != 7 {
+			t.Fatalf("the receiver got %d, %v; want 7", got, err)
+		}
+		// Keys that merely look alike are the client's.
+		r2, err := recvWF.Start(testCtx(t), 0, nil)
+		must(t, err)
+		sendMsg(t, e, r2.ID, "n", `1`, &weir.SendOptions{IdempotencyKey: "WEIR/x"})
+		sendMsg(t, e, r2.ID, "n", `1`, &weir.SendOptions{IdempotencyKey: "weir-x"})
+	})
+}

@@ -38,6 +38,23 @@ const MaxName = 256
 // one, so it cannot take a run weir will make (a tick's, say) before it.
 var ReservedRunIDPrefixes = []string{"sched:", "idem_", "wrun_"}
 
+// ReservedMessageKeyPrefix begins the Idempotency-Keys of the messages a
+// run sends (weir.Send: weir/SENDER/OP). A client's key may not begin with
+// it: the key is predictable from the sender's log, and one planted first
+// with another body would fail the sender's send as a reused key (red
+// team, round fifteen).
+const ReservedMessageKeyPrefix = "weir/"
+
+// MessageKey refuses a message's Idempotency-Key that a client chose and
+// that begins with ReservedMessageKeyPrefix. Its length and characters are
+// the store's to check.
+func MessageKey(key string) error {
+	if strings.HasPrefix(key, ReservedMessageKeyPrefix) {
+		return fmt.Errorf("%w: idempotency key %q: the prefix %q is weir's own (the keys of messages runs send)", ErrInvalid, key, ReservedMessageKeyPrefix)
+	}
+	return nil
+}
+
 // Text refuses s unless it is 1 to max bytes of UTF-8 without control
 // characters (C0, DEL, C1): what every backend stores and gives back, and
 // every log line and header shows, as it is.

@@ -254,6 +254,10 @@ func CheckHookToken(token string) error {
 // path segment of the HTTP API): names.Topic.
 func CheckTopic(what, name string) error { return nameErr(names.Topic(what, name, MaxTopicLen)) }
 
+// CheckMessageKey refuses a client's message Idempotency-Key in weir's
+// own space (names.MessageKey): the keys of the messages runs send.
+func CheckMessageKey(key string) error { return nameErr(names.MessageKey(key)) }
+
 // nameErr makes a refusal of package names match ErrInvalid too.
 func nameErr(err error) error {
 	if err == nil {
