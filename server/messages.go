@@ -176,9 +176,10 @@ func (s *Server) handleRunState(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	// The messages first, read as /waiting reads the log (store.Outline),
-	// so that the page's hold is not kept while a long log is read. A
-	// topic has a message at least: at most store.MaxRunMessages topics.
+	// The messages first, counted by the store without their payloads
+	// (store.CountMessages), so that the page's hold is not kept while a
+	// long log is counted. A topic has a message at least: at most
+	// store.MaxRunMessages topics.
 	ms, err := s.e.Messages(r.Context(), p.RunID)
 	if err != nil {
 		httpError(w, err)
