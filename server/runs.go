@@ -727,7 +727,8 @@ func (s *Server) traceContext(r *http.Request) context.Context {
 }
 
 // handleMigrate serves POST /v1/runs/migrate: the runs in flight of one
-// application version move to another, knowingly (store.MigrateRuns).
+// application version move to another, knowingly (store.MigrateRuns). The
+// reply says how many moved and lists at most api.MaxMigratedListed.
 func (s *Server) handleMigrate(w http.ResponseWriter, r *http.Request) {
 	var in api.MigrateRequest
 	if err := readJSON(w, r, 1<<20, &in); err != nil {
@@ -740,7 +741,18 @@ func (s *Server) handleMigrate(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.writeWritten(w, http.StatusOK, api.MigrateReply{Migrated: append([]string{}, ids...)})
+	s.writeWritten(w, http.StatusOK, migrateReply(ids))
+}
+
+// migrateReply is the reply of a migration that moved ids (sorted): their
+// count and the first api.MaxMigratedListed of them.
+func migrateReply(ids []string) api.MigrateReply {
+	out := api.MigrateReply{Count: len(ids), Migrated: ids[:min(len(ids), api.MaxMigratedListed)]}
+	out.More = len(out.Migrated) < len(ids)
+	if out.Migrated == nil {
+		out.Migrated = []string{} // "migrated": [], not null
+	}
+	return out
 }
 
 // A fork (or a retry, a fork from a step) reads its source's whole log
