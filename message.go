@@ -275,41 +275,27 @@ func (e *Engine) Messages(ctx context.Context, runID string) ([]TopicMessages, e
 	if _, err := e.runHead(ctx, runID); err != nil {
 		return nil, err
 	}
-	// Of the payloads, only what the run took is read: up to 16 MiB of
-	// messages are not held to count them.
-	evs, err := store.Outline(ctx, e.store, runID, func(t store.EventType) bool { return t == store.EventMessagesTaken })
+	// Counted by the store from the events' heads: up to 16 MiB of
+	// messages are not read to count them.
+	c, err := e.store.CountMessages(ctx, runID)
+	if errors.Is(err, store.ErrUnsupported) {
+		return []TopicMessages{}, nil // a store without messages has none
+	}
 	if err != nil {
 		return nil, err
 	}
-	return messagesOf(evs), nil
+	return messagesOf(c), nil
 }
 
 // messagesOf reads a log's messages by topic.
-func messagesOf(evs []store.Event) []TopicMessages {
-	received := map[string]int{}
-	var names []string
-	var taken map[string]int
-	ended := false
-	for _, ev := range evs {
-		switch ev.Type {
-		case store.EventMessageReceived:
-			if received[ev.Name] == 0 {
-				names = append(names, ev.Name)
-			}
-			received[ev.Name]++
-		case store.EventMessagesTaken:
-			_ = json.Unmarshal(ev.Data, &taken)
-		case store.EventRunCompleted, store.EventRunFailed, store.EventRunCancelled:
-			ended = true
-		}
-	}
-	out := make([]TopicMessages, 0, len(names))
-	for _, n := range names {
-		t := TopicMessages{Topic: n, Received: received[n], Taken: -1, Left: -1}
-		if ended {
+func messagesOf(c *store.MessageCounts) []TopicMessages {
+	out := make([]TopicMessages, 0, len(c.Topics))
+	for _, tc := range c.Topics {
+		t := TopicMessages{Topic: tc.Topic, Received: tc.Received, Taken: -1, Left: -1}
+		if c.Ended {
 			// A run that ended without messages_taken read none of its
 			// messages (they came after it last looked): it took none.
-			t.Taken = taken[n]
+			t.Taken = c.Taken[tc.Topic]
 			t.Left = t.Received - t.Taken
 		}
 		out = append(out, t)

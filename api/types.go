@@ -361,7 +361,23 @@ type RetryRequest struct {
 	Step string `json:"step,omitempty"`
 }
 
-// MigrateReply is what POST /v1/runs/migrate moved.
+// MigrateReply is what POST /v1/runs/migrate moved: how many runs, and
+// the first MaxMigratedListed of them by id.
 type MigrateReply struct {
+	// Count is how many runs moved.
+	Count int `json:"count"`
+	// Migrated are the runs that moved, by id in the order of their
+	// bytes: all of them, or the first MaxMigratedListed if More.
 	Migrated []string `json:"migrated"`
+	// More reports that more runs moved than Migrated lists.
+	More bool `json:"more,omitempty"`
 }
+
+// MaxMigratedListed is the most runs a reply of POST /v1/runs/migrate
+// lists by id. A version may have any number of runs in flight, and the
+// reply of a committed write is never refused at the replies' budget: a
+// list of them all would be a reply of any size (red team, round
+// fourteen). A thousand ids of at most 128 bytes keep it under 140 KB;
+// the runs past them moved all the same (Count), and each one's version
+// is in its JSON (GET /v1/runs/{id}).
+const MaxMigratedListed = 1000

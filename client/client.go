@@ -707,20 +707,25 @@ func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 	return err
 }
 
+// Migrated is what MigrateRuns moved: how many runs (Count), the first
+// api.MaxMigratedListed of them by id (Migrated), and whether more moved
+// than it lists (More).
+type Migrated = api.MigrateReply
+
 // MigrateRuns moves the runs in flight of application version from (those
-// of ids, if any) to version to (POST /v1/runs/migrate), and returns the
-// runs it moved.
-func (c *Client) MigrateRuns(ctx context.Context, from, to string, ids ...string) ([]string, error) {
+// of ids, if any) to version to (POST /v1/runs/migrate), and says how many
+// it moved, listing at most api.MaxMigratedListed of them.
+func (c *Client) MigrateRuns(ctx context.Context, from, to string, ids ...string) (*Migrated, error) {
 	body, err := json.Marshal(api.MigrateRequest{From: from, To: to, Runs: ids})
 	if err != nil {
 		return nil, err
 	}
-	var out api.MigrateReply
+	var out Migrated
 	h := http.Header{"Content-Type": {"application/json"}}
 	if _, err := c.doJSON(ctx, http.MethodPost, "/v1/runs/migrate", nil, h, body, &out); err != nil {
 		return nil, err
 	}
-	return out.Migrated, nil
+	return &out, nil
 }
 
 // ForkOptions say where a fork begins (api.ForkRequest): Op, the first

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/textproto"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -174,9 +175,16 @@ func FuzzParseCreateHeaders(f *testing.F) {
 
 func FuzzParseReadQuery(f *testing.F) {
 	for _, s := range []string{"", "offset=-1", "offset=now&live=sse", "offset=" + formatOffset(5) + "&live=long-poll&cursor=123",
-		"offset=&x=1", "offset=a&offset=b", "view=committed&format=ndjson", "format=ndjson", "live=sse", "offset=0%201", "%zz"} {
+		"offset=&x=1", "offset=a&offset=b", "view=committed&format=ndjson", "format=ndjson", "live=sse", "offset=0%201", "%zz",
+		// Numbers spelled otherwise than in digits alone (red team, round
+		// fourteen: limit=+5 was taken).
+		"offset=%2B000000000000000_0000000000000005", "offset=0000000000000000_%2B000000000000005",
+		"offset=0000000000000000_00000000000000000005", "offset=-0000000000000000_0000000000000005",
+		"offset=now&live=long-poll&cursor=%2B99999999999", "offset=now&live=long-poll&cursor=-1",
+		"offset=now&live=long-poll&cursor=00000000000000000000000099999999999"} {
 		f.Add(s)
 	}
+	offsetRE := regexp.MustCompile(`^[0-9]{1,19}_[0-9]{1,19}$`)
 	f.Fuzz(func(t *testing.T, s string) {
 		q, err := parseReadQuery(s)
 		if err != nil {
@@ -185,6 +193,18 @@ func FuzzParseReadQuery(f *testing.F) {
 		}
 		if q.live != "" && !q.hasOff || q.offset < -1 || q.now && q.offset != -1 {
 			t.Fatalf("query %q parsed as %+v", s, q)
+		}
+		if q.offset >= 0 && !offsetRE.MatchString(q.rawOff) {
+			t.Fatalf("offset %q taken as %d", q.rawOff, q.offset)
+		}
+		// A cursor not in digits alone is ignored: the reply's is the
+		// clock's, as without one.
+		now := time.Now()
+		if _, ok := parseDigits(q.cursor, false); !ok && nextCursor(q.cursor, now) != nextCursor("", now) {
+			t.Fatalf("cursor %q was read", q.cursor)
+		}
+		if c := nextCursor(q.cursor, now); !allDigits(c) {
+			t.Fatalf("cursor %q answered with %q", q.cursor, c)
 		}
 	})
 }

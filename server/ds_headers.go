@@ -44,20 +44,22 @@ func formatOffset(n int64) string {
 	return string(b[:])
 }
 
-// parseOffset parses a Durable Streams offset: digits, '_', digits. A
-// well-formed offset this server never minted (a first part other than 0, a
-// second beyond int64) is an error too: no stream has it.
+// parseOffset parses a Durable Streams offset: digits, '_', digits, each
+// part read as every integer in a query is (parseDigits: at most
+// maxQueryDigits digits). A well-formed offset this server never minted (a
+// first part other than 0, a second past maxOffset) is an error too: no
+// stream has it.
 func parseOffset(s string) (int64, error) {
 	hi, lo, ok := strings.Cut(s, "_")
 	if !ok || !allDigits(hi) || !allDigits(lo) {
 		return 0, fmt.Errorf("%w: offset %q is not of the form <digits>_<digits>", api.ErrBadRequest, clip(s))
 	}
-	h, err1 := strconv.ParseUint(hi, 10, 64)
-	l, err2 := strconv.ParseUint(lo, 10, 63)
-	if err1 != nil || err2 != nil || h != 0 || l > maxOffset {
+	h, ok1 := parseDigits(hi, false)
+	l, ok2 := parseDigits(lo, false)
+	if !ok1 || !ok2 || h != 0 || l > maxOffset {
 		return 0, fmt.Errorf("%w: offset %q does not exist on this server", api.ErrBadRequest, clip(s))
 	}
-	return int64(l), nil
+	return l, nil
 }
 
 func allDigits(s string) bool {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -32,8 +31,8 @@ func (s *Server) handleLimiters(w http.ResponseWriter, r *http.Request) {
 		after = v[0]
 	}
 	if v, ok := q["limit"]; ok {
-		if n, err = strconv.Atoi(v[0]); err != nil || n < 1 || n > maxLimiterPage {
-			httpError(w, fmt.Errorf("%w: limit=%q: want 1 to %d limiters", api.ErrBadRequest, v[0], maxLimiterPage))
+		if n, err = queryCount("limit", v[0], 1, maxLimiterPage); err != nil {
+			httpError(w, err)
 			return
 		}
 	}

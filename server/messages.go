@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/weirhq/weir"
@@ -76,8 +76,8 @@ func (s *Server) handleRunEvent(w http.ResponseWriter, r *http.Request) {
 		opts.Wait = true
 	}
 	if v, ok := q["after"]; ok {
-		if opts.After, err = strconv.ParseInt(v[0], 10, 64); err != nil || opts.After < 0 {
-			httpError(w, fmt.Errorf("%w: after=%q: want an event seq (a whole number, 0 or more)", api.ErrBadRequest, clip(v[0])))
+		if opts.After, err = queryInt("after", v[0], 0, math.MaxInt64); err != nil {
+			httpError(w, err) // an event's seq
 			return
 		}
 		if !opts.Wait {
@@ -167,8 +167,8 @@ func (s *Server) handleRunState(w http.ResponseWriter, r *http.Request) {
 	}
 	p := &store.ListRunEventsParams{RunID: r.PathValue("id"), After: q.Get("after"), Limit: store.MaxRunEventPage}
 	if v, ok := q["limit"]; ok {
-		if p.Limit, err = strconv.Atoi(v[0]); err != nil || p.Limit < 1 || p.Limit > store.MaxRunEventPage {
-			httpError(w, fmt.Errorf("%w: limit=%q: want 1 to %d run events", api.ErrBadRequest, clip(v[0]), store.MaxRunEventPage))
+		if p.Limit, err = queryCount("limit", v[0], 1, store.MaxRunEventPage); err != nil {
+			httpError(w, err)
 			return
 		}
 	}
@@ -176,9 +176,10 @@ func (s *Server) handleRunState(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	// The messages first, read as /waiting reads the log (store.Outline),
-	// so that the page's hold is not kept while a long log is read. A
-	// topic has a message at least: at most store.MaxRunMessages topics.
+	// The messages first, counted by the store without their payloads
+	// (store.CountMessages), so that the page's hold is not kept while a
+	// long log is counted. A topic has a message at least: at most
+	// store.MaxRunMessages topics.
 	ms, err := s.e.Messages(r.Context(), p.RunID)
 	if err != nil {
 		httpError(w, err)

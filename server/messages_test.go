@@ -9,9 +9,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,5 +315,67 @@ func TestRunStateListsLargeRunEventsBySize(t *testing.T) {
 			get(q).must(t, http.StatusBadRequest).header(t, api.ErrorHeader, code)
 		}
 		d.runsCall("GET", "/v1/runs/nope/state").must(t, http.StatusNotFound).header(t, api.ErrorHeader, "not_found")
+	})
+}
+
+// payloadReads is a store that counts the bytes of message payloads its
+// reads of runs' logs hand out.
+type payloadReads struct {
+	store.Full
+	bytes atomic.Int64
+}
+
+func (s *payloadReads) count(evs []store.Event) {
+	for _, ev := range evs {
+		if ev.Type == store.EventMessageReceived {
+			s.bytes.Add(int64(len(ev.Data)))
+		}
+	}
+}
+
+func (s *payloadReads) ListEvents(ctx context.Context, runID string, after int64) ([]store.Event, error) {
+	evs, err := s.Full.ListEvents(ctx, runID, after)
+	s.count(evs)
+	return evs, err
+}
+
+func (s *payloadReads) ListEventsPage(ctx context.Context, p *store.ListEventsParams) (*store.EventPage, error) {
+	page, err := s.Full.ListEventsPage(ctx, p)
+	if err == nil {
+		s.count(page.Events)
+	}
+	return page, err
+}
+
+// GET /v1/runs/{id}/state counts a run's messages without reading their
+// payloads, on both stores. (Red team, round fourteen: it read the run's
+// whole log with them, 64 MB of values at 130–245 ms a request.)
+func TestRunStateCountsMessagesWithoutTheirPayloads(t *testing.T) {
+	wrap := func(st store.Full) store.Full { return &payloadReads{Full: st} }
+	onEveryStoreWrapped(t, nil, wrap, func(t *testing.T, d *dsServer) {
+		reads := d.st.(*payloadReads)
+		ctx := t.Context()
+		// A run no worker claims: its log holds the messages alone.
+		if _, _, err := d.st.CreateRun(ctx, &store.CreateRunParams{ID: "inbox", Workflow: "wf"}); err != nil {
+			t.Fatal(err)
+		}
+		payload := json.RawMessage(`"` + strings.Repeat("m", 256<<10) + `"`)
+		for i := range 8 {
+			if _, err := d.e.Send(ctx, "inbox", []string{"b", "a"}[i%2], payload, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		reads.bytes.Store(0)
+		var st api.RunState
+		if err := json.Unmarshal(d.runsCall("GET", "/v1/runs/inbox/state").must(t, http.StatusOK).body, &st); err != nil {
+			t.Fatal(err)
+		}
+		want := []api.TopicMessages{{Topic: "b", Received: 4, Taken: -1, Left: -1}, {Topic: "a", Received: 4, Taken: -1, Left: -1}}
+		if !slices.Equal(st.Messages, want) {
+			t.Fatalf("/state messages %+v, want %+v", st.Messages, want)
+		}
+		if n := reads.bytes.Load(); n != 0 {
+			t.Fatalf("/state read %d bytes of message payloads to count them", n)
+		}
 	})
 }

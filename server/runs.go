@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"github.com/weirhq/weir/names"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -236,9 +237,9 @@ func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	limit := defaultRunsLimit
 	if v, ok := q["limit"]; ok {
-		n, err := strconv.Atoi(v[0])
-		if err != nil || n < 1 || n > maxRunsLimit {
-			httpError(w, fmt.Errorf("%w: limit=%q: want a whole number from 1 to %d", api.ErrBadRequest, v[0], maxRunsLimit))
+		n, err := queryCount("limit", v[0], 1, maxRunsLimit)
+		if err != nil {
+			httpError(w, err)
 			return
 		}
 		limit = n
@@ -369,15 +370,14 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	p := &store.ListEventsParams{RunID: r.PathValue("id"), Limit: store.MaxEventPage}
 	if v, ok := q["after"]; ok {
-		p.After, err = strconv.ParseInt(v[0], 10, 64)
-		if err != nil || p.After < 0 {
-			httpError(w, fmt.Errorf("%w: after=%q: want an event seq (a whole number, 0 or more)", api.ErrBadRequest, v[0]))
+		if p.After, err = queryInt("after", v[0], 0, math.MaxInt64); err != nil {
+			httpError(w, err) // an event's seq
 			return
 		}
 	}
 	if v, ok := q["limit"]; ok {
-		if p.Limit, err = strconv.Atoi(v[0]); err != nil || p.Limit < 1 || p.Limit > store.MaxEventPage {
-			httpError(w, fmt.Errorf("%w: limit=%q: want 1 to %d events", api.ErrBadRequest, v[0], store.MaxEventPage))
+		if p.Limit, err = queryCount("limit", v[0], 1, store.MaxEventPage); err != nil {
+			httpError(w, err)
 			return
 		}
 	}
@@ -498,12 +498,10 @@ func (s *Server) handleListStandalone(w http.ResponseWriter, r *http.Request) {
 	}
 	p := &store.ListStandaloneParams{Prefix: q.Get("prefix"), After: q.Get("after"), Limit: store.DefaultListLimit}
 	if v, ok := q["limit"]; ok {
-		n, err := strconv.Atoi(v[0])
-		if err != nil || n < 1 || n > store.MaxListLimit {
-			httpError(w, fmt.Errorf("%w: limit=%q: want a whole number from 1 to %d", api.ErrBadRequest, v[0], store.MaxListLimit))
+		if p.Limit, err = queryCount("limit", v[0], 1, store.MaxListLimit); err != nil {
+			httpError(w, err)
 			return
 		}
-		p.Limit = n
 	}
 	l, err := s.store.ListStandaloneStreams(r.Context(), p)
 	if err != nil {
@@ -727,7 +725,8 @@ func (s *Server) traceContext(r *http.Request) context.Context {
 }
 
 // handleMigrate serves POST /v1/runs/migrate: the runs in flight of one
-// application version move to another, knowingly (store.MigrateRuns).
+// application version move to another, knowingly (store.MigrateRuns). The
+// reply says how many moved and lists at most api.MaxMigratedListed.
 func (s *Server) handleMigrate(w http.ResponseWriter, r *http.Request) {
 	var in api.MigrateRequest
 	if err := readJSON(w, r, 1<<20, &in); err != nil {
@@ -740,7 +739,18 @@ func (s *Server) handleMigrate(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.writeWritten(w, http.StatusOK, api.MigrateReply{Migrated: append([]string{}, ids...)})
+	s.writeWritten(w, http.StatusOK, migrateReply(ids))
+}
+
+// migrateReply is the reply of a migration that moved ids (sorted): their
+// count and the first api.MaxMigratedListed of them.
+func migrateReply(ids []string) api.MigrateReply {
+	out := api.MigrateReply{Count: len(ids), Migrated: ids[:min(len(ids), api.MaxMigratedListed)]}
+	out.More = len(out.Migrated) < len(ids)
+	if out.Migrated == nil {
+		out.Migrated = []string{} // "migrated": [], not null
+	}
+	return out
 }
 
 // A fork (or a retry, a fork from a step) reads its source's whole log

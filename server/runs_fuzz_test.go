@@ -121,6 +121,8 @@ func FuzzSendMessage(f *testing.F) {
 		{"user", ``, "k", "wait=-1s"},
 		{strings.Repeat("t", 256), `1`, "", ""},
 		{"user", `[1,2,3]`, "k\x00", ""},
+		{"user", `1`, "", "wait=0s&after=%2B1"},
+		{"user", `1`, "", "wait=0s&after=00000000000000000001"},
 	} {
 		f.Add(seed.topic, []byte(seed.body), seed.key, seed.query)
 	}

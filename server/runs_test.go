@@ -582,3 +582,55 @@ func TestRunsPagesBoundedAsSent(t *testing.T) {
 	}
 	small.do("GET", "/v1/runs?limit=50", "").want(t, http.StatusOK)
 }
+
+// POST /v1/runs/migrate's reply is bounded, on both stores: it says how
+// many runs moved, lists the first api.MaxMigratedListed of them by id
+// and says that more moved. (Red team, round fourteen: it listed every run
+// it moved, however many.)
+func TestMigrateReplyIsBounded(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, d *dsServer) {
+		ctx := t.Context()
+		// Runs no worker claims, past the bound by one.
+		var ids []string
+		for i := range api.MaxMigratedListed + 1 {
+			id := fmt.Sprintf("m-%05d", i)
+			if _, _, err := d.st.CreateRun(ctx, &store.CreateRunParams{ID: id, Workflow: "wf", Version: "v1"}); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		js := []string{"Content-Type", "application/json"}
+		// Decoded field by field, so that a reply without them fails.
+		var got struct {
+			Count    int      `json:"count"`
+			Migrated []string `json:"migrated"`
+			More     bool     `json:"more"`
+		}
+		r := d.send("POST", "/v1/runs/migrate", `{"from":"v1","to":"v2"}`, js...).must(t, http.StatusOK)
+		if err := json.Unmarshal(r.body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Count != len(ids) || !got.More || !slices.Equal(got.Migrated, ids[:api.MaxMigratedListed]) {
+			t.Fatalf("migrated %d, more %v, %d listed (%d bytes), want %d, more, the first %d", got.Count, got.More, len(got.Migrated), len(r.body), len(ids), api.MaxMigratedListed)
+		}
+		// The run past the list moved too.
+		last, err := d.st.GetRun(ctx, ids[len(ids)-1])
+		if err != nil || last.Version != "v2" {
+			t.Fatalf("the run not listed: %+v, %v", last, err)
+		}
+		// Under the bound, every run is listed and none more.
+		got.More = false
+		r = d.send("POST", "/v1/runs/migrate", `{"from":"v2","to":"v3","runs":["m-00003","m-00001","nope"]}`, js...).must(t, http.StatusOK)
+		if err := json.Unmarshal(r.body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Count != 2 || got.More || !slices.Equal(got.Migrated, []string{"m-00001", "m-00003"}) {
+			t.Fatalf("migrated %+v, want 2: m-00001 m-00003", got)
+		}
+		// None: an empty list, not null.
+		r = d.send("POST", "/v1/runs/migrate", `{"from":"v9","to":"v3"}`, js...).must(t, http.StatusOK)
+		if want := `{"count":0,"migrated":[]}`; strings.TrimSpace(string(r.body)) != want {
+			t.Fatalf("migrating none: %s, want %s", r.body, want)
+		}
+	})
+}

@@ -3,7 +3,6 @@ package server
 import (
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -29,8 +28,8 @@ func (s *Server) handleSchedules(w http.ResponseWriter, r *http.Request) {
 		p.After = v[0]
 	}
 	if v, ok := q["limit"]; ok {
-		if p.Limit, err = strconv.Atoi(v[0]); err != nil || p.Limit < 1 || p.Limit > store.MaxSchedulePage {
-			httpError(w, fmt.Errorf("%w: limit=%q: want 1 to %d schedules", api.ErrBadRequest, v[0], store.MaxSchedulePage))
+		if p.Limit, err = queryCount("limit", v[0], 1, store.MaxSchedulePage); err != nil {
+			httpError(w, err)
 			return
 		}
 	}

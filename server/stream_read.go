@@ -884,7 +884,10 @@ const cursorInterval = 20 * time.Second
 // (so that CDN-collapsed requests move on).
 func nextCursor(client string, now time.Time) string {
 	interval := int64(now.Sub(cursorEpoch) / cursorInterval)
-	if c, err := strconv.ParseInt(client, 10, 64); err == nil && c >= interval && c < 1<<62 {
+	// A cursor not in digits alone ("+9…") is not one this server sent:
+	// it is ignored, as an unreadable one is, not refused (a client only
+	// echoes what it got).
+	if c, ok := parseDigits(client, false); ok && c >= interval && c < 1<<62 {
 		jitter := 1 + rand.Int64N(3600) // seconds
 		return strconv.FormatInt(c+max(1, (jitter+19)/20), 10)
 	}

@@ -292,9 +292,9 @@ func (s *Server) worldError(w http.ResponseWriter, err error) {
 func listParams(q map[string][]string, desc bool) (*store.WorldListParams, error) {
 	p := &store.WorldListParams{Cursor: first(q, "cursor"), Desc: desc}
 	if v := first(q, "limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			return nil, fmt.Errorf("%w: limit %q: want 1 to 1000", api.ErrBadRequest, clip(v))
+		n, err := queryCount("limit", v, 1, maxWorldPage)
+		if err != nil {
+			return nil, err
 		}
 		p.Limit = n
 	}
@@ -877,8 +877,8 @@ func (s *Server) handleWorldMessages(w http.ResponseWriter, r *http.Request) {
 		p.State = "dead"
 	}
 	if v := first(q, "limit"); v != "" {
-		if p.Limit, err = strconv.Atoi(v); err != nil || p.Limit < 1 || p.Limit > 1000 {
-			httpError(w, fmt.Errorf("%w: limit %q: want 1 to 1000", api.ErrBadRequest, clip(v)))
+		if p.Limit, err = queryCount("limit", v, 1, maxWorldPage); err != nil {
+			httpError(w, err)
 			return
 		}
 	}

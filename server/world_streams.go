@@ -588,8 +588,9 @@ func (s *Server) handleWorldRead(w http.ResponseWriter, r *http.Request) {
 	}
 	var index int64
 	if v := first(q, "index"); v != "" {
-		if index, err = strconv.ParseInt(v, 10, 64); err != nil {
-			httpError(w, fmt.Errorf("%w: index %q: want an integer", api.ErrBadRequest, clip(v)))
+		// A negative index counts from the stream's end.
+		if index, err = queryInt("index", v, math.MinInt64, math.MaxInt64); err != nil {
+			httpError(w, err)
 			return
 		}
 	}
@@ -766,8 +767,8 @@ func (s *Server) handleWorldChunks(w http.ResponseWriter, r *http.Request) {
 	}
 	limit := 100
 	if v := first(q, "limit"); v != "" {
-		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 1000 {
-			httpError(w, fmt.Errorf("%w: limit %q: want 1 to 1000", api.ErrBadRequest, clip(v)))
+		if limit, err = queryCount("limit", v, 1, maxWorldPage); err != nil {
+			httpError(w, err)
 			return
 		}
 	}

@@ -29,13 +29,25 @@ import (
 // onEveryStoreWith runs f against a server with cfg on each store backend,
 // in parallel.
 func onEveryStoreWith(t *testing.T, cfg *Config, f func(t *testing.T, d *dsServer)) {
+	onEveryStoreWrapped(t, cfg, nil, f)
+}
+
+// onEveryStoreWrapped is onEveryStoreWith, the server and its engine on
+// wrap's store (if wrap is not nil): one that counts what it reads, say.
+func onEveryStoreWrapped(t *testing.T, cfg *Config, wrap func(store.Full) store.Full, f func(t *testing.T, d *dsServer)) {
+	on := func(t *testing.T, st store.Full) {
+		if wrap != nil {
+			st = wrap(st)
+		}
+		f(t, newDSServerOn(t, cfg, st))
+	}
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
 		st, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "weir.db"), &sqlitestore.Config{Synchronous: "OFF"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		f(t, newDSServerOn(t, cfg, st))
+		on(t, st)
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
@@ -43,7 +55,7 @@ func onEveryStoreWith(t *testing.T, cfg *Config, f func(t *testing.T, d *dsServe
 		if err != nil {
 			t.Fatal(err)
 		}
-		f(t, newDSServerOn(t, cfg, st))
+		on(t, st)
 	})
 }
 

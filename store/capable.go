@@ -84,6 +84,14 @@ func (c *capable) ListRunEventsPage(ctx context.Context, p *ListRunEventsParams)
 	return c.msgs.ListRunEventsPage(ctx, p)
 }
 
+// CountMessages is Messages.CountMessages, or ErrUnsupported.
+func (c *capable) CountMessages(ctx context.Context, runID string) (*MessageCounts, error) {
+	if c.msgs == nil {
+		return nil, unsupported("messages")
+	}
+	return c.msgs.CountMessages(ctx, runID)
+}
+
 // CreateStream is Standalone.CreateStream, or ErrUnsupported.
 func (c *capable) CreateStream(ctx context.Context, p *CreateStreamParams) (info *StreamInfo, created bool, err error) {
 	if c.standalone == nil {

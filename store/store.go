@@ -252,6 +252,14 @@ type Messages interface {
 	// query: a page holds at most p.Limit values of MaxInlineEventValue
 	// whatever the run set. ErrNotFound for an unknown run.
 	ListRunEventsPage(ctx context.Context, p *ListRunEventsParams) (*RunEventPage, error)
+	// CountMessages returns what run runID's log says of the messages
+	// sent to it (MessageCounts): read from the events' types and names,
+	// and the data of its messages_taken events alone, never a message's
+	// payload. A run's log may hold MaxRunMessageBytes of them, and a
+	// status page asks for its counts at each request (red team, round
+	// fourteen: GET /v1/runs/{id}/state read 64 MB of payloads to count
+	// them). ErrNotFound for an unknown run.
+	CountMessages(ctx context.Context, runID string) (*MessageCounts, error)
 }
 
 // Standalone is the capability of streams that belong to no run: the
@@ -593,6 +601,27 @@ type RunEvent struct {
 	// Elided reports a value a page (ListRunEventsPage) left out, being
 	// over MaxInlineEventValue bytes: GetRunEvent has it.
 	Elided bool
+}
+
+// MessageCounts is what a run's log says of the messages sent to it
+// (CountMessages).
+type MessageCounts struct {
+	// Topics are the topics messages came on, in the order of each one's
+	// first message, with how many came on it.
+	Topics []TopicCount
+	// Ended reports that the log holds an end of the run (run_completed,
+	// run_failed, run_cancelled).
+	Ended bool
+	// Taken is how many of each topic's messages the run took, from its
+	// messages_taken events (merged in the log's order, a later one's
+	// count of a topic winning); nil if the log has none.
+	Taken map[string]int
+}
+
+// TopicCount is how many messages came on one topic.
+type TopicCount struct {
+	Topic    string
+	Received int
 }
 
 // The bounds of a page of a run's run events (ListRunEventsPage).

@@ -682,14 +682,14 @@ func runsEvent(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func runsMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("runs migrate", `Usage: weir runs migrate --from V1 --to V2 [RUN…] [flags]
+	fs := newFlagSet("runs migrate", fmt.Sprintf(`Usage: weir runs migrate --from V1 --to V2 [RUN…] [flags]
 
 Moves the runs in flight (pending or running) of application version V1, or
-only the RUNs named, to version V2, so that V2's workers claim them. Do it
-knowingly: their logs were written by V1's code, which V2's must replay
-(weir.Patched keeps both paths). "" is the version of runs started by
-unversioned code.
-`, stderr)
+only the RUNs named, to version V2, so that V2's workers claim them. Prints
+their ids (the first %d by id) and how many moved. Do it knowingly: their
+logs were written by V1's code, which V2's must replay (weir.Patched keeps
+both paths). "" is the version of runs started by unversioned code.
+`, api.MaxMigratedListed), stderr)
 	var cf clientFlags
 	cf.register(fs)
 	from := fs.String("from", "", "the version the runs started on")
@@ -705,14 +705,17 @@ unversioned code.
 	if err != nil {
 		return err
 	}
-	ids, err := c.MigrateRuns(ctx, *from, *to, pos...)
+	m, err := c.MigrateRuns(ctx, *from, *to, pos...)
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
+	for _, id := range m.Migrated {
 		fmt.Fprintln(stdout, id)
 	}
-	fmt.Fprintf(stderr, "%d run(s) moved from version %q to %q\n", len(ids), *from, *to)
+	fmt.Fprintf(stderr, "%d run(s) moved from version %q to %q\n", m.Count, *from, *to)
+	if m.More {
+		fmt.Fprintf(stderr, "(the first %d listed; the others moved too)\n", len(m.Migrated))
+	}
 	return nil
 }
 

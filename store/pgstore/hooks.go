@@ -400,6 +400,45 @@ func (s *Store) ListRunEventsPage(ctx context.Context, p *store.ListRunEventsPar
 	return page, nil
 }
 
+// CountMessages returns what run runID's log says of its messages, no
+// payload read (sqlrow.MessageCountsSQL).
+func (s *Store) CountMessages(ctx context.Context, runID string) (*store.MessageCounts, error) {
+	if err := store.CheckRunID(runID); err != nil {
+		return nil, fmt.Errorf("count messages: %w", err)
+	}
+	var c *store.MessageCounts
+	err := s.do(ctx, true, func(ctx context.Context, t *try) error {
+		c = &store.MessageCounts{}
+		b := &pgx.Batch{}
+		b.Queue(s.q.runExists, runID)
+		b.Queue(s.q.messageCounts, runID)
+		br := s.pool.SendBatch(ctx, b)
+		defer br.Close()
+		var one int
+		if err := br.QueryRow().Scan(&one); err != nil {
+			return fmt.Errorf("run %q: %w", runID, err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := sqlrow.AddMessageCount(c, rows); err != nil {
+				return err
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count messages: %w", err)
+	}
+	return c, nil
+}
+
 // ListRunEvents returns run runID's events' latest values, by key.
 func (s *Store) ListRunEvents(ctx context.Context, runID string) ([]*store.RunEvent, error) {
 	if err := store.CheckRunID(runID); err != nil {

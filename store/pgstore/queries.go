@@ -16,7 +16,7 @@ type queries struct {
 	run, runExists, runWithin, runLease, renew, renewMany, cancel, events, eventPage, schedulePage, streamByPath, streamByID string
 	runStreams, head, read, readMore, readWindow, touch, insertBatch, setHead                                                string
 	countStandalone, standalone                                                                                              string
-	runEventPage                                                                                                             string
+	runEventPage, messageCounts                                                                                              string
 
 	// Group commit (group.go).
 	lockRuns, lockStreams, readWriters, readFences, readProducers, readKeys     string
@@ -78,6 +78,7 @@ func newQueries(schema string) *queries {
 	set(&q.events, `SELECT seq, type, op, name, attempt, data, error, final, at, wake_at
 		FROM $S.events WHERE run_id = $1 AND seq > $2 ORDER BY seq`)
 	set(&q.eventPage, sqlrow.EventPageSQL("$S.events", "$1", "$2", "$3::bigint", "$4::bigint"))
+	set(&q.messageCounts, sqlrow.MessageCountsSQL("$S.events", "$1"))
 	set(&q.schedulePage, sqlrow.SchedulePageSQL("$S.schedules", `name COLLATE "C"`, "$1", "$2::bigint", "$3::bigint"))
 	// Keys in byte order (COLLATE "C"), as SQLite's.
 	set(&q.runEventPage, sqlrow.RunEventPageSQL("$S.run_events", `key COLLATE "C"`, "$1", "$2", "$3::bigint"))

@@ -164,6 +164,36 @@ func (s *Store) ListRunEventsPage(ctx context.Context, p *store.ListRunEventsPar
 	return sqlrow.RunEventPage(evs, p.Limit), nil
 }
 
+// CountMessages returns what run runID's log says of its messages, no
+// payload read (sqlrow.MessageCountsSQL).
+func (s *Store) CountMessages(ctx context.Context, runID string) (*store.MessageCounts, error) {
+	if err := store.CheckRunID(runID); err != nil {
+		return nil, fmt.Errorf("count messages: %w", err)
+	}
+	if s.isClosed() {
+		return nil, store.ErrClosedStore
+	}
+	var one int
+	if err := s.r.runExists.QueryRowContext(ctx, runID).Scan(&one); err != nil {
+		return nil, fmt.Errorf("count messages: run %q: %w", runID, s.readErr(err))
+	}
+	rows, err := s.r.messageCounts.QueryContext(ctx, runID)
+	if err != nil {
+		return nil, fmt.Errorf("count messages: %w", s.readErr(err))
+	}
+	defer rows.Close()
+	c := &store.MessageCounts{}
+	for rows.Next() {
+		if err := sqlrow.AddMessageCount(c, rows); err != nil {
+			return nil, fmt.Errorf("count messages: %w", s.readErr(err))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count messages: %w", s.readErr(err))
+	}
+	return c, nil
+}
+
 // ListRunEvents returns run runID's events' latest values, by key.
 func (s *Store) ListRunEvents(ctx context.Context, runID string) ([]*store.RunEvent, error) {
 	if err := store.CheckRunID(runID); err != nil {

@@ -198,6 +198,7 @@ type rstmts struct {
 	hookInfo, runHooks        *sql.Stmt
 	runEvent, runEvents       *sql.Stmt
 	runEventPage              *sql.Stmt
+	messageCounts             *sql.Stmt
 	runStreams, head, batches *sql.Stmt
 	window                    *sql.Stmt
 	runExists, eventPage      *sql.Stmt
@@ -232,6 +233,7 @@ func prepareRead(ctx context.Context, db *sql.DB) (*rstmts, error) {
 		p(&r.runEvents, `SELECT `+sqlrow.RunEventCols+` FROM run_events WHERE run_id = ? ORDER BY key`),
 		// Keys compare by their bytes (BINARY), the primary key's order.
 		p(&r.runEventPage, sqlrow.RunEventPageSQL("run_events", "key", "?1", "?2", "?3")),
+		p(&r.messageCounts, sqlrow.MessageCountsSQL("events", "?1")),
 		p(&r.standalone, `SELECT `+sqlrow.StreamCols+` FROM streams
 			WHERE run_id IS NULL AND deleted = 0 AND path >= ? ORDER BY path LIMIT ?`),
 		p(&r.head, `SELECT next_offset, closed FROM streams WHERE id = ?`),

@@ -184,6 +184,8 @@ func testClosedStore(t *testing.T, h harness) {
 	wantErr(t, err, store.ErrClosedStore)
 	_, err = s.ListRunEventsPage(ctx(t), &store.ListRunEventsParams{RunID: "r"})
 	wantErr(t, err, store.ErrClosedStore)
+	_, err = s.CountMessages(ctx(t), "r")
+	wantErr(t, err, store.ErrClosedStore)
 	must(t, s.Close()) // twice is harmless
 }
 

@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -312,6 +314,93 @@ func testMessages(t *testing.T, h harness) {
 	// with its value's size and, up to store.MaxInlineEventValue bytes,
 	// the value; a larger value is elided (GetRunEvent has it), so that a
 	// run's keys of 1 MiB are listed without reading them.
+	t.Run("CountMessages", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t)
+		epoch := startRun(t, s, "c")
+		// What a replay of the log says (the engine's rule before the
+		// store counted): CountMessages must say the same.
+		fromLog := func() *store.MessageCounts {
+			t.Helper()
+			evs, err := s.ListEvents(ctx(t), "c", 0)
+			must(t, err)
+			c := &store.MessageCounts{}
+			at := map[string]int{}
+			for _, ev := range evs {
+				switch ev.Type {
+				case store.EventMessageReceived:
+					if i, ok := at[ev.Name]; ok {
+						c.Topics[i].Received++
+						continue
+					}
+					at[ev.Name] = len(c.Topics)
+					c.Topics = append(c.Topics, store.TopicCount{Topic: ev.Name, Received: 1})
+				case store.EventMessagesTaken:
+					if c.Taken == nil {
+						c.Taken = map[string]int{}
+					}
+					must(t, json.Unmarshal(ev.Data, &c.Taken))
+				case store.EventRunCompleted, store.EventRunFailed, store.EventRunCancelled:
+					c.Ended = true
+				}
+			}
+			return c
+		}
+		check := func(want *store.MessageCounts) {
+			t.Helper()
+			got, err := s.CountMessages(ctx(t), "c")
+			must(t, err)
+			if len(got.Topics) == 0 && len(want.Topics) == 0 {
+				got.Topics, want.Topics = nil, nil
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("CountMessages %+v, want %+v", got, want)
+			}
+			if log := fromLog(); !reflect.DeepEqual(got, log) {
+				t.Fatalf("CountMessages %+v, the log says %+v", got, log)
+			}
+		}
+		check(&store.MessageCounts{})
+		// Topics in the order of their first messages, among events of
+		// other types named alike; payloads up to the bound.
+		big := []byte(`"` + strings.Repeat("m", store.MaxMessagePayload-2) + `"`)
+		for i, topic := range []string{"b", "a", "b", "b", "é"} {
+			if i == 2 {
+				must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "c", LeaseEpoch: epoch, Events: []store.Event{
+					{Type: store.EventStepCompleted, Op: 1, Name: "a", Data: []byte(`1`)},
+					{Type: store.EventSet, Op: 2, Name: "b", Data: []byte(`2`)},
+				}}))
+			}
+			_, err := s.SendMessage(ctx(t), &store.SendMessageParams{RunID: "c", Topic: topic, Payload: big})
+			must(t, err)
+		}
+		check(&store.MessageCounts{Topics: []store.TopicCount{{Topic: "b", Received: 3}, {Topic: "a", Received: 1}, {Topic: "é", Received: 1}}})
+		// The end, with what the run took.
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "c", LeaseEpoch: epoch, Status: store.RunCompleted, Events: []store.Event{
+			{Type: store.EventMessagesTaken, Data: []byte(`{"b":2,"a":1}`)},
+			{Type: store.EventRunCompleted},
+		}}))
+		check(&store.MessageCounts{
+			Topics: []store.TopicCount{{Topic: "b", Received: 3}, {Topic: "a", Received: 1}, {Topic: "é", Received: 1}},
+			Ended:  true, Taken: map[string]int{"b": 2, "a": 1},
+		})
+		// An end without messages_taken: the run took none.
+		e2 := startRun(t, s, "d")
+		_, err := s.SendMessage(ctx(t), &store.SendMessageParams{RunID: "d", Topic: "x", Payload: []byte(`1`)})
+		must(t, err)
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "d", LeaseEpoch: e2, Status: store.RunFailed, Error: "boom",
+			Events: []store.Event{{Type: store.EventRunFailed, Error: "boom"}}}))
+		got, err := s.CountMessages(ctx(t), "d")
+		must(t, err)
+		if want := (&store.MessageCounts{Topics: []store.TopicCount{{Topic: "x", Received: 1}}, Ended: true}); !reflect.DeepEqual(got, want) {
+			t.Fatalf("CountMessages of a failed run %+v, want %+v", got, want)
+		}
+		_, err = s.CountMessages(ctx(t), "nope")
+		wantErr(t, err, store.ErrNotFound)
+		_, err = s.CountMessages(ctx(t), "")
+		wantErr(t, err, store.ErrInvalid)
+	})
+
 	t.Run("RunEventPages", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t)

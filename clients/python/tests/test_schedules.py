@@ -72,7 +72,7 @@ class ScheduleTests(ServerCase):
 class MigrateTests(ServerCase):
     def test_migrate_refuses_the_same_version(self) -> None:
         # The server's runs have no version: there is nothing to move from v9.
-        self.assertEqual(self.client.migrate_runs("v9", "v10"), [])
+        self.assertEqual(self.client.migrate_runs("v9", "v10"), weir.Migrated(count=0, migrated=()))
         with self.assertRaises(weir.BadRequestError):
             self.client.migrate_runs("v1", "v1")
         run = self.client.start("demo.tokens", {"text": "a"})

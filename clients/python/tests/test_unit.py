@@ -112,6 +112,14 @@ class ValueTests(unittest.TestCase):
             with self.assertRaises(ValueError):
                 _millis(bad, "d")
 
+    def test_migrated(self) -> None:
+        # The server lists at most 1,000 of the runs a migration moved, and
+        # says how many moved and whether it left some out.
+        m = weir.Migrated.from_json({"count": 1001, "migrated": ["a", "b"], "more": True})
+        self.assertEqual((m.count, m.migrated, m.more), (1001, ("a", "b"), True))
+        m = weir.Migrated.from_json({"count": 0, "migrated": []})
+        self.assertEqual(m, weir.Migrated(count=0, migrated=()))
+
     def test_voids(self) -> None:
         v = weir.Voids()
 

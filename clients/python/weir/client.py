@@ -27,6 +27,7 @@ from .types import (
     Limiter,
     LiveMode,
     MessageSent,
+    Migrated,
     Run,
     RunEvent,
     RunPage,
@@ -495,11 +496,12 @@ class Client:
                 return out
             after = nxt
 
-    def migrate_runs(self, from_version: str, to_version: str, run_ids: Sequence[str] | None = None) -> list[str]:
+    def migrate_runs(self, from_version: str, to_version: str, run_ids: Sequence[str] | None = None) -> Migrated:
         """Moves the runs in flight that started on application version
         ``from_version`` (only ``run_ids``, if given) to ``to_version``, whose
-        workers then claim them (``POST /v1/runs/migrate``); returns the runs
-        it moved. Do it knowingly: their logs were written by the old code.
+        workers then claim them (``POST /v1/runs/migrate``); returns how many
+        it moved and their ids, the first 1,000 of them (``more`` if others
+        moved too). Do it knowingly: their logs were written by the old code.
 
         Raises:
             BadRequestError: the same version twice, a version too long.
@@ -508,7 +510,7 @@ class Client:
         if run_ids:
             body["runs"] = list(run_ids)
         _, d = self._json("POST", "/v1/runs/migrate", idempotent=True, body=body)
-        return [str(x) for x in d.get("migrated") or []]
+        return Migrated.from_json(d)
 
     def fork(
         self,

@@ -30,6 +30,7 @@ __all__ = [
     "RunEvent",
     "TopicMessages",
     "RunState",
+    "Migrated",
 ]
 
 #: The offset of a stream's start, in requests.
@@ -508,6 +509,28 @@ class RunState:
             more=bool(d.get("more", False)),
             next_after=str(d.get("next_after", "")),
         )
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """What :meth:`weir.Client.migrate_runs` moved (``POST /v1/runs/migrate``).
+
+    Attributes:
+        count: how many runs moved.
+        migrated: the runs that moved, by id in the order of their bytes: all
+            of them, or the first 1,000 (the server lists no more) if ``more``.
+        more: more runs moved than ``migrated`` lists.
+    """
+
+    count: int
+    migrated: tuple[str, ...]
+    more: bool = False
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Migrated:
+        """Builds a migration's reply from the runs API's JSON object."""
+        migrated = tuple(str(x) for x in d.get("migrated") or [])
+        return cls(count=int(d.get("count", len(migrated))), migrated=migrated, more=bool(d.get("more", False)))
 
 
 def compact_json(value: Any) -> bytes:

@@ -6,6 +6,7 @@ package sqlrow
 
 import (
 	"database/sql"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -98,6 +99,53 @@ func RunEventPage(evs []*store.RunEvent, limit int) *store.RunEventPage {
 		page.Events, page.More = evs[:limit], true
 	}
 	return page
+}
+
+// MessageCountsSQL is what a run's log says of its messages
+// (store.CountMessages) in either backend's placeholder (run), as
+// AddMessageCount takes its rows in order: a row a topic (its name, how
+// many messages came on it, its first message's seq), and a row an end
+// of the run or a messages_taken event (its type, its seq, and the data
+// of messages_taken alone). Only the events' types and names are read of
+// the messages (SQLite keeps them before the data in a row, PostgreSQL
+// keeps large data out of line), never a payload: 10,000 messages of
+// 1 MiB are counted without loading one.
+func MessageCountsSQL(events, run string) string {
+	return `SELECT 0, name, count(*), min(seq), CAST(NULL AS bytea) FROM ` + events + `
+		WHERE run_id = ` + run + ` AND type = '` + string(store.EventMessageReceived) + `' GROUP BY name
+	UNION ALL
+	SELECT 1, type, 0, seq, CASE WHEN type = '` + string(store.EventMessagesTaken) + `' THEN data END FROM ` + events + `
+		WHERE run_id = ` + run + ` AND type IN ('` + string(store.EventMessagesTaken) + `', '` + string(store.EventRunCompleted) + `', '` +
+		string(store.EventRunFailed) + `', '` + string(store.EventRunCancelled) + `')
+	ORDER BY 4`
+}
+
+// AddMessageCount adds a row of MessageCountsSQL to c: the rows must come
+// in the query's order, so that topics keep the order of their first
+// messages and a later messages_taken's counts win.
+func AddMessageCount(c *store.MessageCounts, row Scanner) error {
+	var kind, n int
+	var name string
+	var seq int64
+	var data []byte
+	if err := row.Scan(&kind, &name, &n, &seq, &data); err != nil {
+		return err
+	}
+	switch {
+	case kind == 0:
+		c.Topics = append(c.Topics, store.TopicCount{Topic: name, Received: n})
+	case store.EventType(name) == store.EventMessagesTaken:
+		if c.Taken == nil {
+			c.Taken = map[string]int{}
+		}
+		// Into the map so far: a topic this one does not name keeps its
+		// count. The engine writes it as JSON; counts are a summary, and
+		// one unreadable event does not hide the rest.
+		_ = json.Unmarshal(data, &c.Taken)
+	default:
+		c.Ended = true
+	}
+	return nil
 }
 
 // ScheduleCols are a schedule's columns, as ScanSchedule takes them.
