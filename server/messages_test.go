@@ -377,5 +377,12 @@ func TestRunStateCountsMessagesWithoutTheirPayloads(t *testing.T) {
 		if n := reads.bytes.Load(); n != 0 {
 			t.Fatalf("/state read %d bytes of message payloads to count them", n)
 		}
+		// /waiting outlines the log (store.Outline): the data of limit
+		// waits alone (red team, round fifteen: every UI refresh read a
+		// 16 MiB log's messages, 60–160 ms).
+		d.runsCall("GET", "/v1/runs/inbox/waiting").must(t, http.StatusOK)
+		if n := reads.bytes.Load(); n != 0 {
+			t.Fatalf("/waiting read %d bytes of message payloads", n)
+		}
 	})
 }

@@ -27,7 +27,7 @@ func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request) {
 	if !run.Status.Terminal() {
 		// The log's heads, and the data of limiter waits alone: what
 		// the run waits on, held as a page at a time, not the log.
-		events, err := store.Outline(r.Context(), s.store, run.ID, func(t store.EventType) bool { return t == store.EventLimitWaiting })
+		events, err := store.Outline(r.Context(), s.store, run.ID, store.EventLimitWaiting)
 		if err != nil {
 			httpError(w, err)
 			return

@@ -3,24 +3,19 @@ package store
 import "context"
 
 // Outline returns run's whole log a page at a time (ListEventsPage), each
-// event kept without the data of those whose type keep refuses (a
-// message's payload, a step's output): what a summary of a long log needs
-// (what it waits on, its messages by topic), held in memory as at most a
-// page of data and the events' heads, not as the log's bytes.
-func Outline(ctx context.Context, s Store, run string, keep func(EventType) bool) ([]Event, error) {
+// event without its data unless its type is dataOf (a message's payload,
+// a step's output are left unread by the store): what a summary of a long
+// log needs (what it waits on), held in memory as the events' heads and
+// the data of dataOf's, not as the log's bytes.
+func Outline(ctx context.Context, s Store, run string, dataOf EventType) ([]Event, error) {
 	var out []Event
-	p := &ListEventsParams{RunID: run, Limit: MaxEventPage}
+	p := &ListEventsParams{RunID: run, Limit: MaxEventPage, DataOf: dataOf}
 	for {
 		page, err := s.ListEventsPage(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		for _, ev := range page.Events {
-			if !keep(ev.Type) {
-				ev.Data = nil
-			}
-			out = append(out, ev)
-		}
+		out = append(out, page.Events...)
 		if !page.More || len(page.Events) == 0 {
 			return out, nil
 		}

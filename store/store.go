@@ -846,6 +846,11 @@ type ListEventsParams struct {
 	// MaxBytes bounds the page's data and errors: 1 to MaxEventPageBytes
 	// (0: MaxEventPageBytes). The first event is taken whatever its size.
 	MaxBytes int
+	// DataOf, if set, is the one type of event whose data the page
+	// carries: the others' Data is nil, never read and not counted in
+	// MaxBytes (a log's outline: what /waiting reads, whose messages may
+	// be megabytes; red team, round fifteen).
+	DataOf EventType
 }
 
 // The bounds of an event page.
@@ -859,6 +864,9 @@ const (
 func (p *ListEventsParams) Check() error {
 	if err := CheckRunID(p.RunID); err != nil {
 		return err
+	}
+	if len(p.DataOf) > 64 {
+		return fmt.Errorf("%w: an event type of %d bytes", ErrInvalid, len(p.DataOf))
 	}
 	if p.After < 0 || p.Limit < 0 || p.Limit > MaxEventPage || p.MaxBytes < 0 || p.MaxBytes > MaxEventPageBytes {
 		return fmt.Errorf("%w: an event page after %d of %d events and %d bytes (limit 1 to %d, bytes 1 to %d)", ErrInvalid, p.After, p.Limit, p.MaxBytes, MaxEventPage, MaxEventPageBytes)

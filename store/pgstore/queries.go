@@ -77,7 +77,7 @@ func newQueries(schema string) *queries {
 		SELECT EXISTS (SELECT 1 FROM u), EXISTS (SELECT 1 FROM $S.runs WHERE id = $1)`)
 	set(&q.events, `SELECT seq, type, op, name, attempt, data, error, final, at, wake_at
 		FROM $S.events WHERE run_id = $1 AND seq > $2 ORDER BY seq`)
-	set(&q.eventPage, sqlrow.EventPageSQL("$S.events", "$1", "$2", "$3::bigint", "$4::bigint"))
+	set(&q.eventPage, sqlrow.EventPageSQL("$S.events", "$1", "$2", "$3::bigint", "$4::bigint", "$5::text"))
 	set(&q.messageCounts, sqlrow.MessageCountsSQL("$S.events", "$1"))
 	set(&q.schedulePage, sqlrow.SchedulePageSQL("$S.schedules", `name COLLATE "C"`, "$1", "$2::bigint", "$3::bigint"))
 	// Keys in byte order (COLLATE "C"), as SQLite's.

@@ -290,7 +290,7 @@ func (s *Store) ListEventsPage(ctx context.Context, p *store.ListEventsParams) (
 		page = store.EventPage{}
 		b := &pgx.Batch{}
 		b.Queue(s.q.runExists, p.RunID)
-		b.Queue(s.q.eventPage, p.RunID, p.After, p.Limit, p.MaxBytes)
+		b.Queue(s.q.eventPage, p.RunID, p.After, p.Limit, p.MaxBytes, string(p.DataOf))
 		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()
 		var one int

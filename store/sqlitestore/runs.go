@@ -318,7 +318,7 @@ func (s *Store) ListEventsPage(ctx context.Context, p *store.ListEventsParams) (
 	if err := s.r.runExists.QueryRowContext(ctx, p.RunID).Scan(&one); err != nil {
 		return nil, fmt.Errorf("list events: run %q: %w", p.RunID, s.readErr(err))
 	}
-	rows, err := s.r.eventPage.QueryContext(ctx, p.RunID, p.After, p.Limit, p.MaxBytes)
+	rows, err := s.r.eventPage.QueryContext(ctx, p.RunID, p.After, p.Limit, p.MaxBytes, string(p.DataOf))
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", s.readErr(err))
 	}

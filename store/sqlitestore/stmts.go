@@ -221,7 +221,7 @@ func prepareRead(ctx context.Context, db *sql.DB) (*rstmts, error) {
 		p(&r.run, `SELECT `+sqlrow.RunCols+` FROM runs WHERE id = ?`),
 		p(&r.runExists, `SELECT 1 FROM runs WHERE id = ?`),
 		p(&r.runWithin, `SELECT `+sqlrow.RunColsWithin("?2", "length(CAST(error AS BLOB))")+` FROM runs WHERE id = ?1`),
-		p(&r.eventPage, sqlrow.EventPageSQL("events", "?1", "?2", "?3", "?4")),
+		p(&r.eventPage, sqlrow.EventPageSQL("events", "?1", "?2", "?3", "?4", "?5")),
 		p(&r.events, `SELECT seq, type, op, name, attempt, data, error, final, at, wake_at
 			FROM events WHERE run_id = ? AND seq > ? ORDER BY seq`),
 		p(&r.stream, `SELECT `+sqlrow.StreamCols+` FROM streams WHERE id = ?`),

@@ -102,4 +102,22 @@ func testEventPages(t *testing.T, h harness) {
 			t.Fatalf("%+v: %v, want ErrInvalid", p, err)
 		}
 	}
+	// An outline (DataOf): the data of one type alone, the others' neither
+	// carried nor counted in the page's bytes, so the 30 messages of up to
+	// 100 KiB fit in one page of 1 KiB; the one limit_waiting keeps its.
+	must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "log", LeaseEpoch: run.LeaseEpoch,
+		Events: []store.Event{{Type: store.EventLimitWaiting, Op: 1, Name: "call", Attempt: 1, Data: []byte(`{"limiter":"llm"}`)}}}))
+	outline, err := s.ListEventsPage(ctx(t), &store.ListEventsParams{RunID: "log", Limit: 100, MaxBytes: 1 << 10, DataOf: store.EventLimitWaiting})
+	must(t, err)
+	if len(outline.Events) != 31 || outline.More {
+		t.Fatalf("an outline of 31 events in 1 KiB: %d events, more %v", len(outline.Events), outline.More)
+	}
+	for _, e := range outline.Events {
+		if e.Type == store.EventLimitWaiting && string(e.Data) != `{"limiter":"llm"}` || e.Type != store.EventLimitWaiting && e.Data != nil {
+			t.Fatalf("outline event %d (%s): data %.40q", e.Seq, e.Type, e.Data)
+		}
+	}
+	if got := outline.Events[30]; got.Name != "call" || got.Op != 1 || got.Attempt != 1 {
+		t.Fatalf("the outline's limit_waiting: %+v", got)
+	}
 }

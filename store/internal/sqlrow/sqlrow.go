@@ -30,12 +30,15 @@ const EventCols = `seq, type, op, name, attempt, data, error, final, at, wake_at
 // the events' seqs and sizes alone (the columns' lengths, which neither
 // backend reads the data to know), and only its events' data is fetched:
 // a window over whole rows would copy every candidate's data (up to limit
-// messages of 1 MiB) to choose a few.
-func EventPageSQL(events, run, after, limit, maxBytes string) string {
-	return `SELECT ` + qualified("e", EventCols) + `, k.more FROM ` + events + ` e JOIN (
+// messages of 1 MiB) to choose a few. dataOf (an event type; empty: all)
+// is whose data the page carries (store.ListEventsParams.DataOf): the
+// others' is neither read nor counted.
+func EventPageSQL(events, run, after, limit, maxBytes, dataOf string) string {
+	cols := strings.Replace(qualified("e", EventCols), "e.data", `CASE WHEN `+dataOf+` = '' OR e.type = `+dataOf+` THEN e.data END`, 1)
+	return `SELECT ` + cols + `, k.more FROM ` + events + ` e JOIN (
 		SELECT seq, more FROM (
 			SELECT seq, lead(seq) OVER w IS NOT NULL AS more, sum(size) OVER w AS cum, size
-			FROM (SELECT seq, COALESCE(length(data), 0) + length(error) AS size
+			FROM (SELECT seq, CASE WHEN ` + dataOf + ` = '' OR type = ` + dataOf + ` THEN COALESCE(length(data), 0) ELSE 0 END + length(error) AS size
 				FROM ` + events + ` WHERE run_id = ` + run + ` AND seq > ` + after + ` ORDER BY seq LIMIT ` + limit + ` + 1) x
 			WINDOW w AS (ORDER BY seq)
 		) y WHERE cum - size < ` + maxBytes + ` ORDER BY seq LIMIT ` + limit + `
