@@ -183,10 +183,16 @@ test("schedules are listed with what they did, and paused from the page", { time
   assert.match(await row.textContent(), /demo\.tokens.*@every 500ms.*allow.*active/);
   assert.match(await page.locator('#schedules tr[data-schedule="nightly"]').textContent(), /30 2 \* \* \* \(America\/New_York\).*paused/);
   await page.screenshot({ path: join(shots, `ui-schedules${tag}.png`), fullPage: true });
+  // A change made since the page's last poll is kept by the Pause button
+  // (it pauses by name; it once PUT the schedule as listed, undoing it).
+  await call("PUT", `/v1/schedules/${name}`, { workflow: "demo.tokens", input: { text: "v2", delay: 0 }, spec: "@every 700ms", overlap: "allow" });
   await row.getByRole("button", { name: "Pause" }).click();
   await until("the schedule paused", async () => (await call("GET", `/v1/schedules/${name}`)).paused === true);
+  const kept = await call("GET", `/v1/schedules/${name}`);
+  assert.equal(kept.spec, "@every 700ms", "the change made before the click was undone");
+  assert.deepEqual(kept.input, { text: "v2", delay: 0 });
   await row.getByRole("button", { name: "Resume" }).waitFor({ timeout: 10_000 });
-  assert.match(await row.textContent(), /paused/);
+  assert.match(await row.textContent(), /@every 700ms.*paused/);
   const link = row.locator("a");
   const runId = await link.textContent();
   assert.match(runId, new RegExp(`^sched:${name}:`));

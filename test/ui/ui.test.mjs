@@ -212,6 +212,10 @@ test("parallel steps and a hook, as a person sees them", { timeout: 90_000 }, as
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   const consoleErrors = [];
   page.on("pageerror", (e) => consoleErrors.push(e.message));
+  // The run page asks for the log after what it has, not the whole log
+  // at every refresh (red team, round fifteen).
+  const eventReads = [];
+  page.on("request", (r) => { if (/\/v1\/runs\/[^/]+\/events(\?|$)/.test(r.url())) eventReads.push(new URL(r.url()).search); });
   const auth = token ? { Authorization: `Bearer ${token}` } : {};
   // Hook tokens are unique among live hooks, and a PostgreSQL database
   // outlives one test run: the token is this run's.
@@ -242,5 +246,6 @@ test("parallel steps and a hook, as a person sees them", { timeout: 90_000 }, as
   await stream.locator(".chunk", { hasText: "approved_by" }).waitFor({ timeout: 10_000 });
   const tag = token ? "-token" : "";
   await page.screenshot({ path: join(shots, `ui-approval${tag}.png`), fullPage: true });
+  assert.ok(eventReads.some((q) => /after=[1-9]/.test(q)), `the page read the log whole at every refresh: ${eventReads.slice(0, 5)}`);
   assert.deepEqual(consoleErrors, []);
 });
