@@ -89,7 +89,7 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	kill := newChildKiller(&t, filepath.Dir(*trialPath), out)
 	for i := range engines {
 		gates[i] = &gatedStore{Full: s, afterRecord: kill}
-		e, err := weir.New(gates[i], &weir.Config{
+		e, err := weir.New(gates[i].forEngine(), &weir.Config{
 			WorkerID:     fmt.Sprintf("w%d-e%d-%d", *inc, i, os.Getpid()),
 			PollInterval: 20 * time.Millisecond,
 			LeaseTTL:     leaseMillis * time.Millisecond,
@@ -928,6 +928,41 @@ func (g *gatedStore) Append(ctx context.Context, p *store.AppendParams) (*store.
 func (g *gatedStore) GetRun(ctx context.Context, id string) (*store.Run, error) {
 	g.pass()
 	return g.Full.GetRun(ctx, id)
+}
+
+// forEngine is g as its engine sees it: with the store's limiter
+// watcher, if it has one. A wrapper hides a store's optional interfaces
+// (store.LimiterWatcherOf looks for them by type), and without a watcher
+// an engine polls its limiters: it never waits in a store line's seats,
+// so it never parks lined or evicts (lineseats.go), and a limiter change
+// wakes none of its waiters.
+func (g *gatedStore) forEngine() store.Full {
+	if w, ok := store.LimiterWatcherOf(g.Full); ok {
+		return &watchingGate{gatedStore: g, w: w}
+	}
+	return g
+}
+
+// watchingGate is a gatedStore that passes its store's limiter watches
+// on, through the gate: a frozen engine's calls block, watches too.
+type watchingGate struct {
+	*gatedStore
+	w store.LimiterWatcher
+}
+
+func (g *watchingGate) WatchLimiter(name string) (<-chan struct{}, func()) {
+	g.pass()
+	return g.w.WatchLimiter(name)
+}
+
+func (g *watchingGate) WatchLimiterLine(name string) (<-chan struct{}, func()) {
+	g.pass()
+	return g.w.WatchLimiterLine(name)
+}
+
+func (g *watchingGate) WatchSlot(name, holder string) (<-chan struct{}, func()) {
+	g.pass()
+	return g.w.WatchSlot(name, holder)
 }
 
 // A frozen engine's limiter calls block too: its slots then lapse with
