@@ -90,7 +90,10 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	for i := range engines {
 		gates[i] = &gatedStore{Full: s, afterRecord: kill}
 		e, err := weir.New(gates[i].forEngine(), &weir.Config{
-			WorkerID:     fmt.Sprintf("w%d-e%d-%d", *inc, i, os.Getpid()),
+			WorkerID: fmt.Sprintf("w%d-e%d-%d", *inc, i, os.Getpid()),
+			// 0: the defaults; small in some limiter trials (addLines).
+			Concurrency:  t.Concurrency,
+			LineRuns:     t.LineRuns,
 			PollInterval: 20 * time.Millisecond,
 			LeaseTTL:     leaseMillis * time.Millisecond,
 			ParkAfter:    100 * time.Millisecond,
@@ -596,7 +599,7 @@ func stepFunc(rs *RunSpec, it *Item, report func(string, ...any), out *output) f
 func stepOptions(rs *RunSpec, it *Item) []weir.StepOption {
 	opts := []weir.StepOption{weir.WithRetry(weir.RetryPolicy{MaxAttempts: it.MaxAttempts})}
 	if it.Limited {
-		opts = append(opts, weir.WithLimiter(limiterName(rs.Prefix), &weir.LimitOptions{Key: rs.ID, Priority: int(rs.Seed % 3)}))
+		opts = append(opts, weir.WithLimiter(limiterName(rs.Prefix), &weir.LimitOptions{Key: it.LimitKey, Priority: it.LimitPriority}))
 	}
 	if it.TimeoutMillis > 0 {
 		opts = append(opts, weir.WithTimeout(time.Duration(it.TimeoutMillis)*time.Millisecond))
