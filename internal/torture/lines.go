@@ -1,16 +1,62 @@
 package torture
 
 import (
+	"bufio"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/weirhq/weir/limit"
+	"github.com/weirhq/weir/store"
 )
 
-// Lined parking under faults. A limiter's line past an engine's seats
-// (Config.LineRuns) parks runs lined, claims them again lined, and lets
-// better waiters evict worse ones (lineseats.go). The trials draw it from
-// a random source of their own, so that a seed's other items stay what
-// they were without it; the checker holds the limited attempts to
-// Trial.Limiter as before.
+// Lined parking and limiter changes under faults. A limiter's line past
+// an engine's seats (Config.LineRuns) parks runs lined, claims them again
+// lined, and lets better waiters evict worse ones (lineseats.go); and a
+// limiter is changed while its line waits (SetLimiter wakes every waiter,
+// toggles between slots handed off and slots counted in a window). The
+// trials draw both from a random source of their own, so that a seed's
+// other items stay what they were without them; the checker holds the
+// limited attempts to Trial.Limiter as before, which no change lowers.
+
+// LimiterChange is one PUT of a trial's limiter while its runs run: the
+// concurrency it has (Trial.Limiter), with a rate and a budget far above
+// what the trial takes, or with none (the bounds as they were).
+type LimiterChange struct {
+	// After is how many limited attempts the workers have reported, in
+	// all, before the change is made.
+	After int
+	// Rate is slots per period; Budget cost per period (an attempt costs
+	// its number); 0: none.
+	Rate         int   `json:",omitempty"`
+	Budget       int64 `json:",omitempty"`
+	PeriodMillis int   `json:",omitempty"`
+}
+
+// Config is the limiter c puts for trial t: t's limiter with t's
+// concurrency, never less, so the checker's bound holds whatever is in
+// force.
+func (c *LimiterChange) Config(t *Trial) *limit.Config {
+	return &limit.Config{Name: t.LimiterName(), Concurrency: t.Limiter, Rate: c.Rate, Budget: c.Budget,
+		Period: time.Duration(c.PeriodMillis) * time.Millisecond}
+}
+
+// Kind names what c puts: "same", "rate", "budget" or "rate+budget".
+func (c *LimiterChange) Kind() string {
+	switch {
+	case c.Rate > 0 && c.Budget > 0:
+		return "rate+budget"
+	case c.Rate > 0:
+		return "rate"
+	case c.Budget > 0:
+		return "budget"
+	}
+	return "same"
+}
 
 // maxLinedRuns bounds the runs addLines adds: enough to outnumber the
 // seats of four engines, few enough for a trial of seconds.
@@ -25,7 +71,8 @@ var linedTenants = []string{"ta", "tb", "tc"}
 // (LimitKey, one per run) and a priority; in two thirds of them, small
 // Config.LineRuns for the workers' engines (and in half of those a small
 // Concurrency too) and more runs of limited steps, inline and on
-// goroutines of their own, than the engines have seats.
+// goroutines of their own, than the engines have seats; and in half of
+// them, changes of the limiter while the runs run.
 func addLines(t *Trial, seed uint64) {
 	if t.Limiter == 0 {
 		return
@@ -53,6 +100,28 @@ func addLines(t *Trial, seed uint64) {
 		n := t.Workers*t.Engines*(t.Concurrency+t.LineRuns) + t.Limiter + 2 + r.IntN(4)
 		for i := range min(n, maxLinedRuns) {
 			t.Runs = append(t.Runs, genLinedRun(r, fmt.Sprintf("%s-l%d", t.Prefix, i)))
+		}
+	}
+	if r.IntN(2) == 0 {
+		n, after := 2+r.IntN(3), 0
+		for k := range n {
+			after += 1 + r.IntN(4)
+			c := LimiterChange{After: after}
+			// The last takes what the others added off again.
+			if k < n-1 {
+				switch r.IntN(4) {
+				case 1:
+					c.Rate = 100_000
+				case 2:
+					c.Budget = 1 << 40
+				case 3:
+					c.Rate, c.Budget = 100_000, 1<<40
+				}
+				if c.Rate > 0 || c.Budget > 0 {
+					c.PeriodMillis = pick(r, 1000, 60_000)
+				}
+			}
+			t.LimiterChanges = append(t.LimiterChanges, c)
 		}
 	}
 }
@@ -96,4 +165,35 @@ func genLinedRun(r *rand.Rand, id string) RunSpec {
 		add(1)
 	}
 	return rs
+}
+
+// changeLimiter makes the limiter changes the harness asks for on in, a
+// line "<index>" each (run.go sends each once the workers reported its
+// After limited attempts, and again to another worker if this one exits
+// first), and says so on out ("C <index> <kind>"), until in ends.
+func changeLimiter(ctx context.Context, s store.Full, t *Trial, in io.Reader, out *output) {
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		i, err := strconv.Atoi(sc.Text())
+		if err != nil || i < 0 || i >= len(t.LimiterChanges) {
+			out.line("V a limiter change the trial does not have: %q", sc.Text())
+			continue
+		}
+		c := &t.LimiterChanges[i]
+		for {
+			err = s.SetLimiter(ctx, c.Config(t))
+			if err == nil || errors.Is(err, store.ErrInvalid) {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond) // a restarting database
+		}
+		if err != nil {
+			out.line("V limiter change %d (%s): %v", i, c.Kind(), err)
+			continue
+		}
+		out.line("C %d %s", i, c.Kind())
+	}
 }

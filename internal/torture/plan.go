@@ -99,6 +99,12 @@ type Trial struct {
 	// and better waiters evict worse ones (lineseats.go).
 	LineRuns    int `json:",omitempty"`
 	Concurrency int `json:",omitempty"`
+	// LimiterChanges are PUTs of the trial's limiter (Store.SetLimiter)
+	// while its runs run, in order, each once the workers reported After
+	// limited attempts in all (run.go sends it to a worker, which makes
+	// it). None lowers the concurrency: the checker's bound (Limiter)
+	// holds whatever is in force.
+	LimiterChanges []LimiterChange `json:",omitempty"`
 
 	// limited is what the workers reported of the limited attempts'
 	// spans (their own clocks around the step's code), for the checker.

@@ -256,6 +256,7 @@ func (r *trialResult) total() int {
 type proc struct {
 	id     int
 	cmd    *exec.Cmd
+	stdin  io.WriteCloser // limiter changes to make (nil: the trial has none)
 	stderr *bytes.Buffer
 	killed bool
 	done   bool // printed DONE
@@ -348,6 +349,12 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 		if err != nil {
 			logf.Close()
 			return err
+		}
+		if len(t.LimiterChanges) > 0 {
+			if p.stdin, err = cmd.StdinPipe(); err != nil {
+				logf.Close()
+				return err
+			}
 		}
 		if err := cmd.Start(); err != nil {
 			logf.Close()
@@ -481,6 +488,29 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 		return n
 	}
 	anyDone := false
+	// The limiter changes, in order: the next is sent to a live worker
+	// once the workers reported its After limited attempts, and again to
+	// another if that one exits before it says the change is made (a
+	// change made twice is the same PUT twice).
+	nextChange, limitedSeen := 0, 0
+	var changing *proc // the worker asked to make nextChange
+	sendChange := func(p *proc) {
+		if changing != nil || nextChange >= len(t.LimiterChanges) || limitedSeen < t.LimiterChanges[nextChange].After ||
+			p == nil || p.exited || p.done || p.stdin == nil {
+			return
+		}
+		if _, err := fmt.Fprintf(p.stdin, "%d\n", nextChange); err == nil {
+			changing = p
+		}
+	}
+	anyLive := func() *proc {
+		for _, p := range procs {
+			if !p.exited && !p.done {
+				return p
+			}
+		}
+		return nil
+	}
 	// serving is the newest live process that serves HTTP: HTTP stream
 	// writers' progress is counted as its.
 	serving := func() *proc {
@@ -544,6 +574,9 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 			if m.exit {
 				p.exited = true
 				srvs.set(p.id, "")
+				if changing == p {
+					changing = nil
+				}
 				switch {
 				case p.done:
 					anyDone = true
@@ -564,6 +597,7 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 				if live() == 0 && anyDone {
 					return finish()
 				}
+				sendChange(anyLive())
 				continue
 			}
 			switch {
@@ -576,6 +610,14 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 					t.limited = append(t.limited, a)
 				} else {
 					res.violations = append(res.violations, Violation{"worker", fmt.Sprintf("worker %d", p.id), "a malformed limited attempt: " + m.line})
+				}
+				limitedSeen++
+				sendChange(p)
+			case strings.HasPrefix(m.line, "C "):
+				var i int
+				if _, err := fmt.Sscanf(m.line[2:], "%d", &i); err == nil && changing == p && i == nextChange {
+					nextChange, changing = nextChange+1, nil
+					sendChange(p)
 				}
 			case strings.HasPrefix(m.line, "X "):
 				// It kills itself (FaultChildKill).

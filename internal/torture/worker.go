@@ -55,9 +55,14 @@ func (o *output) line(format string, args ...any) {
 //	V <message>          a violation seen from inside (an unexpected error)
 //	Z <what…>            a zombie attempt was fenced
 //	A <addr>             it serves the HTTP API there
+//	L <run> <op> <attempt> <start> <end>
+//	                     a limited attempt's span (the checker's)
+//	C <index> <kind>     it made the trial's limiter change index
 //	DONE                 every run ended
 //
 // SIGUSR1 freezes the engine that reported progress last; SIGUSR2 thaws it.
+// A trial with limiter changes reads their indexes on stdin, a line each,
+// as the harness asks (changeLimiter).
 func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("torture-worker", flag.ContinueOnError)
 	dsn := fs.String("store", "", "store")
@@ -163,6 +168,9 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 			time.Sleep(50 * time.Millisecond) // a restarting database
 		}
+	}
+	if len(t.LimiterChanges) > 0 {
+		go changeLimiter(ctx, s, &t, os.Stdin, out)
 	}
 	if *httpAddr != "" {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
