@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/weirhq/weir/limit"
@@ -165,6 +166,92 @@ func genLinedRun(r *rand.Rand, id string) RunSpec {
 		add(1)
 	}
 	return rs
+}
+
+// linedCounts is what the workers reported of lined parking and of the
+// limiter changes they made.
+type linedCounts struct {
+	parks      int             // parks lined (store.AdvanceParams.Lined)
+	asyncParks int             // of them, while the workflow waited for a group of StepAsync steps
+	parked     map[string]bool // the runs parked lined
+	claims     int             // runs claimed lined (store.Run.Lined)
+	changes    int             // limiter changes made (Trial.LimiterChanges)
+}
+
+// note counts a worker's "N park <run> <async>" or "N claim <run>".
+func (c *linedCounts) note(line string) bool {
+	var what, run string
+	var async int
+	n, _ := fmt.Sscanf(line, "%s %s %d", &what, &run, &async)
+	switch {
+	case n >= 2 && what == "claim":
+		c.claims++
+	case n == 3 && what == "park":
+		c.parks++
+		c.asyncParks += async
+		if c.parked == nil {
+			c.parked = map[string]bool{}
+		}
+		c.parked[run] = true
+	default:
+		return false
+	}
+	return true
+}
+
+// linedWatch reports, from inside a worker process, the lined parks and
+// claims its engines' store calls carry (gatedStore), each with whether
+// the run's workflow waited then for steps on goroutines of their own.
+type linedWatch struct {
+	out    *output
+	mu     sync.Mutex
+	groups map[string]int // run -> groups of StepAsync steps its workflow waits for
+}
+
+func newLinedWatch(out *output) *linedWatch {
+	return &linedWatch{out: out, groups: map[string]int{}}
+}
+
+// inGroup says run's workflow waits for a group of steps on goroutines
+// of their own until the returned function is called (deferred: a park
+// unwinds the workflow goroutine).
+func (w *linedWatch) inGroup(run string) func() {
+	w.mu.Lock()
+	w.groups[run]++
+	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		if w.groups[run]--; w.groups[run] <= 0 {
+			delete(w.groups, run)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// advanced notes a park lined that the store took.
+func (w *linedWatch) advanced(p *store.AdvanceParams) {
+	if w == nil || !p.Lined {
+		return
+	}
+	w.mu.Lock()
+	async := 0
+	if w.groups[p.RunID] > 0 {
+		async = 1
+	}
+	w.mu.Unlock()
+	w.out.line("N park %s %d", p.RunID, async)
+}
+
+// claimed notes the runs a claim took from a limiter's line.
+func (w *linedWatch) claimed(runs []*store.Run) {
+	if w == nil {
+		return
+	}
+	for _, r := range runs {
+		if r.Lined {
+			w.out.line("N claim %s", r.ID)
+		}
+	}
 }
 
 // changeLimiter makes the limiter changes the harness asks for on in, a

@@ -109,6 +109,9 @@ type Trial struct {
 	// limited is what the workers reported of the limited attempts'
 	// spans (their own clocks around the step's code), for the checker.
 	limited []attemptSpan
+	// lined counts what the workers reported of lined parking and of the
+	// limiter changes they made, for the report.
+	lined linedCounts
 	// http is what the HTTP stream writers were acknowledged, for the
 	// checker (not part of the schedule).
 	http *httpRun

@@ -207,8 +207,13 @@ func RunTrials(ctx context.Context, opts Options) (*Report, error) {
 			rep.Stats.add(st)
 		}
 		if opts.Log != nil {
-			fmt.Fprintf(opts.Log, "trial %d seed %d: %d runs, %d faults struck %v, %d workers, %s: %d violations\n",
-				i+1, seed, len(t.Runs), tr.total(), tr.injected, tr.workers, time.Since(tstart).Round(time.Millisecond), len(viols))
+			lined := ""
+			if t.LineRuns > 0 || len(t.LimiterChanges) > 0 {
+				lined = fmt.Sprintf(" (LineRuns %d, Concurrency %d: %d lined parks, %d lined claims; limiter changes %d of %d)",
+					t.LineRuns, t.Concurrency, t.lined.parks, t.lined.claims, t.lined.changes, len(t.LimiterChanges))
+			}
+			fmt.Fprintf(opts.Log, "trial %d seed %d: %d runs%s, %d faults struck %v, %d workers, %s: %d violations\n",
+				i+1, seed, len(t.Runs), lined, tr.total(), tr.injected, tr.workers, time.Since(tstart).Round(time.Millisecond), len(viols))
 		}
 		if len(viols) > 0 {
 			keep := filepath.Join(os.TempDir(), fmt.Sprintf("weir-torture-failed-%d", seed))
@@ -613,9 +618,14 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 				}
 				limitedSeen++
 				sendChange(p)
+			case strings.HasPrefix(m.line, "N "):
+				if !t.lined.note(m.line[2:]) {
+					res.violations = append(res.violations, Violation{"worker", fmt.Sprintf("worker %d", p.id), "a malformed lined report: " + m.line})
+				}
 			case strings.HasPrefix(m.line, "C "):
 				var i int
 				if _, err := fmt.Sscanf(m.line[2:], "%d", &i); err == nil && changing == p && i == nextChange {
+					t.lined.changes++
 					nextChange, changing = nextChange+1, nil
 					sendChange(p)
 				}
@@ -741,6 +751,10 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if st.Limited > 0 {
 		fmt.Fprintf(w, "  limited attempts held to their trial's limiter %d\n", st.Limited)
+	}
+	if st.LinedParks+st.LinedClaims+st.LimiterChanges > 0 {
+		fmt.Fprintf(w, "  lined parking: parks %d (runs %d; while steps ran on goroutines of their own %d), runs claimed lined %d; limiter changes made while runs ran %d\n",
+			st.LinedParks, st.LinedRuns, st.LinedAsyncParks, st.LinedClaims, st.LimiterChanges)
 	}
 	if st.Queued > 0 {
 		fmt.Fprintf(w, "  runs held to their trial's queue %d\n", st.Queued)

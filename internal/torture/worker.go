@@ -57,6 +57,9 @@ func (o *output) line(format string, args ...any) {
 //	A <addr>             it serves the HTTP API there
 //	L <run> <op> <attempt> <start> <end>
 //	                     a limited attempt's span (the checker's)
+//	N park <run> <async> a park lined (async 1: its workflow waited for
+//	                     steps on goroutines of their own)
+//	N claim <run>        a run claimed lined
 //	C <index> <kind>     it made the trial's limiter change index
 //	DONE                 every run ended
 //
@@ -92,8 +95,9 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	warnLog := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	engines := make([]*weir.Engine, t.Engines)
 	kill := newChildKiller(&t, filepath.Dir(*trialPath), out)
+	lined := newLinedWatch(out)
 	for i := range engines {
-		gates[i] = &gatedStore{Full: s, afterRecord: kill}
+		gates[i] = &gatedStore{Full: s, afterRecord: kill, lined: lined}
 		e, err := weir.New(gates[i].forEngine(), &weir.Config{
 			WorkerID: fmt.Sprintf("w%d-e%d-%d", *inc, i, os.Getpid()),
 			// 0: the defaults; small in some limiter trials (addLines).
@@ -117,7 +121,7 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 			lastEngine.Store(idx)
 			out.line("P %d "+format, append([]any{idx}, args...)...)
 		}
-		env := &wfEnv{e: e, s: s, report: report, out: out}
+		env := &wfEnv{e: e, s: s, report: report, out: out, lined: lined}
 		wf := func(ctx weir.Context, rs RunSpec) (int, error) { return runWorkflow(ctx, &rs, env) }
 		weir.Register(e, WorkflowName, wf)
 		weir.Register(e, WorkflowChild, wf)
@@ -316,6 +320,7 @@ type wfEnv struct {
 	s      store.Full
 	report func(string, ...any)
 	out    *output
+	lined  *linedWatch
 }
 
 // runWorkflow is the trial workflow: its items in order.
@@ -367,19 +372,30 @@ func runWorkflow(ctx weir.Context, rs *RunSpec, env *wfEnv) (int, error) {
 				if idx > 0 && rs.Items[idx-1].Group == it.Group {
 					continue // started with the group's first step
 				}
-				var fs []*weir.Future[int]
-				for j := idx; j < len(rs.Items) && rs.Items[j].Group == it.Group; j++ {
-					gi := &rs.Items[j]
-					fs = append(fs, weir.StepAsync(ctx, gi.Name, stepFunc(rs, gi, report, out), stepOptions(rs, gi)...))
-				}
-				for _, f := range fs {
-					if _, err := f.Get(ctx); err != nil {
-						if !rs.ContinueOnFail {
-							return 0, err
-						}
-						continue
+				n, err := func() (int, error) {
+					// A park lined meanwhile is one of a run whose steps
+					// run on goroutines of their own (the report's).
+					defer env.lined.inGroup(ctx.RunID())()
+					var fs []*weir.Future[int]
+					for j := idx; j < len(rs.Items) && rs.Items[j].Group == it.Group; j++ {
+						gi := &rs.Items[j]
+						fs = append(fs, weir.StepAsync(ctx, gi.Name, stepFunc(rs, gi, report, out), stepOptions(rs, gi)...))
 					}
-					completed++
+					n := 0
+					for _, f := range fs {
+						if _, err := f.Get(ctx); err != nil {
+							if !rs.ContinueOnFail {
+								return n, err
+							}
+							continue
+						}
+						n++
+					}
+					return n, nil
+				}()
+				completed += n
+				if err != nil {
+					return 0, err
 				}
 				continue
 			}
@@ -869,6 +885,7 @@ type gatedStore struct {
 	mu          sync.Mutex
 	gate        chan struct{} // non-nil while frozen
 	afterRecord func(p *store.AdvanceParams)
+	lined       *linedWatch // told of lined parks and claims
 }
 
 func (g *gatedStore) freeze() {
@@ -899,7 +916,9 @@ func (g *gatedStore) pass() {
 
 func (g *gatedStore) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*store.Run, error) {
 	g.pass()
-	return g.Full.ClaimRuns(ctx, p)
+	runs, err := g.Full.ClaimRuns(ctx, p)
+	g.lined.claimed(runs)
+	return runs, err
 }
 
 func (g *gatedStore) AdmitRuns(ctx context.Context, p *store.AdmitRunsParams) ([]*store.Run, error) {
@@ -920,6 +939,9 @@ func (g *gatedStore) ListEvents(ctx context.Context, id string, after int64) ([]
 func (g *gatedStore) Advance(ctx context.Context, p *store.AdvanceParams) error {
 	g.pass()
 	err := g.Full.Advance(ctx, p)
+	if err == nil {
+		g.lined.advanced(p)
+	}
 	if err == nil && g.afterRecord != nil {
 		g.afterRecord(p)
 	}
