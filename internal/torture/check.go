@@ -67,6 +67,11 @@ type Stats struct {
 	// Limited steps' attempts whose outcome is in the log, held to their
 	// trial's limiter.
 	Limited int
+	// What the workers reported of lined parking (lineseats.go): parks
+	// lined, the runs parked so, the parks while the workflow waited for
+	// steps on goroutines of their own, runs claimed lined; and the
+	// limiter changes they made while the runs ran.
+	LinedParks, LinedRuns, LinedAsyncParks, LinedClaims, LimiterChanges int
 	// Forks made and checked, fork points refused (rightly), and resumes
 	// of failed forks.
 	Forks, ForksRefused, Resumes int
@@ -103,6 +108,11 @@ func (s *Stats) add(o Stats) {
 	s.MessagesLeft += o.MessagesLeft
 	s.Queued += o.Queued
 	s.Limited += o.Limited
+	s.LinedParks += o.LinedParks
+	s.LinedRuns += o.LinedRuns
+	s.LinedAsyncParks += o.LinedAsyncParks
+	s.LinedClaims += o.LinedClaims
+	s.LimiterChanges += o.LimiterChanges
 	s.Forks += o.Forks
 	s.ForksRefused += o.ForksRefused
 	s.Resumes += o.Resumes
@@ -261,6 +271,8 @@ func (c *checker) checkLimiter(ctx context.Context, t *Trial) error {
 	if t.Limiter == 0 {
 		return nil
 	}
+	c.stats.LinedParks, c.stats.LinedRuns, c.stats.LinedAsyncParks = t.lined.parks, len(t.lined.parked), t.lined.asyncParks
+	c.stats.LinedClaims, c.stats.LimiterChanges = t.lined.claims, t.lined.changes
 	type key struct {
 		run         string
 		op, attempt int64

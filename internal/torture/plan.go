@@ -92,10 +92,26 @@ type Trial struct {
 	// Forks are forks the workers make once every run ended, and run (and
 	// resume, if they fail) under the trial's faults (forks.go).
 	Forks []ForkSpec `json:",omitempty"`
+	// LineRuns and Concurrency, if not 0, are the workers' engines'
+	// Config.LineRuns and Config.Concurrency (0: the engine's defaults).
+	// Small, in some limiter trials, with more limited runs than the
+	// engines have seats for: their runs park lined, are claimed lined,
+	// and better waiters evict worse ones (lineseats.go).
+	LineRuns    int `json:",omitempty"`
+	Concurrency int `json:",omitempty"`
+	// LimiterChanges are PUTs of the trial's limiter (Store.SetLimiter)
+	// while its runs run, in order, each once the workers reported After
+	// limited attempts in all (run.go sends it to a worker, which makes
+	// it). None lowers the concurrency: the checker's bound (Limiter)
+	// holds whatever is in force.
+	LimiterChanges []LimiterChange `json:",omitempty"`
 
 	// limited is what the workers reported of the limited attempts'
 	// spans (their own clocks around the step's code), for the checker.
 	limited []attemptSpan
+	// lined counts what the workers reported of lined parking and of the
+	// limiter changes they made, for the report.
+	lined linedCounts
 	// http is what the HTTP stream writers were acknowledged, for the
 	// checker (not part of the schedule).
 	http *httpRun
@@ -285,9 +301,14 @@ type Item struct {
 	Extra int    `json:",omitempty"`
 
 	// Limited: each attempt of the step takes a slot of its trial's
-	// limiter (Trial.LimiterName) first, keyed by its run, and charges it
-	// the attempt's number.
+	// limiter (Trial.LimiterName) first, with LimitKey and LimitPriority
+	// (weir.LimitOptions), and charges it the attempt's number.
 	Limited bool `json:",omitempty"`
+	// LimitKey is a limited step's tenant, shared by several runs, so
+	// that keys hold different numbers of seats; LimitPriority its
+	// priority in the line.
+	LimitKey      string `json:",omitempty"`
+	LimitPriority int    `json:",omitempty"`
 }
 
 // opSpan is how many durable operations item it takes: a step, sleep or
@@ -434,6 +455,10 @@ func Generate(seed uint64, prefix string, o GenOptions) *Trial {
 		addLimiter(t, seed)
 	}
 	addForks(t, seed)
+	if o.Agents {
+		// After the forks: the fork points drawn stay what they were.
+		addLines(t, seed)
+	}
 	if o.HTTP && (streamFault || r.IntN(2) == 0) {
 		for i := range 1 + r.IntN(2) {
 			t.HTTPStreams = append(t.HTTPStreams, genHTTPStream(r, fmt.Sprintf("torture-%s-%d", t.Prefix, i), scale))

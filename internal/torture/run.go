@@ -207,8 +207,13 @@ func RunTrials(ctx context.Context, opts Options) (*Report, error) {
 			rep.Stats.add(st)
 		}
 		if opts.Log != nil {
-			fmt.Fprintf(opts.Log, "trial %d seed %d: %d runs, %d faults struck %v, %d workers, %s: %d violations\n",
-				i+1, seed, len(t.Runs), tr.total(), tr.injected, tr.workers, time.Since(tstart).Round(time.Millisecond), len(viols))
+			lined := ""
+			if t.LineRuns > 0 || len(t.LimiterChanges) > 0 {
+				lined = fmt.Sprintf(" (LineRuns %d, Concurrency %d: %d lined parks, %d lined claims; limiter changes %d of %d)",
+					t.LineRuns, t.Concurrency, t.lined.parks, t.lined.claims, t.lined.changes, len(t.LimiterChanges))
+			}
+			fmt.Fprintf(opts.Log, "trial %d seed %d: %d runs%s, %d faults struck %v, %d workers, %s: %d violations\n",
+				i+1, seed, len(t.Runs), lined, tr.total(), tr.injected, tr.workers, time.Since(tstart).Round(time.Millisecond), len(viols))
 		}
 		if len(viols) > 0 {
 			keep := filepath.Join(os.TempDir(), fmt.Sprintf("weir-torture-failed-%d", seed))
@@ -256,6 +261,7 @@ func (r *trialResult) total() int {
 type proc struct {
 	id     int
 	cmd    *exec.Cmd
+	stdin  io.WriteCloser // limiter changes to make (nil: the trial has none)
 	stderr *bytes.Buffer
 	killed bool
 	done   bool // printed DONE
@@ -348,6 +354,12 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 		if err != nil {
 			logf.Close()
 			return err
+		}
+		if len(t.LimiterChanges) > 0 {
+			if p.stdin, err = cmd.StdinPipe(); err != nil {
+				logf.Close()
+				return err
+			}
 		}
 		if err := cmd.Start(); err != nil {
 			logf.Close()
@@ -481,6 +493,29 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 		return n
 	}
 	anyDone := false
+	// The limiter changes, in order: the next is sent to a live worker
+	// once the workers reported its After limited attempts, and again to
+	// another if that one exits before it says the change is made (a
+	// change made twice is the same PUT twice).
+	nextChange, limitedSeen := 0, 0
+	var changing *proc // the worker asked to make nextChange
+	sendChange := func(p *proc) {
+		if changing != nil || nextChange >= len(t.LimiterChanges) || limitedSeen < t.LimiterChanges[nextChange].After ||
+			p == nil || p.exited || p.done || p.stdin == nil {
+			return
+		}
+		if _, err := fmt.Fprintf(p.stdin, "%d\n", nextChange); err == nil {
+			changing = p
+		}
+	}
+	anyLive := func() *proc {
+		for _, p := range procs {
+			if !p.exited && !p.done {
+				return p
+			}
+		}
+		return nil
+	}
 	// serving is the newest live process that serves HTTP: HTTP stream
 	// writers' progress is counted as its.
 	serving := func() *proc {
@@ -544,6 +579,9 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 			if m.exit {
 				p.exited = true
 				srvs.set(p.id, "")
+				if changing == p {
+					changing = nil
+				}
 				switch {
 				case p.done:
 					anyDone = true
@@ -564,6 +602,7 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 				if live() == 0 && anyDone {
 					return finish()
 				}
+				sendChange(anyLive())
 				continue
 			}
 			switch {
@@ -576,6 +615,19 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 					t.limited = append(t.limited, a)
 				} else {
 					res.violations = append(res.violations, Violation{"worker", fmt.Sprintf("worker %d", p.id), "a malformed limited attempt: " + m.line})
+				}
+				limitedSeen++
+				sendChange(p)
+			case strings.HasPrefix(m.line, "N "):
+				if !t.lined.note(m.line[2:]) {
+					res.violations = append(res.violations, Violation{"worker", fmt.Sprintf("worker %d", p.id), "a malformed lined report: " + m.line})
+				}
+			case strings.HasPrefix(m.line, "C "):
+				var i int
+				if _, err := fmt.Sscanf(m.line[2:], "%d", &i); err == nil && changing == p && i == nextChange {
+					t.lined.changes++
+					nextChange, changing = nextChange+1, nil
+					sendChange(p)
 				}
 			case strings.HasPrefix(m.line, "X "):
 				// It kills itself (FaultChildKill).
@@ -699,6 +751,10 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if st.Limited > 0 {
 		fmt.Fprintf(w, "  limited attempts held to their trial's limiter %d\n", st.Limited)
+	}
+	if st.LinedParks+st.LinedClaims+st.LimiterChanges > 0 {
+		fmt.Fprintf(w, "  lined parking: parks %d (runs %d; while steps ran on goroutines of their own %d), runs claimed lined %d; limiter changes made while runs ran %d\n",
+			st.LinedParks, st.LinedRuns, st.LinedAsyncParks, st.LinedClaims, st.LimiterChanges)
 	}
 	if st.Queued > 0 {
 		fmt.Fprintf(w, "  runs held to their trial's queue %d\n", st.Queued)

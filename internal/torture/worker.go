@@ -55,9 +55,17 @@ func (o *output) line(format string, args ...any) {
 //	V <message>          a violation seen from inside (an unexpected error)
 //	Z <what…>            a zombie attempt was fenced
 //	A <addr>             it serves the HTTP API there
+//	L <run> <op> <attempt> <start> <end>
+//	                     a limited attempt's span (the checker's)
+//	N park <run> <async> a park lined (async 1: its workflow waited for
+//	                     steps on goroutines of their own)
+//	N claim <run>        a run claimed lined
+//	C <index> <kind>     it made the trial's limiter change index
 //	DONE                 every run ended
 //
 // SIGUSR1 freezes the engine that reported progress last; SIGUSR2 thaws it.
+// A trial with limiter changes reads their indexes on stdin, a line each,
+// as the harness asks (changeLimiter).
 func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("torture-worker", flag.ContinueOnError)
 	dsn := fs.String("store", "", "store")
@@ -87,10 +95,14 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	warnLog := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	engines := make([]*weir.Engine, t.Engines)
 	kill := newChildKiller(&t, filepath.Dir(*trialPath), out)
+	lined := newLinedWatch(out)
 	for i := range engines {
-		gates[i] = &gatedStore{Full: s, afterRecord: kill}
-		e, err := weir.New(gates[i], &weir.Config{
-			WorkerID:     fmt.Sprintf("w%d-e%d-%d", *inc, i, os.Getpid()),
+		gates[i] = &gatedStore{Full: s, afterRecord: kill, lined: lined}
+		e, err := weir.New(gates[i].forEngine(), &weir.Config{
+			WorkerID: fmt.Sprintf("w%d-e%d-%d", *inc, i, os.Getpid()),
+			// 0: the defaults; small in some limiter trials (addLines).
+			Concurrency:  t.Concurrency,
+			LineRuns:     t.LineRuns,
 			PollInterval: 20 * time.Millisecond,
 			LeaseTTL:     leaseMillis * time.Millisecond,
 			ParkAfter:    100 * time.Millisecond,
@@ -109,7 +121,7 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 			lastEngine.Store(idx)
 			out.line("P %d "+format, append([]any{idx}, args...)...)
 		}
-		env := &wfEnv{e: e, s: s, report: report, out: out}
+		env := &wfEnv{e: e, s: s, report: report, out: out, lined: lined}
 		wf := func(ctx weir.Context, rs RunSpec) (int, error) { return runWorkflow(ctx, &rs, env) }
 		weir.Register(e, WorkflowName, wf)
 		weir.Register(e, WorkflowChild, wf)
@@ -160,6 +172,9 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 			time.Sleep(50 * time.Millisecond) // a restarting database
 		}
+	}
+	if len(t.LimiterChanges) > 0 {
+		go changeLimiter(ctx, s, &t, os.Stdin, out)
 	}
 	if *httpAddr != "" {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -305,6 +320,7 @@ type wfEnv struct {
 	s      store.Full
 	report func(string, ...any)
 	out    *output
+	lined  *linedWatch
 }
 
 // runWorkflow is the trial workflow: its items in order.
@@ -356,19 +372,30 @@ func runWorkflow(ctx weir.Context, rs *RunSpec, env *wfEnv) (int, error) {
 				if idx > 0 && rs.Items[idx-1].Group == it.Group {
 					continue // started with the group's first step
 				}
-				var fs []*weir.Future[int]
-				for j := idx; j < len(rs.Items) && rs.Items[j].Group == it.Group; j++ {
-					gi := &rs.Items[j]
-					fs = append(fs, weir.StepAsync(ctx, gi.Name, stepFunc(rs, gi, report, out), stepOptions(rs, gi)...))
-				}
-				for _, f := range fs {
-					if _, err := f.Get(ctx); err != nil {
-						if !rs.ContinueOnFail {
-							return 0, err
-						}
-						continue
+				n, err := func() (int, error) {
+					// A park lined meanwhile is one of a run whose steps
+					// run on goroutines of their own (the report's).
+					defer env.lined.inGroup(ctx.RunID())()
+					var fs []*weir.Future[int]
+					for j := idx; j < len(rs.Items) && rs.Items[j].Group == it.Group; j++ {
+						gi := &rs.Items[j]
+						fs = append(fs, weir.StepAsync(ctx, gi.Name, stepFunc(rs, gi, report, out), stepOptions(rs, gi)...))
 					}
-					completed++
+					n := 0
+					for _, f := range fs {
+						if _, err := f.Get(ctx); err != nil {
+							if !rs.ContinueOnFail {
+								return n, err
+							}
+							continue
+						}
+						n++
+					}
+					return n, nil
+				}()
+				completed += n
+				if err != nil {
+					return 0, err
 				}
 				continue
 			}
@@ -596,7 +623,7 @@ func stepFunc(rs *RunSpec, it *Item, report func(string, ...any), out *output) f
 func stepOptions(rs *RunSpec, it *Item) []weir.StepOption {
 	opts := []weir.StepOption{weir.WithRetry(weir.RetryPolicy{MaxAttempts: it.MaxAttempts})}
 	if it.Limited {
-		opts = append(opts, weir.WithLimiter(limiterName(rs.Prefix), &weir.LimitOptions{Key: rs.ID, Priority: int(rs.Seed % 3)}))
+		opts = append(opts, weir.WithLimiter(limiterName(rs.Prefix), &weir.LimitOptions{Key: it.LimitKey, Priority: it.LimitPriority}))
 	}
 	if it.TimeoutMillis > 0 {
 		opts = append(opts, weir.WithTimeout(time.Duration(it.TimeoutMillis)*time.Millisecond))
@@ -858,6 +885,7 @@ type gatedStore struct {
 	mu          sync.Mutex
 	gate        chan struct{} // non-nil while frozen
 	afterRecord func(p *store.AdvanceParams)
+	lined       *linedWatch // told of lined parks and claims
 }
 
 func (g *gatedStore) freeze() {
@@ -888,7 +916,9 @@ func (g *gatedStore) pass() {
 
 func (g *gatedStore) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*store.Run, error) {
 	g.pass()
-	return g.Full.ClaimRuns(ctx, p)
+	runs, err := g.Full.ClaimRuns(ctx, p)
+	g.lined.claimed(runs)
+	return runs, err
 }
 
 func (g *gatedStore) AdmitRuns(ctx context.Context, p *store.AdmitRunsParams) ([]*store.Run, error) {
@@ -909,6 +939,9 @@ func (g *gatedStore) ListEvents(ctx context.Context, id string, after int64) ([]
 func (g *gatedStore) Advance(ctx context.Context, p *store.AdvanceParams) error {
 	g.pass()
 	err := g.Full.Advance(ctx, p)
+	if err == nil {
+		g.lined.advanced(p)
+	}
 	if err == nil && g.afterRecord != nil {
 		g.afterRecord(p)
 	}
@@ -928,6 +961,41 @@ func (g *gatedStore) Append(ctx context.Context, p *store.AppendParams) (*store.
 func (g *gatedStore) GetRun(ctx context.Context, id string) (*store.Run, error) {
 	g.pass()
 	return g.Full.GetRun(ctx, id)
+}
+
+// forEngine is g as its engine sees it: with the store's limiter
+// watcher, if it has one. A wrapper hides a store's optional interfaces
+// (store.LimiterWatcherOf looks for them by type), and without a watcher
+// an engine polls its limiters: it never waits in a store line's seats,
+// so it never parks lined or evicts (lineseats.go), and a limiter change
+// wakes none of its waiters.
+func (g *gatedStore) forEngine() store.Full {
+	if w, ok := store.LimiterWatcherOf(g.Full); ok {
+		return &watchingGate{gatedStore: g, w: w}
+	}
+	return g
+}
+
+// watchingGate is a gatedStore that passes its store's limiter watches
+// on, through the gate: a frozen engine's calls block, watches too.
+type watchingGate struct {
+	*gatedStore
+	w store.LimiterWatcher
+}
+
+func (g *watchingGate) WatchLimiter(name string) (<-chan struct{}, func()) {
+	g.pass()
+	return g.w.WatchLimiter(name)
+}
+
+func (g *watchingGate) WatchLimiterLine(name string) (<-chan struct{}, func()) {
+	g.pass()
+	return g.w.WatchLimiterLine(name)
+}
+
+func (g *watchingGate) WatchSlot(name, holder string) (<-chan struct{}, func()) {
+	g.pass()
+	return g.w.WatchSlot(name, holder)
 }
 
 // A frozen engine's limiter calls block too: its slots then lapse with
