@@ -96,10 +96,25 @@ func (tx *wtx) RunEvents(run string) ([]store.Event, error) {
 func (tx *wtx) InsertRun(p *store.CreateRunParams, now time.Time) (*store.Run, error) {
 	tx.changed = true
 	n := sqlrow.Nanos(now)
-	run, err := sqlrow.ScanRun(tx.w.insertRun.QueryRowContext(bg, p.ID, p.Workflow, string(store.RunPending), p.Input, n, n, n, p.Parent,
-		"", int64(0), int64(0), p.TraceParent, p.Version))
+	run, err := tx.insertRun(p, string(store.RunPending), n, n, "", 0, 0)
 	if err != nil {
-		return nil, fmt.Errorf("insert run: %w", translate(err))
+		return nil, fmt.Errorf("insert run: %w", err)
+	}
+	return run, nil
+}
+
+// insertRun inserts p's run as status, and its input in run_data.
+func (tx *wtx) insertRun(p *store.CreateRunParams, status string, now, wake int64, owner string, expires, epoch int64) (*store.Run, error) {
+	run, err := sqlrow.ScanRun(tx.w.insertRun.QueryRowContext(bg, p.ID, p.Workflow, status, now, now, wake, p.Parent,
+		owner, expires, epoch, p.TraceParent, p.Version))
+	if err != nil {
+		return nil, translate(err)
+	}
+	if p.Input != nil {
+		if err := tx.setInput(p.ID, p.Input); err != nil {
+			return nil, err
+		}
+		run.Input = p.Input // RETURNING read run_data before it
 	}
 	return run, nil
 }
@@ -181,9 +196,12 @@ func (tx *wtx) Records(st *apply.Stream, upTo int64, fn func([]stream.Record) er
 
 // ReviveRun makes run id pending again.
 func (tx *wtx) ReviveRun(id string, now time.Time) (*store.Run, error) {
-	row, err := tx.row(`UPDATE runs SET status = 'pending', output = NULL, error = '', lease_owner = '', lease_expires = 0,
+	if err := tx.setOutput(id, nil); err != nil {
+		return nil, err
+	}
+	row, err := tx.row(`UPDATE runs SET status = 'pending', error = '', lease_owner = '', lease_expires = 0,
 			wake_at = ?2, cancel_requested = 0, updated_at = ?2
-		WHERE id = ?1 RETURNING `+sqlrow.RunCols, id, sqlrow.Nanos(now))
+		WHERE id = ?1 RETURNING `+runCols, id, sqlrow.Nanos(now))
 	if err != nil {
 		return nil, err
 	}

@@ -84,7 +84,7 @@ func (tx *wtx) oneRun(q string, args ...any) (*store.Run, error) {
 
 // DedupeRun returns the pending or running run of queue with dedupe.
 func (tx *wtx) DedupeRun(queue, dedupe string) (*store.Run, error) {
-	return tx.oneRun(`SELECT `+sqlrow.RunCols+` FROM runs
+	return tx.oneRun(`SELECT `+runCols+` FROM runs
 		WHERE queue = ? AND dedupe = ? AND dedupe <> '' AND status IN ('pending', 'running')`, queue, dedupe)
 }
 
@@ -92,17 +92,33 @@ func (tx *wtx) DedupeRun(queue, dedupe string) (*store.Run, error) {
 func (tx *wtx) InsertQueuedRun(p *store.CreateRunParams, wake, now time.Time) (*store.Run, error) {
 	tx.changed = true
 	n := sqlrow.Nanos(now)
-	return tx.oneRun(`INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at, parent_id,
+	run, err := tx.oneRun(`INSERT INTO runs (id, workflow, status, created_at, updated_at, wake_at, parent_id,
 			trace_parent, queue, queue_key, priority, dedupe, queued, version)
-		VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?) RETURNING `+sqlrow.RunCols,
-		p.ID, p.Workflow, p.Input, n, n, sqlrow.Nanos(wake), p.Parent, p.TraceParent, p.Queue, p.QueueKey, p.Priority, p.Dedupe, p.Version)
+		VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?) RETURNING `+runCols,
+		p.ID, p.Workflow, n, n, sqlrow.Nanos(wake), p.Parent, p.TraceParent, p.Queue, p.QueueKey, p.Priority, p.Dedupe, p.Version)
+	if err != nil || run == nil || p.Input == nil {
+		return run, err
+	}
+	if err := tx.setInput(p.ID, p.Input); err != nil {
+		return nil, err
+	}
+	run.Input = p.Input // RETURNING read run_data before it
+	return run, nil
 }
 
 // FoldRun gives queued run id a new input and wake.
 func (tx *wtx) FoldRun(id string, input []byte, wake, now time.Time) (*store.Run, error) {
 	tx.changed = true
-	return tx.oneRun(`UPDATE runs SET input = ?, wake_at = ?, updated_at = ? WHERE id = ? AND queued = 1 RETURNING `+sqlrow.RunCols,
-		input, sqlrow.Nanos(wake), sqlrow.Nanos(now), id)
+	run, err := tx.oneRun(`UPDATE runs SET wake_at = ?, updated_at = ? WHERE id = ? AND queued = 1 RETURNING `+runCols,
+		sqlrow.Nanos(wake), sqlrow.Nanos(now), id)
+	if err != nil || run == nil {
+		return run, err
+	}
+	if err := tx.setInput(id, input); err != nil {
+		return nil, err
+	}
+	run.Input = input // RETURNING read run_data before it
+	return run, nil
 }
 
 // workflowsClause is the filter of runs by workflows and versions (nil:
@@ -200,7 +216,7 @@ func (tx *wtx) AdmitRun(id, owner string, expires, now time.Time) (*store.Run, e
 	tx.changed = true
 	run, err := tx.oneRun(`UPDATE runs SET queued = 0, status = 'running', lease_owner = ?, lease_expires = ?,
 			lease_epoch = lease_epoch + 1, updated_at = ?
-		WHERE id = ? AND queued = 1 RETURNING `+sqlrow.RunCols, owner, sqlrow.Nanos(expires), sqlrow.Nanos(now), id)
+		WHERE id = ? AND queued = 1 RETURNING `+runCols, owner, sqlrow.Nanos(expires), sqlrow.Nanos(now), id)
 	if err == nil && run == nil {
 		err = fmt.Errorf("%w: run %q is not queued", store.ErrNotFound, id)
 	}

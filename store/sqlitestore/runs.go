@@ -51,10 +51,9 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 			return translate(err)
 		}
 		tx.changed = true
-		run, err = sqlrow.ScanRun(tx.w.insertRun.QueryRowContext(bg, p.ID, p.Workflow, string(lease.Status), p.Input, now, now, sqlrow.Nanos(p.WakeAt), p.Parent,
-			lease.Owner, sqlrow.Nanos(lease.Expires), lease.Epoch, p.TraceParent, p.Version))
+		run, err = tx.insertRun(p, string(lease.Status), now, sqlrow.Nanos(p.WakeAt), lease.Owner, sqlrow.Nanos(lease.Expires), lease.Epoch)
 		created = err == nil
-		return translate(err)
+		return err
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("create run: %w", err)
@@ -135,7 +134,7 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 		}
 		where, args = append(where, "seq < ?"), append(args, seq)
 	}
-	q := `SELECT ` + sqlrow.ListedRunCols + ` FROM runs`
+	q := `SELECT ` + listedRunCols + ` FROM runs`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}

@@ -396,18 +396,28 @@ CREATE INDEX runs_limiters ON runs (limiters) WHERE limiters IS NOT NULL;
 ALTER TABLE runs ADD COLUMN line_priority INTEGER;
 CREATE INDEX runs_lined ON runs (line_priority DESC, seq) WHERE line_priority IS NOT NULL;
 `,
-	// 17: a run's data last. SQLite lays a row's columns out in order and
+	// 17: a run's data apart. SQLite lays a row's columns out in order,
 	// reaches a column past a large value by walking that value's overflow
-	// pages, one page read per 4 KiB: with the input in the middle, every
-	// claim and admission poll walked each queued run's input to read its
-	// lease and queue (20 queued runs of 15 MiB: half a core; red team,
-	// round fourteen). The table is rebuilt with every column a poll reads
-	// before error, output and input. A column added later with ALTER TABLE
-	// lands after them: one that a claim, a poll or a renewal reads must be
-	// added by a rebuild like this one (TestRunDataIsLast guards it).
-	// Foreign keys are off while it runs (rebuilds), as SQLite's procedure
-	// for a table rebuild requires, and checked before it commits.
+	// pages, and rewrites a row whole at every UPDATE, reading every column
+	// to build the new record. With the input in the runs row, every claim
+	// and admission poll walked each queued run's input to read its lease
+	// (20 queued runs of 15 MiB: half a core; red team, round fourteen), and
+	// every change of a run's state read and rewrote it (a message counted
+	// in its inbox: 50-70 ms; round sixteen). A run's input and output now
+	// live in run_data (rundata.go), written at its start and its end, and
+	// runs is rebuilt without them, its error last: a column that a claim,
+	// a poll or a renewal reads must come before any value that may be
+	// large (TestRunDataLivesApart guards it). Foreign keys are off while it
+	// runs (rebuilds), as SQLite's procedure for a table rebuild requires,
+	// and checked before it commits.
 	`
+CREATE TABLE run_data (
+	seq    INTEGER PRIMARY KEY REFERENCES runs (seq) ON DELETE CASCADE,
+	input  BLOB,
+	output BLOB
+);
+INSERT INTO run_data (seq, input, output)
+SELECT seq, input, output FROM runs WHERE input IS NOT NULL OR output IS NOT NULL;
 CREATE TABLE runs_new (
 	seq              INTEGER PRIMARY KEY, -- creation order
 	id               TEXT    NOT NULL UNIQUE,
@@ -434,17 +444,14 @@ CREATE TABLE runs_new (
 	inbox_bytes      INTEGER NOT NULL DEFAULT 0,
 	limiters         TEXT,
 	line_priority    INTEGER,
-	-- the run's data: keep these last (see above)
-	error            TEXT    NOT NULL DEFAULT '',
-	output           BLOB,
-	input            BLOB
+	error            TEXT    NOT NULL DEFAULT '' -- last: it may be long
 );
 INSERT INTO runs_new (seq, id, workflow, status, created_at, updated_at, wake_at, lease_owner, lease_expires,
 	lease_epoch, cancel_requested, kind, parent_id, trace_parent, queue, queue_key, priority, dedupe, queued,
-	version, awaits, inbox, inbox_bytes, limiters, line_priority, error, output, input)
+	version, awaits, inbox, inbox_bytes, limiters, line_priority, error)
 SELECT seq, id, workflow, status, created_at, updated_at, wake_at, lease_owner, lease_expires,
 	lease_epoch, cancel_requested, kind, parent_id, trace_parent, queue, queue_key, priority, dedupe, queued,
-	version, awaits, inbox, inbox_bytes, limiters, line_priority, error, output, input
+	version, awaits, inbox, inbox_bytes, limiters, line_priority, error
 FROM runs;
 DROP TABLE runs;
 ALTER TABLE runs_new RENAME TO runs;

@@ -98,8 +98,8 @@ func TestDataBytesBackfill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Back to version 4: what migrations 5 to 16 made is undone.
-	for _, q := range []string{`DROP INDEX runs_limiters`, `DROP INDEX runs_lined`, `ALTER TABLE runs DROP COLUMN limiters`, `ALTER TABLE runs DROP COLUMN line_priority`, `DROP INDEX runs_queued`, `DROP INDEX runs_dedupe`, `ALTER TABLE runs DROP COLUMN queue`, `ALTER TABLE runs DROP COLUMN queue_key`,
+	// Back to version 4: what migrations 5 to 17 made is undone.
+	for _, q := range []string{`DROP TABLE run_data`, `ALTER TABLE runs ADD COLUMN input BLOB`, `ALTER TABLE runs ADD COLUMN output BLOB`, `DROP INDEX runs_limiters`, `DROP INDEX runs_lined`, `ALTER TABLE runs DROP COLUMN limiters`, `ALTER TABLE runs DROP COLUMN line_priority`, `DROP INDEX runs_queued`, `DROP INDEX runs_dedupe`, `ALTER TABLE runs DROP COLUMN queue`, `ALTER TABLE runs DROP COLUMN queue_key`,
 		`ALTER TABLE runs DROP COLUMN priority`, `ALTER TABLE runs DROP COLUMN dedupe`, `ALTER TABLE runs DROP COLUMN queued`, `ALTER TABLE runs DROP COLUMN version`, `ALTER TABLE runs DROP COLUMN awaits`, `ALTER TABLE runs DROP COLUMN inbox`, `ALTER TABLE runs DROP COLUMN inbox_bytes`, `ALTER TABLE runs DROP COLUMN parent_id`, `ALTER TABLE runs DROP COLUMN trace_parent`, `DROP TABLE hooks`, `DROP TABLE hook_keys`,
 		`DROP TABLE message_keys`, `DROP TABLE run_events`, `DROP TABLE limiters`, `DROP TABLE schedules`, `DROP INDEX streams_standalone`,
 		`ALTER TABLE streams DROP COLUMN data_bytes`, `PRAGMA user_version = 4`} {
@@ -159,12 +159,13 @@ func columns(t *testing.T, db *sql.DB, table string) []string {
 	return out
 }
 
-// A run's data comes after every other column of runs: SQLite reaches a
-// column past a large value through the value's overflow pages, and a
-// claim or a queue's poll must never walk a queued run's input to read its
-// lease (migration 17). A column added with ALTER TABLE lands last and
-// fails this test: add it by a rebuild.
-func TestRunDataIsLast(t *testing.T) {
+// A run's data lives apart from its row (run_data, migration 17): SQLite
+// reads and rewrites a row whole at every UPDATE and reaches a column past
+// a large value through its overflow pages, and a claim, a poll or a
+// message counted in a run's inbox must not read its input. The row's
+// error, which may be long, comes last. A column added with ALTER TABLE
+// lands after it and fails this test: add it by a rebuild.
+func TestRunDataLivesApart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "weir.db")
 	open(t, path)
 	db, err := sql.Open("sqlite", path)
@@ -173,14 +174,17 @@ func TestRunDataIsLast(t *testing.T) {
 	}
 	defer db.Close()
 	cols := columns(t, db, "runs")
-	if n := len(cols); n < 3 || !slices.Equal(cols[n-3:], []string{"error", "output", "input"}) {
-		t.Fatalf("runs columns %v: the data (error, output, input) must come last", cols)
+	if slices.Contains(cols, "input") || slices.Contains(cols, "output") || cols[len(cols)-1] != "error" {
+		t.Fatalf("runs columns %v: no input or output, and error last", cols)
+	}
+	if got := columns(t, db, "run_data"); !slices.Equal(got, []string{"seq", "input", "output"}) {
+		t.Fatalf("run_data columns %v", got)
 	}
 }
 
 // A file from before migration 17, its runs' data amid their columns, is
-// rebuilt with the data last, and loses nothing: runs, their logs and
-// streams, which refer to them.
+// rebuilt with the data apart, and loses nothing: runs, their data, their
+// logs, which refer to them.
 func TestRunDataRebuild(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "weir.db")
 	s := open(t, path)
@@ -211,13 +215,13 @@ func TestRunDataRebuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Back to version 16: the layout migrations 1 to 16 made, the data
-	// after status.
+	// Back to version 16: the layout migrations 1 to 16 made, the data in
+	// the runs row after status.
 	old := []string{"seq", "id", "workflow", "status", "input", "output", "error", "created_at", "updated_at",
 		"wake_at", "lease_owner", "lease_expires", "lease_epoch", "cancel_requested", "kind", "parent_id",
 		"trace_parent", "queue", "queue_key", "priority", "dedupe", "queued", "version", "awaits", "inbox",
 		"inbox_bytes", "limiters", "line_priority"}
-	list := strings.Join(old, ", ")
+	list := strings.Join(slices.DeleteFunc(slices.Clone(old), func(c string) bool { return c == "input" || c == "output" }), ", ")
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +236,9 @@ func TestRunDataRebuild(t *testing.T) {
 			queued INTEGER NOT NULL DEFAULT 0, version TEXT NOT NULL DEFAULT '', awaits TEXT, inbox INTEGER NOT NULL DEFAULT 0,
 			inbox_bytes INTEGER NOT NULL DEFAULT 0, limiters TEXT, line_priority INTEGER)`,
 		`INSERT INTO runs_old (` + list + `) SELECT ` + list + ` FROM runs`,
-		`DROP TABLE runs`, `ALTER TABLE runs_old RENAME TO runs`,
+		`UPDATE runs_old SET input = (SELECT input FROM run_data d WHERE d.seq = runs_old.seq),
+			output = (SELECT output FROM run_data d WHERE d.seq = runs_old.seq)`,
+		`DROP TABLE run_data`, `DROP TABLE runs`, `ALTER TABLE runs_old RENAME TO runs`,
 		`CREATE INDEX runs_runnable ON runs (wake_at, seq) WHERE status IN ('pending', 'running') AND kind = ''`,
 		`PRAGMA user_version = 16`, `COMMIT`, `PRAGMA foreign_keys = ON`} {
 		if _, err := conn.ExecContext(ctx, q); err != nil {
@@ -270,8 +276,12 @@ func TestRunDataRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if cols := columns(t, db, "runs"); !slices.Equal(cols[len(cols)-3:], []string{"error", "output", "input"}) {
+	if cols := columns(t, db, "runs"); slices.Contains(cols, "input") || cols[len(cols)-1] != "error" {
 		t.Errorf("runs columns after the rebuild: %v", cols)
+	}
+	var data int
+	if err := db.QueryRow(`SELECT count(*) FROM run_data`).Scan(&data); err != nil || data != 2 {
+		t.Errorf("run_data holds %d rows after the rebuild (%v), want 2 (r1's input and r2's)", data, err)
 	}
 	var indexes int
 	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs' AND sql IS NOT NULL`).Scan(&indexes); err != nil {

@@ -85,12 +85,13 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 			ON CONFLICT (run_id, writer) DO UPDATE SET attempt = max(attempt, excluded.attempt)`),
 		p(&w.insertBatch, `INSERT INTO batches (stream_id, last_offset, first_offset, writer, data) VALUES (?, ?, ?, ?, ?)`),
 
-		p(&w.run, `SELECT `+sqlrow.RunCols+` FROM runs WHERE id = ?`),
+		p(&w.run, `SELECT `+runCols+` FROM runs WHERE id = ?`),
 		p(&w.runLease, `SELECT lease_epoch, lease_owner, status, cancel_requested,
 			(SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) FROM runs WHERE id = ?1`),
-		p(&w.insertRun, `INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at, parent_id,
+		// The input goes to run_data after (tx.insertRun).
+		p(&w.insertRun, `INSERT INTO runs (id, workflow, status, created_at, updated_at, wake_at, parent_id,
 				lease_owner, lease_expires, lease_epoch, trace_parent, version)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+sqlrow.RunCols),
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+runCols),
 		p(&w.claim, `UPDATE runs SET status = 'running', lease_owner = ?1, lease_expires = ?2,
 				lease_epoch = lease_epoch + 1, updated_at = ?3
 			WHERE seq IN (SELECT seq FROM runs
@@ -101,7 +102,7 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 					AND (?6 IS NULL OR queue NOT IN (SELECT value FROM json_each(?6)))
 					AND (?7 IS NULL OR version IN (SELECT value FROM json_each(?7)))
 				ORDER BY wake_at, seq LIMIT ?4)
-			RETURNING `+sqlrow.RunCols),
+			RETURNING `+runCols),
 		// Runs parked in a limiter's line (AdvanceParams.Lined), before
 		// their wake time: a claim with room in its lines takes them first.
 		p(&w.claimLined, `UPDATE runs SET status = 'running', lease_owner = ?1, lease_expires = ?2,
@@ -114,7 +115,7 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 					AND (?6 IS NULL OR queue NOT IN (SELECT value FROM json_each(?6)))
 					AND (?7 IS NULL OR version IN (SELECT value FROM json_each(?7)))
 				ORDER BY line_priority DESC, seq LIMIT ?4)
-			RETURNING `+sqlrow.RunCols),
+			RETURNING `+runCols),
 		p(&w.renew, `UPDATE runs SET lease_expires = ?, updated_at = ?
 			WHERE id = ? AND lease_epoch = ? AND lease_owner != '' AND status IN ('pending', 'running')
 			RETURNING cancel_requested`),
@@ -122,7 +123,6 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 			WHERE id = ? AND status IN ('pending', 'running')`),
 		p(&w.updateRun, `UPDATE runs SET
 				status = CASE WHEN ?1 = '' THEN status ELSE ?1 END,
-				output = CASE WHEN ?1 = '' THEN output ELSE ?2 END,
 				error = CASE WHEN ?1 = '' THEN error ELSE ?3 END,
 				lease_owner = CASE WHEN ?4 THEN '' ELSE lease_owner END,
 				lease_expires = CASE WHEN ?4 THEN 0 ELSE lease_expires END,
@@ -218,9 +218,9 @@ func prepareRead(ctx context.Context, db *sql.DB) (*rstmts, error) {
 		return nil
 	}
 	err := errors.Join(
-		p(&r.run, `SELECT `+sqlrow.RunCols+` FROM runs WHERE id = ?`),
+		p(&r.run, `SELECT `+runCols+` FROM runs WHERE id = ?`),
 		p(&r.runExists, `SELECT 1 FROM runs WHERE id = ?`),
-		p(&r.runWithin, `SELECT `+sqlrow.RunColsWithin("?2", "length(CAST(error AS BLOB))")+` FROM runs WHERE id = ?1`),
+		p(&r.runWithin, `SELECT `+runColsWithin("?2", "length(CAST(error AS BLOB))")+` FROM runs WHERE id = ?1`),
 		p(&r.eventPage, sqlrow.EventPageSQL("events", "?1", "?2", "?3", "?4", "?5")),
 		p(&r.events, `SELECT seq, type, op, name, attempt, data, error, final, at, wake_at
 			FROM events WHERE run_id = ? AND seq > ? ORDER BY seq`),

@@ -475,7 +475,7 @@ func (s *Store) LogBytes(ctx context.Context, run string) (int64, error) {
 	}
 	var n int64
 	if err := s.rdb.QueryRowContext(ctx, `SELECT COALESCE((SELECT sum(length(data)) FROM events WHERE run_id = ?1), 0)
-		+ COALESCE((SELECT length(input) FROM runs WHERE id = ?1), 0)`, run).Scan(&n); err != nil {
+		+ COALESCE((SELECT length(d.input) FROM runs r JOIN run_data d ON d.seq = r.seq WHERE r.id = ?1), 0)`, run).Scan(&n); err != nil {
 		return 0, fmt.Errorf("log bytes: %w", s.readErr(err))
 	}
 	return n, nil

@@ -77,7 +77,7 @@ func noRow[T any](v *T, err error) (*T, error) {
 
 // WorldRun loads a World run.
 func (tx *wtx) WorldRun(id string) (*world.Run, error) {
-	row, err := tx.row(`SELECT `+sqlrow.WorldRunCols+worldRunFrom+` WHERE r.id = ?`, id)
+	row, err := tx.row(`SELECT `+worldRunCols+worldRunFrom+` WHERE r.id = ?`, id)
 	if err != nil {
 		return nil, err
 	}
@@ -142,18 +142,35 @@ func (tx *wtx) SaveWorldRun(r *world.Run, created bool) error {
 		errMsg = r.Error.Message
 	}
 	if created {
-		err := tx.exec(`INSERT INTO runs (id, workflow, status, input, output, error, created_at, updated_at, kind)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'world')`, r.RunID, r.WorkflowName, string(r.Status), []byte(r.Input),
-			[]byte(r.Output), errMsg, sqlrow.Nanos(r.CreatedAt), sqlrow.Nanos(r.UpdatedAt))
+		err := tx.exec(`INSERT INTO runs (id, workflow, status, error, created_at, updated_at, kind)
+			VALUES (?, ?, ?, ?, ?, ?, 'world')`, r.RunID, r.WorkflowName, string(r.Status),
+			errMsg, sqlrow.Nanos(r.CreatedAt), sqlrow.Nanos(r.UpdatedAt))
 		if err != nil {
 			return fmt.Errorf("insert world run: %w", err)
+		}
+		if r.Input != nil {
+			if err := tx.setInput(r.RunID, []byte(r.Input)); err != nil {
+				return fmt.Errorf("insert world run: %w", err)
+			}
+		}
+		if r.Output != nil {
+			if err := tx.setOutput(r.RunID, []byte(r.Output)); err != nil {
+				return fmt.Errorf("insert world run: %w", err)
+			}
 		}
 		return tx.exec(`INSERT INTO world_runs (run_id, deployment_id, spec_version, execution_context, error_json,
 			started_at, completed_at, events) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, r.RunID, r.DeploymentID, r.SpecVersion,
 			[]byte(r.ExecutionContext), sqlrow.EncodeError(r.Error), sqlrow.PtrNanos(r.StartedAt), sqlrow.PtrNanos(r.CompletedAt), r.Events)
 	}
-	if err := tx.exec(`UPDATE runs SET status = ?, output = ?, error = ?, updated_at = ? WHERE id = ?`,
-		string(r.Status), []byte(r.Output), errMsg, sqlrow.Nanos(r.UpdatedAt), r.RunID); err != nil {
+	if err := tx.exec(`UPDATE runs SET status = ?, error = ?, updated_at = ? WHERE id = ?`,
+		string(r.Status), errMsg, sqlrow.Nanos(r.UpdatedAt), r.RunID); err != nil {
+		return fmt.Errorf("update world run: %w", err)
+	}
+	var out []byte
+	if r.Output != nil {
+		out = []byte(r.Output)
+	}
+	if err := tx.setOutput(r.RunID, out); err != nil {
 		return fmt.Errorf("update world run: %w", err)
 	}
 	return tx.exec(`UPDATE world_runs SET error_json = ?, started_at = ?, completed_at = ?, events = ? WHERE run_id = ?`,
@@ -362,7 +379,7 @@ func collect[T any](rows *sql.Rows, scan func(*sql.Rows) (T, error), s *Store) (
 
 // WorldRun returns a World run.
 func (s *Store) WorldRun(ctx context.Context, id string) (*world.Run, error) {
-	r, err := sqlrow.ScanWorldRun(s.rdb.QueryRowContext(ctx, `SELECT `+sqlrow.WorldRunCols+worldRunFrom+` WHERE r.id = ?`, id))
+	r, err := sqlrow.ScanWorldRun(s.rdb.QueryRowContext(ctx, `SELECT `+worldRunCols+worldRunFrom+` WHERE r.id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("world run: %w: %q", world.ErrRunNotFound, id)
 	}
@@ -429,7 +446,7 @@ func page[T any](ctx context.Context, s *Store, q string, args []any, p *store.W
 
 // WorldRuns lists World runs.
 func (s *Store) WorldRuns(ctx context.Context, p *store.WorldListParams) (*store.WorldPage[world.Run], error) {
-	q := `SELECT * FROM (SELECT r.seq AS k, ` + sqlrow.WorldRunCols + worldRunFrom + ` WHERE r.kind = 'world'`
+	q := `SELECT * FROM (SELECT r.seq AS k, ` + worldRunCols + worldRunFrom + ` WHERE r.kind = 'world'`
 	var args []any
 	if p.WorkflowName != "" {
 		q, args = q+` AND r.workflow = ?`, append(args, p.WorkflowName)
@@ -883,6 +900,9 @@ func (s *Store) WorldItemSize(ctx context.Context, ref store.WorldItemRef) (int6
 	q, args, err := store.WorldItemSizeQuery(ref, "", func(i int) string { return "?" + strconv.Itoa(i) })
 	if err != nil {
 		return 0, err
+	}
+	if ref.Kind == "run" {
+		q = withData(q, "r.seq") // a run's data is in run_data
 	}
 	var n int64
 	err = s.rdb.QueryRowContext(ctx, q, args...).Scan(&n)

@@ -312,6 +312,11 @@ func (tx *wtx) SaveRun(run *apply.Run, c *apply.RunChange) error {
 	if err != nil {
 		return fmt.Errorf("update run: %w", translate(err))
 	}
+	if c.Status != "" {
+		if err := tx.setOutput(run.ID, c.Output); err != nil {
+			return fmt.Errorf("update run: %w", err)
+		}
+	}
 	if c.Ended {
 		tx.runs = append(tx.runs, run.ID)
 	}

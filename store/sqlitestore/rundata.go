@@ -1,0 +1,67 @@
+package sqlitestore
+
+import (
+	"regexp"
+
+	"github.com/weirhq/weir/store/internal/sqlrow"
+)
+
+// A run's data (its input and output) lives in run_data, a row by the
+// run's seq, not in its runs row (migration 17). SQLite rewrites a row
+// whole at every UPDATE, reading every column to build the new record:
+// a run with a 15 MiB input paid 50–70 ms of CPU for each change of its
+// state (a claim, a renewal, a step's record, a message counted in its
+// inbox), and a client sending messages to it kept a core busy (red
+// team, round sixteen). Apart, a run's row stays small whatever its data,
+// and its data is written once: at its start, and its output at its end.
+//
+// The column lists of package sqlrow, which PostgreSQL reads from one
+// row (it keeps large values out of line), are rewritten here to read
+// the data from run_data: a length from its row's header, a value once
+// the run is read whole.
+
+// dataRef matches what a column list says of a run's data: its length,
+// or its value, as runs' own (bare, or r. in a join).
+var dataRef = regexp.MustCompile(`length\((?:r\.)?(input|output)\)|(?:\br\.)?\b(input|output)\b`)
+
+// withData rewrites cols to read the run's input and output from
+// run_data, the run's seq being seq (runs.seq, r.seq).
+func withData(cols, seq string) string {
+	return dataRef.ReplaceAllStringFunc(cols, func(m string) string {
+		sub := dataRef.FindStringSubmatch(m)
+		if sub[1] != "" {
+			return `(SELECT length(d.` + sub[1] + `) FROM run_data d WHERE d.seq = ` + seq + `)`
+		}
+		return `(SELECT d.` + sub[2] + ` FROM run_data d WHERE d.seq = ` + seq + `)`
+	})
+}
+
+var (
+	// runCols are sqlrow.RunCols from runs and run_data.
+	runCols = withData(sqlrow.RunCols, "runs.seq")
+	// listedRunCols are sqlrow.ListedRunCols from runs and run_data.
+	listedRunCols = withData(sqlrow.ListedRunCols, "runs.seq")
+	// worldRunCols are sqlrow.WorldRunCols from runs r, world_runs and
+	// run_data.
+	worldRunCols = withData(sqlrow.WorldRunCols, "r.seq")
+)
+
+// runColsWithin is sqlrow.RunColsWithin from runs and run_data.
+func runColsWithin(max, errBytes string) string {
+	return withData(sqlrow.RunColsWithin(max, errBytes), "runs.seq")
+}
+
+// setInput sets run id's input (nil: none).
+func (tx *wtx) setInput(id string, input []byte) error {
+	return tx.exec(`INSERT INTO run_data (seq, input) SELECT seq, ?2 FROM runs WHERE id = ?1
+		ON CONFLICT (seq) DO UPDATE SET input = excluded.input`, id, input)
+}
+
+// setOutput sets run id's output (nil: none), making no row for none.
+func (tx *wtx) setOutput(id string, output []byte) error {
+	if output == nil {
+		return tx.exec(`UPDATE run_data SET output = NULL WHERE seq = (SELECT seq FROM runs WHERE id = ?)`, id)
+	}
+	return tx.exec(`INSERT INTO run_data (seq, output) SELECT seq, ?2 FROM runs WHERE id = ?1
+		ON CONFLICT (seq) DO UPDATE SET output = excluded.output`, id, output)
+}
