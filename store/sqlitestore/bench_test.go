@@ -260,7 +260,7 @@ func BenchmarkReadPages(b *testing.B) {
 // BenchmarkClaimPastLargeInputs is a worker's claim poll while 20 runs of
 // 15 MiB inputs are leased to another worker: none is claimable, and the
 // poll reads each one's lease. With the input amid the run's columns it
-// walked every input's overflow pages (migration 17).
+// walked every input's overflow pages (migration 18).
 func BenchmarkClaimPastLargeInputs(b *testing.B) {
 	s := open(b, filepath.Join(b.TempDir(), "bench.db"))
 	input := make([]byte, 15<<20)
@@ -282,7 +282,7 @@ func BenchmarkClaimPastLargeInputs(b *testing.B) {
 // input: it is counted in the run's inbox, an UPDATE of its row. With the
 // input in the row, SQLite read and rewrote it whole at each (red team,
 // round sixteen: 50–70 ms a message); its data lives apart now
-// (migration 17).
+// (migration 18).
 func BenchmarkMessageToALargeRun(b *testing.B) {
 	s := open(b, filepath.Join(b.TempDir(), "bench.db"))
 	if _, _, err := s.CreateRun(b.Context(), &store.CreateRunParams{ID: "big", Workflow: "wf", Input: make([]byte, 15<<20)}); err != nil {

@@ -396,7 +396,12 @@ CREATE INDEX runs_limiters ON runs (limiters) WHERE limiters IS NOT NULL;
 ALTER TABLE runs ADD COLUMN line_priority INTEGER;
 CREATE INDEX runs_lined ON runs (line_priority DESC, seq) WHERE line_priority IS NOT NULL;
 `,
-	// 17: a run's data apart. SQLite lays a row's columns out in order,
+	// 17: nothing. It was, on main for a day and never released, a rebuild
+	// of runs with the run's data last; 18 replaced it. A file it made is
+	// at 17, and 18 takes it as it takes one at 16 (it reads runs'
+	// columns by name).
+	`SELECT 1;`,
+	// 18: a run's data apart. SQLite lays a row's columns out in order,
 	// reaches a column past a large value by walking that value's overflow
 	// pages, and rewrites a row whole at every UPDATE, reading every column
 	// to build the new record. With the input in the runs row, every claim
@@ -413,8 +418,8 @@ CREATE INDEX runs_lined ON runs (line_priority DESC, seq) WHERE line_priority IS
 	`
 CREATE TABLE run_data (
 	seq    INTEGER PRIMARY KEY REFERENCES runs (seq) ON DELETE CASCADE,
-	input  BLOB,
-	output BLOB
+	output BLOB, -- before the input: a check of the output never walks the input
+	input  BLOB
 );
 INSERT INTO run_data (seq, input, output)
 SELECT seq, input, output FROM runs WHERE input IS NOT NULL OR output IS NOT NULL;
@@ -470,7 +475,7 @@ CREATE INDEX runs_lined ON runs (line_priority DESC, seq) WHERE line_priority IS
 // rebuild a table others refer to: they run with foreign keys off (a
 // pragma that has no effect inside a transaction) and must leave PRAGMA
 // foreign_key_check empty.
-var rebuilds = map[int]bool{17: true}
+var rebuilds = map[int]bool{18: true}
 
 // fixups run in a migration's transaction after its SQL, for what SQL
 // cannot compute: fixups[i] completes migration i.

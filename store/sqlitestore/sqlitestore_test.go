@@ -98,7 +98,7 @@ func TestDataBytesBackfill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Back to version 4: what migrations 5 to 17 made is undone.
+	// Back to version 4: what migrations 5 to 18 made is undone.
 	for _, q := range []string{`DROP TABLE run_data`, `ALTER TABLE runs ADD COLUMN input BLOB`, `ALTER TABLE runs ADD COLUMN output BLOB`, `DROP INDEX runs_limiters`, `DROP INDEX runs_lined`, `ALTER TABLE runs DROP COLUMN limiters`, `ALTER TABLE runs DROP COLUMN line_priority`, `DROP INDEX runs_queued`, `DROP INDEX runs_dedupe`, `ALTER TABLE runs DROP COLUMN queue`, `ALTER TABLE runs DROP COLUMN queue_key`,
 		`ALTER TABLE runs DROP COLUMN priority`, `ALTER TABLE runs DROP COLUMN dedupe`, `ALTER TABLE runs DROP COLUMN queued`, `ALTER TABLE runs DROP COLUMN version`, `ALTER TABLE runs DROP COLUMN awaits`, `ALTER TABLE runs DROP COLUMN inbox`, `ALTER TABLE runs DROP COLUMN inbox_bytes`, `ALTER TABLE runs DROP COLUMN parent_id`, `ALTER TABLE runs DROP COLUMN trace_parent`, `DROP TABLE hooks`, `DROP TABLE hook_keys`,
 		`DROP TABLE message_keys`, `DROP TABLE run_events`, `DROP TABLE limiters`, `DROP TABLE schedules`, `DROP INDEX streams_standalone`,
@@ -159,7 +159,7 @@ func columns(t *testing.T, db *sql.DB, table string) []string {
 	return out
 }
 
-// A run's data lives apart from its row (run_data, migration 17): SQLite
+// A run's data lives apart from its row (run_data, migration 18): SQLite
 // reads and rewrites a row whole at every UPDATE and reaches a column past
 // a large value through its overflow pages, and a claim, a poll or a
 // message counted in a run's inbox must not read its input. The row's
@@ -177,15 +177,23 @@ func TestRunDataLivesApart(t *testing.T) {
 	if slices.Contains(cols, "input") || slices.Contains(cols, "output") || cols[len(cols)-1] != "error" {
 		t.Fatalf("runs columns %v: no input or output, and error last", cols)
 	}
-	if got := columns(t, db, "run_data"); !slices.Equal(got, []string{"seq", "input", "output"}) {
+	if got := columns(t, db, "run_data"); !slices.Equal(got, []string{"seq", "output", "input"}) {
 		t.Fatalf("run_data columns %v", got)
 	}
 }
 
-// A file from before migration 17, its runs' data amid their columns, is
+// A file from before migration 18, its runs' data amid their columns, is
 // rebuilt with the data apart, and loses nothing: runs, their data, their
 // logs, which refer to them.
 func TestRunDataRebuild(t *testing.T) {
+	// 16: the layout migrations 1 to 16 made, the data after status; 17:
+	// main's for a day, the data last in the row.
+	for _, v := range []int{16, 17} {
+		t.Run(fmt.Sprint("version ", v), func(t *testing.T) { testRunDataRebuild(t, v) })
+	}
+}
+
+func testRunDataRebuild(t *testing.T, version int) {
 	path := filepath.Join(t.TempDir(), "weir.db")
 	s := open(t, path)
 	ctx := t.Context()
@@ -215,32 +223,41 @@ func TestRunDataRebuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Back to version 16: the layout migrations 1 to 16 made, the data in
-	// the runs row after status.
+	// Back to the version's layout, the data in the runs row.
 	old := []string{"seq", "id", "workflow", "status", "input", "output", "error", "created_at", "updated_at",
 		"wake_at", "lease_owner", "lease_expires", "lease_epoch", "cancel_requested", "kind", "parent_id",
 		"trace_parent", "queue", "queue_key", "priority", "dedupe", "queued", "version", "awaits", "inbox",
 		"inbox_bytes", "limiters", "line_priority"}
+	if version == 17 {
+		old = append(slices.DeleteFunc(old, func(c string) bool { return c == "input" || c == "output" || c == "error" }), "error", "output", "input")
+	}
+	types := map[string]string{"seq": "INTEGER PRIMARY KEY", "id": "TEXT NOT NULL UNIQUE", "workflow": "TEXT NOT NULL",
+		"status": "TEXT NOT NULL", "input": "BLOB", "output": "BLOB", "error": "TEXT NOT NULL DEFAULT ''",
+		"created_at": "INTEGER NOT NULL", "updated_at": "INTEGER NOT NULL", "awaits": "TEXT", "limiters": "TEXT",
+		"line_priority": "INTEGER", "kind": "TEXT NOT NULL DEFAULT ''", "parent_id": "TEXT NOT NULL DEFAULT ''",
+		"trace_parent": "TEXT NOT NULL DEFAULT ''", "queue": "TEXT NOT NULL DEFAULT ''", "queue_key": "TEXT NOT NULL DEFAULT ''",
+		"dedupe": "TEXT NOT NULL DEFAULT ''", "version": "TEXT NOT NULL DEFAULT ''", "lease_owner": "TEXT NOT NULL DEFAULT ''"}
+	var defs []string
+	for _, c := range old {
+		typ := types[c]
+		if typ == "" {
+			typ = "INTEGER NOT NULL DEFAULT 0"
+		}
+		defs = append(defs, c+" "+typ)
+	}
 	list := strings.Join(slices.DeleteFunc(slices.Clone(old), func(c string) bool { return c == "input" || c == "output" }), ", ")
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, q := range []string{`PRAGMA foreign_keys = OFF`, `BEGIN`,
-		`CREATE TABLE runs_old (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, workflow TEXT NOT NULL, status TEXT NOT NULL,
-			input BLOB, output BLOB, error TEXT NOT NULL DEFAULT '', created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
-			wake_at INTEGER NOT NULL DEFAULT 0, lease_owner TEXT NOT NULL DEFAULT '', lease_expires INTEGER NOT NULL DEFAULT 0,
-			lease_epoch INTEGER NOT NULL DEFAULT 0, cancel_requested INTEGER NOT NULL DEFAULT 0, kind TEXT NOT NULL DEFAULT '',
-			parent_id TEXT NOT NULL DEFAULT '', trace_parent TEXT NOT NULL DEFAULT '', queue TEXT NOT NULL DEFAULT '',
-			queue_key TEXT NOT NULL DEFAULT '', priority INTEGER NOT NULL DEFAULT 0, dedupe TEXT NOT NULL DEFAULT '',
-			queued INTEGER NOT NULL DEFAULT 0, version TEXT NOT NULL DEFAULT '', awaits TEXT, inbox INTEGER NOT NULL DEFAULT 0,
-			inbox_bytes INTEGER NOT NULL DEFAULT 0, limiters TEXT, line_priority INTEGER)`,
+		`CREATE TABLE runs_old (` + strings.Join(defs, ", ") + `)`,
 		`INSERT INTO runs_old (` + list + `) SELECT ` + list + ` FROM runs`,
 		`UPDATE runs_old SET input = (SELECT input FROM run_data d WHERE d.seq = runs_old.seq),
 			output = (SELECT output FROM run_data d WHERE d.seq = runs_old.seq)`,
 		`DROP TABLE run_data`, `DROP TABLE runs`, `ALTER TABLE runs_old RENAME TO runs`,
 		`CREATE INDEX runs_runnable ON runs (wake_at, seq) WHERE status IN ('pending', 'running') AND kind = ''`,
-		`PRAGMA user_version = 16`, `COMMIT`, `PRAGMA foreign_keys = ON`} {
+		fmt.Sprintf(`PRAGMA user_version = %d`, version), `COMMIT`, `PRAGMA foreign_keys = ON`} {
 		if _, err := conn.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
