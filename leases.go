@@ -116,7 +116,9 @@ func (k *leaseKeeper) renew(xs []*execution, ps []store.RenewLeaseParams, ttl ti
 		k.e.log.Warn("weir: renew leases", "runs", len(ps), "err", err)
 	} else {
 		for i := range res {
-			if e := res[i].Err; e != nil && !errors.Is(e, store.ErrLeaseLost) {
+			// Not renewed this round (a busy row): kept, and renewed at
+			// the next, unless its lease runs out first (above).
+			if e := res[i].Err; e != nil && !errors.Is(e, store.ErrLeaseLost) && !errors.Is(e, store.ErrNotRenewed) {
 				k.e.log.Warn("weir: renew lease", "run", ps[i].RunID, "err", e)
 			}
 		}

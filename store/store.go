@@ -39,6 +39,11 @@ import (
 var (
 	// ErrNotFound is returned for an unknown run or stream.
 	ErrNotFound = errors.New("not found")
+	// ErrNotRenewed is a RenewLeases result for a lease still held that the
+	// store did not renew this round (its row was locked by a write in
+	// progress, which a renewal skips rather than waits for): the caller
+	// keeps the run and renews it at its next round.
+	ErrNotRenewed = errors.New("lease not renewed this round")
 	// ErrLeaseLost is returned when a run's lease epoch is no longer the one
 	// given: another worker took the run over. The caller must stop running it.
 	ErrLeaseLost = errors.New("lease lost")

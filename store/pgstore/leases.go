@@ -132,6 +132,10 @@ func (s *Store) leaseLostOn(ctx context.Context, conn *pgx.Conn, run string, epo
 		return fmt.Errorf("renew lease: run %q: %w", run, err)
 	}
 	r.Status = store.RunStatus(status)
+	if apply.CheckLease(r, epoch) == nil {
+		// Still its lease: the row was skipped, locked (renewMany).
+		return fmt.Errorf("renew lease: run %q: %w: its row is locked by a write in progress", run, store.ErrNotRenewed)
+	}
 	return fmt.Errorf("renew lease: %w", apply.LeaseLost(r, epoch))
 }
 

@@ -801,3 +801,50 @@ func TestLimiterCreatedMeanwhileKeepsItsState(t *testing.T) {
 		t.Fatalf("after the second creation the limiter holds %+v, want the first one's slot", st.Holds)
 	}
 }
+
+// A renewal skips a run's row locked by a write in progress, rather than
+// waiting for it: the others are renewed at once, and the locked one is
+// said to be not renewed this round (store.ErrNotRenewed), not lost. A
+// renewal that waited behind such writes timed out with every lease it
+// carried, and at 30,000 runs of a saturated limiter leases lapsed and
+// bodies ran again (issue 38).
+func TestRenewalSkipsABusyRow(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	s := open(t, schema, nil)
+	ctx := t.Context()
+	var ps []store.RenewLeaseParams
+	for _, id := range []string{"a", "busy", "c"} {
+		run, _, err := s.CreateRun(ctx, &store.CreateRunParams{ID: id, Workflow: "wf", Owner: "w", LeaseTTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, store.RenewLeaseParams{RunID: id, LeaseEpoch: run.LeaseEpoch, LeaseTTL: time.Minute})
+	}
+	tx, err := adminPool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{schema}.Sanitize()+`.runs WHERE id = 'busy' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	own, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := s.RenewLeases(own, ps)
+	if err != nil {
+		t.Fatalf("RenewLeases with a row locked: %v", err)
+	}
+	if res[0].Err != nil || res[2].Err != nil {
+		t.Fatalf("the free rows: %v, %v", res[0].Err, res[2].Err)
+	}
+	if !errors.Is(res[1].Err, store.ErrNotRenewed) || errors.Is(res[1].Err, store.ErrLeaseLost) {
+		t.Fatalf("the locked row: %v, want ErrNotRenewed", res[1].Err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.RenewLeases(own, ps[1:2]); err != nil || res[0].Err != nil {
+		t.Fatalf("the row once free: %v %+v", err, res)
+	}
+}
