@@ -201,6 +201,9 @@ func (s *Store) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*sto
 	if err != nil {
 		return nil, fmt.Errorf("claim runs: %w", err)
 	}
+	if err := s.claimedData(context.WithoutCancel(ctx), out); err != nil {
+		return nil, fmt.Errorf("claim runs: %w", err)
+	}
 	// RETURNING gives no order: put them back in the order they were chosen.
 	slices.SortFunc(out, func(a, b *store.Run) int {
 		if c := a.WakeAt.Compare(b.WakeAt); c != 0 {

@@ -102,7 +102,7 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 					AND (?6 IS NULL OR queue NOT IN (SELECT value FROM json_each(?6)))
 					AND (?7 IS NULL OR version IN (SELECT value FROM json_each(?7)))
 				ORDER BY wake_at, seq LIMIT ?4)
-			RETURNING `+runCols),
+			RETURNING `+claimedCols),
 		// Runs parked in a limiter's line (AdvanceParams.Lined), before
 		// their wake time: a claim with room in its lines takes them first.
 		p(&w.claimLined, `UPDATE runs SET status = 'running', lease_owner = ?1, lease_expires = ?2,
@@ -115,7 +115,7 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 					AND (?6 IS NULL OR queue NOT IN (SELECT value FROM json_each(?6)))
 					AND (?7 IS NULL OR version IN (SELECT value FROM json_each(?7)))
 				ORDER BY line_priority DESC, seq LIMIT ?4)
-			RETURNING `+runCols),
+			RETURNING `+claimedCols),
 		p(&w.renew, `UPDATE runs SET lease_expires = ?, updated_at = ?
 			WHERE id = ? AND lease_epoch = ? AND lease_owner != '' AND status IN ('pending', 'running')
 			RETURNING cancel_requested`),
