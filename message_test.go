@@ -485,10 +485,12 @@ func TestAClientCannotPlantARunsSendKey(t *testing.T) {
 		if got, err := r.Result(testCtx(t)); err != nil || got != 7 {
 			t.Fatalf("the receiver got %d, %v; want 7", got, err)
 		}
-		// Keys that merely look alike are the client's.
+		// Keys that merely look alike are the client's. (On a topic the
+		// run does not take: a message on "n" would end it, and the next
+		// send would find it ended.)
 		r2, err := recvWF.Start(testCtx(t), 0, nil)
 		must(t, err)
-		sendMsg(t, e, r2.ID, "n", `1`, &weir.SendOptions{IdempotencyKey: "WEIR/x"})
-		sendMsg(t, e, r2.ID, "n", `1`, &weir.SendOptions{IdempotencyKey: "weir-x"})
+		sendMsg(t, e, r2.ID, "aside", `1`, &weir.SendOptions{IdempotencyKey: "WEIR/x"})
+		sendMsg(t, e, r2.ID, "aside", `1`, &weir.SendOptions{IdempotencyKey: "weir-x"})
 	})
 }
