@@ -114,7 +114,7 @@ const limiterWaitedFor = `limiters IS NOT NULL AND position(E'\n' || $1 || E'\n'
 // WakeRunsFor makes the parked runs that wait for limiter name claimable now.
 func (t *limiterTx) WakeRunsFor(name string) error {
 	_, err := t.x.c.Exec(t.ctx, `UPDATE `+t.s.q.schema+`.runs SET wake_at = 0
-		WHERE `+limiterWaitedFor+` AND `+sqlrow.RunParked+` AND line_priority IS NULL AND wake_at > 0`, name)
+		WHERE `+limiterWaitedFor+` AND `+sqlrow.RunParkedForAWindow+` AND wake_at > 0`, name)
 	return err
 }
 

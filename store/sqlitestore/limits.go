@@ -98,7 +98,7 @@ const limiterWaitedFor = `limiters IS NOT NULL AND instr(char(10) || limiters, c
 // WakeRunsFor makes the parked runs that wait for limiter name claimable now.
 func (tx *wtx) WakeRunsFor(name string) error {
 	tx.changed = true
-	st, err := tx.stmt(`UPDATE runs SET wake_at = 0 WHERE ` + limiterWaitedFor + ` AND ` + sqlrow.RunParked + ` AND line_priority IS NULL AND wake_at > 0`)
+	st, err := tx.stmt(`UPDATE runs SET wake_at = 0 WHERE ` + limiterWaitedFor + ` AND ` + sqlrow.RunParkedForAWindow + ` AND wake_at > 0`)
 	if err != nil {
 		return err
 	}

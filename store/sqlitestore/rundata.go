@@ -2,8 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"regexp"
 
 	"github.com/weirhq/weir/store"
@@ -87,17 +85,31 @@ func (tx *wtx) setOutput(id string, output []byte) error {
 // claimedData reads the input and output of runs just claimed (claimedCols)
 // from a read connection: a claimed run's data does not change while it
 // is leased, but by its own execution.
+// One query for all of them: a claim of 32 runs is one read, not 32.
 func (s *Store) claimedData(ctx context.Context, runs []*store.Run) error {
-	for _, r := range runs {
+	if len(runs) == 0 {
+		return nil
+	}
+	byID := make(map[string]*store.Run, len(runs))
+	ids := make([]string, len(runs))
+	for i, r := range runs {
+		byID[r.ID], ids[i] = r, r.ID
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT r.id, d.input, d.output FROM runs r JOIN run_data d ON d.seq = r.seq
+		WHERE r.id IN (SELECT value FROM json_each(?))`, jsonList(ids))
+	if err != nil {
+		return s.readErr(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
 		var input, output []byte
-		err := s.rdb.QueryRowContext(ctx, `SELECT d.input, d.output FROM runs r JOIN run_data d ON d.seq = r.seq WHERE r.id = ?`, r.ID).Scan(&input, &output)
-		if errors.Is(err, sql.ErrNoRows) {
-			continue // no data
-		}
-		if err != nil {
+		if err := rows.Scan(&id, &input, &output); err != nil {
 			return s.readErr(err)
 		}
-		r.Input, r.Output = input, output
+		if r := byID[id]; r != nil { // runs without data have no row
+			r.Input, r.Output = input, output
+		}
 	}
-	return nil
+	return s.readErr(rows.Err())
 }

@@ -412,6 +412,12 @@ func EncodeAwaits(a *store.Awaits) any {
 // up (the same SQL on both stores).
 const RunParked = `status IN ('pending', 'running') AND lease_owner = ''`
 
+// RunParkedForAWindow is the test that a run is parked for a limiter's
+// window, not lined: a limiter change that opens a window wakes these
+// (apply.SetLimiter); a run parked lined waits for a seat, which no
+// change of the limiter gives it.
+const RunParkedForAWindow = RunParked + ` AND line_priority IS NULL`
+
 // EncodeLimiters is a run's limiters column for names (the limiters a
 // parked run waits for, store.AdvanceParams.Limiters): nil (SQL NULL) for
 // none, else each name followed by a newline, which no limiter name holds
