@@ -331,6 +331,7 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 			if !d.HandsOff {
 				handed = changed
 			}
+			wasHanded := false
 			func() {
 				seat, park := x.lineEnter(want)
 				defer x.lineLeave()
@@ -352,6 +353,7 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 					defer unwatch()
 					env.wait(sent.Add(lease*3/4), wake, false)
 					park = closed(evict) && !closed(handed)
+					wasHanded = d.HandsOff && closed(handed)
 				}
 				if park && !env.parks {
 					// A better waiter took its seat: it asks again, and
@@ -374,6 +376,22 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 				}
 			}()
 			stop()
+			if _, stopped := x.interrupted(); wasHanded && !stopped {
+				// Handed a slot (limit.HandOff): the release that handed
+				// it committed the hold, its lease counted from then, so
+				// a read of the limiter says whether it holds it and the
+				// step starts without an ask of its own, whose commit
+				// would be a second one between a step and the next. A
+				// wake is a hint (a late one may be of a hand it gave
+				// back): a hold not read, or with less than half its
+				// lease left, is asked for.
+				until, held, err := lim.SlotHeld(x.ctx, &store.SlotHeldParams{Limiter: cfg.limiter, Holder: p.Holder})
+				if err == nil && held && time.Until(until) > lease/2 {
+					granted = true
+					release, lost := x.holdSlot(lim, cfg.limiter, p.Holder, lease, until.Add(-lease))
+					return release, lost, nil
+				}
+			}
 		}
 		if r, ok := x.interrupted(); ok {
 			env.leave(r, context.Cause(x.ctx))

@@ -600,6 +600,26 @@ func Latest(st State, now time.Time) time.Time {
 	return now
 }
 
+// HeldFor reports whether holder holds a slot of st past now, and until
+// when by the clock now is read from: the hold's lease brought forward by
+// as much as the limiter's decisions are ahead of now (Latest), since a
+// decision made at that later time takes the hold back at its Until. A
+// waiter handed a slot (HandOff) reads it so, without a decision of its
+// own. A run's hold (Hold.Run) lasts no lease and is not a step's.
+func HeldFor(st State, holder string, now time.Time) (time.Time, bool) {
+	ahead := Latest(st, now).Sub(now)
+	for _, h := range st.Holds {
+		if h.Holder != holder || h.Run {
+			continue
+		}
+		if until := h.Until.Add(-ahead); until.After(now) {
+			return until, true
+		}
+		return time.Time{}, false
+	}
+	return time.Time{}, false
+}
+
 // heldBy is how many slots key holds.
 func heldBy(st State, key string) int {
 	n := 0

@@ -852,3 +852,91 @@ func TestOpensWindows(t *testing.T) {
 		t.Error("a new limiter opens a window")
 	}
 }
+
+func TestHeldFor(t *testing.T) {
+	c := &Config{Name: "l", Concurrency: 1}
+	var st State
+	d, st := Acquire(c, st, Request{Holder: "a", Lease: time.Second}, t0)
+	if !d.Granted {
+		t.Fatal("a not granted")
+	}
+	_, st = Acquire(c, st, Request{Holder: "b", Lease: time.Second}, t0.Add(10*time.Millisecond))
+	if _, ok := HeldFor(st, "b", t0.Add(10*time.Millisecond)); ok {
+		t.Fatal("b, in line, read as holding")
+	}
+	// a gives its slot back at 100 ms: HandOff gives it to b, whose lease
+	// starts then.
+	st, _, _ = Release(c, st, "a", 0, t0.Add(100*time.Millisecond))
+	st, handed := HandOff(c, st, t0.Add(100*time.Millisecond))
+	if !slices.Equal(handed, []string{"b"}) {
+		t.Fatalf("handed %v, want b", handed)
+	}
+	for _, tc := range []struct {
+		name string
+		now  time.Duration
+		want time.Duration // 0: not held
+	}{
+		{"just handed", 100 * time.Millisecond, 1100 * time.Millisecond},
+		{"later", 600 * time.Millisecond, 1100 * time.Millisecond},
+		{"at its end", 1100 * time.Millisecond, 0},
+		{"past it", 2 * time.Second, 0},
+		// A reader whose clock is behind the decision that handed it
+		// counts the lease from its own clock's view of that decision.
+		{"a clock 50 ms behind", 50 * time.Millisecond, 1050 * time.Millisecond},
+	} {
+		until, ok := HeldFor(st, "b", t0.Add(tc.now))
+		if ok != (tc.want != 0) || (ok && !until.Equal(t0.Add(tc.want))) {
+			t.Errorf("%s: HeldFor = %v, %v; want %v", tc.name, until.Sub(t0), ok, tc.want)
+		}
+	}
+	if _, ok := HeldFor(st, "a", t0.Add(100*time.Millisecond)); ok {
+		t.Error("a read as holding what it gave back")
+	}
+}
+
+// TestHeldForHoldsUntilItSays: whatever a reader of a limiter's state is
+// told by HeldFor, no decision of anyone else's, at any clock before the
+// time it was told, takes the slot from it. This is what lets a waiter
+// handed a slot start its step on a read, without a decision of its own.
+func TestHeldForHoldsUntilItSays(t *testing.T) {
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 23))
+		c := &Config{Name: "l", Concurrency: 1 + rng.IntN(3)}
+		if rng.IntN(2) == 0 {
+			c.PerKey = 1
+		}
+		var st State
+		now := t0
+		holders := []string{"a1", "a2", "b1", "b2", "c1", "d1"}
+		for step := range 200 {
+			now = now.Add(time.Duration(rng.IntN(60)) * time.Millisecond)
+			// Each decision on a clock up to 100 ms off.
+			at := now.Add(time.Duration(rng.IntN(200)-100) * time.Millisecond)
+			h := holders[rng.IntN(len(holders))]
+			if rng.IntN(3) < 2 {
+				_, st = Acquire(c, st, Request{Holder: h, Key: h[:1], Priority: rng.IntN(2), Lease: time.Duration(200+rng.IntN(400)) * time.Millisecond}, at)
+			} else {
+				st, _, _ = Release(c, st, h, 0, at)
+				st, _ = HandOff(c, st, at)
+			}
+			// A reader, on a clock up to 100 ms off too, told it holds.
+			read := now.Add(time.Duration(rng.IntN(200)-100) * time.Millisecond)
+			for _, r := range holders {
+				until, ok := HeldFor(st, r, read)
+				if !ok {
+					continue
+				}
+				// Anyone else's decision at any time before until keeps r's hold.
+				other := holders[rng.IntN(len(holders))]
+				if other == r {
+					continue
+				}
+				when := read.Add(time.Duration(rng.Int64N(int64(until.Sub(read)))))
+				_, after := Acquire(c, st, Request{Holder: other, Key: other[:1], Lease: 300 * time.Millisecond}, when)
+				if !slices.ContainsFunc(after.Holds, func(x Hold) bool { return x.Holder == r }) {
+					t.Fatalf("seed %d step %d: %s read as held until %v (read at %v), taken back by %s at %v", seed, step, r, until.Sub(t0), read.Sub(t0), other, when.Sub(t0))
+				}
+			}
+		}
+	}
+}

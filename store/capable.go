@@ -487,6 +487,14 @@ func (c *capable) RenewSlot(ctx context.Context, p *RenewSlotParams) (bool, erro
 	return c.limits.RenewSlot(ctx, p)
 }
 
+// SlotHeld is Limits.SlotHeld, or ErrUnsupported.
+func (c *capable) SlotHeld(ctx context.Context, p *SlotHeldParams) (time.Time, bool, error) {
+	if c.limits == nil {
+		return time.Time{}, false, unsupported("limiters")
+	}
+	return c.limits.SlotHeld(ctx, p)
+}
+
 // DeleteLimiter is Limits.DeleteLimiter, or ErrUnsupported.
 func (c *capable) DeleteLimiter(ctx context.Context, name string) error {
 	if c.limits == nil {

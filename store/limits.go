@@ -36,6 +36,13 @@ type Limits interface {
 	// RenewSlot extends a held slot's lease; false if its lease had run
 	// out.
 	RenewSlot(ctx context.Context, p *RenewSlotParams) (bool, error)
+	// SlotHeld reports whether p.Holder holds a slot of p.Limiter, and
+	// until when by the caller's clock (limit.HeldFor), from what is
+	// committed, taking no lock and writing nothing: how a waiter handed
+	// a slot (LimiterWatcher.WatchSlot) starts its step without an ask of
+	// its own, whose commit would sit between every step and the next.
+	// ErrNotFound for no such limiter.
+	SlotHeld(ctx context.Context, p *SlotHeldParams) (until time.Time, held bool, err error)
 	// LimiterState returns what a limiter holds at now (zero: the store's
 	// clock): its live holds, its uses in the window, its line (for
 	// /metrics and the UI).
@@ -116,6 +123,12 @@ type RenewSlotParams struct {
 	Limiter, Holder string
 	Lease           time.Duration // the hold lasts until now + Lease
 	Now             time.Time     // zero: the store's clock
+}
+
+// SlotHeldParams is a SlotHeld call.
+type SlotHeldParams struct {
+	Limiter, Holder string
+	Now             time.Time // zero: the store's clock
 }
 
 // Check validates an AcquireSlot call.

@@ -1011,6 +1011,11 @@ func (g *gatedStore) RenewSlot(ctx context.Context, p *store.RenewSlotParams) (b
 	return g.Full.RenewSlot(ctx, p)
 }
 
+func (g *gatedStore) SlotHeld(ctx context.Context, p *store.SlotHeldParams) (time.Time, bool, error) {
+	g.pass()
+	return g.Full.SlotHeld(ctx, p)
+}
+
 func (g *gatedStore) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bool, error) {
 	g.pass()
 	return g.Full.ReleaseSlot(ctx, p)

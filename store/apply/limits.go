@@ -265,3 +265,13 @@ func LimiterView(config, state []byte, now time.Time, inFlight func(ids []string
 	st.Queued = queued
 	return &st, nil
 }
+
+// SlotHeld decides a store.SlotHeld call from a limiter's kept state.
+func SlotHeld(state []byte, holder string, now time.Time) (time.Time, bool, error) {
+	st, err := DecodeLimiterState(state)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	until, held := limit.HeldFor(st, holder, now)
+	return until, held, nil
+}

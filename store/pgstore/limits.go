@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -161,7 +162,7 @@ func (s *Store) SetLimiter(ctx context.Context, c *limit.Config) error {
 		return fmt.Errorf("set limiter: %w", err)
 	}
 	s.limiterChanged(c.Name)
-	s.slotsHanded(c.Name, handed)
+	s.slotsHanded(c.Name, handed, false)
 	return nil
 }
 
@@ -233,9 +234,14 @@ func (s *Store) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*l
 	}
 	q := p.WithDefaults(s.cfg.Now)
 	var d *limit.Decision
+	told := false
 	err := s.limiterWrite(ctx, func(t *limiterTx) error {
 		var err error
-		d, err = apply.AcquireSlot(t, q)
+		if d, err = apply.AcquireSlot(t, q); err != nil {
+			return err
+		}
+		_, _, handed := store.AcquireWakes(d)
+		told, err = t.tellHanded(q.Limiter, handed)
 		return err
 	})
 	if err != nil {
@@ -248,7 +254,7 @@ func (s *Store) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*l
 	if joined {
 		s.limiterJoined(q.Limiter)
 	}
-	s.slotsHanded(q.Limiter, handed)
+	s.slotsHanded(q.Limiter, handed, told)
 	return d, nil
 }
 
@@ -260,9 +266,13 @@ func (s *Store) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bo
 	q := p.WithDefaults(s.cfg.Now)
 	var ok bool
 	var handed []string
+	told := false
 	err := s.limiterWrite(ctx, func(t *limiterTx) error {
 		var err error
-		ok, handed, err = apply.ReleaseSlot(t, q)
+		if ok, handed, err = apply.ReleaseSlot(t, q); err != nil {
+			return err
+		}
+		told, err = t.tellHanded(q.Limiter, handed)
 		return err
 	})
 	if err != nil {
@@ -271,7 +281,7 @@ func (s *Store) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bo
 	if ok {
 		s.limiterChanged(q.Limiter)
 	}
-	s.slotsHanded(q.Limiter, handed)
+	s.slotsHanded(q.Limiter, handed, told)
 	return ok, nil
 }
 
@@ -291,6 +301,22 @@ func (s *Store) RenewSlot(ctx context.Context, p *store.RenewSlotParams) (bool, 
 		return false, fmt.Errorf("renew slot: %w", err)
 	}
 	return ok, nil
+}
+
+// SlotHeld reads whether p.Holder holds a slot, from the committed row.
+func (s *Store) SlotHeld(ctx context.Context, p *store.SlotHeldParams) (time.Time, bool, error) {
+	if p.Holder == "" {
+		return time.Time{}, false, fmt.Errorf("slot held: %w: no holder", store.ErrInvalid)
+	}
+	_, state, err := s.readLimiter(ctx, p.Limiter)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	now := p.Now
+	if now.IsZero() {
+		now = s.cfg.Now()
+	}
+	return apply.SlotHeld(state, p.Holder, now)
 }
 
 // LimiterState returns what a limiter holds at now.
@@ -366,8 +392,9 @@ func (s *Store) WatchSlot(name, holder string) (<-chan struct{}, func()) {
 }
 
 // slotsHanded wakes the waiters of limiter name a committed decision
-// handed a slot, here and in the other processes.
-func (s *Store) slotsHanded(name string, handed []string) {
+// handed a slot, here and, unless its transaction told them already
+// (limiterTx.tellHanded), in the other processes.
+func (s *Store) slotsHanded(name string, handed []string, told bool) {
 	if len(handed) == 0 {
 		return
 	}
@@ -375,7 +402,35 @@ func (s *Store) slotsHanded(name string, handed []string) {
 	for _, k := range ks {
 		s.runs.Wake(k, struct{}{})
 	}
-	s.pub.addRuns(ks)
+	if !told {
+		s.pub.addRuns(ks)
+	}
+}
+
+// maxToldInTx is the most waiters a decision's own transaction tells of
+// their slots; more (a raised bound) go by the publisher.
+const maxToldInTx = 32
+
+// tellHanded sends the wakes of the waiters the decision handed a slot in
+// its own transaction, when another process may listen: PostgreSQL
+// delivers them at its commit, where the publisher's NOTIFY would be a
+// statement of its own after it, up to NotifyInterval later. A slot's
+// handover is a step's wait between two steps (red team of issue 38:
+// 3–4 ms across processes against 1.3–1.6 in one); false when it told no
+// one.
+func (t *limiterTx) tellHanded(name string, handed []string) (bool, error) {
+	if len(handed) == 0 || len(handed) > maxToldInTx || !t.s.pub.othersKnown() {
+		return false, nil
+	}
+	var b strings.Builder
+	for i, k := range store.SlotKeys(name, handed) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(formatRun(k))
+	}
+	_, err := t.x.c.Exec(t.ctx, `SELECT pg_notify($1, $2)`, t.s.pub.channel, b.String())
+	return err == nil, err
 }
 
 // limiterJoined wakes the line watchers of limiter name (committed), here

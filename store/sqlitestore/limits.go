@@ -287,6 +287,22 @@ func (s *Store) RenewSlot(ctx context.Context, p *store.RenewSlotParams) (bool, 
 	return ok, nil
 }
 
+// SlotHeld reads whether p.Holder holds a slot, from the committed row.
+func (s *Store) SlotHeld(ctx context.Context, p *store.SlotHeldParams) (time.Time, bool, error) {
+	if p.Holder == "" {
+		return time.Time{}, false, fmt.Errorf("slot held: %w: no holder", store.ErrInvalid)
+	}
+	_, state, err := s.readLimiter(ctx, p.Limiter)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	now := p.Now
+	if now.IsZero() {
+		now = s.cfg.Now()
+	}
+	return apply.SlotHeld(state, p.Holder, now)
+}
+
 // LimiterState returns what a limiter holds now.
 func (s *Store) LimiterState(ctx context.Context, name string, now time.Time) (*limit.State, error) {
 	cfg, state, err := s.readLimiter(ctx, name)

@@ -232,6 +232,52 @@ func testLimits(t *testing.T, h harness) {
 		}
 	})
 
+	t.Run("SlotHeld", func(t *testing.T) {
+		// A waiter handed a slot by a release reads that it holds it, and
+		// until when, without asking: the engine starts its step on it.
+		t.Parallel()
+		s := newLimits(t)
+		must(t, s.SetLimiter(ctx(t), &limit.Config{Name: "h", Concurrency: 1}))
+		held := func(holder string, ms int) (time.Time, bool) {
+			t.Helper()
+			until, ok, err := s.SlotHeld(ctx(t), &store.SlotHeldParams{Limiter: "h", Holder: holder, Now: at(ms)})
+			must(t, err)
+			return until, ok
+		}
+		if !acq(t, s, "h", "a1", 0).Granted || acq(t, s, "h", "b1", 1).Granted {
+			t.Fatal("a1 first, b1 in line")
+		}
+		if until, ok := held("a1", 2); !ok || !until.Equal(at(10_000)) {
+			t.Fatalf("a1 holds until %v, %v; want 10 s", until.Sub(t0), ok)
+		}
+		if _, ok := held("b1", 2); ok {
+			t.Fatal("b1, in line, read as holding")
+		}
+		if _, err := s.ReleaseSlot(ctx(t), &store.ReleaseSlotParams{Limiter: "h", Holder: "a1", Now: at(100)}); err != nil {
+			t.Fatal(err)
+		}
+		// Handed at the release: b1's lease counts from then.
+		if until, ok := held("b1", 101); !ok || !until.Equal(at(10_100)) {
+			t.Fatalf("b1 holds until %v, %v; want 10.1 s", until.Sub(t0), ok)
+		}
+		if _, ok := held("a1", 101); ok {
+			t.Fatal("a1 read as holding what it gave back")
+		}
+		// A reader whose clock is behind the release's counts from its view.
+		if until, ok := held("b1", 50); !ok || !until.Equal(at(10_050)) {
+			t.Fatalf("read 50 ms behind: %v, %v; want 10.05 s", until.Sub(t0), ok)
+		}
+		if _, ok := held("b1", 10_100); ok {
+			t.Fatal("b1 read as holding past its lease")
+		}
+		_, _, err := s.SlotHeld(ctx(t), &store.SlotHeldParams{Limiter: "nope", Holder: "b1"})
+		wantErr(t, err, store.ErrNotFound)
+		_, _, err = s.SlotHeld(ctx(t), &store.SlotHeldParams{Limiter: "h"})
+		wantErr(t, err, store.ErrInvalid)
+		_, _, err = s.SlotHeld(ctx(t), &store.SlotHeldParams{Limiter: "a\x00b", Holder: "b1"})
+		wantErr(t, err, store.ErrInvalid)
+	})
+
 	t.Run("CreationsAtOnceKeepTheState", func(t *testing.T) {
 		// Processes that start at once each set the same new limiter, and
 		// each takes a slot once its own set returned. A creation that
