@@ -189,6 +189,16 @@ func runFlow(ctx context.Context, v *env) (*Result, error) {
 	if err := <-watched; err != nil {
 		return nil, fmt.Errorf("rate: reading the queue's uses: %w", err)
 	}
+	// The last window's, made since the last read.
+	st, err := lim.LimiterState(ctx, flowRateQ, time.Time{})
+	if err != nil {
+		return nil, fmt.Errorf("rate: reading the queue's uses: %w", err)
+	}
+	for _, u := range st.Uses {
+		if _, ok := admitted[u.Holder]; !ok && u.Count <= 1 {
+			admitted[u.Holder] = u.At
+		}
+	}
 	mostIn := func(m map[string]time.Time) ([]time.Time, int) {
 		var at []time.Time
 		for _, t := range m {
