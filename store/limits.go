@@ -191,6 +191,23 @@ func (p *RenewSlotParams) WithDefaults(clock func() time.Time) *RenewSlotParams 
 	return &out
 }
 
+// Check validates a SlotHeld call.
+func (p *SlotHeldParams) Check() error {
+	if err := checkLimiterName(p.Limiter); err != nil {
+		return err
+	}
+	return checkHolder(p.Holder)
+}
+
+// WithDefaults returns a copy of p with Now from clock if unset.
+func (p *SlotHeldParams) WithDefaults(clock func() time.Time) *SlotHeldParams {
+	out := *p
+	if out.Now.IsZero() {
+		out.Now = clock()
+	}
+	return &out
+}
+
 // CheckLimiter validates a limiter's configuration for SetLimiter.
 func CheckLimiter(c *limit.Config) error {
 	if err := c.Check(); err != nil {

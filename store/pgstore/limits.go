@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -162,7 +161,7 @@ func (s *Store) SetLimiter(ctx context.Context, c *limit.Config) error {
 		return fmt.Errorf("set limiter: %w", err)
 	}
 	s.limiterChanged(c.Name)
-	s.slotsHanded(c.Name, handed, false)
+	s.slotsHanded(c.Name, handed)
 	return nil
 }
 
@@ -234,14 +233,9 @@ func (s *Store) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*l
 	}
 	q := p.WithDefaults(s.cfg.Now)
 	var d *limit.Decision
-	told := false
 	err := s.limiterWrite(ctx, func(t *limiterTx) error {
 		var err error
-		if d, err = apply.AcquireSlot(t, q); err != nil {
-			return err
-		}
-		_, _, handed := store.AcquireWakes(d)
-		told, err = t.tellHanded(q.Limiter, handed)
+		d, err = apply.AcquireSlot(t, q)
 		return err
 	})
 	if err != nil {
@@ -254,7 +248,7 @@ func (s *Store) AcquireSlot(ctx context.Context, p *store.AcquireSlotParams) (*l
 	if joined {
 		s.limiterJoined(q.Limiter)
 	}
-	s.slotsHanded(q.Limiter, handed, told)
+	s.slotsHanded(q.Limiter, handed)
 	return d, nil
 }
 
@@ -266,13 +260,9 @@ func (s *Store) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bo
 	q := p.WithDefaults(s.cfg.Now)
 	var ok bool
 	var handed []string
-	told := false
 	err := s.limiterWrite(ctx, func(t *limiterTx) error {
 		var err error
-		if ok, handed, err = apply.ReleaseSlot(t, q); err != nil {
-			return err
-		}
-		told, err = t.tellHanded(q.Limiter, handed)
+		ok, handed, err = apply.ReleaseSlot(t, q)
 		return err
 	})
 	if err != nil {
@@ -281,7 +271,7 @@ func (s *Store) ReleaseSlot(ctx context.Context, p *store.ReleaseSlotParams) (bo
 	if ok {
 		s.limiterChanged(q.Limiter)
 	}
-	s.slotsHanded(q.Limiter, handed, told)
+	s.slotsHanded(q.Limiter, handed)
 	return ok, nil
 }
 
@@ -305,18 +295,15 @@ func (s *Store) RenewSlot(ctx context.Context, p *store.RenewSlotParams) (bool, 
 
 // SlotHeld reads whether p.Holder holds a slot, from the committed row.
 func (s *Store) SlotHeld(ctx context.Context, p *store.SlotHeldParams) (time.Time, bool, error) {
-	if p.Holder == "" {
-		return time.Time{}, false, fmt.Errorf("slot held: %w: no holder", store.ErrInvalid)
+	if err := p.Check(); err != nil {
+		return time.Time{}, false, fmt.Errorf("slot held: %w", err)
 	}
-	_, state, err := s.readLimiter(ctx, p.Limiter)
+	q := p.WithDefaults(s.cfg.Now)
+	_, state, err := s.readLimiter(ctx, q.Limiter)
 	if err != nil {
 		return time.Time{}, false, err
 	}
-	now := p.Now
-	if now.IsZero() {
-		now = s.cfg.Now()
-	}
-	return apply.SlotHeld(state, p.Holder, now)
+	return apply.SlotHeld(state, q.Holder, q.Now)
 }
 
 // LimiterState returns what a limiter holds at now.
@@ -392,9 +379,8 @@ func (s *Store) WatchSlot(name, holder string) (<-chan struct{}, func()) {
 }
 
 // slotsHanded wakes the waiters of limiter name a committed decision
-// handed a slot, here and, unless its transaction told them already
-// (limiterTx.tellHanded), in the other processes.
-func (s *Store) slotsHanded(name string, handed []string, told bool) {
+// handed a slot, here and in the other processes.
+func (s *Store) slotsHanded(name string, handed []string) {
 	if len(handed) == 0 {
 		return
 	}
@@ -402,35 +388,7 @@ func (s *Store) slotsHanded(name string, handed []string, told bool) {
 	for _, k := range ks {
 		s.runs.Wake(k, struct{}{})
 	}
-	if !told {
-		s.pub.addRuns(ks)
-	}
-}
-
-// maxToldInTx is the most waiters a decision's own transaction tells of
-// their slots; more (a raised bound) go by the publisher.
-const maxToldInTx = 32
-
-// tellHanded sends the wakes of the waiters the decision handed a slot in
-// its own transaction, when another process may listen: PostgreSQL
-// delivers them at its commit, where the publisher's NOTIFY would be a
-// statement of its own after it, up to NotifyInterval later. A slot's
-// handover is a step's wait between two steps (red team of issue 38:
-// 3–4 ms across processes against 1.3–1.6 in one); false when it told no
-// one.
-func (t *limiterTx) tellHanded(name string, handed []string) (bool, error) {
-	if len(handed) == 0 || len(handed) > maxToldInTx || !t.s.pub.othersKnown() {
-		return false, nil
-	}
-	var b strings.Builder
-	for i, k := range store.SlotKeys(name, handed) {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(formatRun(k))
-	}
-	_, err := t.x.c.Exec(t.ctx, `SELECT pg_notify($1, $2)`, t.s.pub.channel, b.String())
-	return err == nil, err
+	s.pub.addRuns(ks)
 }
 
 // limiterJoined wakes the line watchers of limiter name (committed), here

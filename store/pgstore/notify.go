@@ -165,13 +165,6 @@ func (p *publisher) others() bool {
 	return time.Now().UnixNano() < p.othersUntil.Load() || p.quietSince.Load() < up
 }
 
-// othersKnown reports whether another process may listen, as last heard
-// or looked for, without looking now.
-func (p *publisher) othersKnown() bool {
-	up := p.s.lis.upSince.Load()
-	return time.Now().UnixNano() < p.othersUntil.Load() || up == 0 || p.quietSince.Load() < up
-}
-
 // checkOthers looks for another process's listener: a session of this
 // database whose last statement was this channel's LISTEN (or whose
 // statements this role may not see).

@@ -289,18 +289,15 @@ func (s *Store) RenewSlot(ctx context.Context, p *store.RenewSlotParams) (bool, 
 
 // SlotHeld reads whether p.Holder holds a slot, from the committed row.
 func (s *Store) SlotHeld(ctx context.Context, p *store.SlotHeldParams) (time.Time, bool, error) {
-	if p.Holder == "" {
-		return time.Time{}, false, fmt.Errorf("slot held: %w: no holder", store.ErrInvalid)
+	if err := p.Check(); err != nil {
+		return time.Time{}, false, fmt.Errorf("slot held: %w", err)
 	}
-	_, state, err := s.readLimiter(ctx, p.Limiter)
+	q := p.WithDefaults(s.cfg.Now)
+	_, state, err := s.readLimiter(ctx, q.Limiter)
 	if err != nil {
 		return time.Time{}, false, err
 	}
-	now := p.Now
-	if now.IsZero() {
-		now = s.cfg.Now()
-	}
-	return apply.SlotHeld(state, p.Holder, now)
+	return apply.SlotHeld(state, q.Holder, q.Now)
 }
 
 // LimiterState returns what a limiter holds now.
