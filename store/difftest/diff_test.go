@@ -500,9 +500,15 @@ func (g *gen) limiterOp(now time.Time) *op {
 		}}
 	case 3:
 		p := store.ReleaseSlotParams{Limiter: name, Holder: holder, Cost: int64(g.n(3)*30 - 10), Now: now}
-		return &op{desc: fmt.Sprintf("ReleaseSlot %+v", p), run: func(ctx context.Context, sd *side) string {
+		return &op{desc: fmt.Sprintf("ReleaseSlot %+v, SlotHeld of each", p), run: func(ctx context.Context, sd *side) string {
 			ok, err := lim(sd).ReleaseSlot(ctx, &p)
-			return fmt.Sprintf("%v %s", ok, sd.norm(err))
+			// What a waiter the release handed a slot reads (SlotHeld).
+			out := fmt.Sprintf("%v %s", ok, sd.norm(err))
+			for _, h := range []string{"h1", "h2", "h3", "h4"} {
+				until, held, err := lim(sd).SlotHeld(ctx, &store.SlotHeldParams{Limiter: name, Holder: h, Now: now})
+				out += fmt.Sprintf(" %s:%v,%v,%s", h, until.Sub(now), held, sd.norm(err))
+			}
+			return out
 		}}
 	default:
 		p := store.RenewSlotParams{Limiter: name, Holder: holder, Lease: time.Duration(g.n(10)) * time.Second, Now: now}
