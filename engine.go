@@ -319,6 +319,27 @@ type EngineStats struct {
 	// and the starts it made in a queue that did not admit them at once:
 	// the limiter's refusals, as this process saw them.
 	LimiterWaits map[string]uint64
+	// LeaseRenewals are the lease keeper's counts, where the store renews
+	// the leases of many runs at once (store.LeaseRenewer; zero otherwise).
+	LeaseRenewals LeaseRenewalStats
+}
+
+// LeaseRenewalStats count what became of the rounds in which an engine
+// renews the leases of the runs it executes (one store call a third of a
+// lease). A lease lost to another worker is not counted here: that is the
+// store's answer, not the keeper's lateness.
+type LeaseRenewalStats struct {
+	// Skipped counts leases a round did not renew because their run's
+	// row was locked by a write in progress (PostgreSQL): each is renewed
+	// at the next round. Thousands under a saturated limiter's flood are
+	// normal; what matters is Lapsed.
+	Skipped uint64
+	// Failed counts rounds that failed or timed out (half a lease): the
+	// store or its connection was slow or gone.
+	Failed uint64
+	// Lapsed counts leases that went a whole lease without a renewal: the
+	// run was given up, and another worker may run its step again.
+	Lapsed uint64
 }
 
 // Stats returns the engine's counters.
@@ -326,8 +347,12 @@ func (e *Engine) Stats() EngineStats {
 	e.mu.Lock()
 	running := len(e.running)
 	e.mu.Unlock()
-	return EngineStats{Running: running, LingeringAttempts: e.lingering.Load(), AbandonedAttempts: e.abandonedTotal.Load(),
+	st := EngineStats{Running: running, LingeringAttempts: e.lingering.Load(), AbandonedAttempts: e.abandonedTotal.Load(),
 		LimiterWaits: e.grants.refusals()}
+	if k := e.leases; k != nil {
+		st.LeaseRenewals = LeaseRenewalStats{Skipped: k.skipped.Load(), Failed: k.failed.Load(), Lapsed: k.lapsed.Load()}
+	}
+	return st
 }
 
 // workflowFunc runs a registered workflow: decode input, call, encode output.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weirhq/weir/store"
@@ -23,6 +24,11 @@ type leaseKeeper struct {
 	mu      sync.Mutex
 	held    map[*execution]time.Time // each run's last renewal (or claim)
 	running bool                     // loop runs while held is not empty
+
+	// What an operator watches of a worker under load (EngineStats):
+	// leases a round left for the next (their rows busy), rounds that
+	// failed or timed out, and leases that ran out before a renewal.
+	skipped, failed, lapsed atomic.Uint64
 }
 
 func newLeaseKeeper(e *Engine, r store.LeaseRenewer) *leaseKeeper {
@@ -109,16 +115,22 @@ func (k *leaseKeeper) renew(xs []*execution, ps []store.RenewLeaseParams, ttl ti
 			// Someone else may own the run by now.
 			delete(k.held, x)
 			out = append(out, verdict{x, errLeaseLost})
+			k.lapsed.Add(1)
 		}
 	}
 	k.mu.Unlock()
 	if err != nil {
+		k.failed.Add(1)
 		k.e.log.Warn("weir: renew leases", "runs", len(ps), "err", err)
 	} else {
 		for i := range res {
 			// Not renewed this round (a busy row): kept, and renewed at
-			// the next, unless its lease runs out first (above).
-			if e := res[i].Err; e != nil && !errors.Is(e, store.ErrLeaseLost) && !errors.Is(e, store.ErrNotRenewed) {
+			// the next, unless its lease runs out first (above). Counted,
+			// not logged: a saturated limiter's flood skips thousands.
+			switch e := res[i].Err; {
+			case errors.Is(e, store.ErrNotRenewed):
+				k.skipped.Add(1)
+			case e != nil && !errors.Is(e, store.ErrLeaseLost):
 				k.e.log.Warn("weir: renew lease", "run", ps[i].RunID, "err", e)
 			}
 		}

@@ -326,6 +326,12 @@ func (s *Server) writeEngineMetrics(w io.Writer) {
 	fmt.Fprintf(w, "weir_engine_attempts_lingering %d\n", st.LingeringAttempts)
 	family("weir_engine_attempts_abandoned_total", "counter", "Step attempts the engine abandoned without waiting for their function.")
 	fmt.Fprintf(w, "weir_engine_attempts_abandoned_total %d\n", st.AbandonedAttempts)
+	family("weir_engine_lease_renewals_skipped_total", "counter", "Run leases a renewal round left to the next because their rows were locked by writes in progress (each renewed a third of a lease later).")
+	fmt.Fprintf(w, "weir_engine_lease_renewals_skipped_total %d\n", st.LeaseRenewals.Skipped)
+	family("weir_engine_lease_renewal_failures_total", "counter", "Lease renewal rounds that failed or took half a lease.")
+	fmt.Fprintf(w, "weir_engine_lease_renewal_failures_total %d\n", st.LeaseRenewals.Failed)
+	family("weir_engine_leases_lapsed_total", "counter", "Run leases that went a whole lease without a renewal: the run was given up, and another worker may run its step again.")
+	fmt.Fprintf(w, "weir_engine_leases_lapsed_total %d\n", st.LeaseRenewals.Lapsed)
 	if len(st.LimiterWaits) > 0 {
 		family("weir_limiter_refusals_total", "counter", "Step attempts a limiter did not let start at once, and runs this process started in a queue that did not admit them at once (this process's count).")
 		names := slices.Sorted(maps.Keys(st.LimiterWaits))
