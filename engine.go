@@ -667,6 +667,13 @@ func (e *Engine) unreserve(queue string) {
 	e.nudge()
 }
 
+// isLaunched reports whether run id's execution is under way here.
+func (e *Engine) isLaunched(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.launched[id] > 0
+}
+
 // launchStarted executes r, leased to this engine as StartRun created it,
 // in a slot already counted, unless an execution of r was launched here
 // already (a StartRun of the same id at once); it reports whether it did.

@@ -128,6 +128,16 @@ type StartOptions struct {
 	// it (a canary's runs, a run that must wait for the next deploy).
 	// "": the engine's Config.Version.
 	Version string
+
+	// ElideFound: a run that exists at ID comes back without its input
+	// and output if either is over store.MaxListedValue bytes
+	// (Run.Elided), and they are not read (store.CreateRunParams): for a
+	// server, whose clients may name a run of 15 MiB again and again.
+	ElideFound bool
+	// SameInput: a run that exists at ID with another input than this
+	// start's (byte for byte; no input is null) is ErrKeyReused, decided
+	// without reading the run's input: a start by an idempotency key.
+	SameInput bool
 }
 
 // Start starts a run of w with input in (or returns the run opts.ID names).
@@ -174,6 +184,7 @@ func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *
 			p.WakeAt = time.Now().Add(opts.Delay)
 		}
 		p.Queue, p.QueueKey, p.Priority, p.Dedupe, p.Debounce, p.DebounceMax = opts.Queue, opts.QueueKey, opts.Priority, opts.Dedupe, opts.Debounce, opts.DebounceMax
+		p.ElideFound, p.SameInput = opts.ElideFound, opts.SameInput
 		if opts.Version != "" {
 			if err := names.Version(opts.Version, store.MaxVersionLen); err != nil {
 				return nil, false, fmt.Errorf("start run: %w: %w", store.ErrInvalid, err)
@@ -206,6 +217,15 @@ func (e *Engine) StartRun(ctx context.Context, name string, input []byte, opts *
 		// reply was lost (the store's retry finds the run, created false,
 		// with this engine's first lease), unless it runs here already.
 		leased := err == nil && r.LeaseOwner == e.cfg.WorkerID && r.LeaseEpoch == 1 && r.Status == store.RunRunning
+		if leased && r.Elided && !e.isLaunched(r.ID) {
+			// A lost try's lease, found without its data (ElideFound): its
+			// execution needs its input. Not for a run running here, which
+			// a client may name again and again.
+			full, gerr := e.store.GetRun(ctx, r.ID)
+			if leased = gerr == nil; leased {
+				r = full
+			}
+		}
 		if leased && e.launchStarted(runCtx, r, created) {
 			return r, created, nil
 		}

@@ -496,6 +496,20 @@ type CreateRunParams struct {
 	// first create (a fold never moves its start past that). At least
 	// Debounce; 0: no cap.
 	DebounceMax time.Duration
+
+	// ElideFound: a run that exists at ID comes back (created false)
+	// without its input and output if either is over MaxListedValue
+	// bytes (Run.Elided), and they are not read: as a server's reply to
+	// a start has it. A client that names a run of 15 MiB again and
+	// again made each start read it whole, in the writer (red team,
+	// round nineteen).
+	ElideFound bool
+	// SameInput: a run that exists at ID with another input than Input
+	// (byte for byte; no input is null) is ErrKeyReused. The store
+	// compares them without reading the run's input into the caller (a
+	// start by an idempotency key, whose retry must carry the same
+	// request).
+	SameInput bool
 }
 
 // ListRunsParams filters ListRuns.

@@ -22,8 +22,10 @@ type QueueTx interface {
 	// at once, without waiting (on a store with one writer, it is
 	// LockLimiter).
 	TryLockLimiter(name string) (c *limit.Config, state []byte, found, locked bool, err error)
-	// FindRun returns run id, nil if there is none.
-	FindRun(id string) (*store.Run, error)
+	// FindCreated returns the run at p.ID, nil if there is none, as a
+	// create reads it (sqlrow.FoundRunCols): of its data what p asks
+	// (FoundBound, FoundCompared), with what the read says of its input.
+	FindCreated(p *store.CreateRunParams) (*store.Run, Found, error)
 	// DedupeRun returns the run of queue with dedupe key that is pending
 	// or running, nil if none.
 	DedupeRun(queue, dedupe string) (*store.Run, error)
@@ -52,9 +54,9 @@ type QueueTx interface {
 // run still queued gives it p's input and moves its start to now +
 // p.Debounce.
 func QueueRun(tx QueueTx, p *store.CreateRunParams, now time.Time) (*store.Run, bool, error) {
-	if run, err := tx.FindRun(p.ID); err != nil || run != nil {
+	if run, f, err := tx.FindCreated(p); err != nil || run != nil {
 		if err == nil {
-			err = RunConflict(run, p)
+			err = FoundConflict(run, p, f)
 		}
 		return run, false, err
 	}

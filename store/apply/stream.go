@@ -1,7 +1,9 @@
 package apply
 
 import (
+	"bytes"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -78,6 +80,69 @@ func RunConflict(run *store.Run, p *store.CreateRunParams) error {
 	}
 	if p.OwnChild && run.Parent != p.Parent {
 		return fmt.Errorf("%w: run %q exists with parent %q, not %q", store.ErrRunConflict, p.ID, run.Parent, p.Parent)
+	}
+	return nil
+}
+
+// Found is what a backend's read of the run a create finds at its id
+// (sqlrow.FoundRunCols) says of the run's input, which it need not read:
+// whether the run has none, and whether it is the create's
+// (FoundCompared), byte for byte.
+type Found struct {
+	NoInput, SameInput bool
+}
+
+// FoundBound is the most bytes of a found run's input and output a
+// create reads (store.CreateRunParams.ElideFound): over it, neither.
+func FoundBound(p *store.CreateRunParams) int64 {
+	if p.ElideFound {
+		return store.MaxListedValue
+	}
+	return math.MaxInt64
+}
+
+// FoundCompared is what a create's read compares the found run's input
+// with (store.CreateRunParams.SameInput): its own, no input being null;
+// nil, compare nothing.
+func FoundCompared(p *store.CreateRunParams) []byte {
+	switch {
+	case !p.SameInput:
+		return nil
+	case len(p.Input) == 0:
+		return []byte("null")
+	}
+	return p.Input
+}
+
+// FoundInMemory is run, found at p.ID and held whole (a run a group
+// inserted a moment ago), as a create's read (sqlrow.FoundRunCols)
+// would have returned it, with what it says of its input.
+func FoundInMemory(run *store.Run, p *store.CreateRunParams) (*store.Run, Found) {
+	f := Found{NoInput: run.Input == nil}
+	if in := FoundCompared(p); in != nil {
+		f.SameInput = bytes.Equal(run.Input, in)
+	}
+	if b := FoundBound(p); int64(len(run.Input)) > b || int64(len(run.Output)) > b {
+		c := *run
+		c.Input, c.Output, c.Elided = nil, nil, true
+		run = &c
+	}
+	return run, f
+}
+
+// FoundConflict is RunConflict for a create that found run at p.ID, f
+// what its read said of the run's input: with p.SameInput, a run whose
+// input is not p.Input (none being null) is store.ErrKeyReused.
+func FoundConflict(run *store.Run, p *store.CreateRunParams, f Found) error {
+	if err := RunConflict(run, p); err != nil {
+		return err
+	}
+	same := f.SameInput
+	if f.NoInput {
+		same = len(p.Input) == 0 || string(p.Input) == "null"
+	}
+	if p.SameInput && !same {
+		return fmt.Errorf("%w: run %q exists with another input", store.ErrKeyReused, p.ID)
 	}
 	return nil
 }

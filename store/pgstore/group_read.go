@@ -292,25 +292,30 @@ func (g *group) queueStateReads(b *pgx.Batch, r *readPlan) {
 func (g *group) queueCreateRuns(b *pgx.Batch, ops []*createRunOp) {
 	var id, wf, parent, status, owner, trace, version []string
 	var input [][]byte
-	var now, wake, expires, epoch []int64
+	var now, wake, expires, epoch, bound []int64
+	var same []bool
 	for _, o := range ops {
 		id, wf, input = append(id, o.p.ID), append(wf, o.p.Workflow), append(input, o.p.Input)
 		now, wake, parent = append(now, o.now), append(wake, sqlrow.Nanos(o.p.WakeAt)), append(parent, o.p.Parent)
 		status, owner = append(status, string(o.lease.Status)), append(owner, o.lease.Owner)
 		expires, epoch = append(expires, sqlrow.Nanos(o.lease.Expires)), append(epoch, o.lease.Epoch)
 		trace, version = append(trace, o.p.TraceParent), append(version, o.p.Version)
+		bound, same = append(bound, apply.FoundBound(o.p)), append(same, o.p.SameInput)
 	}
 	g.inserted, g.existing = map[string]bool{}, map[string]*store.Run{}
-	b.Queue(g.s.q.runsByID, id, wf, input, now, wake, parent, status, owner, expires, epoch, trace, version).Query(func(rows pgx.Rows) error {
+	b.Queue(g.s.q.runsByID, id, wf, input, now, wake, parent, status, owner, expires, epoch, trace, version, bound, same).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var inserted bool
-			r, err := sqlrow.ScanRun(rows, &inserted)
+			var i int64
+			r, f, err := sqlrow.ScanFoundRun(rows, &inserted, &i)
 			if err != nil {
 				return err
 			}
 			g.existing[r.ID] = r
 			if inserted {
 				g.inserted[r.ID], g.creates = true, true
+			} else if i >= 1 && int(i) <= len(ops) {
+				ops[i-1].found, ops[i-1].foundAs = r, f
 			}
 		}
 		return rows.Err()

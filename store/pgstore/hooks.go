@@ -340,16 +340,23 @@ func (s *Store) GetRunEvent(ctx context.Context, runID, key string) (*store.RunE
 		var err error
 		ev, err = sqlrow.ScanRunEvent(s.pool.QueryRow(ctx, `SELECT `+sqlrow.RunEventCols+` FROM `+s.q.schema+`.run_events
 			WHERE run_id = $1 AND key = $2`, runID, key))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return errNoRunEvent
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
 		}
-		return err
+		// Whether the run exists, from its row's id alone: a wait for a key
+		// never set looks at every backoff, and a whole read of a run with a
+		// 15 MiB input cost 31 ms each (red team, round nineteen).
+		var one int
+		if err := s.pool.QueryRow(ctx, s.q.runExists, runID).Scan(&one); err != nil {
+			return fmt.Errorf("run %q: %w", runID, err)
+		}
+		return errNoRunEvent
 	})
-	if errors.Is(err, errNoRunEvent) {
-		if _, err := s.GetRun(ctx, runID); err != nil {
-			return nil, fmt.Errorf("get run event %q: %w", key, err)
-		}
+	switch {
+	case errors.Is(err, errNoRunEvent):
 		return nil, fmt.Errorf("run %s has no event %q: %w", runID, key, store.ErrNotFound)
+	case errors.Is(err, store.ErrNotFound): // no run
+		return nil, fmt.Errorf("get run event %q: %w", key, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get run event: %w", err)

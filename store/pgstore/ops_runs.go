@@ -53,6 +53,11 @@ type createRunOp struct {
 	lease   apply.NewRunLease
 	run     *store.Run
 	created bool
+	// found is the run at the op's id as its read found it, what it
+	// asked of its data (sqlrow.FoundRunCols), nil if the group inserted
+	// it; foundAs, what the read said of its input.
+	found   *store.Run
+	foundAs apply.Found
 }
 
 func (o *createRunOp) plan(g *group, r *readPlan) { r.creates = append(r.creates, o) }
@@ -62,17 +67,30 @@ func (o *createRunOp) apply(g *group) error {
 	if r == nil {
 		return &retryError{"run vanished during create"} // purged since
 	}
-	if err := apply.RunConflict(r, o.p); err != nil {
+	if g.inserted[o.p.ID] {
+		// The first op of the group with this id created it.
+		if err := apply.RunConflict(r, o.p); err != nil {
+			return err
+		}
+		o.run, o.created = r, true
+		delete(g.inserted, o.p.ID)
+		return nil
+	}
+	run, f := o.found, o.foundAs
+	if run == nil { // an earlier op of the group inserted it: held whole
+		run, f = apply.FoundInMemory(r, o.p)
+	}
+	if err := apply.FoundConflict(run, o.p, f); err != nil {
 		return err
 	}
-	// The first op of the group with this id created it.
-	o.run, o.created = r, g.inserted[o.p.ID]
-	delete(g.inserted, o.p.ID)
+	o.run, o.created = run, false
 	return nil
 }
 
-func (o *createRunOp) size() int  { return 256 + len(o.p.Input) }
-func (o *createRunOp) clear(bool) { o.run, o.created = nil, false }
+func (o *createRunOp) size() int { return 256 + len(o.p.Input) }
+func (o *createRunOp) clear(bool) {
+	o.run, o.created, o.found, o.foundAs = nil, false, nil, apply.Found{}
+}
 
 // claimOp is a ClaimRuns, done in the first round trip. A retry after a
 // lost reply returns the runs the lost try claimed, found by its token,

@@ -309,16 +309,18 @@ func newQueries(schema string) *queries {
 			AS u(id, workflow, input, now, wake, parent, status, owner, expires, epoch, trace, version)
 		ON CONFLICT (id) DO NOTHING RETURNING `+sqlrow.RunCols)
 	// runsByID wraps insertRuns: the runs it inserted and, for the ids it
-	// did not (they exist), the runs as they are, in one statement: each
-	// with whether it was inserted. (The outer SELECT's snapshot is the
+	// did not (they exist), the runs as each create reads them
+	// (sqlrow.FoundRunCols: its bound $13, whether it compares its input
+	// $14), in one statement: each with whether it was inserted and, found,
+	// its create's place in the arrays. (The outer SELECT's snapshot is the
 	// statement's: it does not see the rows the insert adds, and a row
 	// another transaction inserted while this one waited on it is missing:
 	// the create op then retries.)
 	set(&q.runsByID, `WITH ins AS (`+q.insertRuns+`)
-		SELECT ins.*, true FROM ins
+		SELECT ins.*, false, false, false, true, 0::bigint FROM ins
 		UNION ALL
-		SELECT r.*, false FROM unnest($1::text[]) AS k(id), LATERAL (
-			SELECT `+sqlrow.RunCols+` FROM $S.runs WHERE id = k.id
+		SELECT r.*, false, k.i FROM unnest($1::text[], $13::bigint[], $14::boolean[], $3::bytea[]) WITH ORDINALITY AS k(id, bound, same, cmp, i), LATERAL (
+			SELECT `+sqlrow.FoundRunCols("k.bound", "(CASE WHEN k.same THEN COALESCE(k.cmp, 'null'::bytea) END)")+` FROM $S.runs WHERE id = k.id
 		) r WHERE k.id NOT IN (SELECT id FROM ins)`)
 	// A run stream is created only for a run that exists, and the run is
 	// locked FOR KEY SHARE until the commit, as a foreign key would lock it:

@@ -55,6 +55,16 @@ func (t *queueTx) FindRun(id string) (*store.Run, error) {
 	return t.oneRun(`SELECT `+sqlrow.RunCols+` FROM `+t.runsTable()+` WHERE id = $1`, id)
 }
 
+// FindCreated returns the run at p.ID as a create reads it, nil if none.
+func (t *queueTx) FindCreated(p *store.CreateRunParams) (*store.Run, apply.Found, error) {
+	run, f, err := sqlrow.ScanFoundRun(t.x.c.QueryRow(t.ctx, `SELECT `+sqlrow.FoundRunCols("$2::bigint", "$3::bytea")+` FROM `+t.runsTable()+` WHERE id = $1`,
+		p.ID, apply.FoundBound(p), apply.FoundCompared(p)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, f, nil
+	}
+	return run, f, err
+}
+
 // DedupeRun returns the pending or running run of queue with dedupe.
 func (t *queueTx) DedupeRun(queue, dedupe string) (*store.Run, error) {
 	return t.oneRun(`SELECT `+sqlrow.RunCols+` FROM `+t.runsTable()+`

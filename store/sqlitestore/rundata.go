@@ -56,6 +56,12 @@ var (
 // read connection (Store.claimedData).
 var claimedCols = regexp.MustCompile(`\binput, output\b`).ReplaceAllString(sqlrow.RunCols, "NULL, NULL")
 
+// foundRunCols are sqlrow.FoundRunCols from runs and run_data, the bound
+// ?2 and the input compared ?3: a length is read from run_data's record
+// header, a value only within the bound (or, compared, of the same
+// length).
+var foundRunCols = withData(sqlrow.FoundRunCols("?2", "?3"), "runs.seq")
+
 // runColsWithin is sqlrow.RunColsWithin from runs and run_data.
 func runColsWithin(max, errBytes string) string {
 	return withData(sqlrow.RunColsWithin(max, errBytes), "runs.seq")

@@ -69,6 +69,15 @@ func (tx *wtx) FindRun(id string) (*store.Run, error) {
 	return run, translate(err)
 }
 
+// FindCreated returns the run at p.ID as a create reads it, nil if none.
+func (tx *wtx) FindCreated(p *store.CreateRunParams) (*store.Run, apply.Found, error) {
+	run, f, err := sqlrow.ScanFoundRun(tx.w.foundRun.QueryRowContext(bg, p.ID, apply.FoundBound(p), apply.FoundCompared(p)))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, f, nil
+	}
+	return run, f, translate(err)
+}
+
 // oneRun runs query q for at most one run.
 func (tx *wtx) oneRun(q string, args ...any) (*store.Run, error) {
 	st, err := tx.stmt(q)

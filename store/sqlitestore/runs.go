@@ -27,11 +27,13 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 	if p.Queue != "" {
 		return s.enqueueRun(ctx, p)
 	}
-	// A retried create finds its run without queueing for the writer.
-	run, err := sqlrow.ScanRun(s.r.run.QueryRowContext(ctx, p.ID))
+	// A retried create finds its run without queueing for the writer, and
+	// reads of its data what p asks (apply.FoundBound, FoundCompared).
+	bound, in := apply.FoundBound(p), apply.FoundCompared(p)
+	run, found, err := sqlrow.ScanFoundRun(s.r.foundRun.QueryRowContext(ctx, p.ID, bound, in))
 	switch {
 	case err == nil:
-		if err := apply.RunConflict(run, p); err != nil {
+		if err := apply.FoundConflict(run, p, found); err != nil {
 			return nil, false, fmt.Errorf("create run: %w", err)
 		}
 		return run, false, nil
@@ -43,9 +45,9 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 	now, lease := sqlrow.Nanos(at), apply.CreateLease(p, at)
 	err = s.write(ctx, func(tx *wtx) error {
 		var err error
-		run, err = sqlrow.ScanRun(tx.w.run.QueryRowContext(bg, p.ID))
+		run, found, err = sqlrow.ScanFoundRun(tx.w.foundRun.QueryRowContext(bg, p.ID, bound, in))
 		if err == nil {
-			return apply.RunConflict(run, p)
+			return apply.FoundConflict(run, p, found)
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return translate(err)

@@ -122,6 +122,16 @@ func TestDataBytesBackfill(t *testing.T) {
 	}
 }
 
+// Not parallel: it measures the heap (storetest.LeavesRunDataUnread).
+func TestLeavesRunDataUnread(t *testing.T) {
+	s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "weir.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	storetest.LeavesRunDataUnread(t, s)
+}
+
 // Not parallel: it measures the heap (storetest.ReadHoldsAPage). With 32
 // KiB windows, every batch is read a window at a time.
 func TestReadHoldsAPage(t *testing.T) {

@@ -28,6 +28,7 @@ type wstmts struct {
 	fence, putFence                             *sql.Stmt
 	insertBatch                                 *sql.Stmt
 	run, runLease, insertRun                    *sql.Stmt
+	foundRun                                    *sql.Stmt
 	claim, claimLined, renew, cancel, updateRun *sql.Stmt
 	insertEvent                                 *sql.Stmt
 	hook, putHook, dropHookKeys                 *sql.Stmt
@@ -86,6 +87,7 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 		p(&w.insertBatch, `INSERT INTO batches (stream_id, last_offset, first_offset, writer, data) VALUES (?, ?, ?, ?, ?)`),
 
 		p(&w.run, `SELECT `+runCols+` FROM runs WHERE id = ?`),
+		p(&w.foundRun, `SELECT `+foundRunCols+` FROM runs WHERE id = ?1`),
 		p(&w.runLease, `SELECT lease_epoch, lease_owner, status, cancel_requested,
 			(SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) FROM runs WHERE id = ?1`),
 		// The input goes to run_data after (tx.insertRun).
@@ -202,7 +204,7 @@ type rstmts struct {
 	runStreams, head, batches *sql.Stmt
 	window                    *sql.Stmt
 	runExists, eventPage      *sql.Stmt
-	runWithin                 *sql.Stmt
+	runWithin, foundRun       *sql.Stmt
 	all                       []*sql.Stmt
 }
 
@@ -220,6 +222,7 @@ func prepareRead(ctx context.Context, db *sql.DB) (*rstmts, error) {
 	err := errors.Join(
 		p(&r.run, `SELECT `+runCols+` FROM runs WHERE id = ?`),
 		p(&r.runExists, `SELECT 1 FROM runs WHERE id = ?`),
+		p(&r.foundRun, `SELECT `+foundRunCols+` FROM runs WHERE id = ?1`),
 		p(&r.runWithin, `SELECT `+runColsWithin("?2", "length(CAST(error AS BLOB))")+` FROM runs WHERE id = ?1`),
 		p(&r.eventPage, sqlrow.EventPageSQL("events", "?1", "?2", "?3", "?4", "?5")),
 		p(&r.events, `SELECT seq, type, op, name, attempt, data, error, final, at, wake_at

@@ -239,6 +239,37 @@ func RunColsWithin(max, errBytes string) string {
 	COALESCE(length(input), 0) + COALESCE(length(output), 0) + COALESCE(` + errBytes + `, 0)`
 }
 
+// FoundRunCols are RunCols as a create reads the run it finds at its id
+// (apply.FoundConflict), in a backend's expressions: max (a
+// placeholder, apply.FoundBound) the most bytes of its input and output
+// it reads, over which neither is (their lengths tell, without reading
+// them), then whether they were left out (store.Run.Elided), whether
+// the run has no input, and whether its input is in (apply.FoundCompared;
+// NULL: compare nothing), compared only if their lengths are equal: a
+// start that differs reads nothing of a 15 MiB input, and one that is
+// the same sent as many bytes as it reads (red team, round nineteen). As
+// ScanFoundRun takes them.
+func FoundRunCols(max, in string) string {
+	over := `(COALESCE(length(input), 0) > ` + max + ` OR COALESCE(length(output), 0) > ` + max + `)`
+	return `id, workflow, status,
+	CASE WHEN ` + over + ` THEN NULL ELSE input END, CASE WHEN ` + over + ` THEN NULL ELSE output END, error, created_at, updated_at,
+	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
+	queue, queue_key, priority, dedupe, queued, version, ` + over + `, length(input) IS NULL,
+	CASE WHEN length(input) = length(` + in + `) THEN input = ` + in + ` ELSE false END`
+}
+
+// ScanFoundRun scans FoundRunCols, then extra.
+func ScanFoundRun(row Scanner, extra ...any) (*store.Run, apply.Found, error) {
+	var f apply.Found
+	var omitted bool
+	r, err := ScanRun(row, append([]any{&omitted, &f.NoInput, &f.SameInput}, extra...)...)
+	if err != nil {
+		return nil, f, err
+	}
+	r.Elided = omitted
+	return r, f, nil
+}
+
 // ScanRunWithin scans RunColsWithin.
 func ScanRunWithin(row Scanner) (*store.Run, int64, error) {
 	var omitted bool
