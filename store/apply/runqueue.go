@@ -22,10 +22,15 @@ type QueueTx interface {
 	// at once, without waiting (on a store with one writer, it is
 	// LockLimiter).
 	TryLockLimiter(name string) (c *limit.Config, state []byte, found, locked bool, err error)
-	// FindRun returns run id, nil if there is none.
+	// FindRun returns run id, nil if there is none. Its Input and Output
+	// may be left out (nil): the rules decide on a run's head, never its
+	// data, and a backend with one writer reads the data of a run it
+	// returns after its commit (red team, round nineteen: a start naming
+	// a run with a 15 MiB input read it with the writer held).
 	FindRun(id string) (*store.Run, error)
 	// DedupeRun returns the run of queue with dedupe key that is pending
-	// or running, nil if none.
+	// or running, nil if none; its Input and Output may be left out, as
+	// FindRun's (a fold replaces the input without reading it).
 	DedupeRun(queue, dedupe string) (*store.Run, error)
 	// InsertQueuedRun inserts p's run, queued, runnable from wake.
 	InsertQueuedRun(p *store.CreateRunParams, wake, now time.Time) (*store.Run, error)

@@ -24,10 +24,9 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 	if s.isClosed() {
 		return nil, false, store.ErrClosedStore
 	}
-	if p.Queue != "" {
-		return s.enqueueRun(ctx, p)
-	}
-	// A retried create finds its run without queueing for the writer.
+	// A retried create finds its run without queueing for the writer, a
+	// queued one too (red team, round nineteen): a run, once committed,
+	// is there as the start comes, which finds it as a start made then.
 	run, err := sqlrow.ScanRun(s.r.run.QueryRowContext(ctx, p.ID))
 	switch {
 	case err == nil:
@@ -38,12 +37,15 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 	case !errors.Is(err, sql.ErrNoRows):
 		return nil, false, fmt.Errorf("create run: %w", s.readErr(err))
 	}
+	if p.Queue != "" {
+		return s.enqueueRun(ctx, p)
+	}
 	var created bool
 	at := s.cfg.Now()
 	now, lease := sqlrow.Nanos(at), apply.CreateLease(p, at)
 	err = s.write(ctx, func(tx *wtx) error {
 		var err error
-		run, err = sqlrow.ScanRun(tx.w.run.QueryRowContext(bg, p.ID))
+		run, err = tx.scanRun(tx.w.run.QueryRowContext(bg, p.ID)) // its head: data after the commit
 		if err == nil {
 			return apply.RunConflict(run, p)
 		}
@@ -55,6 +57,9 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 		created = err == nil
 		return err
 	})
+	if err == nil && !created {
+		run, err = s.replyData(ctx, run)
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("create run: %w", err)
 	}

@@ -22,6 +22,15 @@ type Scanner interface{ Scan(dest ...any) error }
 // EventCols are an event's columns, as ScanEvent takes them.
 const EventCols = `seq, type, op, name, attempt, data, error, final, at, wake_at`
 
+// EventOutlineCols are EventCols with the data of the events that plan
+// a fork or a resume alone (a stream mark's counts, a run_forked's fork
+// point: a few bytes each), the rest's NULL, as ScanEvent takes them: a
+// fork or a resume that refuses decides on the log's outline, not its
+// messages' payloads (red team, round nineteen).
+const EventOutlineCols = `seq, type, op, name, attempt,
+	CASE WHEN type IN ('` + string(store.EventStreamMark) + `', '` + string(store.EventRunForked) + `') THEN data END,
+	error, final, at, wake_at`
+
 // EventPageSQL is a page of a run's log (store.ListEventsPage) in either
 // backend's placeholders (run, after, limit, max bytes): at most limit
 // events after after, those that begin within max bytes of data and errors
