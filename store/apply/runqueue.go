@@ -27,7 +27,11 @@ type QueueTx interface {
 	// (FoundBound, FoundCompared), with what the read says of its input.
 	FindCreated(p *store.CreateRunParams) (*store.Run, Found, error)
 	// DedupeRun returns the run of queue with dedupe key that is pending
-	// or running, nil if none.
+	// or running, nil if none. Its Input and Output may be left out
+	// (nil): a fold replaces the input without reading it, and a backend
+	// with one writer reads the data of a run it returns after its commit
+	// (red team, round nineteen: a dedupe hit on a run with a 15 MiB
+	// input read it with the writer held).
 	DedupeRun(queue, dedupe string) (*store.Run, error)
 	// InsertQueuedRun inserts p's run, queued, runnable from wake.
 	InsertQueuedRun(p *store.CreateRunParams, wake, now time.Time) (*store.Run, error)

@@ -33,6 +33,9 @@ type forkTx struct {
 	// it wrote).
 	pend  *pgx.Batch
 	heads map[int64]*apply.Stream
+	// inputs are the inputs of the runs FindRun read whole, for RunInput:
+	// a fork reads its source's once.
+	inputs map[string][]byte
 }
 
 // flush sends the batches pending, then the heads they moved.
@@ -117,13 +120,42 @@ func newForkTx(ctx context.Context, x *txn, s *Store) *forkTx {
 
 func (t *forkTx) schema() string { return t.s.q.schema }
 
-// FindRun returns run id, nil if none.
+// FindRun returns run id, nil if none, whole: PostgreSQL has no one
+// writer to hold, and a run found is a reply (a retried fork or resume).
 func (t *forkTx) FindRun(id string) (*store.Run, error) {
 	run, err := sqlrow.ScanRun(t.x.c.QueryRow(t.ctx, `SELECT `+sqlrow.RunCols+` FROM `+t.schema()+`.runs WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
+	if err == nil {
+		if t.inputs == nil {
+			t.inputs = map[string][]byte{}
+		}
+		t.inputs[id] = run.Input
+	}
 	return run, err
+}
+
+// RunInput returns run id's input.
+func (t *forkTx) RunInput(id string) ([]byte, error) {
+	if in, ok := t.inputs[id]; ok {
+		return in, nil
+	}
+	var input []byte
+	err := t.x.c.QueryRow(t.ctx, `SELECT input FROM `+t.schema()+`.runs WHERE id = $1`, id).Scan(&input)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return input, err
+}
+
+// RunOutline returns run's log without its messages' payloads.
+func (t *forkTx) RunOutline(run string) ([]store.Event, error) {
+	rows, err := t.x.c.Query(t.ctx, `SELECT `+sqlrow.EventOutlineCols+` FROM `+t.schema()+`.events WHERE run_id = $1 ORDER BY seq`, run)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Event, error) { return sqlrow.ScanEvent(r) })
 }
 
 // RunEvents returns run's log, in order.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/apply"
@@ -53,6 +54,10 @@ type committer struct {
 	keysSaved int
 	// stmts are the World's statements (world.go), prepared on first use.
 	stmts map[string]*sql.Stmt
+	// dataRead counts the bytes of runs' data and events' payloads the
+	// writer read (wtx.scanRun, wtx.events): a write that refuses or
+	// finds reads none (red team, round nineteen), and a test holds it.
+	dataRead atomic.Int64
 }
 
 type writerKey struct {

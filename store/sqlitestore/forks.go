@@ -40,6 +40,9 @@ func (s *Store) ForkRun(ctx context.Context, p *store.ForkRunParams) (*store.Run
 		run, created, err = apply.ForkRun(tx, &q)
 		return err
 	})
+	if err == nil && !created { // a retry: the fork as the writer found it, without its data
+		run, err = s.replyData(ctx, run)
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("fork run: %w", err)
 	}
@@ -64,6 +67,9 @@ func (s *Store) ResumeRun(ctx context.Context, p *store.ResumeRunParams) (*store
 		run, err = apply.ResumeRun(tx, &q)
 		return err
 	})
+	if err == nil { // read by the writer without its data
+		run, err = s.replyData(ctx, run)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("resume run: %w", err)
 	}
@@ -72,11 +78,17 @@ func (s *Store) ResumeRun(ctx context.Context, p *store.ResumeRunParams) (*store
 
 // RunEvents returns run's log, in order.
 func (tx *wtx) RunEvents(run string) ([]store.Event, error) {
-	st, err := tx.stmt(`SELECT ` + sqlrow.EventCols + ` FROM events WHERE run_id = ? ORDER BY seq`)
+	return tx.events(`SELECT `+sqlrow.EventCols+` FROM events WHERE run_id = ? ORDER BY seq`, run)
+}
+
+// events runs q, a query of events (sqlrow.ScanEvent), counting the data
+// read (committer.dataRead).
+func (tx *wtx) events(q string, args ...any) ([]store.Event, error) {
+	st, err := tx.stmt(q)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := st.QueryContext(bg, run)
+	rows, err := st.QueryContext(bg, args...)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -87,6 +99,7 @@ func (tx *wtx) RunEvents(run string) ([]store.Event, error) {
 		if err != nil {
 			return nil, translate(err)
 		}
+		tx.c.dataRead.Add(int64(len(e.Data)))
 		out = append(out, e)
 	}
 	return out, translate(rows.Err())
@@ -201,12 +214,12 @@ func (tx *wtx) ReviveRun(id string, now time.Time) (*store.Run, error) {
 	}
 	row, err := tx.row(`UPDATE runs SET status = 'pending', error = '', lease_owner = '', lease_expires = 0,
 			wake_at = ?2, cancel_requested = 0, updated_at = ?2
-		WHERE id = ?1 RETURNING `+runCols, id, sqlrow.Nanos(now))
+		WHERE id = ?1 RETURNING `+headCols, id, sqlrow.Nanos(now))
 	if err != nil {
 		return nil, err
 	}
 	tx.changed = true
-	run, err := sqlrow.ScanRun(row)
+	run, err := tx.scanRun(row) // its input after the commit (ResumeRun)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("run %q: %w", id, store.ErrNotFound)
 	}

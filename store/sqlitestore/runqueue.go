@@ -27,6 +27,13 @@ func (s *Store) enqueueRun(ctx context.Context, p *store.CreateRunParams) (*stor
 		run, created, err = apply.QueueRun(tx, p, s.cfg.Now())
 		return err
 	})
+	if err == nil && !created && !run.Elided && run.Input == nil {
+		// Found by its dedupe key, or folded: its head, its data read
+		// now as a start that found it by its id has it (FindCreated,
+		// apply.FoundBound). A run found by its id has it already, or
+		// is Elided (or has no input, read again for nothing).
+		run, err = s.replyDataWithin(ctx, run, apply.FoundBound(p))
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("create run: %w", err)
 	}
@@ -62,7 +69,7 @@ func (s *Store) AdmitRuns(ctx context.Context, p *store.AdmitRunsParams) ([]*sto
 
 // FindRun returns run id, nil if none.
 func (tx *wtx) FindRun(id string) (*store.Run, error) {
-	run, err := sqlrow.ScanRun(tx.w.run.QueryRowContext(bg, id))
+	run, err := tx.scanRun(tx.w.run.QueryRowContext(bg, id)) // its head (headCols)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -84,7 +91,7 @@ func (tx *wtx) oneRun(q string, args ...any) (*store.Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	run, err := sqlrow.ScanRun(st.QueryRowContext(bg, args...))
+	run, err := tx.scanRun(st.QueryRowContext(bg, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -93,7 +100,7 @@ func (tx *wtx) oneRun(q string, args ...any) (*store.Run, error) {
 
 // DedupeRun returns the pending or running run of queue with dedupe.
 func (tx *wtx) DedupeRun(queue, dedupe string) (*store.Run, error) {
-	return tx.oneRun(`SELECT `+runCols+` FROM runs
+	return tx.oneRun(`SELECT `+headCols+` FROM runs
 		WHERE queue = ? AND dedupe = ? AND dedupe <> '' AND status IN ('pending', 'running')`, queue, dedupe)
 }
 
@@ -118,7 +125,8 @@ func (tx *wtx) InsertQueuedRun(p *store.CreateRunParams, wake, now time.Time) (*
 // FoldRun gives queued run id a new input and wake.
 func (tx *wtx) FoldRun(id string, input []byte, wake, now time.Time) (*store.Run, error) {
 	tx.changed = true
-	run, err := tx.oneRun(`UPDATE runs SET wake_at = ?, updated_at = ? WHERE id = ? AND queued = 1 RETURNING `+runCols,
+	// RETURNING the head: the input it had is replaced, not read.
+	run, err := tx.oneRun(`UPDATE runs SET wake_at = ?, updated_at = ? WHERE id = ? AND queued = 1 RETURNING `+headCols,
 		sqlrow.Nanos(wake), sqlrow.Nanos(now), id)
 	if err != nil || run == nil {
 		return run, err
@@ -126,7 +134,7 @@ func (tx *wtx) FoldRun(id string, input []byte, wake, now time.Time) (*store.Run
 	if err := tx.setInput(id, input); err != nil {
 		return nil, err
 	}
-	run.Input = input // RETURNING read run_data before it
+	run.Input = input
 	return run, nil
 }
 

@@ -24,11 +24,10 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 	if s.isClosed() {
 		return nil, false, store.ErrClosedStore
 	}
-	if p.Queue != "" {
-		return s.enqueueRun(ctx, p)
-	}
-	// A retried create finds its run without queueing for the writer, and
-	// reads of its data what p asks (apply.FoundBound, FoundCompared).
+	// A retried create finds its run without queueing for the writer, a
+	// queued one too (red team, round nineteen): a run, once committed,
+	// is there as the start comes, which finds it as a start made then.
+	// Of its data it reads what p asks (apply.FoundBound, FoundCompared).
 	bound, in := apply.FoundBound(p), apply.FoundCompared(p)
 	run, found, err := sqlrow.ScanFoundRun(s.r.foundRun.QueryRowContext(ctx, p.ID, bound, in))
 	switch {
@@ -40,11 +39,16 @@ func (s *Store) CreateRun(ctx context.Context, p *store.CreateRunParams) (*store
 	case !errors.Is(err, sql.ErrNoRows):
 		return nil, false, fmt.Errorf("create run: %w", s.readErr(err))
 	}
+	if p.Queue != "" {
+		return s.enqueueRun(ctx, p)
+	}
 	var created bool
 	at := s.cfg.Now()
 	now, lease := sqlrow.Nanos(at), apply.CreateLease(p, at)
 	err = s.write(ctx, func(tx *wtx) error {
 		var err error
+		// Found here only if created since the read above: a start of
+		// the same id at once.
 		run, found, err = sqlrow.ScanFoundRun(tx.w.foundRun.QueryRowContext(bg, p.ID, bound, in))
 		if err == nil {
 			return apply.FoundConflict(run, p, found)

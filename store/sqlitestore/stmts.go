@@ -86,7 +86,8 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 			ON CONFLICT (run_id, writer) DO UPDATE SET attempt = max(attempt, excluded.attempt)`),
 		p(&w.insertBatch, `INSERT INTO batches (stream_id, last_offset, first_offset, writer, data) VALUES (?, ?, ?, ?, ?)`),
 
-		p(&w.run, `SELECT `+runCols+` FROM runs WHERE id = ?`),
+		// A run's head: see headCols.
+		p(&w.run, `SELECT `+headCols+` FROM runs WHERE id = ?`),
 		p(&w.foundRun, `SELECT `+foundRunCols+` FROM runs WHERE id = ?1`),
 		p(&w.runLease, `SELECT lease_epoch, lease_owner, status, cancel_requested,
 			(SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) FROM runs WHERE id = ?1`),
@@ -104,7 +105,7 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 					AND (?6 IS NULL OR queue NOT IN (SELECT value FROM json_each(?6)))
 					AND (?7 IS NULL OR version IN (SELECT value FROM json_each(?7)))
 				ORDER BY wake_at, seq LIMIT ?4)
-			RETURNING `+claimedCols),
+			RETURNING `+headCols),
 		// Runs parked in a limiter's line (AdvanceParams.Lined), before
 		// their wake time: a claim with room in its lines takes them first.
 		p(&w.claimLined, `UPDATE runs SET status = 'running', lease_owner = ?1, lease_expires = ?2,
@@ -117,7 +118,7 @@ func prepareWrite(ctx context.Context, conn *sql.Conn) (*wstmts, error) {
 					AND (?6 IS NULL OR queue NOT IN (SELECT value FROM json_each(?6)))
 					AND (?7 IS NULL OR version IN (SELECT value FROM json_each(?7)))
 				ORDER BY line_priority DESC, seq LIMIT ?4)
-			RETURNING `+claimedCols),
+			RETURNING `+headCols),
 		p(&w.renew, `UPDATE runs SET lease_expires = ?, updated_at = ?
 			WHERE id = ? AND lease_epoch = ? AND lease_owner != '' AND status IN ('pending', 'running')
 			RETURNING cancel_requested`),

@@ -22,6 +22,20 @@ type Scanner interface{ Scan(dest ...any) error }
 // EventCols are an event's columns, as ScanEvent takes them.
 const EventCols = `seq, type, op, name, attempt, data, error, final, at, wake_at`
 
+// EventOutlineCols are EventCols as a fork or a resume plans from them,
+// as ScanEvent takes them: an event's seq, type, op, name and attempt, a
+// step failure's final, and the data of stream marks and run_forked
+// events alone (a stream mark's counts, a fork point: a few bytes each);
+// no error, no times. So a fork or a resume that refuses decides on the
+// log's outline, not its messages' payloads (red team, round nineteen),
+// and on SQLite does not reach a column past a payload either: the
+// columns after the data (error, final, at, wake_at) lie past its
+// overflow pages, which a read of them walks (the CASE reads final of a
+// step failure alone, whose data is none).
+const EventOutlineCols = `seq, type, op, name, attempt,
+	CASE WHEN type IN ('` + string(store.EventStreamMark) + `', '` + string(store.EventRunForked) + `') THEN data END, '',
+	CASE WHEN type = '` + string(store.EventStepFailed) + `' THEN final ELSE false END, 0, 0`
+
 // EventPageSQL is a page of a run's log (store.ListEventsPage) in either
 // backend's placeholders (run, after, limit, max bytes): at most limit
 // events after after, those that begin within max bytes of data and errors
