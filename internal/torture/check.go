@@ -290,6 +290,7 @@ func (c *checker) checkLimiter(ctx context.Context, t *Trial) error {
 		}
 	}
 	var edges []edge
+	var counted []attemptSpan
 	seen := map[key]bool{}
 	for _, a := range t.limited {
 		k := key{a.run, a.op, a.attempt}
@@ -298,10 +299,20 @@ func (c *checker) checkLimiter(ctx context.Context, t *Trial) error {
 		}
 		seen[k] = true
 		edges = append(edges, edge{a.start, +1}, edge{a.end, -1})
+		counted = append(counted, a)
 		c.stats.Limited++
 	}
 	if n, at := mostAtOnce(edges); n > t.Limiter {
-		c.fail("limiter", t.LimiterName(), "%d limited attempts ran at once at %v; the limiter has %d slots", n, at, t.Limiter)
+		// Which attempts: where to look in the workers' logs.
+		var which []string
+		for _, a := range counted {
+			if !a.start.After(at) && a.end.After(at) {
+				which = append(which, fmt.Sprintf("%s op %d attempt %d (%s from %s)",
+					a.run, a.op, a.attempt, a.end.Sub(a.start).Round(time.Millisecond), a.start.Format("15:04:05.000000")))
+			}
+		}
+		c.fail("limiter", t.LimiterName(), "%d limited attempts ran at once at %v; the limiter has %d slots: %s",
+			n, at, t.Limiter, strings.Join(which, ", "))
 	}
 	return nil
 }

@@ -98,7 +98,11 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	lined := newLinedWatch(out)
 	for i := range engines {
 		gates[i] = &gatedStore{Full: s, afterRecord: kill, lined: lined}
-		e, err := weir.New(gates[i].forEngine(), &weir.Config{
+		es, err := gates[i].forEngine()
+		if err != nil {
+			return err
+		}
+		e, err := weir.New(es, &weir.Config{
 			WorkerID: fmt.Sprintf("w%d-e%d-%d", *inc, i, os.Getpid()),
 			// 0: the defaults; small in some limiter trials (addLines).
 			Concurrency:  t.Concurrency,
@@ -884,6 +888,8 @@ type gatedStore struct {
 	store.Full
 	mu          sync.Mutex
 	gate        chan struct{} // non-nil while frozen
+	waiting     int           // calls blocked in pass
+	waited      chan struct{} // closed when waiting grows (blocked)
 	afterRecord func(p *store.AdvanceParams)
 	lined       *linedWatch // told of lined parks and claims
 }
@@ -905,13 +911,36 @@ func (g *gatedStore) thaw() {
 	g.mu.Unlock()
 }
 
+// pass returns at once unless g is frozen, and then when it thaws.
 func (g *gatedStore) pass() {
 	g.mu.Lock()
 	c := g.gate
-	g.mu.Unlock()
 	if c != nil {
-		<-c
+		g.waiting++
+		if g.waited != nil {
+			close(g.waited)
+			g.waited = nil
+		}
 	}
+	g.mu.Unlock()
+	if c == nil {
+		return
+	}
+	<-c
+	g.mu.Lock()
+	g.waiting--
+	g.mu.Unlock()
+}
+
+// blocked returns how many calls wait in pass, and a channel closed when
+// one more does: a test waits for a call to block without sleeping.
+func (g *gatedStore) blocked() (int, <-chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.waited == nil {
+		g.waited = make(chan struct{})
+	}
+	return g.waiting, g.waited
 }
 
 func (g *gatedStore) ClaimRuns(ctx context.Context, p *store.ClaimRunsParams) ([]*store.Run, error) {
@@ -940,12 +969,18 @@ func (g *gatedStore) Advance(ctx context.Context, p *store.AdvanceParams) error 
 	g.pass()
 	err := g.Full.Advance(ctx, p)
 	if err == nil {
-		g.lined.advanced(p)
-	}
-	if err == nil && g.afterRecord != nil {
-		g.afterRecord(p)
+		g.recorded(p)
 	}
 	return err
+}
+
+// recorded tells the harness of a record p that succeeded: a lined park,
+// and afterRecord.
+func (g *gatedStore) recorded(p *store.AdvanceParams) {
+	g.lined.advanced(p)
+	if g.afterRecord != nil {
+		g.afterRecord(p)
+	}
 }
 
 func (g *gatedStore) OpenStream(ctx context.Context, p *store.OpenStreamParams) (*store.StreamInfo, error) {
@@ -963,39 +998,126 @@ func (g *gatedStore) GetRun(ctx context.Context, id string) (*store.Run, error) 
 	return g.Full.GetRun(ctx, id)
 }
 
-// forEngine is g as its engine sees it: with the store's limiter
-// watcher, if it has one. A wrapper hides a store's optional interfaces
-// (store.LimiterWatcherOf looks for them by type), and without a watcher
-// an engine polls its limiters: it never waits in a store line's seats,
-// so it never parks lined or evicts (lineseats.go), and a limiter change
-// wakes none of its waiters.
-func (g *gatedStore) forEngine() store.Full {
-	if w, ok := store.LimiterWatcherOf(g.Full); ok {
-		return &watchingGate{gatedStore: g, w: w}
+// capabilities is every optional capability of a store the engine or its
+// server looks for by type (store.LimiterWatcherOf and its like, all
+// through the store package's as): both real stores have them all. A
+// capability added to the store package must be added here and to
+// engineGate, or torture engines run without it (gate_test.go checks
+// the list against the store package).
+type capabilities interface {
+	store.Counter
+	store.LeaseRenewer
+	store.StepAppender
+	store.LogSizer
+	store.RunWatcher
+	store.LimiterWatcher
+	store.WriterStatuses
+	store.WorldSizer
+}
+
+// forEngine is g as its engine sees it: with its store's optional
+// capabilities, each through the gate. A wrapper hides a store's optional
+// interfaces (store.LimiterWatcherOf and its like look for them by type),
+// and an engine without them runs its fallbacks, not the production
+// paths: without a limiter watcher it polls its limiters (it never waits
+// in a store line's seats, so it never parks lined or evicts,
+// lineseats.go), without a lease renewer it renews one run a call,
+// without a step appender it opens a step's stream and appends to it in
+// two commits, and so on.
+//
+// One wrapper has them all, rather than one type per subset of them: both
+// real stores have every one, so a store that lacks one is refused here
+// (an error, not a wrapper claiming what the store cannot do). Nor does
+// the wrapper have an Unwrap method, which store's as would follow: the
+// engine would then call the store itself, past the gate.
+func (g *gatedStore) forEngine() (store.Full, error) {
+	c, ok := g.Full.(capabilities)
+	if !ok {
+		return nil, fmt.Errorf("torture: store %T lacks an optional capability the engine gate forwards (capabilities)", g.Full)
 	}
-	return g
+	return &engineGate{gatedStore: g, c: c}, nil
 }
 
-// watchingGate is a gatedStore that passes its store's limiter watches
-// on, through the gate: a frozen engine's calls block, watches too.
-type watchingGate struct {
+// engineGate is a gatedStore with its store's optional capabilities, each
+// call through the gate: a frozen engine's calls block, watches and
+// in-memory ones (Counts, CreatedStream) too, as every call of a stalled
+// process would. None of them may pass while frozen: a lease renewed in
+// one call (RenewLeases) would keep a frozen engine's runs, and a step
+// stream opened and appended in one (OpenAppend) would write past the
+// freeze.
+type engineGate struct {
 	*gatedStore
-	w store.LimiterWatcher
+	c capabilities
 }
 
-func (g *watchingGate) WatchLimiter(name string) (<-chan struct{}, func()) {
+var _ capabilities = (*engineGate)(nil)
+
+func (g *engineGate) Counts() store.Counts {
 	g.pass()
-	return g.w.WatchLimiter(name)
+	return g.c.Counts()
 }
 
-func (g *watchingGate) WatchLimiterLine(name string) (<-chan struct{}, func()) {
+func (g *engineGate) RenewLeases(ctx context.Context, ps []store.RenewLeaseParams) ([]store.RenewLeaseResult, error) {
 	g.pass()
-	return g.w.WatchLimiterLine(name)
+	return g.c.RenewLeases(ctx, ps)
 }
 
-func (g *watchingGate) WatchSlot(name, holder string) (<-chan struct{}, func()) {
+// OpenAppend records what Advance would (its Start, or its Then), so the
+// harness hears of those records as of Advance's (recorded): a step's
+// outcome riding in Then may end a child run or park a run lined.
+func (g *engineGate) OpenAppend(ctx context.Context, p *store.OpenAppendParams) (*store.OpenAppendResult, error) {
 	g.pass()
-	return g.w.WatchSlot(name, holder)
+	res, err := g.c.OpenAppend(ctx, p)
+	if err != nil {
+		return res, err
+	}
+	if p.Start != nil {
+		g.recorded(p.Start) // recorded whether the stream was created or not
+	}
+	if p.Then != nil && res.Append != nil {
+		g.recorded(p.Then) // recorded only with the append
+	}
+	return res, nil
+}
+
+func (g *engineGate) LogBytes(ctx context.Context, run string) (int64, error) {
+	g.pass()
+	return g.c.LogBytes(ctx, run)
+}
+
+func (g *engineGate) WatchRun(run string) (<-chan struct{}, func()) {
+	g.pass()
+	return g.c.WatchRun(run)
+}
+
+func (g *engineGate) CreatedStream(path string) (*store.StreamInfo, bool) {
+	g.pass()
+	return g.c.CreatedStream(path)
+}
+
+func (g *engineGate) WatchLimiter(name string) (<-chan struct{}, func()) {
+	g.pass()
+	return g.c.WatchLimiter(name)
+}
+
+func (g *engineGate) WatchLimiterLine(name string) (<-chan struct{}, func()) {
+	g.pass()
+	return g.c.WatchLimiterLine(name)
+}
+
+func (g *engineGate) WatchSlot(name, holder string) (<-chan struct{}, func()) {
+	g.pass()
+	return g.c.WatchSlot(name, holder)
+}
+
+func (g *engineGate) WriterStatus(ctx context.Context, id int64, writer string) (stream.Status, int64, bool, bool, error) {
+	g.pass()
+	return g.c.WriterStatus(ctx, id, writer)
+}
+
+func (g *engineGate) WorldItemSize(ctx context.Context, ref store.WorldItemRef) (int64, error) {
+	g.pass()
+	return g.c.WorldItemSize(ctx, ref)
 }
 
 // A frozen engine's limiter calls block too: its slots then lapse with
