@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -69,5 +70,58 @@ func LeavesWorldRunDataUnread(t *testing.T, st store.Store) {
 	})
 	if _, err := s.WorldOpenStream(ctx(t), "wrun_none", "strm_2"); !errors.Is(err, world.ErrRunNotFound) {
 		t.Fatalf("open of a stream of no run: %v, want ErrRunNotFound", err)
+	}
+
+	// Events that decide on the run's state and reply without the run:
+	// a step's, a hook's, a wait's.
+	i := 0
+	allocated("a step's, a hook's and a wait's events", func() {
+		i++
+		step, hook, wait := fmt.Sprintf("step_%d", i), fmt.Sprintf("hook_%d", i), fmt.Sprintf("wait_%d", i)
+		for _, e := range []struct {
+			typ        world.EventType
+			corr       string
+			data       any
+			step, hook bool
+		}{
+			{world.StepCreated, step, jmap{"stepName": "step//s", "input": []any{1}}, true, false},
+			{world.StepStarted, step, nil, true, false},
+			{world.StepCompleted, step, jmap{"result": 2}, true, false},
+			{world.HookCreated, hook, jmap{"token": "tok-" + hook}, false, true},
+			{world.HookDisposed, hook, nil, false, false},
+			{world.WaitCreated, wait, jmap{"resumeAt": "2000-01-01T00:00:00Z"}, false, false},
+			{world.WaitCompleted, wait, nil, false, false},
+		} {
+			res := wev(t, s, "wrun_big", e.typ, e.corr, e.data)
+			if res.Run != nil || e.step && res.Step == nil || e.hook && res.Hook == nil {
+				t.Fatalf("%s: %+v", e.typ, res)
+			}
+		}
+	})
+	// A reply that carries the run carries its data, read after the
+	// event.
+	res = wev(t, s, "wrun_big", world.RunStarted, "", nil)
+	if res.Run == nil || res.Run.Status != world.Running || string(res.Run.Input) != input || res.Run.Output != nil || res.Run.Head {
+		t.Fatalf("run_started: the reply's run lacks its input: %+v", res.Run)
+	}
+	wev(t, s, "wrun_big", world.StepCreated, "step_fly", jmap{"stepName": "step//s", "input": []any{1}})
+	wev(t, s, "wrun_big", world.StepStarted, "step_fly", nil)
+	output := `"` + strings.Repeat("o", big-2) + `"`
+	res = wev(t, s, "wrun_big", world.RunCompleted, "", jmap{"output": json.RawMessage(output)})
+	if res.Run == nil || res.Run.Status != world.Completed || string(res.Run.Input) != input || string(res.Run.Output) != output || res.Run.Head {
+		t.Fatalf("run_completed: the reply's run lacks its data: %d bytes of input, %d of output", len(res.Run.Input), len(res.Run.Output))
+	}
+	// A refusal on an ended run reads none of it either.
+	allocated("a step_created refused on an ended run", func() {
+		_, err := wevErr(t, s, "wrun_big", world.StepCreated, "step_late", jmap{"stepName": "step//s", "input": []any{1}})
+		wantErr(t, err, world.ErrConflict)
+	})
+	// An event saving the ended run (a step in flight ends) keeps the
+	// output it did not read.
+	wev(t, s, "wrun_big", world.StepCompleted, "step_fly", jmap{"result": 1})
+	r, err := s.WorldRun(ctx(t), "wrun_big")
+	must(t, err)
+	if r.Status != world.Completed || string(r.Input) != input || string(r.Output) != output {
+		t.Fatalf("after the events: %s, %d bytes of input, %d of output", r.Status, len(r.Input), len(r.Output))
 	}
 }
