@@ -699,6 +699,8 @@ func (p prefixed) Scan(dest ...any) error { return p.row.Scan(append([]any{p.k},
 const (
 	worldRunOuter  = `id, status, deployment_id, workflow, spec_version, execution_context, input, output, error_json, started_at, completed_at, created_at, updated_at, events, target`
 	worldStepOuter = sqlrow.WorldStepCols
+	// worldRunOuterHead is worldRunOuter without the input and output.
+	worldRunOuterHead = `id, status, deployment_id, workflow, spec_version, execution_context, NULL, NULL, error_json, started_at, completed_at, created_at, updated_at, events, target`
 )
 
 // WorldRuns lists World runs.
@@ -712,7 +714,11 @@ func (s *Store) WorldRuns(ctx context.Context, p *store.WorldListParams) (*store
 		args = append(args, string(p.Status))
 		where += fmt.Sprintf(` AND r.status = $%d`, len(args))
 	}
-	res, err := page(ctx, s, worldRunOuter, `r.seq AS k, `+s.q.worldRunSelect, where, args, p, sqlrow.ScanWorldRun)
+	outer := worldRunOuter
+	if p.NoData { // the inner query's input and output are left unread
+		outer = worldRunOuterHead
+	}
+	res, err := page(ctx, s, outer, `r.seq AS k, `+s.q.worldRunSelect, where, args, p, sqlrow.ScanWorldRun)
 	if err != nil {
 		return nil, fmt.Errorf("world runs: %w", err)
 	}
@@ -770,7 +776,11 @@ func (s *Store) WorldStep(ctx context.Context, runID, stepID string) (*world.Ste
 
 // WorldSteps lists a run's steps.
 func (s *Store) WorldSteps(ctx context.Context, p *store.WorldListParams) (*store.WorldPage[world.Step], error) {
-	res, err := page(ctx, s, worldStepOuter, `seq AS k, `+sqlrow.WorldStepCols+` FROM `+s.q.schema+`.world_steps`,
+	outer := worldStepOuter
+	if p.NoData {
+		outer = sqlrow.WorldStepHeadCols
+	}
+	res, err := page(ctx, s, outer, `seq AS k, `+sqlrow.WorldStepCols+` FROM `+s.q.schema+`.world_steps`,
 		`run_id = $1`, []any{p.RunID}, p, sqlrow.ScanWorldStep)
 	if err != nil {
 		return nil, fmt.Errorf("world steps: %w", err)

@@ -499,7 +499,11 @@ func page[T any](ctx context.Context, s *Store, q string, args []any, p *store.W
 
 // WorldRuns lists World runs.
 func (s *Store) WorldRuns(ctx context.Context, p *store.WorldListParams) (*store.WorldPage[world.Run], error) {
-	q := `SELECT * FROM (SELECT r.seq AS k, ` + worldRunCols + worldRunFrom + ` WHERE r.kind = 'world'`
+	cols := worldRunCols
+	if p.NoData {
+		cols = sqlrow.WorldRunHeadCols
+	}
+	q := `SELECT * FROM (SELECT r.seq AS k, ` + cols + worldRunFrom + ` WHERE r.kind = 'world'`
 	var args []any
 	if p.WorkflowName != "" {
 		q, args = q+` AND r.workflow = ?`, append(args, p.WorkflowName)
@@ -592,7 +596,11 @@ func (s *Store) WorldStep(ctx context.Context, runID, stepID string) (*world.Ste
 
 // WorldSteps lists a run's steps.
 func (s *Store) WorldSteps(ctx context.Context, p *store.WorldListParams) (*store.WorldPage[world.Step], error) {
-	q := `SELECT * FROM (SELECT seq AS k, ` + sqlrow.WorldStepCols + ` FROM world_steps WHERE run_id = ?) WHERE 1 = 1`
+	cols := sqlrow.WorldStepCols
+	if p.NoData {
+		cols = sqlrow.WorldStepHeadCols
+	}
+	q := `SELECT * FROM (SELECT seq AS k, ` + cols + ` FROM world_steps WHERE run_id = ?) WHERE 1 = 1`
 	res, err := page(ctx, s, q, []any{p.RunID}, p, func(r *sql.Rows) (world.Step, int64, error) {
 		var k int64
 		st, err := sqlrow.ScanWorldStep(prefixed{r, &k})

@@ -124,4 +124,28 @@ func LeavesWorldRunDataUnread(t *testing.T, st store.Store) {
 	if r.Status != world.Completed || string(r.Input) != input || string(r.Output) != output {
 		t.Fatalf("after the events: %s, %d bytes of input, %d of output", r.Status, len(r.Input), len(r.Output))
 	}
+
+	// Lists without data (resolveData=none) read none: a run's input and
+	// output, a step's.
+	worldRun(t, s, "wrun_steps")
+	wev(t, s, "wrun_steps", world.StepCreated, "step_big", jmap{"stepName": "step//s", "input": json.RawMessage(input)})
+	allocated("a list of steps without data", func() {
+		page, err := s.WorldSteps(ctx(t), &store.WorldListParams{RunID: "wrun_steps", NoData: true})
+		must(t, err)
+		if len(page.Data) != 1 || page.Data[0].StepID != "step_big" || page.Data[0].Input != nil {
+			t.Fatalf("steps without data: %d steps", len(page.Data))
+		}
+	})
+	allocated("a list of runs without data", func() {
+		page, err := s.WorldRuns(ctx(t), &store.WorldListParams{WorkflowName: "wf//big", NoData: true})
+		must(t, err)
+		if len(page.Data) != 1 || page.Data[0].RunID != "wrun_big" || page.Data[0].Input != nil || page.Data[0].Output != nil {
+			t.Fatalf("runs without data: %d runs", len(page.Data))
+		}
+	})
+	page, err := s.WorldRuns(ctx(t), &store.WorldListParams{WorkflowName: "wf//big"})
+	must(t, err)
+	if len(page.Data) != 1 || string(page.Data[0].Input) != input {
+		t.Fatalf("runs with their data: %d runs", len(page.Data))
+	}
 }

@@ -28,6 +28,10 @@ const (
 // transaction reads of a World run (apply.WorldTx.WorldRun).
 var WorldRunHeadCols = strings.Replace(WorldRunCols, `r.input, r.output`, `NULL, NULL`, 1)
 
+// WorldStepHeadCols are WorldStepCols without the step's input and
+// output (NULL, NULL), as ScanWorldStep takes them.
+var WorldStepHeadCols = strings.Replace(WorldStepCols, `input, output`, `NULL, NULL`, 1)
+
 // ScanWorldRunHead scans WorldRunHeadCols: a world.Run.Head.
 func ScanWorldRunHead(row Scanner) (*world.Run, error) {
 	r, err := ScanWorldRun(row)
