@@ -484,7 +484,7 @@ func (s *Server) handleWorldRuns(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	p.WorkflowName, p.Status = first(q, "workflowName"), world.Status(first(q, "status"))
+	p.WorkflowName, p.Status, p.NoData = first(q, "workflowName"), world.Status(first(q, "status")), none
 	h, ok := s.reservePage(w, p)
 	if !ok {
 		return
@@ -590,7 +590,7 @@ func (s *Server) handleWorldSteps(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	p.RunID = r.PathValue("run")
+	p.RunID, p.NoData = r.PathValue("run"), none
 	if err := s.worldRunExists(r.Context(), p.RunID); err != nil {
 		httpError(w, err)
 		return

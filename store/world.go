@@ -135,6 +135,11 @@ type WorldListParams struct {
 	Cursor        string
 	Limit         int
 	Desc          bool // newest first (runs: the default, see WorldRuns)
+	// NoData (resolveData=none): a run's or a step's input and output are
+	// neither read nor returned, a run's being up to 30 MiB (red team,
+	// round nineteen audit: they were read, then stripped). Events keep
+	// their data: world.StripData keeps its other fields.
+	NoData bool
 	// Reserve, if set, is told the payload bytes (WorldItemBytes) of the
 	// page so far with the next item, before that item joins the page: a
 	// server makes room for the page's reply as it is read. An error ends

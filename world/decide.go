@@ -41,9 +41,12 @@ type Outcome struct {
 	// Events are appended to the run's log at its next slots, in order.
 	// None for an idempotent run_started on a running run.
 	Events []Event
-	// Run is the run's new state; NewRun: it is created.
-	Run    *Run
-	NewRun bool
+	// Run is the run's new state; NewRun: it is created. SetsOutput: the
+	// outcome sets the run's Output (run_completed); else the stored one
+	// stands, as the run was read (a Head reads none).
+	Run        *Run
+	NewRun     bool
+	SetsOutput bool
 	// Step, Hook and Wait are the entities changed or, with the New flag,
 	// created.
 	Step    *Step
@@ -388,6 +391,7 @@ func (d *decider) runEnded(run *Run) error {
 			return err
 		}
 		next.Status, next.Output = Completed, v.Output
+		d.out.SetsOutput = true
 	case RunFailed:
 		var v struct {
 			Error     json.RawMessage `json:"error"`

@@ -97,6 +97,11 @@ type Run struct {
 	// Target is the app's base URL its last queue message named: where a
 	// message weir sends the run (a cancel) goes.
 	Target string `json:"-"`
+	// Head: the run was read without its Input and Output, which may be
+	// 30 MiB: a store decides an event on the run's state alone, and
+	// reads its data only for a reply that carries it (what Decide set,
+	// an output, is the outcome's).
+	Head bool `json:"-"`
 }
 
 // Step is a step of a World run.

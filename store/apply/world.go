@@ -14,7 +14,10 @@ import (
 // World event in one transaction that locks the event's run first.
 type WorldTx interface {
 	Tx
-	// WorldRun returns a World run, nil if there is none.
+	// WorldRun returns a World run's head (world.Run.Head: without its
+	// input and output), nil if there is none: an event is decided on the
+	// run's state, and a run's data (up to 30 MiB) is read, if a reply
+	// carries it, after the commit (WorldReplyData), not in the writer.
 	WorldRun(id string) (*world.Run, error)
 	// WorldStep, WorldHook, WorldHookByToken and WorldWait return the
 	// entity, nil if there is none (hooks: live ones only).
@@ -25,8 +28,11 @@ type WorldTx interface {
 	// WorldRunStream returns run's World stream name, nil if none.
 	WorldRunStream(runID, name string) (*Stream, error)
 
-	// SaveWorldRun saves a World run (its runs row too, kind "world").
-	SaveWorldRun(r *world.Run, created bool) error
+	// SaveWorldRun saves a World run (its runs row too, kind "world"):
+	// created, whole; else its state, and its output if output (the event
+	// set it: world.Outcome.SetsOutput). Its input, and an output it does
+	// not set, stay as stored: a run loaded is a head, without them.
+	SaveWorldRun(r *world.Run, created, output bool) error
 	SaveWorldStep(s *world.Step, created bool) error
 	SaveWorldHook(h *world.Hook) error
 	// DisposeWorldHooks disposes one hook, or every hook of runID if
@@ -147,7 +153,7 @@ func saveWorldEvent(tx WorldTx, pl *worldPlan, out *world.Outcome, run *world.Ru
 		out.Events[i].Slot = next.Events
 	}
 	if out.Run != nil || len(out.Events) > 0 {
-		if err := tx.SaveWorldRun(&next, out.NewRun); err != nil {
+		if err := tx.SaveWorldRun(&next, out.NewRun, out.SetsOutput); err != nil {
 			return nil, err
 		}
 	}
@@ -201,6 +207,26 @@ func saveWorldEvent(tx WorldTx, pl *worldPlan, out *world.Outcome, run *world.Ru
 		}
 	}
 	return &next, nil
+}
+
+// WorldReplyData completes run, a World event's reply read as a head
+// (world.Run.Head), with its data read after the commit: input and output
+// the run's stored ones, and status the status stored with them. Its
+// input is the run's from its creation; its output is an event's that
+// set it (run's own, kept), or else the stored one if the run's status is
+// still run's (a run that ended since has an output this reply's state
+// has not). A nil input (the run gone since: a purge) leaves run as it
+// is. It returns a copy: run may be the writer's.
+func WorldReplyData(run *world.Run, input, output []byte, status world.Status) *world.Run {
+	if run == nil || !run.Head || input == nil {
+		return run
+	}
+	c := *run
+	c.Head, c.Input = false, input
+	if c.Output == nil && status == run.Status {
+		c.Output = output
+	}
+	return &c
 }
 
 // loadWorld loads what the event's rules read.

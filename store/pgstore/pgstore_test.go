@@ -474,6 +474,12 @@ func TestLeavesRunDataUnread(t *testing.T) {
 	storetest.LeavesRunDataUnread(t, open(t, schema, nil))
 }
 
+// Not parallel: it measures the heap (storetest.LeavesWorldRunDataUnread).
+func TestLeavesWorldRunDataUnread(t *testing.T) {
+	schema := newSchema(t)
+	storetest.LeavesWorldRunDataUnread(t, open(t, schema, nil))
+}
+
 // Not parallel: it measures the heap (storetest.ReadHoldsAPage). pgx reads
 // a row whole into a buffer it keeps for the connection (a power of two):
 // one window's, at most, which a read may leave behind. With 32 KiB windows

@@ -132,6 +132,16 @@ func TestLeavesRunDataUnread(t *testing.T) {
 	storetest.LeavesRunDataUnread(t, s)
 }
 
+// Not parallel: it measures the heap (storetest.LeavesWorldRunDataUnread).
+func TestLeavesWorldRunDataUnread(t *testing.T) {
+	s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "weir.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	storetest.LeavesWorldRunDataUnread(t, s)
+}
+
 // Not parallel: it measures the heap (storetest.ReadHoldsAPage). With 32
 // KiB windows, every batch is read a window at a time.
 func TestReadHoldsAPage(t *testing.T) {

@@ -2,6 +2,7 @@ package sqlrow
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/weirhq/weir/store"
@@ -22,5 +23,13 @@ func TestAwaitsRoundTrip(t *testing.T) {
 func TestListedValueBound(t *testing.T) {
 	if store.MaxListedValue != 4096 {
 		t.Fatalf("elided's SQL says 4096, store.MaxListedValue is %d", store.MaxListedValue)
+	}
+}
+
+// WorldRunHeadCols are WorldRunCols without the data: the rewrite found
+// what it replaces.
+func TestWorldRunHeadCols(t *testing.T) {
+	if WorldRunHeadCols == WorldRunCols || strings.Contains(WorldRunHeadCols, "input") || strings.Contains(WorldRunHeadCols, "output") {
+		t.Fatalf("WorldRunHeadCols = %s", WorldRunHeadCols)
 	}
 }

@@ -2,6 +2,7 @@ package sqlrow
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/weirhq/weir/store"
@@ -21,6 +22,25 @@ const (
 	WorldWaitCols  = `wait_id, run_id, status, resume_at, completed_at, created_at, updated_at, spec_version`
 	WorldEventCols = `run_id, slot, event_id, type, correlation_id, data, spec_version, created_at`
 )
+
+// WorldRunHeadCols are WorldRunCols without the run's input and output
+// (NULL, NULL), as ScanWorldRunHead takes them: what a store's
+// transaction reads of a World run (apply.WorldTx.WorldRun).
+var WorldRunHeadCols = strings.Replace(WorldRunCols, `r.input, r.output`, `NULL, NULL`, 1)
+
+// WorldStepHeadCols are WorldStepCols without the step's input and
+// output (NULL, NULL), as ScanWorldStep takes them.
+var WorldStepHeadCols = strings.Replace(WorldStepCols, `input, output`, `NULL, NULL`, 1)
+
+// ScanWorldRunHead scans WorldRunHeadCols: a world.Run.Head.
+func ScanWorldRunHead(row Scanner) (*world.Run, error) {
+	r, err := ScanWorldRun(row)
+	if err != nil {
+		return nil, err
+	}
+	r.Head = true
+	return r, nil
+}
 
 // ScanWorldRun scans WorldRunCols.
 func ScanWorldRun(row Scanner) (*world.Run, error) {
