@@ -131,3 +131,35 @@ func TestStartFindingARunReadsNoRunData(t *testing.T) {
 		}
 	})
 }
+
+// POST /v1/runs/{id}/retry without a step, of a run that did not fail,
+// is refused (400) having read none of the run's input or its log's
+// payloads, on both stores. Red team, round nineteen audit: the engine
+// read the run whole and its log with its payloads (a 15 MiB input, a
+// 16 MiB log) before looking at its status. Not parallel: it measures
+// the process's allocations.
+func TestRetryRefusedReadsNoRunData(t *testing.T) {
+	onEveryStoreInTurn(t, func(t *testing.T, d *dsServer) {
+		input := []byte(`"` + strings.Repeat("i", bigInput-2) + `"`)
+		run, _, err := d.st.CreateRun(t.Context(), &store.CreateRunParams{ID: "big", Workflow: "nobody", Input: input, Owner: "w", LeaseTTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := []byte(`"` + strings.Repeat("o", 2<<20) + `"`)
+		if err := d.st.Advance(t.Context(), &store.AdvanceParams{RunID: "big", LeaseEpoch: run.LeaseEpoch, Events: []store.Event{{Type: store.EventRunStarted},
+			{Type: store.EventStepStarted, Op: 1, Name: "a", Attempt: 1}, {Type: store.EventStepCompleted, Op: 1, Name: "a", Attempt: 1, Data: out}}}); err != nil {
+			t.Fatal(err)
+		}
+		retry := func() {
+			d.send("POST", "/v1/runs/big/retry", `{}`, "Content-Type", "application/json").must(t, http.StatusBadRequest)
+		}
+		retry() // warm
+		if n := allocated(func() {
+			for range 4 {
+				retry()
+			}
+		}); n >= bigInput {
+			t.Errorf("4 retries of a running run allocated %d bytes: its input (%d bytes) or its log was read", n, bigInput)
+		}
+	})
+}
