@@ -245,6 +245,10 @@ const ListedRunCols = `id, workflow, status,
 	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
 	queue, queue_key, priority, dedupe, queued, version, ` + elided
 
+// ListedRunColsNoData are ListedRunCols of a list of heads
+// (store.ListRunsParams.NoData): RunColsNoData, every run Elided.
+const ListedRunColsNoData = RunColsNoData + `, TRUE`
+
 // RunColsWithin are RunCols with the input and output left out, and the
 // error cut to store.MaxListedValue characters, if the three together are
 // over max bytes (a placeholder), then whether they were and the bytes of
