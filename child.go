@@ -183,12 +183,18 @@ func childEndDelivery(r *store.Run, end childEnd) *store.DeliverHookParams {
 }
 
 // checkChild looks at a child run's row: ended, its end is delivered (once,
-// whoever delivers it first).
+// whoever delivers it first). It looks at the child's head, and reads the
+// child whole (its output) only once it has ended: each awaited child is
+// looked at every recheck, and its input may be 15 MiB (red team, round
+// nineteen audit).
 func (x *execution) checkChild(id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 10*time.Second)
 	defer cancel()
-	r, err := x.e.store.GetRun(ctx, id)
+	r, err := x.e.runHead(ctx, id)
 	if err != nil || !r.Status.Terminal() {
+		return
+	}
+	if r, err = x.e.store.GetRun(ctx, id); err != nil || !r.Status.Terminal() {
 		return
 	}
 	p := childEndDelivery(r, childEnd{Status: r.Status, Output: r.Output, Error: r.Error})

@@ -103,18 +103,25 @@ func (e *Engine) RetryFrom(ctx context.Context, runID, step string) (*Run, error
 	return e.Fork(ctx, runID, o)
 }
 
-// failedOp is the first step whose final failure ended run id.
+// failedOp is the first step whose final failure ended run id. It
+// decides from the run's head and plans from its log's outline: a retry
+// of a run that did not fail is refused having read none of its data, and
+// a plan reads no step's output or message's payload (red team, round
+// nineteen audit: a retry of a running run with a 15 MiB input and a
+// 16 MiB log read both, whole, to answer 400).
 func (e *Engine) failedOp(ctx context.Context, id string) (int64, error) {
-	r, err := e.store.GetRun(ctx, id)
-	if err != nil {
-		return 0, err
-	}
-	evs, err := e.store.ListEvents(ctx, id, 0)
+	r, err := e.runHead(ctx, id)
 	if err != nil {
 		return 0, err
 	}
 	if r.Status != store.RunFailed && r.Status != store.RunCancelled {
 		return 0, fmt.Errorf("%w: run %s is %s: name the step to retry from", store.ErrInvalid, id, r.Status)
+	}
+	// The one type whose data the outline keeps is the run's failure,
+	// which has none: PlanResume reads the events' types, ops and Final.
+	evs, err := store.Outline(ctx, e.store, id, store.EventRunFailed)
+	if err != nil {
+		return 0, err
 	}
 	ops, err := apply.PlanResume(r, evs)
 	if err != nil {

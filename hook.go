@@ -353,7 +353,7 @@ func (e *Engine) Hook(ctx context.Context, token string) (*HookInfo, error) {
 // each received, and whether it is closed (a child run's hook is one).
 // Returns ErrNotFound for an unknown run.
 func (e *Engine) Hooks(ctx context.Context, runID string) ([]*HookInfo, error) {
-	if _, err := e.store.GetRun(ctx, runID); err != nil {
+	if _, err := e.runHead(ctx, runID); err != nil { // is it there: not its data
 		return nil, err
 	}
 	return e.store.ListHooks(ctx, runID)

@@ -104,7 +104,9 @@ func (e *Engine) Read(ctx context.Context, runID, name string, opts *ReadOptions
 				yield(StreamRecord{}, err)
 				return
 			}
-			run, err := e.store.GetRun(ctx, runID)
+			// The run's status alone, at every backoff (red team, round
+			// nineteen audit: its input was read whole at each).
+			run, err := e.runHead(ctx, runID)
 			switch {
 			case errors.Is(err, store.ErrNotFound) && time.Now().Before(runDeadline):
 				// Not started yet: wait for it.
@@ -160,7 +162,7 @@ func (e *Engine) resumeWaiter(ctx context.Context, runID string) func() (on, com
 			case <-t.C:
 			}
 			delay = min(2*delay, time.Second)
-			run, err := e.store.GetRun(ctx, runID)
+			run, err := e.runHead(ctx, runID) // its status alone
 			switch {
 			case err != nil && transient(err):
 			case err != nil:

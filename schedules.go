@@ -131,7 +131,9 @@ func (e *Engine) decideSchedule(ctx context.Context, s *store.Schedule) time.Tim
 	}
 	last := schedule.LastEnded
 	if s.State.LastRun != "" {
-		r, err := e.store.GetRun(ctx, s.State.LastRun)
+		// Its status alone: read at each decision, the run's data is not
+		// needed (red team, round nineteen audit).
+		r, err := e.runHead(ctx, s.State.LastRun)
 		switch {
 		case err == nil && r.Status == store.RunRunning:
 			last = schedule.LastRunning

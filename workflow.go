@@ -318,7 +318,13 @@ func (e *Engine) wait(ctx context.Context, id string, exact bool) (*store.Run, e
 	look := !e.launchedHere(id)
 	for {
 		if look {
-			r, err := e.store.GetRun(ctx, id)
+			// Its head at each look, the run whole once it has ended: a
+			// waiter looks every 250 ms at most, and a run may carry a
+			// 15 MiB input (red team, round nineteen audit).
+			r, err := e.runHead(ctx, id)
+			if err == nil && r.Status.Terminal() {
+				r, err = e.store.GetRun(ctx, id) // resumed since: not terminal
+			}
 			switch {
 			case err == nil && r.Status.Terminal():
 				return r, nil

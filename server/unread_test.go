@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/weirhq/weir"
 	"github.com/weirhq/weir/api"
 	"github.com/weirhq/weir/internal/pgtest"
+	limits "github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/store"
 	"github.com/weirhq/weir/store/pgstore"
 	"github.com/weirhq/weir/store/sqlitestore"
@@ -128,6 +130,67 @@ func TestStartFindingARunReadsNoRunData(t *testing.T) {
 		var run api.Run
 		if err := json.Unmarshal(start(string(body), "Idempotency-Key", key).must(t, http.StatusOK).body, &run); err != nil || !run.Elided || run.ID != idempotentRunID(key) {
 			t.Errorf("the key's start again: elided %v, id %s, %v", run.Elided, run.ID, err)
+		}
+	})
+}
+
+// POST /v1/runs/{id}/retry without a step, of a run that did not fail,
+// is refused (400) having read none of the run's input or its log's
+// payloads, on both stores. Red team, round nineteen audit: the engine
+// read the run whole and its log with its payloads (a 15 MiB input, a
+// 16 MiB log) before looking at its status. Not parallel: it measures
+// the process's allocations.
+func TestRetryRefusedReadsNoRunData(t *testing.T) {
+	onEveryStoreInTurn(t, func(t *testing.T, d *dsServer) {
+		input := []byte(`"` + strings.Repeat("i", bigInput-2) + `"`)
+		run, _, err := d.st.CreateRun(t.Context(), &store.CreateRunParams{ID: "big", Workflow: "nobody", Input: input, Owner: "w", LeaseTTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := []byte(`"` + strings.Repeat("o", 2<<20) + `"`)
+		if err := d.st.Advance(t.Context(), &store.AdvanceParams{RunID: "big", LeaseEpoch: run.LeaseEpoch, Events: []store.Event{{Type: store.EventRunStarted},
+			{Type: store.EventStepStarted, Op: 1, Name: "a", Attempt: 1}, {Type: store.EventStepCompleted, Op: 1, Name: "a", Attempt: 1, Data: out}}}); err != nil {
+			t.Fatal(err)
+		}
+		retry := func() {
+			d.send("POST", "/v1/runs/big/retry", `{}`, "Content-Type", "application/json").must(t, http.StatusBadRequest)
+		}
+		retry() // warm
+		if n := allocated(func() {
+			for range 4 {
+				retry()
+			}
+		}); n >= bigInput {
+			t.Errorf("4 retries of a running run allocated %d bytes: its input (%d bytes) or its log was read", n, bigInput)
+		}
+	})
+}
+
+// GET /v1/runs/{id}/waiting of a queued run (its place in its queue's
+// line) and GET /metrics (weir_runs_unclaimed) list their runs' heads,
+// reading none of their values, on both stores. Red team, round nineteen
+// audit: each listed up to 1000 runs with inputs of up to 4 KiB each,
+// 12 MB a request, uncharged and token-less on loopback. Not parallel:
+// it measures the process's allocations.
+func TestQueuePlaceAndMetricsListNoRunData(t *testing.T) {
+	onEveryStoreInTurn(t, func(t *testing.T, d *dsServer) {
+		if err := d.st.SetLimiter(t.Context(), &limits.Config{Name: "q", Concurrency: 1}); err != nil {
+			t.Fatal(err)
+		}
+		const runs, size = 300, 4000 // listed whole: under store.MaxListedValue
+		input := []byte(`"` + strings.Repeat("i", size-2) + `"`)
+		for i := range runs {
+			if _, _, err := d.st.CreateRun(t.Context(), &store.CreateRunParams{ID: fmt.Sprint("q", i), Workflow: "nobody", Queue: "q", Input: input}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, path := range []string{"/v1/runs/q0/waiting", "/metrics"} {
+			d.runsCall("GET", path).must(t, http.StatusOK) // warm
+			n := allocated(func() { d.runsCall("GET", path).must(t, http.StatusOK) })
+			t.Logf("GET %s: %d bytes allocated", path, n)
+			if n >= runs*size {
+				t.Errorf("GET %s allocated %d bytes: the %d queued runs' inputs (%d bytes) were read", path, n, runs, runs*size)
+			}
 		}
 	})
 }

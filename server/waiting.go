@@ -98,7 +98,9 @@ func (s *Server) queuePlace(r *http.Request, run *store.Run, ws []runwait.Wait) 
 		if err != nil {
 			continue
 		}
-		queued, err := s.store.ListRuns(r.Context(), &store.ListRunsParams{Queue: w.Limit, Queued: true, Limit: 1000})
+		// Their heads: the line is ordered by key, priority and age, and
+		// a run's values (up to 4 KiB each listed) are not read.
+		queued, err := s.store.ListRuns(r.Context(), &store.ListRunsParams{Queue: w.Limit, Queued: true, Limit: 1000, NoData: true})
 		if err != nil {
 			continue
 		}

@@ -28,10 +28,13 @@ func Outline(ctx context.Context, s Store, run string, dataOf EventType) ([]Even
 // read of a log (the whole of it, with its payloads) against its budget
 // before the store reads it.
 type LogSizer interface {
-	// LogBytes returns the bytes of data of run's events and of its input
-	// (which a fork copies), 0 for a run with none or no run. (Red team,
-	// round twelve: a fork of a run with a 15 MiB input and no events was
-	// held as nothing, and 16 at once took 1 GB.)
+	// LogBytes returns the bytes of data of run's events, of its input
+	// (which a fork copies) and of its output (which a reply carries: a
+	// fork found by its id, a resume refused, read whole on PostgreSQL),
+	// 0 for a run with none or no run. (Red team, round twelve: a fork of
+	// a run with a 15 MiB input and no events was held as nothing, and 16
+	// at once took 1 GB; round nineteen audit: a 15 MiB output was held
+	// as nothing.)
 	LogBytes(ctx context.Context, run string) (int64, error)
 }
 

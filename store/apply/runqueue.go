@@ -49,6 +49,8 @@ type QueueTx interface {
 	InFlight(ids []string) (map[string]bool, error)
 	// AdmitRun marks queued run id admitted and leases it to owner until
 	// expires, as a claim would (status running, its epoch up by one).
+	// Its Input and Output may be left out (nil), as DedupeRun's: a
+	// backend with one writer reads them after its commit.
 	AdmitRun(id, owner string, expires, now time.Time) (*store.Run, error)
 }
 
@@ -160,7 +162,13 @@ func admitAtCreate(tx QueueTx, c *limit.Config, b []byte, run *store.Run, p *sto
 	if err := tx.SaveLimiter(c, nb); err != nil {
 		return nil, err
 	}
-	return tx.AdmitRun(run.ID, p.Owner, now.Add(p.LeaseTTL), now)
+	admitted, err := tx.AdmitRun(run.ID, p.Owner, now.Add(p.LeaseTTL), now)
+	if err == nil && admitted.Input == nil {
+		// Left out (AdmitRun): the run was inserted now, with p's input
+		// and no output yet.
+		admitted.Input = run.Input
+	}
+	return admitted, err
 }
 
 // AdmitRuns applies an AdmitRuns call (p checked, p.Now set): queue by

@@ -207,14 +207,14 @@ func (s *Store) WriterStatus(ctx context.Context, id int64, writer string) (stre
 
 var _ store.LogSizer = (*Store)(nil)
 
-// LogBytes is store.LogSizer's: the bytes of data of run's events and its
-// input, summed by PostgreSQL (octet_length reads a TOASTed value's size,
+// LogBytes is store.LogSizer's: the bytes of data of run's events, its
+// input and its output, summed by PostgreSQL (octet_length reads a TOASTed value's size,
 // not the value).
 func (s *Store) LogBytes(ctx context.Context, run string) (int64, error) {
 	var n int64
 	err := s.do(ctx, true, func(ctx context.Context, _ *try) error {
 		return s.pool.QueryRow(ctx, `SELECT (COALESCE((SELECT sum(octet_length(data)) FROM `+s.q.schema+`.events WHERE run_id = $1), 0)
-			+ COALESCE((SELECT octet_length(input) FROM `+s.q.schema+`.runs WHERE id = $1), 0))::bigint`, run).Scan(&n)
+			+ COALESCE((SELECT COALESCE(octet_length(input), 0) + COALESCE(octet_length(output), 0) FROM `+s.q.schema+`.runs WHERE id = $1), 0))::bigint`, run).Scan(&n)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("log bytes: %w", err)

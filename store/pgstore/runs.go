@@ -112,7 +112,11 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 		// An unknown cursor must be an error, not an empty page.
 		where = append(where, "seq < (SELECT seq FROM "+s.q.schema+".runs WHERE id = "+arg(p.Before)+")")
 	}
-	q := `SELECT ` + sqlrow.ListedRunCols + ` FROM ` + s.q.schema + `.runs`
+	cols := sqlrow.ListedRunCols
+	if p.NoData {
+		cols = sqlrow.ListedRunColsNoData
+	}
+	q := `SELECT ` + cols + ` FROM ` + s.q.schema + `.runs`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}

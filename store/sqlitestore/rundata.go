@@ -60,7 +60,8 @@ var (
 // 15 MiB input, other clients' writes p90 3.3 → 98 ms). The data is read
 // after the commit, on a read connection (Store.claimedData,
 // Store.replyData).
-var headCols = regexp.MustCompile(`\binput, output\b`).ReplaceAllString(sqlrow.RunCols, "NULL, NULL")
+// They are sqlrow.RunHeadCols, which PostgreSQL's admission reads too.
+const headCols = sqlrow.RunHeadCols
 
 // foundRunCols are sqlrow.FoundRunCols from runs and run_data, the bound
 // ?2 and the input compared ?3: a length is read from run_data's record

@@ -64,6 +64,11 @@ func (s *Store) AdmitRuns(ctx context.Context, p *store.AdmitRunsParams) ([]*sto
 	if err != nil {
 		return nil, fmt.Errorf("admit runs: %w", err)
 	}
+	// The writer returned the admitted runs' heads (AdmitRun): their data
+	// is read now, leased to q.Owner as a claim's are.
+	if err := s.claimedData(context.WithoutCancel(ctx), out); err != nil {
+		return nil, fmt.Errorf("admit runs: %w", err)
+	}
 	return out, nil
 }
 
@@ -228,12 +233,17 @@ func (tx *wtx) InFlight(ids []string) (map[string]bool, error) {
 	return out, translate(rows.Err())
 }
 
-// AdmitRun admits queued run id and leases it to owner.
+// AdmitRun admits queued run id and leases it to owner, returning its
+// head (headCols): an admission, as a claim, reads no run's input with
+// the writer held (red team, round nineteen audit: a poll admitting runs
+// with 15 MiB inputs read each of them in the writer, other clients'
+// writes waiting). AdmitRuns reads the data after the commit
+// (claimedData); a run admitted at its start has the input it was given.
 func (tx *wtx) AdmitRun(id, owner string, expires, now time.Time) (*store.Run, error) {
 	tx.changed = true
 	run, err := tx.oneRun(`UPDATE runs SET queued = 0, status = 'running', lease_owner = ?, lease_expires = ?,
 			lease_epoch = lease_epoch + 1, updated_at = ?
-		WHERE id = ? AND queued = 1 RETURNING `+runCols, owner, sqlrow.Nanos(expires), sqlrow.Nanos(now), id)
+		WHERE id = ? AND queued = 1 RETURNING `+headCols, owner, sqlrow.Nanos(expires), sqlrow.Nanos(now), id)
 	if err == nil && run == nil {
 		err = fmt.Errorf("%w: run %q is not queued", store.ErrNotFound, id)
 	}

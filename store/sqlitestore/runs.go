@@ -140,7 +140,11 @@ func (s *Store) ListRuns(ctx context.Context, p *store.ListRunsParams) ([]*store
 		}
 		where, args = append(where, "seq < ?"), append(args, seq)
 	}
-	q := `SELECT ` + listedRunCols + ` FROM runs`
+	cols := listedRunCols
+	if p.NoData {
+		cols = sqlrow.ListedRunColsNoData
+	}
+	q := `SELECT ` + cols + ` FROM runs`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}

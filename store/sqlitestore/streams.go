@@ -466,16 +466,16 @@ func (s *Store) WriterStatus(ctx context.Context, id int64, writer string) (stre
 
 var _ store.LogSizer = (*Store)(nil)
 
-// LogBytes is store.LogSizer's: the bytes of data of run's events and its
-// input (SQLite's length() of a blob reads its size from the record's
-// header).
+// LogBytes is store.LogSizer's: the bytes of data of run's events, its
+// input and its output (SQLite's length() of a blob reads its size from
+// the record's header).
 func (s *Store) LogBytes(ctx context.Context, run string) (int64, error) {
 	if s.isClosed() {
 		return 0, store.ErrClosedStore
 	}
 	var n int64
 	if err := s.rdb.QueryRowContext(ctx, `SELECT COALESCE((SELECT sum(length(data)) FROM events WHERE run_id = ?1), 0)
-		+ COALESCE((SELECT length(d.input) FROM runs r JOIN run_data d ON d.seq = r.seq WHERE r.id = ?1), 0)`, run).Scan(&n); err != nil {
+		+ COALESCE((SELECT COALESCE(length(d.input), 0) + COALESCE(length(d.output), 0) FROM runs r JOIN run_data d ON d.seq = r.seq WHERE r.id = ?1), 0)`, run).Scan(&n); err != nil {
 		return 0, fmt.Errorf("log bytes: %w", s.readErr(err))
 	}
 	return n, nil

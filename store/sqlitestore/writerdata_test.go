@@ -192,3 +192,48 @@ func BenchmarkWorldStepEvent(b *testing.B) {
 		}
 	}
 }
+
+// An admission from a queue reads no admitted run's data with the writer
+// held, as a claim does not: the engine's poll admits up to its limit of
+// runs, each of which may carry a 15 MiB input (red team, round nineteen
+// audit). The admitted runs come back with their input, read after the
+// commit; a run admitted at its start, with the input it was given.
+func TestAdmissionReadsNoRunDataInTheWriter(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "weir.db"))
+	ctx := t.Context()
+	input := bytes.Repeat([]byte("i"), 2<<20)
+	if err := s.SetLimiter(ctx, &limit.Config{Name: "q", Concurrency: 4}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if _, created, err := s.CreateRun(ctx, &store.CreateRunParams{ID: id, Workflow: "wf", Queue: "q", Input: input}); err != nil || !created {
+			t.Fatalf("queued %s: created %v, %v", id, created, err)
+		}
+	}
+	before := s.WriterDataRead()
+	runs, err := s.AdmitRuns(ctx, &store.AdmitRunsParams{Owner: "w", Limit: 8, LeaseTTL: time.Hour})
+	if err != nil || len(runs) != 3 {
+		t.Fatalf("admitted %d runs, %v", len(runs), err)
+	}
+	if n := s.WriterDataRead() - before; n > 0 {
+		t.Errorf("an admission of 3 runs: the writer read %d bytes of run data", n)
+	}
+	for _, r := range runs {
+		if !bytes.Equal(r.Input, input) || r.Status != store.RunRunning || r.LeaseOwner != "w" {
+			t.Errorf("admitted %s: %s, leased to %q, %d bytes of input", r.ID, r.Status, r.LeaseOwner, len(r.Input))
+		}
+	}
+
+	// Admitted at its start: the queue has room and no line.
+	before = s.WriterDataRead()
+	r, created, err := s.CreateRun(ctx, &store.CreateRunParams{ID: "d", Workflow: "wf", Queue: "q", Input: input, Owner: "w", LeaseTTL: time.Hour})
+	if err != nil || !created || r.Status != store.RunRunning {
+		t.Fatalf("start admitted at once: created %v, %+v, %v", created, r, err)
+	}
+	if n := s.WriterDataRead() - before; n > 0 {
+		t.Errorf("a start admitted at once: the writer read %d bytes of run data", n)
+	}
+	if !bytes.Equal(r.Input, input) {
+		t.Errorf("a start admitted at once: %d bytes of input in its reply, want %d", len(r.Input), len(input))
+	}
+}

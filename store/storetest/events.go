@@ -96,6 +96,14 @@ func testEventPages(t *testing.T, h harness) {
 		if n, err := ls.LogBytes(ctx(t), "input"); err != nil || n != 70<<10 {
 			t.Fatalf("LogBytes of a run with a 70 KiB input and no events: %d %v", n, err)
 		}
+		// And its output: a reply carries it.
+		r, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "output", Workflow: "wf", Input: make([]byte, 10<<10), Owner: "w", LeaseTTL: time.Minute})
+		must(t, err)
+		must(t, s.Advance(ctx(t), &store.AdvanceParams{RunID: "output", LeaseEpoch: r.LeaseEpoch, Status: store.RunCompleted, Output: make([]byte, 60<<10),
+			Events: []store.Event{{Type: store.EventRunCompleted}}}))
+		if n, err := ls.LogBytes(ctx(t), "output"); err != nil || n != 70<<10 {
+			t.Fatalf("LogBytes of a run with a 10 KiB input, a 60 KiB output and no event data: %d %v", n, err)
+		}
 	}
 	for _, p := range []store.ListEventsParams{{RunID: "log", Limit: store.MaxEventPage + 1}, {RunID: "log", MaxBytes: store.MaxEventPageBytes + 1}, {RunID: "log", After: -1}, {RunID: ""}} {
 		if _, err := s.ListEventsPage(ctx(t), &p); !errors.Is(err, store.ErrInvalid) {

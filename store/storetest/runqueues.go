@@ -60,6 +60,39 @@ func testQueues(t *testing.T, h harness) {
 	}
 	soon := func() time.Time { return time.Now().Add(time.Second) }
 
+	// An admitted run comes with its input, admitted at its start or by
+	// AdmitRuns: a backend may read it after the admission's commit
+	// (apply.QueueTx.AdmitRun), not with its locks held.
+	t.Run("AdmittedWithTheirInput", func(t *testing.T) {
+		t.Parallel()
+		s, l := newStore(t)
+		must(t, l.SetLimiter(ctx(t), &limit.Config{Name: "q", Concurrency: 3}))
+		r, created, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "now", Workflow: "wf", Queue: "q", Input: []byte(`"now"`),
+			Owner: "w", LeaseTTL: time.Minute})
+		must(t, err)
+		if !created || r.Queued || string(r.Input) != `"now"` || r.Output != nil {
+			t.Fatalf("a start admitted at once: created %v, %+v", created, r)
+		}
+		in := map[string]string{"a": `"a"`, "b": `{"b":2}`, "none": ""}
+		for id, input := range in {
+			p := store.CreateRunParams{ID: id, Queue: "q"}
+			if input != "" {
+				p.Input = []byte(input)
+			}
+			enqueue(t, s, p)
+		}
+		runs, err := l.AdmitRuns(ctx(t), &store.AdmitRunsParams{Owner: "w", Limit: 10, LeaseTTL: time.Minute})
+		must(t, err)
+		if len(runs) != 2 {
+			t.Fatalf("admitted %d runs, want 2 (the limit)", len(runs))
+		}
+		for _, r := range runs {
+			if string(r.Input) != in[r.ID] || r.Output != nil || r.Status != store.RunRunning {
+				t.Errorf("admitted %s: %s, input %q, want %q", r.ID, r.Status, r.Input, in[r.ID])
+			}
+		}
+	})
+
 	t.Run("AdmittedAtCreate", func(t *testing.T) {
 		t.Parallel()
 		s, l := newStore(t)

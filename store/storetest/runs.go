@@ -146,6 +146,20 @@ func testRuns(t *testing.T, h harness) {
 		if !slices.Equal(all, []string{"r5", "r4", "r3", "r2", "r1"}) {
 			t.Fatalf("paged = %v", all)
 		}
+		// Heads alone (NoData): the runs' state, not their values.
+		_, _, err = s.CreateRun(ctx(t), &store.CreateRunParams{ID: "r6", Workflow: "a", Input: []byte(`{"x":1}`)})
+		must(t, err)
+		heads, err := s.ListRuns(ctx(t), &store.ListRunsParams{Limit: 2, NoData: true})
+		must(t, err)
+		if got := runIDs(heads); !slices.Equal(got, []string{"r6", "r5"}) {
+			t.Fatalf("heads: %v", got)
+		}
+		if h := heads[0]; h.Input != nil || h.Output != nil || !h.Elided || h.Workflow != "a" || h.Status != store.RunPending || h.CreatedAt.IsZero() {
+			t.Fatalf("a head: %+v", h)
+		}
+		if whole, err := s.ListRuns(ctx(t), &store.ListRunsParams{Limit: 1}); err != nil || string(whole[0].Input) != `{"x":1}` || whole[0].Elided {
+			t.Fatalf("listed with its data: %+v, %v", whole, err)
+		}
 		_, err = s.ListRuns(ctx(t), &store.ListRunsParams{Status: "bogus"})
 		wantErr(t, err, store.ErrInvalid)
 	})

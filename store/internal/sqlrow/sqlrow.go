@@ -212,6 +212,14 @@ const RunCols = `id, workflow, status, input, output, error, created_at, updated
 	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
 	queue, queue_key, priority, dedupe, queued, version`
 
+// RunHeadCols are RunCols with the run's input and output NULL, its
+// error kept: a run a write returns whose data is read after its commit,
+// not while the write holds its locks (an admission from a queue, whose
+// limiter's row it holds: red team, round nineteen audit).
+const RunHeadCols = `id, workflow, status, CAST(NULL AS bytea), CAST(NULL AS bytea), error, created_at, updated_at,
+	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
+	queue, queue_key, priority, dedupe, queued, version`
+
 // RunColsNoData are RunCols without the run's data: its input and output
 // NULL and its error empty, for a decision over many runs that needs their
 // rank and state, never their data (a queue's heads, a migration's runs).
@@ -236,6 +244,10 @@ const ListedRunCols = `id, workflow, status,
 	` + cutError + `, created_at, updated_at,
 	wake_at, lease_owner, lease_expires, lease_epoch, cancel_requested, kind, parent_id, trace_parent,
 	queue, queue_key, priority, dedupe, queued, version, ` + elided
+
+// ListedRunColsNoData are ListedRunCols of a list of heads
+// (store.ListRunsParams.NoData): RunColsNoData, every run Elided.
+const ListedRunColsNoData = RunColsNoData + `, TRUE`
 
 // RunColsWithin are RunCols with the input and output left out, and the
 // error cut to store.MaxListedValue characters, if the three together are
