@@ -266,18 +266,20 @@ func (c *checker) checkQueue(ctx context.Context, t *Trial) error {
 // them overlap than the limiter has slots. Only attempts whose outcome is
 // in their run's log count: a zombie's (its process stopped past its
 // leases, its outcome refused) ran on after its slot lapsed, which is what
-// a lease means.
+// a lease means. And of an attempt's spans, only the execution's whose
+// start of it is in the log: an execution that lost its lease before the
+// start was durable (a frozen engine's, one whose run parked as the
+// attempt began) is a zombie too, its slot given back or lapsed, and the
+// next execution runs the attempt again under the same number. A start
+// whose writer the workers did not report (its record's answer lost) may
+// be any of its spans': they all count.
 func (c *checker) checkLimiter(ctx context.Context, t *Trial) error {
 	if t.Limiter == 0 {
 		return nil
 	}
 	c.stats.LinedParks, c.stats.LinedRuns, c.stats.LinedAsyncParks = t.lined.parks, len(t.lined.parked), t.lined.asyncParks
 	c.stats.LinedClaims, c.stats.LimiterChanges = t.lined.claims, t.lined.changes
-	type key struct {
-		run         string
-		op, attempt int64
-	}
-	logged := map[key]bool{}
+	logged := map[attemptKey]bool{}
 	for _, rs := range t.Runs {
 		evs, err := c.s.ListEvents(ctx, rs.ID, 0)
 		if err != nil {
@@ -285,19 +287,19 @@ func (c *checker) checkLimiter(ctx context.Context, t *Trial) error {
 		}
 		for _, e := range evs {
 			if e.Type == store.EventStepCompleted || e.Type == store.EventStepFailed {
-				logged[key{rs.ID, e.Op, e.Attempt}] = true
+				logged[attemptKey{rs.ID, e.Op, e.Attempt}] = true
 			}
 		}
 	}
 	var edges []edge
 	var counted []attemptSpan
-	seen := map[key]bool{}
 	for _, a := range t.limited {
-		k := key{a.run, a.op, a.attempt}
-		if !logged[k] || seen[k] {
+		if !logged[a.attemptKey] {
 			continue
 		}
-		seen[k] = true
+		if by, ok := t.started[a.attemptKey]; ok && !slices.Contains(by, a.epoch) {
+			continue // another execution's run of the attempt is the log's
+		}
 		edges = append(edges, edge{a.start, +1}, edge{a.end, -1})
 		counted = append(counted, a)
 		c.stats.Limited++
@@ -307,8 +309,8 @@ func (c *checker) checkLimiter(ctx context.Context, t *Trial) error {
 		var which []string
 		for _, a := range counted {
 			if !a.start.After(at) && a.end.After(at) {
-				which = append(which, fmt.Sprintf("%s op %d attempt %d (%s from %s)",
-					a.run, a.op, a.attempt, a.end.Sub(a.start).Round(time.Millisecond), a.start.Format("15:04:05.000000")))
+				which = append(which, fmt.Sprintf("%s op %d attempt %d epoch %d (%s from %s)",
+					a.run, a.op, a.attempt, a.epoch, a.end.Sub(a.start).Round(time.Millisecond), a.start.Format("15:04:05.000000")))
 			}
 		}
 		c.fail("limiter", t.LimiterName(), "%d limited attempts ran at once at %v; the limiter has %d slots: %s",

@@ -2,6 +2,7 @@ package torture
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -165,10 +166,112 @@ func TestMostAtOnce(t *testing.T) {
 			t.Errorf("%s: %d at once, want %d", tc.name, got, tc.want)
 		}
 	}
-	if _, ok := parseAttemptSpan("r1 3 2 100 50"); ok {
+	if _, ok := parseAttemptSpan("r1 3 2 4 100 50"); ok {
 		t.Error("a span that ends before it starts was read")
 	}
-	if a, ok := parseAttemptSpan("r1 3 2 100 150"); !ok || a.run != "r1" || a.op != 3 || a.attempt != 2 || a.end.Sub(a.start) != 50 {
+	if _, ok := parseAttemptSpan("r1 3 2 100 150"); ok {
+		t.Error("a span without its execution's epoch was read")
+	}
+	if a, ok := parseAttemptSpan("r1 3 2 4 100 150"); !ok || a.run != "r1" || a.op != 3 || a.attempt != 2 || a.epoch != 4 || a.end.Sub(a.start) != 50 {
 		t.Errorf("parseAttemptSpan: %+v %v", a, ok)
+	}
+}
+
+// An execution that lost its run's lease as its limited attempt began (its
+// engine frozen past its leases, or its run parking lined as a slot was
+// handed to the attempt) ran the attempt's code with its start refused,
+// and its slot lapsed or was given back while that code ran on; the next
+// execution ran the attempt again, under the same number, and the log
+// holds that one's outcome. The checker counts the run the log holds (its
+// start's writer's epoch), not the zombie's, which overlapped another
+// attempt's slot (seed 7103); and still catches an overlap of the runs
+// the log holds, or of runs whose start's writer is not known.
+func TestCheckLimiterCountsTheLoggedExecution(t *testing.T) {
+	ctx := context.Background()
+	s, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "weir.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const ttl = time.Minute
+	step := func(typ store.EventType, op, attempt int64) store.Event {
+		return store.Event{Type: typ, Op: op, Name: "lstep", Attempt: attempt}
+	}
+	// Run a: execution 1 runs op 2 attempt 1 and parks before the
+	// attempt's start is durable; its start is then refused. Execution 2
+	// runs the attempt again and logs it.
+	if _, _, err := s.CreateRun(ctx, &store.CreateRunParams{ID: "a", Workflow: WorkflowName, Owner: "w", LeaseTTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Advance(ctx, &store.AdvanceParams{RunID: "a", LeaseEpoch: 1, Release: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Advance(ctx, &store.AdvanceParams{RunID: "a", LeaseEpoch: 1,
+		Events: []store.Event{step(store.EventStepStarted, 2, 1)}}); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("the zombie's start: %v, want %v", err, store.ErrLeaseLost)
+	}
+	runs, err := s.ClaimRuns(ctx, &store.ClaimRunsParams{Owner: "w", Limit: 1, LeaseTTL: ttl})
+	if err != nil || len(runs) != 1 || runs[0].ID != "a" || runs[0].LeaseEpoch != 2 {
+		t.Fatalf("claim: %v %v", runs, err)
+	}
+	if err := s.Advance(ctx, &store.AdvanceParams{RunID: "a", LeaseEpoch: 2,
+		Events: []store.Event{step(store.EventStepStarted, 2, 1), step(store.EventStepCompleted, 2, 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	// Run b: op 1 attempt 1, run once, given the slot the zombie's
+	// execution gave back.
+	if _, _, err := s.CreateRun(ctx, &store.CreateRunParams{ID: "b", Workflow: WorkflowName, Owner: "w", LeaseTTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Advance(ctx, &store.AdvanceParams{RunID: "b", LeaseEpoch: 1,
+		Events: []store.Event{step(store.EventStepStarted, 1, 1), step(store.EventStepCompleted, 1, 1)}}); err != nil {
+		t.Fatal(err)
+	}
+
+	at := func(ms int) time.Time { return time.Unix(0, int64(ms)*int64(time.Millisecond)) }
+	span := func(run string, op, attempt, epoch int64, from, to int) attemptSpan {
+		return attemptSpan{attemptKey{run, op, attempt}, epoch, at(from), at(to)}
+	}
+	zombie := span("a", 2, 1, 1, 0, 11)
+	logged := span("a", 2, 1, 2, 100, 110)
+	other := span("b", 1, 1, 1, 2, 50)
+	check := func(limited []attemptSpan, started ...string) []Violation {
+		t.Helper()
+		tr := &Trial{Prefix: "t", Limiter: 1, Runs: []RunSpec{{ID: "a"}, {ID: "b"}}, limited: limited}
+		for _, l := range started {
+			if !tr.noteStarted(l) {
+				t.Fatalf("noteStarted(%q) refused", l)
+			}
+		}
+		c := &checker{s: s}
+		if err := c.checkLimiter(ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+		return c.out
+	}
+	// The zombie's span is reported first (it ended first), as in the
+	// failing trial.
+	all := []attemptSpan{zombie, other, logged}
+	if v := check(all, "a 2 1 2", "b 1 1 1"); len(v) > 0 {
+		t.Fatalf("the zombie's run of a/2/1 was counted: %v", v)
+	}
+	// Had the zombie's execution's start been the log's, its span would
+	// be the attempt's, over b's: caught.
+	if v := check(all, "a 2 1 1", "b 1 1 1"); len(v) != 1 || v[0].Invariant != "limiter" {
+		t.Fatalf("an overlap of logged runs: %v, want a limiter violation", v)
+	}
+	// A start whose writer no worker reported (its record's answer lost)
+	// may be either run's: both count.
+	if v := check(all, "b 1 1 1"); len(v) != 1 || v[0].Invariant != "limiter" {
+		t.Fatalf("a start of no known writer: %v, want a limiter violation", v)
+	}
+	// The logged run overlapping b is caught, the zombie's span aside.
+	late := span("b", 1, 1, 1, 105, 120)
+	if v := check([]attemptSpan{zombie, late, logged}, "a 2 1 2", "b 1 1 1"); len(v) != 1 || v[0].Invariant != "limiter" {
+		t.Fatalf("logged runs overlapping: %v, want a limiter violation", v)
+	}
+	// An attempt whose outcome is not in the log counts in no run.
+	if v := check([]attemptSpan{span("a", 3, 1, 2, 0, 60), other}, "a 3 1 2", "b 1 1 1"); len(v) > 0 {
+		t.Fatalf("an attempt without an outcome was counted: %v", v)
 	}
 }

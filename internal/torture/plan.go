@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -109,6 +110,11 @@ type Trial struct {
 	// limited is what the workers reported of the limited attempts'
 	// spans (their own clocks around the step's code), for the checker.
 	limited []attemptSpan
+	// started are the lease epochs of the executions whose start of an
+	// attempt the workers saw the store take (S lines): whose run of it
+	// the log holds. A start whose record's answer was lost (a kill, a
+	// cut) is not here.
+	started map[attemptKey][]int64
 	// lined counts what the workers reported of lined parking and of the
 	// limiter changes they made, for the report.
 	lined linedCounts
@@ -689,21 +695,48 @@ func addLimiter(t *Trial, seed uint64) {
 	}
 }
 
-// attemptSpan is a limited attempt's run of its code, as its worker saw it.
+// attemptKey names an attempt of a run's step: the run's log has it once,
+// while several executions of the run may have run it (attemptSpan).
+type attemptKey struct {
+	run         string
+	op, attempt int64
+}
+
+// attemptSpan is a limited attempt's run of its code, as its worker saw it:
+// by the run's execution of lease epoch epoch. An execution that lost its
+// lease before the attempt's start was durable leaves the attempt's number
+// to the next, which runs it again: an attempt may have spans of several
+// executions, of which the log holds one's.
 type attemptSpan struct {
-	run        string
-	op         int64
-	attempt    int64
+	attemptKey
+	epoch      int64
 	start, end time.Time
 }
 
-// parseAttemptSpan reads a worker's "L run op attempt startNanos endNanos".
+// parseAttemptSpan reads a worker's "L run op attempt epoch startNanos
+// endNanos".
 func parseAttemptSpan(line string) (attemptSpan, bool) {
 	var a attemptSpan
 	var start, end int64
-	if n, err := fmt.Sscanf(line, "%s %d %d %d %d", &a.run, &a.op, &a.attempt, &start, &end); n != 5 || err != nil || end < start {
+	if n, err := fmt.Sscanf(line, "%s %d %d %d %d %d", &a.run, &a.op, &a.attempt, &a.epoch, &start, &end); n != 6 || err != nil || end < start {
 		return a, false
 	}
 	a.start, a.end = time.Unix(0, start), time.Unix(0, end)
 	return a, true
+}
+
+// noteStarted reads a worker's "S run op attempt epoch" into t.started.
+func (t *Trial) noteStarted(line string) bool {
+	var k attemptKey
+	var epoch int64
+	if n, err := fmt.Sscanf(line, "%s %d %d %d", &k.run, &k.op, &k.attempt, &epoch); n != 4 || err != nil {
+		return false
+	}
+	if t.started == nil {
+		t.started = map[attemptKey][]int64{}
+	}
+	if !slices.Contains(t.started[k], epoch) {
+		t.started[k] = append(t.started[k], epoch)
+	}
+	return true
 }

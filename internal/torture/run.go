@@ -618,6 +618,10 @@ func runTrial(ctx context.Context, opts *Options, t *Trial, dir, dsn string) (*t
 				}
 				limitedSeen++
 				sendChange(p)
+			case strings.HasPrefix(m.line, "S "):
+				if !t.noteStarted(m.line[2:]) {
+					res.violations = append(res.violations, Violation{"worker", fmt.Sprintf("worker %d", p.id), "a malformed attempt start: " + m.line})
+				}
 			case strings.HasPrefix(m.line, "N "):
 				if !t.lined.note(m.line[2:]) {
 					res.violations = append(res.violations, Violation{"worker", fmt.Sprintf("worker %d", p.id), "a malformed lined report: " + m.line})

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir"
+	"github.com/weirhq/weir/internal/harness"
 	"github.com/weirhq/weir/limit"
 	"github.com/weirhq/weir/server"
 	"github.com/weirhq/weir/store"
@@ -55,8 +56,12 @@ func (o *output) line(format string, args ...any) {
 //	V <message>          a violation seen from inside (an unexpected error)
 //	Z <what…>            a zombie attempt was fenced
 //	A <addr>             it serves the HTTP API there
-//	L <run> <op> <attempt> <start> <end>
-//	                     a limited attempt's span (the checker's)
+//	L <run> <op> <attempt> <epoch> <start> <end>
+//	                     a limited attempt's span (the checker's), run by
+//	                     the run's execution of lease epoch <epoch>
+//	S <run> <op> <attempt> <epoch>
+//	                     the attempt's start is in the run's log, written
+//	                     by that execution (the checker's)
 //	N park <run> <async> a park lined (async 1: its workflow waited for
 //	                     steps on goroutines of their own)
 //	N claim <run>        a run claimed lined
@@ -97,7 +102,7 @@ func WorkerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	kill := newChildKiller(&t, filepath.Dir(*trialPath), out)
 	lined := newLinedWatch(out)
 	for i := range engines {
-		gates[i] = &gatedStore{Full: s, afterRecord: kill, lined: lined}
+		gates[i] = &gatedStore{Full: s, afterRecord: kill, lined: lined, out: out}
 		es, err := gates[i].forEngine()
 		if err != nil {
 			return err
@@ -612,9 +617,12 @@ func stepFunc(rs *RunSpec, it *Item, report func(string, ...any), out *output) f
 		n, err := runStep(sc, rs, it, report)
 		if it.Limited {
 			// Inside the attempt's slot: from after its grant to before
-			// its release. The checker holds these spans to the limit.
+			// its release. The checker holds these spans to the limit,
+			// those of the execution whose start of the attempt is in the
+			// log (its epoch, the S lines).
 			weir.ChargeLimiter(sc, sc.Attempt())
-			out.line("L %s %d %d %d %d", rs.ID, it.Op, sc.Attempt(), start.UnixNano(), time.Now().UnixNano())
+			epoch, _ := harness.StepEpoch(sc)
+			out.line("L %s %d %d %d %d %d", rs.ID, it.Op, sc.Attempt(), epoch, start.UnixNano(), time.Now().UnixNano())
 		}
 		if errors.Is(err, weir.ErrFenced) || errors.Is(err, store.ErrLeaseLost) {
 			// A zombie attempt: another worker took the run over.
@@ -892,6 +900,7 @@ type gatedStore struct {
 	waited      chan struct{} // closed when waiting grows (blocked)
 	afterRecord func(p *store.AdvanceParams)
 	lined       *linedWatch // told of lined parks and claims
+	out         *output     // told of attempts' starts (S); nil: not told
 }
 
 func (g *gatedStore) freeze() {
@@ -974,9 +983,21 @@ func (g *gatedStore) Advance(ctx context.Context, p *store.AdvanceParams) error 
 	return err
 }
 
-// recorded tells the harness of a record p that succeeded: a lined park,
-// and afterRecord.
+// recorded tells the harness of a record p that succeeded: the attempts
+// it starts, a lined park, and afterRecord (which may kill the process: the
+// starts are said first).
 func (g *gatedStore) recorded(p *store.AdvanceParams) {
+	if g.out != nil {
+		// Which execution's run of an attempt the log holds: the one whose
+		// start it took. An execution that lost its lease before its
+		// attempt's start was durable leaves the attempt's number to the
+		// next one, which runs it again (checkLimiter).
+		for _, e := range p.Events {
+			if e.Type == store.EventStepStarted {
+				g.out.line("S %s %d %d %d", p.RunID, e.Op, e.Attempt, p.LeaseEpoch)
+			}
+		}
+	}
 	g.lined.advanced(p)
 	if g.afterRecord != nil {
 		g.afterRecord(p)
