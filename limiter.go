@@ -162,7 +162,7 @@ func (env *stepEnv) takeSlot(op int64, st *opState, attempt int64, cfg *stepConf
 	lim := x.e.store
 	lease := x.e.cfg.LeaseTTL
 	p := &store.AcquireSlotParams{Limiter: cfg.limiter, Request: limit.Request{
-		Holder: limit.StepHolder(x.run.ID, op, attempt), Key: cfg.limitOpts.Key, Priority: cfg.limitOpts.Priority, Lease: lease}}
+		Holder: limit.StepHolder(x.run.ID, op, attempt, x.epoch), Key: cfg.limitOpts.Key, Priority: cfg.limitOpts.Priority, Lease: lease}}
 	if g := x.e.grants.pool(cfg.limiter, cfg.limitOpts.Key); g != nil {
 		if release, lost, ok := g.take(x.ctx); ok {
 			return release, lost, nil

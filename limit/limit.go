@@ -313,31 +313,49 @@ const MaxGrant = 1 << 20
 func Grantable(c *Config) bool { return c.Rate == 0 && c.Budget == 0 }
 
 // StepHolder is how the engine names an attempt of a step in a limiter
-// (weir.WithLimiter): the same on every replay and in every process, so an
-// attempt that asks again (after a park, a lost reply) keeps its place and
-// its slot.
-func StepHolder(run string, op, attempt int64) string {
-	return run + "/" + strconv.FormatInt(op, 10) + "/" + strconv.FormatInt(attempt, 10)
+// (weir.WithLimiter), as one execution of its run runs it: epoch is the
+// run's lease epoch, which each claim of the run moves on. Asked again in
+// the same execution (a lost reply, a wake) it is the same holder, with
+// its place and its slot. Another execution of the run is another holder:
+// an execution that lost its lease and does not know it yet (a frozen or
+// partitioned worker, whose body may still run) can neither take the
+// live execution's slot as its own nor give it back, and the live one
+// does not take over a slot the stale one's body may still be using: that
+// slot comes back with its lease (torture, seed 7103: a stale execution's
+// release freed the slot the run's live execution was using, and a third
+// body started under a limit of two).
+func StepHolder(run string, op, attempt, epoch int64) string {
+	return run + "/" + strconv.FormatInt(op, 10) + "/" + strconv.FormatInt(attempt, 10) + "/" + strconv.FormatInt(epoch, 10)
+}
+
+// HolderStep is the run, step and attempt a StepHolder names, whichever
+// execution's; false for a holder of another form (an engine's grant).
+// A holder of the form before executions were named (run/op/attempt) is
+// read too: such places lapse with their leases after an upgrade.
+func HolderStep(holder string) (run string, op, attempt int64, ok bool) {
+	parts := strings.Split(holder, "/")
+	if n := len(parts); n == 4 || n == 3 {
+		nums := make([]int64, 0, 3)
+		for _, p := range parts[1:] {
+			v, err := strconv.ParseInt(p, 10, 64)
+			if err != nil {
+				return "", 0, 0, false
+			}
+			nums = append(nums, v)
+		}
+		if parts[0] == "" {
+			return "", 0, 0, false
+		}
+		return parts[0], nums[0], nums[1], true
+	}
+	return "", 0, 0, false
 }
 
 // HolderRun is the run of a StepHolder; false for a holder of another
 // form (an engine's grant).
 func HolderRun(holder string) (string, bool) {
-	i := strings.LastIndexByte(holder, '/')
-	if i < 0 {
-		return "", false
-	}
-	j := strings.LastIndexByte(holder[:i], '/')
-	if j <= 0 {
-		return "", false
-	}
-	if _, err := strconv.ParseInt(holder[i+1:], 10, 64); err != nil {
-		return "", false
-	}
-	if _, err := strconv.ParseInt(holder[j+1:i], 10, 64); err != nil {
-		return "", false
-	}
-	return holder[:j], true
+	run, _, _, ok := HolderStep(holder)
+	return run, ok
 }
 
 // Reason says which bound keeps a request waiting.

@@ -685,8 +685,11 @@ func TestHolderRun(t *testing.T) {
 		holder, run string
 		ok          bool
 	}{
-		{StepHolder("run_1", 3, 2), "run_1", true},
-		{StepHolder("sched:nightly:2026-12-07T00:00:00Z", 12, 1), "sched:nightly:2026-12-07T00:00:00Z", true},
+		{StepHolder("run_1", 3, 2, 1), "run_1", true},
+		{StepHolder("sched:nightly:2026-12-07T00:00:00Z", 12, 1, 7), "sched:nightly:2026-12-07T00:00:00Z", true},
+		{"run_1/3/2", "run_1", true}, // the form before executions were named
+		{"r/1/2/x", "", false},
+		{"a/1/2/3/4", "", false},
 		{"engine-7f3a", "", false},
 		{"a/b", "", false},
 		{"/1/2", "", false},
@@ -937,6 +940,33 @@ func TestHeldForHoldsUntilItSays(t *testing.T) {
 					t.Fatalf("seed %d step %d: %s read as held until %v (read at %v), taken back by %s at %v", seed, step, r, until.Sub(t0), read.Sub(t0), other, when.Sub(t0))
 				}
 			}
+		}
+	}
+}
+
+// Two executions of a run name its attempt apart: a stale one cannot
+// take or give back the live one's slot.
+func TestStepHolderNamesTheExecution(t *testing.T) {
+	c := &Config{Name: "l", Concurrency: 1}
+	live, stale := StepHolder("r", 1, 1, 3), StepHolder("r", 1, 1, 1)
+	if live == stale {
+		t.Fatal("two executions, one holder")
+	}
+	var st State
+	d, st := Acquire(c, st, Request{Holder: live, Lease: time.Second}, t0)
+	if !d.Granted {
+		t.Fatal("the live execution was refused a free slot")
+	}
+	if d, _ := Acquire(c, st, Request{Holder: stale, Lease: time.Second}, t0.Add(time.Millisecond)); d.Granted {
+		t.Fatal("the stale execution was granted the live one's slot")
+	}
+	st, released, _ := Release(c, st, stale, 0, t0.Add(2*time.Millisecond))
+	if released || Held(st) != 1 {
+		t.Fatalf("the stale execution's release freed the live one's slot: released %v, held %d", released, Held(st))
+	}
+	for _, h := range []string{live, stale} {
+		if run, op, attempt, ok := HolderStep(h); !ok || run != "r" || op != 1 || attempt != 1 {
+			t.Errorf("HolderStep(%q) = %q, %d, %d, %v", h, run, op, attempt, ok)
 		}
 	}
 }

@@ -77,9 +77,9 @@ func (s *Server) limiterPlaces(r *http.Request, runID string, ws []runwait.Wait)
 		if err != nil {
 			continue
 		}
-		holder := limits.StepHolder(runID, w.Op, w.Attempt)
+		// Whichever execution of the run waits (StepHolder names it).
 		for n, x := range limits.Order(*st) {
-			if x.Holder == holder {
+			if run, op, attempt, ok := limits.HolderStep(x.Holder); ok && run == runID && op == w.Op && attempt == w.Attempt {
 				w.Ahead = n
 			}
 		}

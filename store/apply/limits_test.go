@@ -120,7 +120,7 @@ func TestSetLimiterWakesItsLine(t *testing.T) {
 		}
 		return d
 	}
-	a, b := limit.StepHolder("run-a", 1, 1), limit.StepHolder("run-b", 2, 1)
+	a, b := limit.StepHolder("run-a", 1, 1, 1), limit.StepHolder("run-b", 2, 1, 1)
 	if !ask(a).Granted {
 		t.Fatal("a: the free slot refused")
 	}

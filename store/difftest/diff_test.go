@@ -446,7 +446,7 @@ func (g *gen) limiterOp(now time.Time) *op {
 	if g.chance(3) {
 		// A step's holder: a change of the limiter may wake its run
 		// (apply.SetLimiter, WakeParkedRuns).
-		holder = limit.StepHolder(g.pick(runs), 1, 1)
+		holder = limit.StepHolder(g.pick(runs), 1, 1, 1)
 	}
 	lim := func(sd *side) store.Limits { return sd.s.(store.Limits) }
 	switch g.n(10) {
