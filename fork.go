@@ -133,6 +133,54 @@ func (e *Engine) failedOp(ctx context.Context, id string) (int64, error) {
 	return ops[0], nil
 }
 
+// CheckFork reports what Fork(ctx, runID, o) would refuse (ErrNotFound;
+// ErrInvalid: a World run, no step of that name, a fork point past the
+// log or inside a parallel group, a child not ended), deciding from the
+// run's head and its log's outline, read outside any transaction and
+// without a payload; nil if the fork would go on to be made. A server asks
+// it before it holds its replies' budget for the whole log a fork reads
+// (red team, round twenty: refused forks of a run of 10,000 messages held
+// the budget, and most other clients' reads were 503 while they ran).
+func (e *Engine) CheckFork(ctx context.Context, runID string, o ForkOptions) error {
+	src, err := e.runHead(ctx, runID)
+	if err != nil {
+		return err
+	}
+	// The one type whose data a plan reads is the stream marks'.
+	evs, err := store.Outline(ctx, e.store, runID, store.EventStreamMark)
+	if err != nil {
+		return err
+	}
+	_, err = apply.PlanFork(src, evs, &store.ForkRunParams{Source: runID, ID: o.ID, Op: o.Op, Step: o.Step, Input: o.Input, Version: o.Version})
+	return err
+}
+
+// CheckRetry is CheckFork for RetryFrom(ctx, runID, step).
+func (e *Engine) CheckRetry(ctx context.Context, runID, step string) error {
+	o := ForkOptions{Step: step}
+	if step == "" {
+		op, err := e.failedOp(ctx, runID)
+		if err != nil {
+			return err
+		}
+		o.Op = op
+	}
+	return e.CheckFork(ctx, runID, o)
+}
+
+// CheckResume reports what Resume(ctx, runID) would refuse from the run's
+// head alone (ErrNotFound; ErrNotResumable: a run running or completed, a
+// World run); nil if it may resume, or is pending (a resume retried,
+// which the store tells from its log).
+func (e *Engine) CheckResume(ctx context.Context, runID string) error {
+	r, err := e.runHead(ctx, runID)
+	if err != nil || r.Status == store.RunPending {
+		return err
+	}
+	_, err = apply.PlanResume(r, nil)
+	return err
+}
+
 // streamMark is the workflow writer's count on each stream when the
 // workflow reached an operation (store.EventStreamMark).
 type streamMark struct {

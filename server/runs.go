@@ -800,6 +800,13 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 	// A fork named with an id that is a fork already is compared with it,
 	// whose log is read too (red-team round eleven: a "same fork" of a
 	// fork with a full inbox went past the hold of its small source).
+	// What the fork would refuse is refused before the hold, from the
+	// run's head and its log's outline (red team, round twenty).
+	opts := weir.ForkOptions{ID: in.ID, Op: in.Op, Step: in.Step, Input: in.Input, Version: in.Version}
+	if err := s.e.CheckFork(r.Context(), r.PathValue("id"), opts); err != nil {
+		httpError(w, err)
+		return
+	}
 	logs := []string{r.PathValue("id")}
 	if in.ID != "" {
 		logs = append(logs, in.ID)
@@ -809,7 +816,7 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer func() { _ = h.to(0) }()
-	run, err := s.e.Fork(r.Context(), r.PathValue("id"), weir.ForkOptions{ID: in.ID, Op: in.Op, Step: in.Step, Input: in.Input, Version: in.Version})
+	run, err := s.e.Fork(r.Context(), r.PathValue("id"), opts)
 	if err != nil {
 		httpError(w, err)
 		return
@@ -822,6 +829,10 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleRetry(w http.ResponseWriter, r *http.Request) {
 	var in api.RetryRequest
 	if err := readJSON(w, r, 1<<10, &in); err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := s.e.CheckRetry(r.Context(), r.PathValue("id"), in.Step); err != nil {
 		httpError(w, err)
 		return
 	}
@@ -857,6 +868,10 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 			httpError(w, fmt.Errorf("%w (a resume takes no options)", err))
 			return
 		}
+	}
+	if err := s.e.CheckResume(r.Context(), r.PathValue("id")); err != nil {
+		httpError(w, err)
+		return
 	}
 	h, ok := s.holdLog(w, r, resumeLogReads, r.PathValue("id"))
 	if !ok {

@@ -368,6 +368,10 @@ func TestForksAreHeldByTheLogTheyRead(t *testing.T) {
 	for range 2 {
 		s.do("POST", "/v1/runs/"+run.ID+"/messages/t", msg).want(t, http.StatusOK)
 	}
+	eventually(t, "the run's first step started", func() bool {
+		evs, err := s.e.Store().ListEvents(t.Context(), run.ID, 0)
+		return err == nil && slices.ContainsFunc(evs, func(ev store.Event) bool { return ev.Type == store.EventStepStarted })
+	})
 	// 2 MiB of log: a fork holds 20 MiB, a resume 4 MiB.
 	if !s.srv.replies.take(16 << 20) {
 		t.Fatal("the budget")
@@ -376,7 +380,7 @@ func TestForksAreHeldByTheLogTheyRead(t *testing.T) {
 	if r.header.Get(api.ErrorHeader) != "busy" {
 		t.Fatalf("a fork the budget cannot take: %q %q", r.header.Get(api.ErrorHeader), r.body)
 	}
-	s.do("POST", "/v1/runs/"+run.ID+"/retry", `{}`).want(t, http.StatusServiceUnavailable)
+	s.do("POST", "/v1/runs/"+run.ID+"/retry", `{"step":"wait"}`).want(t, http.StatusServiceUnavailable)
 	s.do("GET", "/v1/runs/f1", "").want(t, http.StatusNotFound)
 	// A resume's 4 MiB fit beside the 16 held (a running run: 409).
 	s.do("POST", "/v1/runs/"+run.ID+"/resume", "").want(t, http.StatusConflict)
@@ -411,6 +415,46 @@ func TestForksAreHeldByTheLogTheyRead(t *testing.T) {
 		small.do("POST", "/v1/runs/"+run.ID+"/messages/t", msg).want(t, http.StatusOK)
 	}
 	small.do("POST", "/v1/runs/"+run.ID+"/fork", `{"id":"f2","op":1}`).want(t, http.StatusCreated)
+}
+
+// What a fork, a retry or a resume would refuse is refused before it holds
+// the replies' budget for the log it would read: with the budget all but
+// taken, the refusals are 400, 404 and 409, not 503 busy, and nothing is
+// held (red team, round twenty: refused forks of a run of 10,000 messages,
+// one client in a loop, held the budget and 79 % of other clients' reads
+// were 503; on SQLite each read the log's outline in the writer).
+func TestRefusalsComeBeforeTheLogsHold(t *testing.T) {
+	s := newTestServer(t, &Config{MaxReplyBytes: 32 << 20})
+	run := s.start(`{"workflow":"block"}`)
+	msg := `"` + strings.Repeat("x", 1<<20-16) + `"`
+	for range 2 {
+		s.do("POST", "/v1/runs/"+run.ID+"/messages/t", msg).want(t, http.StatusOK)
+	}
+	if !s.srv.replies.take(30 << 20) {
+		t.Fatal("the budget")
+	}
+	defer s.srv.replies.give(30 << 20)
+	for _, c := range []struct {
+		path, body string
+		code       int
+	}{
+		{"/fork", `{"id":"f1","op":99}`, http.StatusBadRequest},
+		{"/fork", `{"id":"f1","step":"nope"}`, http.StatusBadRequest},
+		{"/retry", `{}`, http.StatusBadRequest}, // it did not fail
+		{"/resume", ``, http.StatusConflict},    // it runs
+	} {
+		r := s.do("POST", "/v1/runs/"+run.ID+c.path, c.body).want(t, c.code)
+		if r.header.Get(api.ErrorHeader) == "busy" {
+			t.Fatalf("%s %s: busy", c.path, c.body)
+		}
+	}
+	s.do("POST", "/v1/runs/nope/fork", `{"op":1}`).want(t, http.StatusNotFound)
+	s.do("GET", "/v1/runs/f1", "").want(t, http.StatusNotFound)
+	if n := s.srv.replies.inUse(); n != 30<<20 {
+		t.Fatalf("%d bytes of the budget held after the refusals, want the %d taken", n, 30<<20)
+	}
+	// A fork that would be made is still held by its log.
+	s.do("POST", "/v1/runs/"+run.ID+"/fork", `{"id":"f1","op":1}`).want(t, http.StatusServiceUnavailable)
 }
 
 // Fork, retry and resume over HTTP: a cancelled run resumes (202) and is
