@@ -151,6 +151,15 @@ func DeleteLimiter(tx LimiterTx, name string, now time.Time) error {
 			held++
 		}
 	}
+	// A place in line lasts its lease, as a hold does: one that ran out
+	// with no decision since (an execution of a run that went on as
+	// another, limit.StepHolder, and ended) waits for nothing.
+	waiting := 0
+	for _, w := range st.Waiters {
+		if w.Until.After(now) {
+			waiting++
+		}
+	}
 	queued, err := tx.QueuedRuns(name)
 	if err != nil {
 		return err
@@ -159,8 +168,8 @@ func DeleteLimiter(tx LimiterTx, name string, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	if held > 0 || len(st.Waiters) > 0 || queued || parked {
-		return fmt.Errorf("%w: limiter %q: %d slots held, %d waiting, runs queued: %v, runs parked for it: %v", store.ErrLimiterInUse, name, held, len(st.Waiters), queued, parked)
+	if held > 0 || waiting > 0 || queued || parked {
+		return fmt.Errorf("%w: limiter %q: %d slots held, %d waiting, runs queued: %v, runs parked for it: %v", store.ErrLimiterInUse, name, held, waiting, queued, parked)
 	}
 	return tx.DeleteLimiter(name)
 }

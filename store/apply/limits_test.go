@@ -77,12 +77,16 @@ func TestLimiterCountAndDelete(t *testing.T) {
 	}{
 		{"a live hold", limit.State{Holds: []limit.Hold{{Holder: "r/1/1", Until: now.Add(time.Second)}}}, false, false, store.ErrLimiterInUse},
 		{"a run's hold", limit.State{Holds: []limit.Hold{{Holder: "r", Run: true}}}, false, false, store.ErrLimiterInUse},
-		{"someone in line", limit.State{Waiters: []limit.Waiter{{Holder: "r/2/1"}}}, false, false, store.ErrLimiterInUse},
+		{"someone in line", limit.State{Waiters: []limit.Waiter{{Holder: "r/2/1", Until: now.Add(time.Second)}}}, false, false, store.ErrLimiterInUse},
 		{"a queued run", limit.State{}, true, false, store.ErrLimiterInUse},
 		// A run parked for a window whose place lapsed (red team, round
 		// eleven: DELETE took the limiter, and the run failed "no limiter").
 		{"a run parked for it", limit.State{}, false, true, store.ErrLimiterInUse},
 		{"a lapsed hold", limit.State{Holds: []limit.Hold{{Holder: "r/1/1", Until: now.Add(-time.Second)}}}, false, false, nil},
+		// A place whose lease ran out with no decision since: an execution
+		// of a run that went on as another (limit.StepHolder names each)
+		// and ended; its place waits for nothing.
+		{"a lapsed place in line", limit.State{Waiters: []limit.Waiter{{Holder: "r/2/1/1", Until: now.Add(-time.Second)}}}, false, false, nil},
 	} {
 		b, err := EncodeLimiterState(c.state)
 		if err != nil {
