@@ -148,6 +148,14 @@ func (c *capable) WorldRun(ctx context.Context, id string) (*world.Run, error) {
 	return c.world.WorldRun(ctx, id)
 }
 
+// WorldRunHead is WorldStore.WorldRunHead, or ErrUnsupported.
+func (c *capable) WorldRunHead(ctx context.Context, id string) (*world.Run, error) {
+	if c.world == nil {
+		return nil, unsupported("the World")
+	}
+	return c.world.WorldRunHead(ctx, id)
+}
+
 // WorldRuns is WorldStore.WorldRuns, or ErrUnsupported.
 func (c *capable) WorldRuns(ctx context.Context, p *WorldListParams) (*WorldPage[world.Run], error) {
 	if c.world == nil {

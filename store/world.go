@@ -23,6 +23,11 @@ type WorldStore interface {
 	WorldEvent(ctx context.Context, p *WorldEventParams) (*WorldEventResult, error)
 	// WorldRun returns a World run; world.ErrRunNotFound.
 	WorldRun(ctx context.Context, id string) (*world.Run, error)
+	// WorldRunHead returns a World run without its input and output (a
+	// world.Run.Head), for a reply that leaves them out (resolveData=none):
+	// they may be 30 MiB, and were read to be stripped (red team, round
+	// twenty); world.ErrRunNotFound.
+	WorldRunHead(ctx context.Context, id string) (*world.Run, error)
 	// WorldRuns lists World runs, newest first.
 	WorldRuns(ctx context.Context, p *WorldListParams) (*WorldPage[world.Run], error)
 	// WorldEvents lists a run's events by slot (p.RunID), or the events of
@@ -451,7 +456,8 @@ type WorldSizer interface {
 	WorldItemSize(ctx context.Context, ref WorldItemRef) (int64, error)
 }
 
-// WorldItemRef names one World item: Kind "run" (ID), "step" (ID, in
+// WorldItemRef names one World item: Kind "run" (ID), "run-head" (ID: the
+// run without its input and output, WorldRunHead), "step" (ID, in
 // RunID if set), "event" (ID, in RunID), "hook" (ID) or "hook-token" (ID,
 // the token).
 type WorldItemRef struct {
@@ -470,6 +476,8 @@ func WorldItemSizeQuery(ref WorldItemRef, S string, ph func(int) string) (string
 	case "run":
 		return `SELECT ` + l("r.input") + ` + ` + l("r.output") + ` + ` + l("w.execution_context") + ` + ` + l("w.error_json") +
 			` FROM ` + S + `runs r JOIN ` + S + `world_runs w ON w.run_id = r.id WHERE r.id = ` + ph(1), []any{ref.ID}, nil
+	case "run-head":
+		return `SELECT ` + l("execution_context") + ` + ` + l("error_json") + ` FROM ` + S + `world_runs WHERE run_id = ` + ph(1), []any{ref.ID}, nil
 	case "step":
 		return `SELECT COALESCE(max(` + l("input") + ` + ` + l("output") + ` + ` + l("error_json") + `), 0) FROM ` + S +
 			`world_steps WHERE step_id = ` + ph(1) + ` AND (` + ph(2) + ` = '' OR run_id = ` + ph(2) + `)`, []any{ref.ID, ref.RunID}, nil

@@ -597,6 +597,15 @@ func (s *Store) WorldRun(ctx context.Context, id string) (*world.Run, error) {
 	return r, nil
 }
 
+// WorldRunHead returns a World run without its input and output.
+func (s *Store) WorldRunHead(ctx context.Context, id string) (*world.Run, error) {
+	r, err := one(ctx, s, fmt.Errorf("%w: %q", world.ErrRunNotFound, id), s.q.worldRunHead, []any{id}, scanOf(sqlrow.ScanWorldRunHead))
+	if err != nil {
+		return nil, fmt.Errorf("world run: %w", err)
+	}
+	return r, nil
+}
+
 // page runs a paged list: rows ordered by an integer key k (the first
 // column), the cursor the last key seen. where holds the filter, with
 // placeholders from $1 (args); the key's bound and the limit follow.

@@ -425,6 +425,19 @@ func (s *Store) WorldRun(ctx context.Context, id string) (*world.Run, error) {
 	return r, nil
 }
 
+// WorldRunHead returns a World run without its input and output, which
+// live in run_data and are left unread.
+func (s *Store) WorldRunHead(ctx context.Context, id string) (*world.Run, error) {
+	r, err := sqlrow.ScanWorldRunHead(s.rdb.QueryRowContext(ctx, `SELECT `+sqlrow.WorldRunHeadCols+worldRunFrom+` WHERE r.id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("world run: %w: %q", world.ErrRunNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("world run: %w", s.readErr(err))
+	}
+	return r, nil
+}
+
 // worldRunExists is nil if World run id exists, world.ErrRunNotFound if
 // not: from its world_runs row, which holds none of its data. A list of a
 // run's events asked it by a whole read of the run (a token-less GET a UI

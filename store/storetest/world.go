@@ -907,6 +907,12 @@ func testWorldItemSizes(t *testing.T, h harness) {
 	if n := size(store.WorldItemRef{Kind: "run", ID: run}); n < int64(store.WorldItemBytes(r)) || n < 64<<10 {
 		t.Fatalf("run: size %d, its read carries %d", n, store.WorldItemBytes(r))
 	}
+	// The run's head (WorldRunHead) is sized without its input.
+	head, err := s.WorldRunHead(ctx(t), run)
+	must(t, err)
+	if n := size(store.WorldItemRef{Kind: "run-head", ID: run}); n < int64(store.WorldItemBytes(head)) || n >= 64<<10 {
+		t.Fatalf("run head: size %d, its read carries %d", n, store.WorldItemBytes(head))
+	}
 	st, err := s.WorldStep(ctx(t), run, "step_1")
 	must(t, err)
 	for _, ref := range []store.WorldItemRef{{Kind: "step", RunID: run, ID: "step_1"}, {Kind: "step", ID: "step_1"}} {
@@ -922,7 +928,7 @@ func testWorldItemSizes(t *testing.T, h harness) {
 			t.Fatalf("hook %+v: size %d", ref, n)
 		}
 	}
-	for _, ref := range []store.WorldItemRef{{Kind: "run", ID: "wrun_none"}, {Kind: "step", ID: "none"}, {Kind: "event", RunID: run, ID: "none"},
+	for _, ref := range []store.WorldItemRef{{Kind: "run", ID: "wrun_none"}, {Kind: "run-head", ID: "wrun_none"}, {Kind: "step", ID: "none"}, {Kind: "event", RunID: run, ID: "none"},
 		{Kind: "hook", ID: "none"}, {Kind: "hook-token", ID: "none"}} {
 		if n := size(ref); n != 0 {
 			t.Fatalf("%+v: size %d of nothing", ref, n)

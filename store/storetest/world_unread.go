@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -124,6 +125,24 @@ func LeavesWorldRunDataUnread(t *testing.T, st store.Store) {
 	if r.Status != world.Completed || string(r.Input) != input || string(r.Output) != output {
 		t.Fatalf("after the events: %s, %d bytes of input, %d of output", r.Status, len(r.Input), len(r.Output))
 	}
+
+	// The run's head (a GET of the run with resolveData=none) is the run
+	// without its input and output, and reads neither (red team, round
+	// twenty: they were read, then stripped).
+	allocated("a read of the run's head", func() {
+		head, err := s.WorldRunHead(ctx(t), "wrun_big")
+		must(t, err)
+		if !head.Head || head.Input != nil || head.Output != nil {
+			t.Fatalf("head: Head %v, %d bytes of input, %d of output", head.Head, len(head.Input), len(head.Output))
+		}
+		want := *r
+		want.Input, want.Output, want.Head = nil, nil, true
+		if !reflect.DeepEqual(*head, want) {
+			t.Fatalf("head:\n%+v\nwant the run without its data:\n%+v", *head, want)
+		}
+	})
+	_, err = s.WorldRunHead(ctx(t), "wrun_none")
+	wantErr(t, err, world.ErrRunNotFound)
 
 	// Lists without data (resolveData=none) read none: a run's input and
 	// output, a step's.
