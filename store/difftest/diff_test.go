@@ -213,6 +213,13 @@ func (g *gen) next() *op {
 	switch g.n(43) {
 	case 0, 1:
 		p := store.CreateRunParams{ID: g.pick(runs), Workflow: g.pick(workflows), Input: []byte(g.pick(runs))}
+		if g.chance(6) {
+			// Past the bound a found run is read within (ElideFound).
+			p.Input = []byte(`"` + strings.Repeat(g.pick(runs), store.MaxListedValue/2) + `"`)
+		}
+		// A start that finds its run: elided as a server's reply has it,
+		// its input compared by the store (an Idempotency-Key's start).
+		p.ElideFound, p.SameInput = g.chance(2), g.chance(3)
 		if g.chance(4) {
 			p.Parent = g.pick(runs)
 		}
@@ -810,6 +817,7 @@ func (g *gen) look() *op {
 			id := g.pick(runs)
 			p.IDPrefix = id[:1+g.n(max(1, len(id)-1))]
 		}
+		p.NoData = g.chance(3)
 		return &op{desc: fmt.Sprintf("ListRuns %+v", p), run: func(ctx context.Context, sd *side) string {
 			rs, err := sd.s.ListRuns(ctx, &p)
 			return showRuns(rs) + " " + sd.norm(err)
@@ -831,7 +839,7 @@ func showRun(r *store.Run) string {
 	return fmt.Sprintf("{id=%s wf=%s %s in=%q out=%q err=%q created=%v updated=%v wake=%v owner=%s expires=%v epoch=%d cancel=%v parent=%s trace=%q queue=%s/%s/%d/%s queued=%v version=%q}",
 		r.ID, r.Workflow, r.Status, r.Input, r.Output, r.Error, r.CreatedAt, r.UpdatedAt, r.WakeAt, r.LeaseOwner,
 		r.LeaseExpires, r.LeaseEpoch, r.CancelRequested, r.Parent, r.TraceParent, r.Queue, r.QueueKey, r.Priority, r.Dedupe, r.Queued, r.Version) +
-		fmt.Sprintf("lined=%v", r.Lined)
+		fmt.Sprintf("lined=%v elided=%v", r.Lined, r.Elided)
 }
 
 func showRuns(rs []*store.Run) string {

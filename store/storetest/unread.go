@@ -31,18 +31,7 @@ func LeavesRunDataUnread(t *testing.T, st store.Store) {
 	input := []byte(`"` + strings.Repeat("i", big-2) + `"`)
 	_, _, err := s.CreateRun(ctx(t), &store.CreateRunParams{ID: "big", Workflow: "wf", Input: input})
 	must(t, err)
-	const tries = 4
-	allocated := func(f func()) uint64 {
-		t.Helper()
-		var before, after runtime.MemStats
-		f() // the connections and statements warm
-		runtime.ReadMemStats(&before)
-		for range tries {
-			f()
-		}
-		runtime.ReadMemStats(&after)
-		return after.TotalAlloc - before.TotalAlloc
-	}
+	allocated := func(f func()) uint64 { return allocatedBy(tries, f) }
 	n := allocated(func() {
 		_, err := s.GetRunEvent(ctx(t), "big", "never")
 		wantErr(t, err, store.ErrNotFound)
@@ -117,4 +106,20 @@ func LeavesRunDataUnread(t *testing.T, st store.Store) {
 			}
 		}
 	}
+}
+
+// tries is how many times the unread checks repeat what they measure.
+const tries = 4
+
+// allocatedBy is the bytes the process allocates in n calls of f, after
+// one that warms the connections and statements.
+func allocatedBy(n int, f func()) uint64 {
+	var before, after runtime.MemStats
+	f()
+	runtime.ReadMemStats(&before)
+	for range n {
+		f()
+	}
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -31,17 +30,9 @@ func LeavesWorldRunDataUnread(t *testing.T, st store.Store) {
 		t.Fatalf("run_created: an input of %d bytes, want %d", len(res.Run.Input), big)
 	}
 	wev(t, s, "wrun_big", world.RunStarted, "", nil)
-	const tries = 4
 	allocated := func(what string, f func()) {
 		t.Helper()
-		var before, after runtime.MemStats
-		f() // the connections and statements warm
-		runtime.ReadMemStats(&before)
-		for range tries {
-			f()
-		}
-		runtime.ReadMemStats(&after)
-		if n := after.TotalAlloc - before.TotalAlloc; n >= big {
+		if n := allocatedBy(tries, f); n >= big {
 			t.Errorf("%d × %s allocated %d bytes: the run's input (%d bytes) was read", tries, what, n, big)
 		}
 	}
